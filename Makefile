@@ -1,0 +1,33 @@
+# Both targets create .venv in the repo root on first use and reinstall when setup.py changes.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+LABSE_DATA ?= $(abspath ../shared/data)
+export LABSE_DATA
+# Beam, TensorFlow and torch each start thread pools per process; on 2 cores more threads only thrash.
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: venv demo test test-fast bench clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip wheel setuptools
+	# torch first and pinned: the local CPU wheel; an unpinned torch would pull a CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[all]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m pipelines.demo --data $(LABSE_DATA) --output demo_out
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest tests -m "not slow"
+
+clean:
+	rm -rf demo_out bench_out .pytest_cache

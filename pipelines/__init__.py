@@ -1,0 +1,1 @@
+"""Apache Beam pipelines: cleaning, main-content filtering, mining, scoring and TFRecord writing."""

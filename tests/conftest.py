@@ -1,0 +1,32 @@
+"""Shared fixtures. Real-data tests find ../shared/data through LABSE_DATA."""
+import os
+from pathlib import Path
+
+import pytest
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def data_root() -> Path:
+    return Path(os.environ.get("LABSE_DATA", DEFAULT_DATA)).resolve()
+
+
+@pytest.fixture(scope="session")
+def labse_data() -> Path:
+    """The shared real-data folder; a test that needs it fails (never skips) when it is absent."""
+    root = data_root()
+    if not (root / "README.md").is_file():
+        pytest.fail(
+            f"real test data not found at {root}: set LABSE_DATA to the shared data folder "
+            "(see ../shared/data/README.md)",
+            pytrace=False,
+        )
+    return root
+
+
+def require_file(root: Path, relative: str) -> Path:
+    """Path to one shared data file, failing the test with a clear message if it is missing."""
+    path = root / relative
+    if not path.exists():
+        pytest.fail(f"required data file missing: {path} (LABSE_DATA={root})", pytrace=False)
+    return path
