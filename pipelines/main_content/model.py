@@ -1,0 +1,251 @@
+"""The main-content classifier: a fastText model over lines, and the featurisation it needs.
+
+This module is the single place that turns the lines of one document into fastText input strings,
+so training (``train.py``) and inference (``labse-clean``) can never featurise differently. The
+feature set is text-only (it works on WET text as well as on WARC HTML): the line's own lowercased
+tokens, its length, its position in the page, its end punctuation, and a little context (length and
+first tokens of the previous and next lines). Every featurised line also carries a feature-set tag
+(``__fs_ctx1``); a model trained on another feature set is refused at load time instead of silently
+scoring garbage.
+"""
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+LABEL_MAIN = "__label__main"
+LABEL_BOILERPLATE = "__label__boilerplate"
+FEATURE_SET = "ctx1"
+FEATURE_SET_TOKEN = f"__fs_{FEATURE_SET}"
+
+# Lines are truncated for speed: the first tokens of a block are what tells navigation from prose.
+MAX_LINE_TOKENS = 32
+CONTEXT_TOKENS = 2
+_CHAR_LENGTH_EDGES = (1, 10, 20, 40, 80, 160, 320, 640)
+_TOKEN_COUNT_EDGES = (1, 2, 3, 5, 8, 13, 21, 34)
+_POSITION_BUCKETS = 10
+_SENTENCE_END = frozenset(".!?。！？…:;\"'»”)")
+
+
+def _end_class(line: str) -> str:
+    last = line[-1]
+    if last in _SENTENCE_END:
+        return "Ep"
+    if last.isdigit():
+        return "Ed"
+    if last.isalpha():
+        return "Ea"
+    return "Eo"
+
+
+@dataclass(frozen=True)
+class _LineSummary:
+    tokens: list[str]
+    length_bucket: int
+
+
+def _summarise(line: str) -> _LineSummary:
+    tokens = line.lower().split()
+    return _LineSummary(tokens=tokens[:MAX_LINE_TOKENS],
+                        length_bucket=bisect.bisect_right(_CHAR_LENGTH_EDGES, len(line)))
+
+
+def featurise_document(lines: Sequence[str]) -> list[str]:
+    """fastText input strings (without labels) for the lines of ONE document, in order.
+
+    Context features use the previous and next line of the same document, so the lines must be
+    the whole document in reading order (as ``pipelines.text.html.html_to_lines`` returns them).
+    """
+    n = len(lines)
+    summaries = [_summarise(line) for line in lines]
+    features: list[str] = []
+    for i, line in enumerate(lines):
+        own = summaries[i]
+        parts = [
+            FEATURE_SET_TOKEN,
+            f"L{own.length_bucket}",
+            f"W{bisect.bisect_right(_TOKEN_COUNT_EDGES, len(own.tokens))}",
+            f"P{i * _POSITION_BUCKETS // n}",
+            _end_class(line) if line else "E0",
+        ]
+        parts.extend(own.tokens)
+        if i > 0:
+            prev = summaries[i - 1]
+            parts.append(f"pL{prev.length_bucket}")
+            parts.extend("p:" + t for t in prev.tokens[:CONTEXT_TOKENS])
+        else:
+            parts.append("pL_start")
+        if i + 1 < n:
+            nxt = summaries[i + 1]
+            parts.append(f"nL{nxt.length_bucket}")
+            parts.extend("n:" + t for t in nxt.tokens[:CONTEXT_TOKENS])
+        else:
+            parts.append("nL_end")
+        features.append(" ".join(parts))
+    return features
+
+
+def training_lines(lines: Sequence[str], labels: Sequence[bool]) -> list[str]:
+    """fastText training lines (``__label__X features``) for one document's lines and labels."""
+    if len(lines) != len(labels):
+        raise ValueError(f"{len(lines)} lines but {len(labels)} labels")
+    return [f"{LABEL_MAIN if is_main else LABEL_BOILERPLATE} {feats}"
+            for feats, is_main in zip(featurise_document(lines), labels)]
+
+
+class MainContentModelError(Exception):
+    """The main-content model file is missing, unreadable, truncated or not a compatible model."""
+
+
+# fastText binary format (version 12), see fastText's src/fasttext.cc, args.cc, dictionary.cc,
+# densematrix.cc, quantmatrix.cc, productquantizer.cc.
+_FASTTEXT_MAGIC = 793712314
+_FASTTEXT_VERSION = 12
+_ARGS_FORMAT = "<12id"  # dim ws epoch minCount neg wordNgrams loss model bucket minn maxn lrUpdateRate t
+_MODEL_SUPERVISED = 3
+_PQ_KSUB = 256
+
+
+class _Cursor:
+    """Reads a fastText file front to back, failing with MainContentModelError on truncation."""
+
+    def __init__(self, data: bytes, path: str):
+        self.data, self.pos, self.path = data, 0, path
+
+    def take(self, size: int) -> bytes:
+        if size < 0 or self.pos + size > len(self.data):
+            raise MainContentModelError(
+                f"main-content model {self.path!r} is truncated: needs at least {self.pos + size} bytes, "
+                f"file has {len(self.data)} (re-copy or retrain it)")
+        chunk = self.data[self.pos:self.pos + size]
+        self.pos += size
+        return chunk
+
+    def unpack(self, fmt: str):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))
+
+    def skip_cstring(self) -> None:
+        end = self.data.find(b"\0", self.pos)
+        if end < 0:
+            self.take(len(self.data) - self.pos + 1)  # raises "truncated"
+        self.pos = end + 1
+
+
+def _skip_product_quantizer(cur: _Cursor) -> None:
+    dim, _nsubq, _dsub, _lastdsub = cur.unpack("<4i")
+    cur.take(4 * dim * _PQ_KSUB)
+
+
+def _skip_matrix(cur: _Cursor, quantized: bool) -> None:
+    if quantized:
+        (qnorm,) = cur.unpack("<?")
+        m, _n, codesize = cur.unpack("<qqi")
+        cur.take(codesize)
+        _skip_product_quantizer(cur)
+        if qnorm:
+            cur.take(m)
+            _skip_product_quantizer(cur)
+    else:
+        m, n = cur.unpack("<qq")
+        if m < 0 or n < 0:
+            raise MainContentModelError(f"main-content model {cur.path!r} is corrupt (matrix {m}x{n})")
+        cur.take(4 * m * n)
+
+
+def check_fasttext_file(path: str) -> None:
+    """Validate a fastText supervised model file structurally, without handing it to fastText.
+
+    fastText's loader trusts its input: on garbage or a truncated copy it can allocate absurd
+    amounts of memory or crash the process. Walking the format first turns every such case into a
+    clear MainContentModelError.
+    """
+    if not os.path.exists(path):
+        raise MainContentModelError(f"main-content model not found: {path!r}")
+    if not os.path.isfile(path):
+        raise MainContentModelError(f"main-content model {path!r} is not a file")
+    try:
+        with open(path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size == 0:
+                raise MainContentModelError(f"main-content model {path!r} is empty")
+            # mmap: the matrices are skipped, not read, so large models validate cheaply.
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                _walk_fasttext_file(data, path)
+    except OSError as exc:
+        raise MainContentModelError(f"cannot read main-content model {path!r}: {exc}") from exc
+
+
+def _walk_fasttext_file(data, path: str) -> None:
+    cur = _Cursor(data, path)
+    if len(data) < 8 or struct.unpack("<ii", data[:8]) != (_FASTTEXT_MAGIC, _FASTTEXT_VERSION):
+        raise MainContentModelError(
+            f"{path!r} is not a fastText model (bad magic number/version); expected a file written by "
+            "`labse-main-content train`")
+    cur.take(8)
+    args = cur.unpack(_ARGS_FORMAT)
+    if args[7] != _MODEL_SUPERVISED:
+        raise MainContentModelError(
+            f"{path!r} is a fastText model but not a supervised classifier (model type {args[7]})")
+    size, _nwords, nlabels, _ntokens, pruneidx_size = cur.unpack("<iiiqq")
+    if size < 0 or nlabels < 0 or pruneidx_size < -1:
+        raise MainContentModelError(f"main-content model {path!r} has a corrupt dictionary header")
+    for _ in range(size):
+        cur.skip_cstring()
+        cur.take(9)  # count int64 + type int8
+    if pruneidx_size > 0:
+        cur.take(8 * pruneidx_size)
+    (quant_input,) = cur.unpack("<?")
+    _skip_matrix(cur, quant_input)
+    (quant_output,) = cur.unpack("<?")
+    _skip_matrix(cur, quant_output)
+    if cur.pos != len(data):
+        raise MainContentModelError(
+            f"main-content model {path!r} has {len(data) - cur.pos} unexpected trailing bytes (corrupt)")
+
+
+class MainContentModel:
+    """P(main content) for the lines of a document, from a fastText model trained by ``train.py``."""
+
+    def __init__(self, fasttext_model, path: str = "<memory>"):
+        labels = set(fasttext_model.get_labels())
+        if labels != {LABEL_MAIN, LABEL_BOILERPLATE}:
+            raise MainContentModelError(
+                f"{path!r} is a fastText classifier but not a main-content model "
+                f"(labels {sorted(labels)[:5]}, expected {LABEL_MAIN} and {LABEL_BOILERPLATE})")
+        if fasttext_model.get_word_id(FEATURE_SET_TOKEN) < 0:
+            trained_with = [w for w in fasttext_model.get_words() if w.startswith("__fs_")]
+            raise MainContentModelError(
+                f"main-content model {path!r} was trained with feature set {trained_with or 'unknown'}, "
+                f"this code featurises with {FEATURE_SET_TOKEN}; retrain it with `labse-main-content train`")
+        self._model = fasttext_model
+        self.path = path
+
+    @classmethod
+    def load(cls, path: str) -> "MainContentModel":
+        path = os.fspath(path)
+        check_fasttext_file(path)
+        import fasttext  # imported late: the rest of the pipeline package must not need it
+
+        try:
+            model = fasttext.load_model(path)
+        except Exception as exc:  # fastText raises ValueError/RuntimeError with terse messages
+            raise MainContentModelError(f"fastText could not load main-content model {path!r}: {exc}") from exc
+        return cls(model, path)
+
+    def score_lines(self, lines: Sequence[str]) -> np.ndarray:
+        """P(main content) for each line of ONE document (lines in reading order), float32."""
+        if not lines:
+            return np.zeros(0, dtype=np.float32)
+        # fastText treats "\n" as end of input; lines from html_to_lines never contain one.
+        clean = [line.replace("\n", " ") if "\n" in line else line for line in lines]
+        labels, probs = self._model.predict(featurise_document(clean), k=1)
+        out = np.empty(len(clean), dtype=np.float32)
+        for i, (label, prob) in enumerate(zip(labels, probs)):
+            p = float(prob[0]) if len(prob) else 0.5
+            out[i] = p if label and label[0] == LABEL_MAIN else 1.0 - p
+        return np.clip(out, 0.0, 1.0)
