@@ -1,0 +1,218 @@
+"""Sentence quality filters: each a pure function returning a drop reason, or None to keep.
+
+Rules follow C4 (TFDS `c4_utils.py`) and Gopher (Rae et al. 2021), applied per sentence:
+- `length`: LaBSE kept sentences of 10 to 5,000 characters.
+- `terminal_punctuation`: C4 keeps lines ending in terminal punctuation; language-aware
+  (。！？, ।, ؟, ።, ។ ...). Thai and Lao are exempt: they write no sentence-final mark.
+- `javascript`, `lorem_ipsum`, `policy`: C4's bad-phrase rules (plus cookie banners in a few languages).
+- `symbols`: Gopher's symbol-to-word rule, as a ratio of symbol characters to non-space characters.
+- `digits`: mostly digits (tables, phone numbers, prices).
+- `repeated_characters`: a run of one character (`!!!!!!!!!!`, `----------`).
+- `replacement_character`: U+FFFD, the mark of a wrong charset.
+- `script`: the letters are mostly not in the script(s) of the sentence's language.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    min_chars: int = 10
+    max_chars: int = 5000
+    max_symbol_ratio: float = 0.1
+    max_digit_ratio: float = 0.3
+    max_repeated_run: int = 9          # a run longer than this of one character drops the sentence
+    min_script_ratio: float = 0.5      # share of letters that must be in the language's script(s)
+
+
+TERMINAL_PUNCTUATION = frozenset(
+    ".!?…"            # Latin, Cyrillic, Greek (Greek also uses ; as question mark)
+    ";\u037E"
+    "。！？｡．"        # CJK full-width
+    "\u0964\u0965"    # Devanagari and other Indic danda
+    "\u061F\u06D4"    # Arabic question mark, Urdu full stop
+    "\u1362\u1367\u1368"  # Ethiopic
+    "\u17D4\u17D5"    # Khmer
+    "\u104A\u104B"    # Myanmar
+    "\u0F0D\u0F0E"    # Tibetan
+    "\u0589"          # Armenian
+    "\u055C\u055E"    # Armenian exclamation, question
+)
+# Closing quotes and brackets may follow the terminal mark: `He said "yes."` or `(see above.)`.
+_CLOSERS = "\"'”’»›)]}」』）】〉》"
+NO_TERMINAL_PUNCTUATION_LANGUAGES = frozenset({"th", "lo"})
+
+POLICY_PHRASES = (
+    # C4's list
+    "terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies",
+    # cookie banners and legal boilerplate in a few large languages
+    "accept cookies", "datenschutzerklärung", "verwendet cookies", "utilise des cookies",
+    "politique de confidentialité", "política de privacidad", "политика конфиденциальности",
+    "использует cookie", "隐私政策", "隱私權政策", "プライバシーポリシー",
+)
+
+_REPEATED = {}
+
+
+def length(text: str, lang: str, config: FilterConfig) -> str | None:
+    n = len(text)
+    if n < config.min_chars:
+        return "too_short"
+    if n > config.max_chars:
+        return "too_long"
+    return None
+
+
+def terminal_punctuation(text: str, lang: str, config: FilterConfig) -> str | None:
+    if lang in NO_TERMINAL_PUNCTUATION_LANGUAGES:
+        return None
+    end = text.rstrip().rstrip(_CLOSERS)
+    if end and end[-1] in TERMINAL_PUNCTUATION:
+        return None
+    return "no_terminal_punctuation"
+
+
+def javascript(text: str, lang: str, config: FilterConfig) -> str | None:
+    return "javascript" if "javascript" in text.casefold() else None
+
+
+def lorem_ipsum(text: str, lang: str, config: FilterConfig) -> str | None:
+    return "lorem_ipsum" if "lorem ipsum" in text.casefold() else None
+
+
+def policy(text: str, lang: str, config: FilterConfig) -> str | None:
+    folded = text.casefold()
+    return "policy" if any(phrase in folded for phrase in POLICY_PHRASES) else None
+
+
+_EXTRA_SYMBOLS = frozenset("#|•·*_~<>{}[]\\/@=+^`")
+
+
+def _is_symbol(ch: str) -> bool:
+    return ch in _EXTRA_SYMBOLS or unicodedata.category(ch)[0] == "S"
+
+
+def symbols(text: str, lang: str, config: FilterConfig) -> str | None:
+    visible = [ch for ch in text if not ch.isspace()]
+    if not visible:
+        return "symbols"
+    ratio = sum(1 for ch in visible if _is_symbol(ch)) / len(visible)
+    if "..." in text and lang not in ("zh", "ja"):
+        # Gopher: ellipses stand for cut-off teasers ("Read more..."); count each as symbols.
+        ratio += 3 * text.count("...") / len(visible)
+    return "symbols" if ratio > config.max_symbol_ratio else None
+
+
+def digits(text: str, lang: str, config: FilterConfig) -> str | None:
+    visible = [ch for ch in text if not ch.isspace()]
+    if not visible:
+        return "digits"
+    return "digits" if sum(1 for ch in visible if ch.isdigit()) / len(visible) > config.max_digit_ratio else None
+
+
+def repeated_characters(text: str, lang: str, config: FilterConfig) -> str | None:
+    pattern = _REPEATED.get(config.max_repeated_run)
+    if pattern is None:
+        pattern = _REPEATED.setdefault(config.max_repeated_run, re.compile(r"(.)\1{%d,}" % config.max_repeated_run))
+    return "repeated_characters" if pattern.search(text) else None
+
+
+def replacement_character(text: str, lang: str, config: FilterConfig) -> str | None:
+    return "replacement_character" if "\uFFFD" in text else None
+
+
+# Scripts (the first word of a letter's Unicode name) per lid.176 language; unlisted languages are
+# written in Latin script.
+_SCRIPTS: dict[str, frozenset[str]] = {}
+for _langs, _scripts in [
+    ("ru uk bg be mk kk ky tg mn tt ba cv ce sah os av krc kv lez mhr mrj myv rue tyv xal bxr udm", {"CYRILLIC"}),
+    ("sr sh", {"CYRILLIC", "LATIN"}),
+    ("uz az tk", {"LATIN", "CYRILLIC"}),
+    ("ar arz fa ur ps ckb ug sd azb mzn lrc pnb ks", {"ARABIC"}),
+    ("ku", {"LATIN", "ARABIC"}),
+    ("hi mr ne sa new bh mai gom dty", {"DEVANAGARI"}),
+    ("bn as bpy", {"BENGALI"}),
+    ("he yi", {"HEBREW"}),
+    ("el", {"GREEK"}),
+    ("th", {"THAI"}),
+    ("lo", {"LAO"}),
+    ("km", {"KHMER"}),
+    ("my", {"MYANMAR"}),
+    ("ka xmf", {"GEORGIAN"}),
+    ("hy", {"ARMENIAN"}),
+    ("am ti", {"ETHIOPIC"}),
+    ("ta", {"TAMIL"}),
+    ("te", {"TELUGU"}),
+    ("kn", {"KANNADA"}),
+    ("ml", {"MALAYALAM"}),
+    ("gu", {"GUJARATI"}),
+    ("pa", {"GURMUKHI"}),
+    ("or", {"ORIYA"}),
+    ("si", {"SINHALA"}),
+    ("bo", {"TIBETAN"}),
+    ("dv", {"THAANA"}),
+    ("zh wuu yue", {"CJK"}),
+    ("ja", {"CJK", "HIRAGANA", "KATAKANA"}),
+    ("ko", {"HANGUL", "CJK"}),
+]:
+    for _lang in _langs.split():
+        _SCRIPTS[_lang] = frozenset(_scripts)
+LATIN = frozenset({"LATIN"})
+
+
+@lru_cache(maxsize=65536)
+def letter_script(ch: str) -> str | None:
+    """The script of a letter (first word of its Unicode name, CJK for ideographs), None for non-letters."""
+    if not ch.isalpha():
+        return None
+    name = unicodedata.name(ch, "")
+    if not name:
+        return None
+    first = name.split(" ", 1)[0]
+    if first in ("CJK", "KANGXI"):
+        return "CJK"
+    if first == "HALFWIDTH" or first == "FULLWIDTH":
+        parts = name.split(" ")
+        return parts[1] if len(parts) > 1 else first
+    return first
+
+
+def expected_scripts(lang: str) -> frozenset[str]:
+    return _SCRIPTS.get(lang, LATIN)
+
+
+def script(text: str, lang: str, config: FilterConfig) -> str | None:
+    letters = [s for s in map(letter_script, text) if s is not None]
+    if not letters:
+        return "no_letters"
+    wanted = expected_scripts(lang)
+    if sum(1 for s in letters if s in wanted) / len(letters) < config.min_script_ratio:
+        return "script_mismatch"
+    return None
+
+
+SentenceFilter = Callable[[str, str, FilterConfig], "str | None"]
+# Cheapest first: the first reason found is the one counted.
+FILTERS: tuple[SentenceFilter, ...] = (
+    length, replacement_character, javascript, lorem_ipsum, policy, repeated_characters,
+    terminal_punctuation, digits, symbols, script,
+)
+# Every reason a filter can return, so counters and stats list them even at zero.
+REASONS = (
+    "too_short", "too_long", "replacement_character", "javascript", "lorem_ipsum", "policy",
+    "repeated_characters", "no_terminal_punctuation", "digits", "symbols", "no_letters", "script_mismatch",
+)
+
+
+def first_failure(text: str, lang: str, config: FilterConfig = FilterConfig()) -> str | None:
+    """The first filter's drop reason for a sentence in language `lang`, or None when it passes all."""
+    for rule in FILTERS:
+        reason = rule(text, lang, config)
+        if reason is not None:
+            return reason
+    return None

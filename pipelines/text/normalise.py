@@ -1,0 +1,32 @@
+"""Text normalisation: cleaning a sentence for output, and the key for exact deduplication."""
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+_CONTROL = re.compile(r"[\x00-\x08\x0B-\x1F\x7F-\x9F\u200B\u200E\u200F\u202A-\u202E\u2066-\u2069\uFEFF]")
+_SPACES = re.compile(r"\s+")
+
+
+def clean_text(text: str) -> str:
+    """NFC, control and invisible direction characters removed, whitespace collapsed to one space."""
+    text = unicodedata.normalize("NFC", text)
+    text = _CONTROL.sub("", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def normalise_for_dedup(text: str) -> str:
+    """NFKC, casefolded, punctuation removed, whitespace collapsed.
+
+    "Hello, World!" and "hello world" are the same sentence for deduplication; full-width and
+    half-width forms (NFKC) too. Letters, digits, marks and symbols are kept.
+    """
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def dedup_key(text: str) -> str:
+    """A 128-bit hex digest of `normalise_for_dedup(text)`: a small, fixed-size shuffle key."""
+    return hashlib.blake2b(normalise_for_dedup(text).encode("utf-8"), digest_size=16).hexdigest()
