@@ -1,0 +1,142 @@
+"""Model and training configuration as dataclasses; every run writes both to `RUN_DIR/config.json`.
+
+Defaults follow the paper (Feng et al., 2022) where it states them: additive margin 0.3, global batch
+4096, a BERT-base encoder (12 layers, 768 wide, 12 heads). The logit scale is not stated in the paper's
+text; TF Model Garden's LaBSE config uses 100, and `TrainConfig.scale` explains the default chosen here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Preset encoders. "base" is the paper's (BERT-base); "tiny" is for tests, "small" for CPU runs.
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(num_layers=2, hidden_size=64, num_heads=2, intermediate_size=256, max_position_embeddings=128),
+    "small": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024, max_position_embeddings=256),
+    "base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072, max_position_embeddings=512),
+}
+
+
+def count_vocab(vocab_path: str | Path) -> int:
+    """Number of entries in a WordPiece `vocab.txt` (one token per line, ids are line numbers)."""
+    with open(vocab_path, encoding="utf-8") as handle:
+        return sum(1 for _ in handle)
+
+
+@dataclass
+class ModelConfig:
+    """A BERT encoder shared by both sides of the dual encoder, plus LaBSE's dense+tanh head."""
+
+    vocab_size: int
+    num_layers: int = 12
+    hidden_size: int = 768
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    pad_token_id: int = 0
+    preset: str = "base"
+
+    @classmethod
+    def from_preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":
+        if name not in PRESETS:
+            raise ValueError(f"unknown model config {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(vocab_size=vocab_size, preset=name, **{**PRESETS[name], **overrides})
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.vocab_size < 5:
+            raise ValueError(f"vocab_size {self.vocab_size} is too small (the 5 special tokens alone need 5)")
+
+    def to_bert_config(self):
+        from transformers import BertConfig
+
+        return BertConfig(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            intermediate_size=self.intermediate_size,
+            max_position_embeddings=self.max_position_embeddings,
+            hidden_dropout_prob=self.hidden_dropout,
+            attention_probs_dropout_prob=self.attention_dropout,
+            pad_token_id=self.pad_token_id,
+            type_vocab_size=2,
+        )
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and loss settings of one `labse-train` run."""
+
+    global_batch_size: int = 4096  # the paper's batch; split evenly over ranks
+    margin: float = 0.3  # additive margin m, subtracted from the positive cosine only (paper)
+    # Logit scale s multiplies cosines in [-1, 1]. 100 is TF Model Garden's LaBSE value: with the 0.3
+    # margin the positive must beat every negative by a clear cosine gap before its gradient fades,
+    # which is what makes hard in-batch negatives count; sentence-transformers' 20 is tuned for
+    # fine-tuning already-good encoders, where a softer softmax is safer. BENCHMARKS.md (model)
+    # reports what the CPU benchmark measured.
+    scale: float = 100.0
+    gather_negatives: bool = True  # score local rows against the global batch (cross-device negatives)
+    max_steps: int = 50_000
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-6
+    warmup_steps: int = 1000
+    max_grad_norm: float = 1.0
+    seed: int = 42
+    max_seq_length: int = 64  # the paper's; sequences in the shards are already truncated to this
+    eval_every: int = 1000
+    save_every: int = 1000
+    log_every: int = 10
+    shuffle_buffer: int = 10_000
+    num_workers: int = 0
+    dropout: bool = True  # False switches off all dropout (used by the equivalence test)
+    bf16: bool = True  # bf16 autocast on CUDA; ignored on CPU
+
+    def __post_init__(self) -> None:
+        if self.global_batch_size < 2:
+            raise ValueError("global_batch_size must be >= 2 (in-batch negatives need at least one negative)")
+        if self.scale <= 0:
+            raise ValueError("scale must be > 0")
+        self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives a list
+
+
+@dataclass
+class RunConfig:
+    """Everything `RUN_DIR/config.json` records: model, training, and the data it saw."""
+
+    model: ModelConfig
+    train: TrainConfig
+    data: str = ""
+    dev_data: str | None = None
+    vocab: str = "vocab.txt"  # relative to the run directory
+    world_size: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        return cls(
+            model=ModelConfig(**data["model"]),
+            train=TrainConfig(**data["train"]),
+            **{k: v for k, v in data.items() if k not in ("model", "train")},
+        )
+
+    def save(self, path: str | Path) -> None:
+        from labse_model.checkpoint import atomic_write_text
+
+        atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_dict(json.load(handle))

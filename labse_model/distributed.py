@@ -1,0 +1,113 @@
+"""Process-group setup from torchrun's environment, and an all-gather that carries gradients.
+
+Nothing here keeps state of its own: rank and world size always come from `torch.distributed`
+(or, before it is initialised, from torchrun's environment variables).
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    """Where this process sits: its rank among `world_size`, and the device it computes on."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def launched_by_torchrun() -> bool:
+    """True when torchrun (or any launcher setting the same variables) started this process."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
+
+
+def init_distributed(device: str | None = None, timeout_s: float = 1800.0) -> DistributedContext:
+    """Join the process group described by torchrun's environment (or run alone without one).
+
+    NCCL on CUDA, gloo on CPU. A single process (no torchrun variables) gets world size 1 and no
+    process group, so the same training code runs with or without torchrun.
+    """
+    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        target = torch.device("cuda", local_rank)
+    else:
+        target = torch.device("cpu")
+    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+        return DistributedContext(rank=0, world_size=1, local_rank=0, device=target)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend="nccl" if use_cuda else "gloo",
+            timeout=datetime.timedelta(seconds=timeout_s),
+            device_id=target if use_cuda else None,
+        )
+    return DistributedContext(
+        rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=target
+    )
+
+
+def shutdown_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def get_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def barrier() -> None:
+    if get_world_size() > 1:
+        dist.barrier()
+
+
+def all_gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate `tensor` from every rank along dim 0, keeping gradients to every rank's input.
+
+    In backward each rank receives the SUM over ranks of the gradients flowing into its own slice
+    (reduce-scatter on NCCL, all-to-all + sum on gloo), which is what makes gathered negatives give
+    the single-big-batch gradient once DDP averages (see `labse_model.loss`).
+
+    `torch.distributed.nn.functional.all_gather` emits a FutureWarning pointing at
+    `torch.distributed._functional_collectives`, a private module whose autograd support differs
+    between backends and versions. The public function still works exactly on gloo and NCCL (the
+    equivalence test in tests/test_distributed.py checks the gradients), so we keep it and silence
+    only that one warning, here, rather than globally.
+    """
+    if get_world_size() == 1:
+        return tensor
+    from torch.distributed.nn.functional import all_gather
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message=r"torch\.distributed\.nn\.functional\.all_gather is deprecated",
+            category=FutureWarning,
+        )
+        parts = all_gather(tensor)
+    return torch.cat(parts, dim=0)
+
+
+def all_reduce_mean(value: torch.Tensor) -> torch.Tensor:
+    """Mean of a (detached) tensor over ranks, for logging."""
+    if get_world_size() == 1:
+        return value
+    value = value.detach().clone()
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value / get_world_size()

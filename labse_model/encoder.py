@@ -1,0 +1,70 @@
+"""LaBSE's dual encoder: one BERT for both sides, [CLS] -> dense + tanh -> L2 normalisation.
+
+This is the released LaBSE's head (sentence-transformers/LaBSE is Transformer, Pooling cls,
+Dense tanh, Normalize), so `labse-export` maps it one to one onto sentence-transformers modules.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from labse_model.config import ModelConfig
+
+
+class SentenceEncoder(nn.Module):
+    """Encodes token ids to unit-length sentence embeddings of size `hidden_size`."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        from transformers import BertModel
+
+        self.config = config
+        # BERT's own pooler is dense+tanh on [CLS] too, but it is built for NSP; LaBSE's head is a
+        # separate dense layer, and keeping it out of BertModel keeps the export mapping explicit.
+        self.bert = BertModel(config.to_bert_config(), add_pooling_layer=False)
+        self.head = nn.Linear(config.hidden_size, config.hidden_size)
+        self.bert._init_weights(self.head)
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.config.hidden_size
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        pooled = torch.tanh(self.head(hidden[:, 0]))
+        # Normalise in float32: under bf16 autocast the norm of a 768-vector loses digits.
+        return F.normalize(pooled.float(), p=2, dim=-1)
+
+
+def pad_to(ids: torch.Tensor, length: int, pad_id: int) -> torch.Tensor:
+    if ids.shape[1] == length:
+        return ids
+    return F.pad(ids, (0, length - ids.shape[1]), value=pad_id)
+
+
+class DualEncoder(nn.Module):
+    """Shared-weight dual encoder: sources and targets go through the same `SentenceEncoder`.
+
+    Both sides run in ONE forward (padded to the longer side and stacked): one pass is faster than
+    two, and DDP sees each parameter used once per step.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.encoder = SentenceEncoder(config)
+        self.pad_id = config.pad_token_id
+
+    def forward(
+        self,
+        src_input_ids: torch.Tensor,
+        src_attention_mask: torch.Tensor,
+        tgt_input_ids: torch.Tensor,
+        tgt_attention_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        length = max(src_input_ids.shape[1], tgt_input_ids.shape[1])
+        ids = torch.cat([pad_to(src_input_ids, length, self.pad_id), pad_to(tgt_input_ids, length, self.pad_id)])
+        mask = torch.cat([pad_to(src_attention_mask, length, 0), pad_to(tgt_attention_mask, length, 0)])
+        embeddings = self.encoder(ids, mask)
+        batch = src_input_ids.shape[0]
+        return embeddings[:batch], embeddings[batch:]

@@ -1,0 +1,87 @@
+"""Bidirectional additive-margin softmax (AMS) over in-batch negatives, local or gathered.
+
+For L2-normalised source x_i and target y_j, the paper's translation-ranking loss is
+
+    L_s2t = -1/B sum_i log( e^{s(cos(x_i,y_i) - m)} / (e^{s(cos(x_i,y_i) - m)} + sum_{j != i} e^{s cos(x_i,y_j)}) )
+
+with the margin m subtracted from the positive only, plus the same from target to source
+(L = L_s2t + L_t2s, as TF Model Garden's bidirectional dual encoder sums them).
+
+Gathered negatives (OpenCLIP's ClipLoss with `local_loss=True, gather_with_grad=True`): rank r holds
+B local rows; it scores them against all N*B gathered columns, and its labels are offset by r*B.
+Its loss is the mean over its B rows, i.e. loss_r = (1/B) sum_{rows of r}. Why no extra scaling:
+
+    big-batch loss   L = 1/(NB) sum_{all rows} = (1/N) sum_r loss_r
+    rank r's grad    g_r = d(sum_r' loss_r')/d(theta) through rank r's own embeddings, because the
+                     gather's backward SUMS the gradients every rank sends to r's slice
+    DDP              averages: (1/N) sum_r g_r = (1/N) d(sum_r' loss_r')/d(theta) = dL/d(theta)
+
+so DDP's averaging already supplies the 1/N. (Summing instead of averaging, or a gather without
+gradient, would each be off by a factor or miss the cross-rank terms; tests/test_distributed.py
+checks parameters after one step against one process with batch N*B.)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def margin_logits(
+    queries: torch.Tensor, keys: torch.Tensor, *, margin: float, scale: float, label_offset: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled cosine logits [B, K] with `margin` taken off each row's positive, and the labels.
+
+    Row i's positive is column `label_offset + i` (its own pair inside the gathered keys).
+    Inputs must already be L2-normalised, so the dot product is the cosine.
+    """
+    cosines = queries @ keys.transpose(0, 1)
+    labels = torch.arange(queries.shape[0], device=queries.device) + label_offset
+    positive = F.one_hot(labels, num_classes=keys.shape[0]).to(cosines.dtype)
+    return scale * (cosines - margin * positive), labels
+
+
+def additive_margin_loss(
+    queries: torch.Tensor, keys: torch.Tensor, *, margin: float, scale: float, label_offset: int = 0
+) -> torch.Tensor:
+    """One direction: mean cross-entropy of each query against all keys (mean over local rows)."""
+    logits, labels = margin_logits(queries, keys, margin=margin, scale=scale, label_offset=label_offset)
+    # float32 for the softmax even under bf16 autocast: logits reach +-scale and bf16 keeps 8 bits.
+    return F.cross_entropy(logits.float(), labels)
+
+
+class BidirectionalAMSLoss(nn.Module):
+    """Source->target plus target->source additive-margin softmax.
+
+    `forward(src, tgt)` uses the local batch only. With gathered negatives pass
+    `all_src`, `all_tgt` (every rank's embeddings, concatenated in rank order, with gradient) and
+    `label_offset = rank * local_batch`.
+    """
+
+    def __init__(self, margin: float = 0.3, scale: float = 100.0, bidirectional: bool = True):
+        super().__init__()
+        self.margin = margin
+        self.scale = scale
+        self.bidirectional = bidirectional
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        all_src: torch.Tensor | None = None,
+        all_tgt: torch.Tensor | None = None,
+        label_offset: int = 0,
+    ) -> torch.Tensor:
+        if src.shape != tgt.shape:
+            raise ValueError(f"source and target embeddings differ in shape: {tuple(src.shape)} vs {tuple(tgt.shape)}")
+        all_src = src if all_src is None else all_src
+        all_tgt = tgt if all_tgt is None else all_tgt
+        loss = additive_margin_loss(src, all_tgt, margin=self.margin, scale=self.scale, label_offset=label_offset)
+        if self.bidirectional:
+            loss = loss + additive_margin_loss(
+                tgt, all_src, margin=self.margin, scale=self.scale, label_offset=label_offset
+            )
+        return loss
+
+    def extra_repr(self) -> str:
+        return f"margin={self.margin}, scale={self.scale}, bidirectional={self.bidirectional}"

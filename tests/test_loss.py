@@ -1,0 +1,78 @@
+"""Additive-margin softmax: a hand-computed example, margin on positives only, both directions."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from labse_model.loss import BidirectionalAMSLoss, margin_logits
+
+# Unit vectors: cos(src_i, tgt_j) = [[1.0, 0.6], [0.0, 0.8]]
+SRC = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+TGT = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
+
+
+def test_hand_computed_example():
+    # margin 0.3, scale 10. Source->target logits: row 0 [7, 6], row 1 [0, 5];
+    # target->source logits (cosines transposed): row 0 [7, 0], row 1 [6, 5].
+    s2t = (math.log(1 + math.exp(-1)) + math.log(1 + math.exp(-5))) / 2
+    t2s = (math.log(1 + math.exp(-7)) + math.log(1 + math.exp(1))) / 2
+    assert s2t == pytest.approx(0.159989, abs=1e-6)
+    assert t2s == pytest.approx(0.657087, abs=1e-6)
+    loss = BidirectionalAMSLoss(margin=0.3, scale=10.0)(SRC, TGT)
+    assert loss.item() == pytest.approx(s2t + t2s, abs=1e-5)
+
+
+def test_margin_only_on_positives():
+    logits, labels = margin_logits(SRC, TGT, margin=0.3, scale=10.0)
+    cosines = SRC @ TGT.T
+    assert labels.tolist() == [0, 1]
+    assert torch.allclose(logits.diagonal(), 10.0 * (cosines.diagonal() - 0.3))
+    off_diagonal = ~torch.eye(2, dtype=torch.bool)
+    assert torch.allclose(logits[off_diagonal], 10.0 * cosines[off_diagonal])
+    # With an offset (gathered keys), the margin lands on column offset + i and nowhere else.
+    keys = torch.cat([TGT, TGT.flip(0)])
+    shifted, labels = margin_logits(SRC, keys, margin=0.3, scale=10.0, label_offset=2)
+    assert labels.tolist() == [2, 3]
+    expected = 10.0 * (SRC @ keys.T)
+    expected[0, 2] -= 3.0
+    expected[1, 3] -= 3.0
+    assert torch.allclose(shifted, expected)
+
+
+def test_margin_raises_loss_and_zero_margin_is_plain_softmax():
+    generator = torch.Generator().manual_seed(0)
+    src = F.normalize(torch.randn(8, 16, generator=generator), dim=-1)
+    tgt = F.normalize(src + 0.5 * torch.randn(8, 16, generator=generator), dim=-1)
+    plain = BidirectionalAMSLoss(margin=0.0, scale=20.0)(src, tgt)
+    labels = torch.arange(8)
+    reference = F.cross_entropy(20 * src @ tgt.T, labels) + F.cross_entropy(20 * tgt @ src.T, labels)
+    assert plain.item() == pytest.approx(reference.item(), rel=1e-6)
+    assert BidirectionalAMSLoss(margin=0.3, scale=20.0)(src, tgt).item() > plain.item()
+
+
+def test_both_directions_are_summed():
+    s2t_only = BidirectionalAMSLoss(margin=0.3, scale=10.0, bidirectional=False)(SRC, TGT)
+    t2s_only = BidirectionalAMSLoss(margin=0.3, scale=10.0, bidirectional=False)(TGT, SRC)
+    both = BidirectionalAMSLoss(margin=0.3, scale=10.0)(SRC, TGT)
+    assert s2t_only.item() != pytest.approx(t2s_only.item(), abs=1e-3)  # the example is asymmetric
+    assert both.item() == pytest.approx(s2t_only.item() + t2s_only.item(), abs=1e-6)
+
+
+def test_local_losses_with_offsets_average_to_the_big_batch_loss():
+    """The single-process identity behind gathered negatives: mean over 'ranks' == big batch."""
+    generator = torch.Generator().manual_seed(1)
+    src = F.normalize(torch.randn(6, 8, generator=generator), dim=-1)
+    tgt = F.normalize(torch.randn(6, 8, generator=generator), dim=-1)
+    loss_fn = BidirectionalAMSLoss(margin=0.3, scale=30.0)
+    big = loss_fn(src, tgt)
+    per_rank = [
+        loss_fn(src[r * 3 : (r + 1) * 3], tgt[r * 3 : (r + 1) * 3], all_src=src, all_tgt=tgt, label_offset=r * 3)
+        for r in range(2)
+    ]
+    assert big.item() == pytest.approx(sum(p.item() for p in per_rank) / 2, rel=1e-6)
+
+
+def test_shape_mismatch_is_a_clear_error():
+    with pytest.raises(ValueError, match="differ in shape"):
+        BidirectionalAMSLoss()(SRC, TGT[:1])
