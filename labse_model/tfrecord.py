@@ -1,0 +1,381 @@
+"""TFRecord files and `tf.train.Example` without TensorFlow.
+
+GPU hosts run torch alone, so the trainer reads the shards that `labse-tfrecords` writes with this
+module: the framing is checked record by record (length CRC and data CRC, both masked CRC32C as in
+TensorFlow's `record_writer.cc`), and `tf.train.Example` is parsed with the `protobuf` runtime from a
+descriptor built in code (wire-compatible with TensorFlow's `example.proto`, but registered in a
+private descriptor pool, so it never clashes with TensorFlow's own classes in the same process).
+
+A TFRecord file is a sequence of records::
+
+    uint64 length          little endian
+    uint32 masked_crc32c(length bytes)
+    byte   data[length]
+    uint32 masked_crc32c(data)
+
+A truncated or corrupt file raises `TFRecordCorruptError` naming the file and the byte offset of
+the bad record. `google-crc32c` (C, hardware CRC instructions) computes the checksums when it is
+installed; otherwise a table-driven CRC32C in numpy does, which is slower but exact.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "TFRecordCorruptError",
+    "crc32c",
+    "masked_crc32c",
+    "frame_record",
+    "TFRecordWriter",
+    "iter_records",
+    "index_records",
+    "read_record_at",
+    "Example",
+    "encode_example",
+    "decode_example",
+    "example_to_dict",
+]
+
+_HEADER = struct.Struct("<QI")
+_FOOTER = struct.Struct("<I")
+HEADER_SIZE = _HEADER.size  # 12
+FOOTER_SIZE = _FOOTER.size  # 4
+_MASK_DELTA = 0xA282EAD8
+
+
+class TFRecordCorruptError(ValueError):
+    """A TFRecord file is truncated or a checksum does not match."""
+
+    def __init__(self, path: str, offset: int, reason: str):
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__(f"corrupt TFRecord file {path} at byte offset {offset}: {reason}")
+
+
+# ---------------------------------------------------------------------------------------------
+# CRC32C (Castagnoli)
+
+def _build_crc_table() -> np.ndarray:
+    poly = np.uint32(0x82F63B78)
+    table = np.zeros((8, 256), dtype=np.uint32)
+    for byte in range(256):
+        crc = np.uint32(byte)
+        for _ in range(8):
+            crc = (crc >> np.uint32(1)) ^ (poly if crc & np.uint32(1) else np.uint32(0))
+        table[0, byte] = crc
+    # Slicing-by-8 tables: table[k][b] is the CRC of byte b followed by k zero bytes.
+    for k in range(1, 8):
+        previous = table[k - 1]
+        table[k] = (previous >> np.uint32(8)) ^ table[0][previous & np.uint32(0xFF)]
+    return table
+
+
+_CRC_TABLE: np.ndarray | None = None
+
+
+def _crc32c_numpy(data: bytes) -> int:
+    """Table-driven CRC32C, 8 bytes per Python step (slicing-by-8); exact, for hosts without a C crc32c."""
+    global _CRC_TABLE
+    if _CRC_TABLE is None:
+        _CRC_TABLE = _build_crc_table()
+    t = [row.tolist() for row in _CRC_TABLE]
+    t0, t1, t2, t3, t4, t5, t6, t7 = t
+    crc = 0xFFFFFFFF
+    n8 = len(data) // 8
+    if n8:
+        words = np.frombuffer(data, dtype="<u4", count=n8 * 2).reshape(n8, 2).tolist()
+        for lo, hi in words:
+            lo ^= crc
+            crc = (
+                t7[lo & 0xFF] ^ t6[(lo >> 8) & 0xFF] ^ t5[(lo >> 16) & 0xFF] ^ t4[lo >> 24]
+                ^ t3[hi & 0xFF] ^ t2[(hi >> 8) & 0xFF] ^ t1[(hi >> 16) & 0xFF] ^ t0[hi >> 24]
+            )
+    for byte in data[n8 * 8:]:
+        crc = t0[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+try:  # C implementation with SSE4.2/ARM CRC instructions
+    import google_crc32c as _google_crc32c
+
+    def crc32c(data: bytes) -> int:
+        """CRC32C of `data` (as an unsigned 32-bit int)."""
+        return _google_crc32c.value(bytes(data))
+
+    CRC32C_IMPLEMENTATION = f"google-crc32c ({_google_crc32c.implementation})"
+except ImportError:  # pragma: no cover - exercised by tests through _crc32c_numpy directly
+    crc32c = _crc32c_numpy
+    CRC32C_IMPLEMENTATION = "numpy tables"
+
+
+def masked_crc32c(data: bytes) -> int:
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------------------------------------
+# Framing
+
+def frame_record(data: bytes) -> bytes:
+    """One record as it lies in a TFRecord file."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
+
+
+class TFRecordWriter:
+    """Writes an uncompressed TFRecord file atomically: a temp file beside it, `os.replace` on close.
+
+    Use as a context manager; on an exception the temp file is removed and the target is untouched.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        self._tmp = f"{self.path}.tmp-{os.getpid()}-{id(self):x}"
+        self._file: BinaryIO | None = open(self._tmp, "wb")
+        self.num_records = 0
+        self.num_bytes = 0
+
+    def write(self, data: bytes) -> None:
+        framed = frame_record(data)
+        assert self._file is not None, "writer is closed"
+        self._file.write(framed)
+        self.num_records += 1
+        self.num_bytes += len(framed)
+
+    def close(self) -> None:
+        if self._file is None:
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if os.path.exists(self._tmp):
+            os.remove(self._tmp)
+
+    def __enter__(self) -> "TFRecordWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _read_header(f: BinaryIO, path: str, offset: int) -> int | None:
+    """Length of the record starting at `offset` (file positioned there); None at a clean end of file."""
+    header = f.read(HEADER_SIZE)
+    if not header:
+        return None
+    if len(header) < HEADER_SIZE:
+        raise TFRecordCorruptError(path, offset, f"truncated record header ({len(header)} of {HEADER_SIZE} bytes)")
+    length, length_crc = _HEADER.unpack(header)
+    if masked_crc32c(header[:8]) != length_crc:
+        raise TFRecordCorruptError(path, offset, "length checksum mismatch (not a TFRecord file, or corrupt)")
+    return length
+
+
+def _read_body(f: BinaryIO, path: str, offset: int, length: int, check_crc: bool) -> bytes:
+    body = f.read(length + FOOTER_SIZE)
+    if len(body) < length + FOOTER_SIZE:
+        raise TFRecordCorruptError(
+            path, offset, f"truncated record: expected {length + FOOTER_SIZE} bytes after the header, found {len(body)}"
+        )
+    data = body[:length]
+    if check_crc:
+        (data_crc,) = _FOOTER.unpack(body[length:])
+        if masked_crc32c(data) != data_crc:
+            raise TFRecordCorruptError(path, offset, "data checksum mismatch")
+    return data
+
+
+def iter_records(path: str | os.PathLike, check_crc: bool = True) -> Iterator[bytes]:
+    """Stream the records of one uncompressed TFRecord file, checking both CRCs of every record."""
+    path = os.fspath(path)
+    with open(path, "rb", buffering=1 << 20) as f:
+        offset = 0
+        while True:
+            length = _read_header(f, path, offset)
+            if length is None:
+                return
+            yield _read_body(f, path, offset, length, check_crc)
+            offset += HEADER_SIZE + length + FOOTER_SIZE
+
+
+def index_records(path: str | os.PathLike) -> np.ndarray:
+    """Byte offsets of every record in a file (int64), from a header-only scan.
+
+    Each header's length CRC is checked and the file must end exactly after the last record, so a
+    truncated file fails here, before training starts; data CRCs are checked when a record is read.
+    """
+    path = os.fspath(path)
+    size = os.path.getsize(path)
+    offsets: list[int] = []
+    with open(path, "rb", buffering=1 << 20) as f:
+        offset = 0
+        while offset < size:
+            length = _read_header(f, path, offset)
+            if length is None:  # pragma: no cover - size says there is more
+                break
+            end = offset + HEADER_SIZE + length + FOOTER_SIZE
+            if end > size:
+                raise TFRecordCorruptError(
+                    path, offset, f"truncated record: needs {end - offset} bytes, the file has {size - offset} left"
+                )
+            offsets.append(offset)
+            f.seek(end)
+            offset = end
+    return np.asarray(offsets, dtype=np.int64)
+
+
+def read_record_at(f: BinaryIO, path: str, offset: int, check_crc: bool = True) -> bytes:
+    """The record whose header starts at `offset` in the open file `f`."""
+    f.seek(offset)
+    length = _read_header(f, path, offset)
+    if length is None:
+        raise TFRecordCorruptError(path, offset, "no record at this offset (end of file)")
+    return _read_body(f, path, offset, length, check_crc)
+
+
+# ---------------------------------------------------------------------------------------------
+# tf.train.Example without TensorFlow
+
+def _build_example_classes():
+    from google.protobuf import descriptor_pb2, descriptor_pool
+    from google.protobuf import message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    file_proto = descriptor_pb2.FileDescriptorProto(name="labse_model/example.proto", package="labse_model.tfexample", syntax="proto3")
+
+    def message(name: str, fields: Sequence[tuple]) -> descriptor_pb2.DescriptorProto:
+        msg = file_proto.message_type.add(name=name)
+        for field_name, number, ftype, label, type_name, *oneof in fields:
+            field = msg.field.add(name=field_name, number=number, type=ftype, label=label)
+            if type_name:
+                field.type_name = type_name
+            if oneof:
+                field.oneof_index = oneof[0]
+        return msg
+
+    pkg = ".labse_model.tfexample."
+    message("BytesList", [("value", 1, F.TYPE_BYTES, F.LABEL_REPEATED, None)])
+    float_list = message("FloatList", [("value", 1, F.TYPE_FLOAT, F.LABEL_REPEATED, None)])
+    float_list.field[0].options.packed = True
+    int64_list = message("Int64List", [("value", 1, F.TYPE_INT64, F.LABEL_REPEATED, None)])
+    int64_list.field[0].options.packed = True
+    feature = message(
+        "Feature",
+        [
+            ("bytes_list", 1, F.TYPE_MESSAGE, F.LABEL_OPTIONAL, pkg + "BytesList", 0),
+            ("float_list", 2, F.TYPE_MESSAGE, F.LABEL_OPTIONAL, pkg + "FloatList", 0),
+            ("int64_list", 3, F.TYPE_MESSAGE, F.LABEL_OPTIONAL, pkg + "Int64List", 0),
+        ],
+    )
+    feature.oneof_decl.add(name="kind")
+    features = message("Features", [("feature", 1, F.TYPE_MESSAGE, F.LABEL_REPEATED, pkg + "Features.FeatureEntry")])
+    entry = features.nested_type.add(name="FeatureEntry")
+    entry.options.map_entry = True
+    entry.field.add(name="key", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    entry.field.add(name="value", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL, type_name=pkg + "Feature")
+    message("Example", [("features", 1, F.TYPE_MESSAGE, F.LABEL_OPTIONAL, pkg + "Features")])
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file_proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("labse_model.tfexample.Example"))
+
+
+Example = _build_example_classes()
+
+FeatureValue = "bytes | str | float | int | Sequence[int] | Sequence[float] | Sequence[bytes]"
+
+
+def encode_example(features: Mapping[str, object]) -> bytes:
+    """Serialise a `tf.train.Example`.
+
+    Values: `bytes`/`str` or a list of them -> bytes_list; `float` or a list of floats -> float_list;
+    `int` or a list/array of ints -> int64_list.
+    """
+    example = Example()
+    fmap = example.features.feature
+    for name, value in features.items():
+        if isinstance(value, (bytes, str)):
+            value = [value]
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            value = [value]
+        elif isinstance(value, np.ndarray):
+            value = value.tolist()
+        value = list(value)  # type: ignore[arg-type]
+        feature = fmap[name]
+        if value and isinstance(value[0], (bytes, str)):
+            feature.bytes_list.value.extend(v.encode("utf-8") if isinstance(v, str) else v for v in value)
+        elif value and isinstance(value[0], float):
+            feature.float_list.value.extend(value)
+        else:
+            feature.int64_list.value.extend(int(v) for v in value)
+    return example.SerializeToString(deterministic=True)
+
+
+def decode_example(data: bytes):
+    """Parse serialized bytes into an `Example` message (raises `google.protobuf.message.DecodeError`)."""
+    example = Example()
+    example.ParseFromString(data)
+    return example
+
+
+def example_to_dict(data: bytes) -> dict[str, list]:
+    """`{name: list of values}` for every feature of a serialized Example (bytes stay bytes)."""
+    out: dict[str, list] = {}
+    for name, feature in decode_example(data).features.feature.items():
+        kind = feature.WhichOneof("kind")
+        out[name] = list(getattr(feature, kind).value) if kind else []
+    return out
+
+
+@dataclass(frozen=True)
+class PairRecord:
+    """One training pair as stored by `labse-tfrecords` (contract 8)."""
+
+    src_ids: list[int]
+    tgt_ids: list[int]
+    src_lang: str
+    tgt_lang: str
+    score: float
+
+
+def decode_pair(data: bytes, path: str = "?", offset: int = -1) -> PairRecord:
+    """A `PairRecord` from a serialized Example; a record without ids raises a clear error."""
+    try:
+        fmap = decode_example(data).features.feature
+    except Exception as exc:  # DecodeError, or anything upb raises on garbage
+        raise TFRecordCorruptError(path, offset, f"record is not a tf.train.Example ({exc})") from exc
+    for name in ("src_ids", "tgt_ids"):
+        if name not in fmap or fmap[name].WhichOneof("kind") != "int64_list":
+            raise TFRecordCorruptError(path, offset, f"Example has no int64 feature {name!r}")
+
+    def text(name: str) -> str:
+        if name in fmap and fmap[name].bytes_list.value:
+            return fmap[name].bytes_list.value[0].decode("utf-8", "replace")
+        return ""
+
+    score = fmap["score"].float_list.value[0] if "score" in fmap and fmap["score"].float_list.value else float("nan")
+    return PairRecord(
+        src_ids=list(fmap["src_ids"].int64_list.value),
+        tgt_ids=list(fmap["tgt_ids"].int64_list.value),
+        src_lang=text("src_lang"),
+        tgt_lang=text("tgt_lang"),
+        score=float(score),
+    )

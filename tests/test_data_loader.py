@@ -1,0 +1,118 @@
+"""labse_model.data: global batches independent of world size and workers, resume, uneven shards."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from labse_model.data import build_train_loader, epoch_order
+from labse_model.tfrecord import TFRecordWriter, encode_example
+
+SHARD_SIZES = (7, 11, 5)  # 23 records in 3 uneven shards
+
+
+def record_id(src_row: torch.Tensor, mask: torch.Tensor) -> int:
+    """The record number a hand-made record encodes in its second token."""
+    ids = src_row[mask.bool()].tolist()
+    return ids[1] - 1000
+
+
+def write_shards(directory, sizes=SHARD_SIZES) -> str:
+    k = 0
+    for shard, size in enumerate(sizes):
+        with TFRecordWriter(directory / f"part-{shard:05d}-of-{len(sizes):05d}.tfrecord") as writer:
+            for _ in range(size):
+                # Lengths vary so that dynamic padding is exercised; [CLS]=2 first, [SEP]=3 last.
+                src = [2] + [1000 + k] * (1 + k % 5) + [3]
+                tgt = [2, 5000 + k] + [7] * (k % 3) + [3]
+                writer.write(encode_example({"src_ids": src, "tgt_ids": tgt, "src_lang": "de", "tgt_lang": "en", "score": 1.0}))
+                k += 1
+    return str(directory / "*.tfrecord")
+
+
+def rows(batch: dict[str, torch.Tensor]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Unpadded (src, tgt) id tuples of a batch, checking padding and masks on the way."""
+    out = []
+    for side in ("src", "tgt"):
+        ids, mask = batch[f"{side}_input_ids"], batch[f"{side}_attention_mask"]
+        assert ids.dtype == torch.long and mask.dtype == torch.long and ids.shape == mask.shape
+        assert bool((ids[mask == 0] == 0).all()), "padding must use pad_id 0"
+        assert int(mask.sum(1).max()) == ids.shape[1], "padded to the longest row of the slice, not further"
+    for i in range(batch["src_input_ids"].shape[0]):
+        src = batch["src_input_ids"][i][batch["src_attention_mask"][i].bool()].tolist()
+        tgt = batch["tgt_input_ids"][i][batch["tgt_attention_mask"][i].bool()].tolist()
+        assert src[0] == 2 and src[-1] == 3 and tgt[0] == 2 and tgt[-1] == 3
+        assert src[1] - 1000 == tgt[1] - 5000, "src and tgt of a row come from the same record"
+        out.append((tuple(src), tuple(tgt)))
+    return out
+
+
+def global_batches(pattern, world_size, steps, num_workers=0, start_step=0, global_batch_size=6, seed=13):
+    per_rank = []
+    for rank in range(world_size):
+        loader = build_train_loader(
+            pattern, global_batch_size=global_batch_size, rank=rank, world_size=world_size, seed=seed,
+            shuffle_buffer=5, num_workers=num_workers, start_step=start_step, num_steps=steps,
+        )
+        per_rank.append([rows(b) for b in loader])
+    assert len({len(r) for r in per_rank}) == 1, "every rank yields the same number of steps"
+    return [sum((per_rank[r][s] for r in range(world_size)), []) for s in range(steps)]
+
+
+def test_global_batch_is_independent_of_world_size_and_workers(tmp_path):
+    pattern = write_shards(tmp_path)
+    steps = 9  # 23 // 6 = 3 steps per epoch: three epochs
+    single = global_batches(pattern, 1, steps)
+    assert global_batches(pattern, 2, steps) == single
+    assert global_batches(pattern, 3, steps) == single
+    assert global_batches(pattern, 2, steps, num_workers=2) == single
+
+    ids = [[r[0][1] - 1000 for r in batch] for batch in single]
+    for epoch in range(3):
+        seen = sum(ids[epoch * 3 : epoch * 3 + 3], [])
+        assert len(seen) == 18 and len(set(seen)) == 18, "no record twice within an epoch"
+        assert set(seen) <= set(range(23))
+    assert ids[0:3] != ids[3:6], "each epoch is reshuffled"
+    # A different seed gives a different order.
+    assert global_batches(pattern, 1, 3, seed=14) != single[:3]
+
+
+def test_resume_from_start_step_equals_continuing(tmp_path):
+    pattern = write_shards(tmp_path)
+    full = global_batches(pattern, 2, 10)
+    for start in (1, 3, 7):  # inside an epoch, on an epoch boundary, in the third epoch
+        assert global_batches(pattern, 2, 10 - start, start_step=start) == full[start:]
+    assert global_batches(pattern, 1, 4, num_workers=2, start_step=5) == full[5:9]
+
+
+def test_uneven_shards_give_every_rank_the_same_steps_forever(tmp_path):
+    pattern = write_shards(tmp_path, sizes=(4, 9, 2))  # 15 records, 3 shards, 2 ranks
+    loaders = [
+        build_train_loader(pattern, global_batch_size=4, rank=r, world_size=2, seed=0, shuffle_buffer=100)
+        for r in range(2)
+    ]
+    assert loaders[0].steps_per_epoch == loaders[1].steps_per_epoch == 3
+    for _ in range(3 * 3 + 1):  # infinite: past three epochs, every rank still has a batch of 2
+        for loader in loaders:
+            batch = next(loader)
+            assert batch["src_input_ids"].shape[0] == 2
+
+
+def test_epoch_order_is_a_permutation_and_buffer_mixes_shards():
+    counts = np.array([50, 30, 20])
+    order = epoch_order(counts, seed=1, epoch=0, shuffle_buffer=10)
+    assert sorted(order.tolist()) == list(range(100))
+    np.testing.assert_array_equal(order, epoch_order(counts, seed=1, epoch=0, shuffle_buffer=10))
+    # Round-robin interleave: the first 30 records draw from all three shards.
+    first = order[:30]
+    assert ((first < 50).sum() > 0) and (((first >= 50) & (first < 80)).sum() > 0) and ((first >= 80).sum() > 0)
+
+
+def test_errors_are_clear(tmp_path):
+    pattern = write_shards(tmp_path)
+    with pytest.raises(ValueError, match="divisible"):
+        build_train_loader(pattern, global_batch_size=5, rank=0, world_size=2, seed=0)
+    with pytest.raises(ValueError, match="fewer than one global batch"):
+        build_train_loader(pattern, global_batch_size=64, rank=0, world_size=1, seed=0)
+    with pytest.raises(FileNotFoundError, match="no TFRecord shards"):
+        build_train_loader(str(tmp_path / "nothing*.tfrecord"), global_batch_size=2, rank=0, world_size=1, seed=0)
