@@ -1,0 +1,245 @@
+"""WARC and WET records to Documents, with FastWARC parsing each record.
+
+Layout of the work:
+- `.warc.gz` (recognised by its gzip magic, not its name) is split into gzip members by
+  `gzip_members`; FastWARC parses the records of each member from a stream. Damage is confined to a
+  member: a truncated or corrupt member, or garbage between members, becomes a `ReadError` and
+  reading resumes at the next member (Common Crawl writes one record per member).
+- plain `.warc` is one stream; FastWARC (strict mode) parses it and the first malformed header
+  ends the file with a `ReadError` (a plain WARC has no resynchronisation points that are safe:
+  FastWARC's lenient mode skips garbage but silently swallows the record after it).
+
+Offsets: the compressed offset of the record's gzip member (what the CC index calls `offset`),
+or the record's byte offset in a plain file. Records sharing one member (a whole file gzipped
+as one member) share its offset; their `doc_id` (WARC-Record-ID) tells them apart.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import BinaryIO, Iterator
+
+from fastwarc.warc import ArchiveIterator, WarcRecord
+
+from pipelines.io.documents import (
+    KIND_HTML,
+    KIND_TEXT,
+    SOURCE_CC,
+    Document,
+    Dropped,
+    ReaderLimits,
+    ReadError,
+    ReadResult,
+)
+from pipelines.io.gzip_members import GZIP_MAGIC, GzipGap, GzipMember, iter_gzip_members
+from pipelines.io.payload import (
+    PayloadError,
+    charset_from_content_type,
+    decode_content_encoding,
+    decode_html_bytes,
+    decode_text_bytes,
+    is_html_payload,
+    looks_binary,
+)
+
+
+class _Prefixed:
+    """A binary stream with some already-read bytes put back in front (for sniffing)."""
+
+    def __init__(self, prefix: bytes, raw: BinaryIO):
+        self._prefix = prefix
+        self._raw = raw
+        self._position = 0
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            data, self._prefix = self._prefix + self._raw.read(), b""
+        elif self._prefix:
+            data, self._prefix = self._prefix[:size], self._prefix[size:]
+            if len(data) < size:
+                data += self._raw.read(size - len(data))
+        else:
+            data = self._raw.read(size)
+        self._position += len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self._position + offset if whence == 1 else -1
+        while self._position < target:
+            if not self.read(min(target - self._position, 1 << 20)):
+                break
+        return self._position
+
+    def close(self) -> None:
+        pass
+
+
+def read_warc_stream(
+    raw: BinaryIO,
+    path: str,
+    *,
+    wet: bool = False,
+    limits: ReaderLimits = ReaderLimits(),
+    stats: Counter | None = None,
+) -> Iterator[ReadResult]:
+    """Every record of one WARC (`wet=False`: response records to HTML documents) or WET file
+    (`wet=True`: conversion records to text documents), as Document, Dropped or ReadError."""
+    stats = stats if stats is not None else Counter()
+    head = raw.read(len(GZIP_MAGIC))
+    if not head:
+        yield ReadError("empty_file", path, 0, "the file has no bytes")
+        return
+    stream = _Prefixed(head, raw)
+    if head == GZIP_MAGIC:
+        for part in iter_gzip_members(stream):
+            if isinstance(part, GzipGap):
+                yield ReadError("garbage", path, part.offset, f"{part.length} bytes that are not a gzip member skipped")
+                continue
+            yield from _records(part, path, part, wet, limits, stats)
+    else:
+        yield from _records(stream, path, None, wet, limits, stats)
+
+
+def _damage_reason(member: GzipMember) -> str:
+    return "truncated_gzip" if member.truncated else "corrupt_gzip"
+
+
+def _records(
+    stream,
+    path: str,
+    member: GzipMember | None,
+    wet: bool,
+    limits: ReaderLimits,
+    stats: Counter,
+) -> Iterator[ReadResult]:
+    blamed = False  # a record of a damaged member was already reported as the damaged one
+    seen = 0
+    last_start = 0
+    records = ArchiveIterator(stream, parse_http=False, stream_detect=False, quirks_mode=False)
+    try:
+        for record in records:
+            seen += 1
+            last_start = record.stream_pos
+            offset = member.offset if member is not None else record.stream_pos
+            result = _one_record(record, path, offset, member, wet, limits, stats)
+            if isinstance(result, ReadError) and result.reason == "malformed_warc" and member is not None and member.damaged:
+                # A header cut off by the end of a truncated member reads as malformed: say why.
+                result = ReadError(_damage_reason(member), path, offset, f"{member.error} ({result.detail})")
+            if isinstance(result, ReadError) and result.reason in ("truncated_gzip", "corrupt_gzip"):
+                blamed = True
+            yield result
+            if isinstance(result, ReadError) and result.reason == "malformed_warc":
+                # Without a valid Content-Length the next record's start is unknown: what follows
+                # in this member (or plain file) would be misread as records.
+                return
+    except BaseException as exc:  # FastWARC raises OSError on malformed headers; a PanicException
+        # (a BaseException) from its Rust core is treated the same, anything else propagates.
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
+        if member is not None and member.damaged:
+            if not blamed:
+                blamed = True
+                yield ReadError(_damage_reason(member), path, member.offset, member.error)
+        else:
+            if member is not None:
+                at, where = member.offset, f"in gzip member at {member.offset}"
+            else:
+                at, where = last_start, f"after the record at {last_start}" if seen else "at the start"
+            yield ReadError("malformed_warc", path, at, f"{where} ({type(exc).__name__}: {exc}); rest of it skipped")
+        return
+    if member is not None and member.damaged and not blamed:
+        # Damage before any complete record header: no record was yielded for it.
+        yield ReadError(_damage_reason(member), path, member.offset, member.error)
+    elif member is not None and seen == 0 and member.total_out > 0:
+        stats["gzip_member_without_record"] += 1
+
+
+def _one_record(
+    record: WarcRecord,
+    path: str,
+    offset: int,
+    member: GzipMember | None,
+    wet: bool,
+    limits: ReaderLimits,
+    stats: Counter,
+) -> ReadResult:
+    headers = record.headers
+    declared = headers.get("Content-Length")
+    if declared is None or not declared.strip().isdigit():
+        return ReadError("malformed_warc", path, offset, f"bad Content-Length {declared!r}; rest of the member or file skipped")
+    warc_type = (headers.get("WARC-Type") or "").strip().lower() or "missing"
+    wanted = "conversion" if wet else "response"
+    if warc_type != wanted:
+        record.consume()
+        return _damaged_or(member, record, path, offset, Dropped(f"warc_type:{warc_type}", path, offset))
+    if int(declared) > limits.max_record_bytes:
+        record.consume()
+        return Dropped("too_large", path, offset)
+
+    url = headers.get("WARC-Target-URI") or ""
+    doc_id = record.record_id or f"{path}@{offset}"
+    try:
+        content_type = None
+        if not wet:
+            if not record.is_http:
+                record.consume()
+                return Dropped("not_http", path, offset)
+            record.parse_http(auto_decode="transfer")
+            content_type = record.http_headers.get("Content-Type")
+        expected = record.content_length
+        body = record.reader.read()
+    except Exception as exc:
+        record.consume()
+        if member is not None and member.damaged:
+            return ReadError(_damage_reason(member), path, offset, member.error)
+        return ReadError("malformed_http", path, offset, f"{type(exc).__name__}: {exc}")
+    if len(body) < expected:
+        if member is not None and member.damaged:
+            return ReadError(_damage_reason(member), path, offset, member.error)
+        where = "gzip member" if member is not None else "file"
+        return ReadError(
+            "malformed_warc", path, offset,
+            f"Content-Length {declared} runs past the end of the {where} ({len(body)} of {expected} payload bytes)",
+        )
+
+    if wet:
+        text = decode_text_bytes(body)
+        if not text.strip():
+            return Dropped("empty_payload", path, offset)
+        return Document(SOURCE_CC, url, doc_id, path, offset, KIND_TEXT, text, None)
+
+    status = record.http_headers.status_code
+    if status is not None and not 200 <= status < 300:
+        return Dropped(f"http_status:{status // 100}xx", path, offset)
+    try:
+        body, note = decode_content_encoding(body, record.http_headers.get("Content-Encoding"), limits.max_record_bytes)
+    except PayloadError as exc:
+        if exc.reason == "too_large":
+            return Dropped("too_large", path, offset)
+        return ReadError(exc.reason, path, offset, exc.detail)
+    if note:
+        stats[note] += 1
+    if not body.strip():
+        return Dropped("empty_payload", path, offset)
+    if not is_html_payload(content_type, body):
+        return Dropped("not_html", path, offset)
+    if looks_binary(body):
+        return Dropped("binary_payload", path, offset)
+    html, how = decode_html_bytes(body, charset_from_content_type(content_type))
+    stats[f"charset_{how}"] += 1
+    return Document(SOURCE_CC, url, doc_id, path, offset, KIND_HTML, html, None)
+
+
+def _damaged_or(member, record, path, offset, result):
+    """A record read up to a truncation point is an error, not a drop, even if unwanted."""
+    if member is not None and member.damaged and record.stream_pos + int(record.headers.get("Content-Length", "0") or 0) > member.total_out:
+        return ReadError(_damage_reason(member), path, offset, member.error)
+    return result

@@ -1,0 +1,270 @@
+"""Readers on the real samples and on hand-made bad inputs (generated here, not committed)."""
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pipelines.io.documents import Document, Dropped, ReaderLimits, ReadError
+from pipelines.io.readers import check_pattern_matches, read_records
+from tests.conftest import require_file
+
+CC_SAMPLE = "commoncrawl/CC-MAIN-2020-34-sample.warc.gz"
+WEB_PAGES = "commoncrawl/web-pages-sample.warc.gz"
+ENWIKI = "wikipedia/enwiki-pages-articles-sample.xml.bz2"
+LTGWIKI = "wikipedia/ltgwiki-pages-articles-sample.xml.bz2"
+
+
+# ---------------------------------------------------------------- builders for hand-made inputs
+def http_block(body: bytes, content_type: str = "text/html; charset=utf-8", extra: str = "", status: str = "200 OK") -> bytes:
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
+    return head.encode("latin-1") + body
+
+
+def warc_record(
+    block: bytes,
+    warc_type: str = "response",
+    uri: str = "http://example.com/",
+    record_id: str = "<urn:uuid:00000000-0000-0000-0000-000000000000>",
+    version: str = "WARC/1.0",
+    content_length: str | None = None,
+    content_type: str = "application/http; msgtype=response",
+) -> bytes:
+    length = str(len(block)) if content_length is None else content_length
+    head = (
+        f"{version}\r\nWARC-Type: {warc_type}\r\nWARC-Record-ID: {record_id}\r\n"
+        f"WARC-Date: 2020-08-01T00:00:00Z\r\nWARC-Target-URI: {uri}\r\n"
+        f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n\r\n"
+    )
+    return head.encode("utf-8") + block + b"\r\n\r\n"
+
+
+def page(i: int) -> bytes:
+    return f"<html><head><title>page {i}</title></head><body><p>Paragraph {i} of a test page.</p></body></html>".encode()
+
+
+def good_records(n: int, start: int = 0) -> list[bytes]:
+    return [
+        warc_record(http_block(page(i)), uri=f"http://example.com/{i}", record_id=f"<urn:uuid:{i:08d}-0000-0000-0000-000000000000>")
+        for i in range(start, start + n)
+    ]
+
+
+def gz_members(records: list[bytes]) -> bytes:
+    return b"".join(gzip.compress(r) for r in records)
+
+
+def read_all(path, fmt="warc", **kwargs):
+    stats = Counter()
+    results = list(read_records(str(path), fmt, stats=stats, **kwargs))
+    return results, stats
+
+
+def split(results):
+    docs = [r for r in results if isinstance(r, Document)]
+    dropped = Counter(r.reason for r in results if isinstance(r, Dropped))
+    errors = [r for r in results if isinstance(r, ReadError)]
+    return docs, dropped, errors
+
+
+# ---------------------------------------------------------------- real data: WARC
+def test_cc_sample_yields_decoded_chinese_and_russian_html(labse_data):
+    path = require_file(labse_data, CC_SAMPLE)
+    results, stats = read_all(path)
+    docs, dropped, errors = split(results)
+    # The sample's README: 1 warcinfo, 17 request, 16 response, 16 metadata records.
+    assert len(results) == 50
+    assert len(docs) == 16 and not errors
+    assert dropped == {"warc_type:request": 17, "warc_type:metadata": 16, "warc_type:warcinfo": 1}
+    assert all(d.kind == "html" and d.source == "cc" and d.lang is None for d in docs)
+    assert all(d.doc_id.startswith("<urn:uuid:") and d.url.startswith("http") for d in docs)
+    assert len({d.offset for d in docs}) == 16  # one gzip member per record
+    by_url = {d.url: d.body for d in docs}
+    # windows-1251 declared in the HTTP header: Cyrillic must come out as Cyrillic.
+    assert "О компании - Стратегия пожарной безопасности" in by_url["http://01spb.ru/company/"]
+    # gb2312 declared: decoded with its WHATWG superset gbk.
+    chinese = [body for body in by_url.values() if "主页" in body]
+    assert len(chinese) >= 2
+    assert not any("\ufffd" in body[:2000] for body in by_url.values())
+
+
+def test_web_pages_warc_yields_110_documents(labse_data):
+    path = require_file(labse_data, WEB_PAGES)
+    results, stats = read_all(path)
+    docs, dropped, errors = split(results)
+    assert len(docs) == 110 and dropped == {"warc_type:warcinfo": 1} and not errors
+    assert len({d.doc_id for d in docs}) == 110
+    # German pages decode with their umlauts intact.
+    assert sum("ä" in d.body or "ü" in d.body or "ö" in d.body for d in docs) > 20
+
+
+def test_wet_conversion_records_become_text_documents(tmp_path, labse_data):
+    text = "Erste Zeile des Textes.\nZweite Zeile mit Umlauten: äöü.\n"
+    records = [
+        warc_record(b"software: test\r\n", warc_type="warcinfo", content_type="application/warc-fields"),
+        warc_record(text.encode(), warc_type="conversion", uri="http://example.de/a", content_type="text/plain"),
+        warc_record("Вторая страница.\n".encode(), warc_type="conversion", uri="http://example.ru/b", content_type="text/plain"),
+    ]
+    path = tmp_path / "sample.warc.wet.gz"
+    path.write_bytes(gz_members(records))
+    results, _ = read_all(path, "wet")
+    docs, dropped, errors = split(results)
+    assert dropped == {"warc_type:warcinfo": 1} and not errors
+    assert [d.kind for d in docs] == ["text", "text"]
+    assert docs[0].body == text and docs[0].url == "http://example.de/a"
+    # A WARC read as WET: response records are not conversion records.
+    _, dropped, _ = split(read_all(require_file(labse_data, CC_SAMPLE), "wet")[0])
+    assert dropped["warc_type:response"] == 16
+
+
+def test_warc_0_18_and_plain_warc(tmp_path):
+    path = tmp_path / "old.warc"
+    path.write_bytes(b"".join(warc_record(http_block(page(i)), version="WARC/0.18", uri=f"http://e.com/{i}") for i in range(3)))
+    docs, dropped, errors = split(read_all(path)[0])
+    assert [d.url for d in docs] == ["http://e.com/0", "http://e.com/1", "http://e.com/2"]
+    assert docs[1].offset == len(path.read_bytes()) // 3  # byte offsets in a plain file
+
+
+# ---------------------------------------------------------------- payload decoding
+def test_content_encoding_and_charsets(tmp_path):
+    russian = "<html><head><title>Новости</title></head><body><p>Привет, мир!</p></body></html>"
+    bodies = [
+        # gzip Content-Encoding, charset in the header
+        http_block(gzip.compress(russian.encode("utf-8")), extra="Content-Encoding: gzip\r\n"),
+        # raw deflate, charset only in <meta>
+        http_block(
+            (lambda c: c.compress(russian.replace("<head>", '<head><meta charset="windows-1251">').encode("cp1251")) + c.flush())(
+                zlib.compressobj(wbits=-15)
+            ),
+            content_type="text/html",
+            extra="Content-Encoding: deflate\r\n",
+        ),
+        # wrong charset declared (utf-8, bytes are cp1251): falls back to detection
+        http_block(("<html><body><p>" + "Съешь же ещё этих мягких французских булок. " * 20 + "</p></body></html>").encode("cp1251")),
+        # no charset anywhere: detection
+        http_block(("<html><body><p>" + "Съешь же ещё этих мягких французских булок. " * 20 + "</p></body></html>").encode("koi8-r"), content_type="text/html"),
+        # binary payload labelled text/html
+        http_block(bytes(range(256)) * 8),
+        # not HTML at all
+        http_block(b"%PDF-1.4 ...", content_type="application/pdf"),
+        # a redirect
+        http_block(b"<html>moved</html>", status="301 Moved Permanently"),
+        # gzip declared but the body is garbage
+        http_block(b"\x1f\x8b\x08\x00garbage" + bytes(range(200)), extra="Content-Encoding: gzip\r\n"),
+    ]
+    path = tmp_path / "payloads.warc.gz"
+    path.write_bytes(gz_members([warc_record(b, uri=f"http://e.ru/{i}") for i, b in enumerate(bodies)]))
+    results, stats = read_all(path)
+    assert len(results) == len(bodies)
+    kinds = [r.reason if not isinstance(r, Document) else "doc" for r in results]
+    assert kinds == ["doc", "doc", "doc", "doc", "binary_payload", "not_html", "http_status:3xx", "bad_content_encoding"]
+    assert "Привет, мир!" in results[0].body
+    assert "Привет, мир!" in results[1].body
+    assert "французских булок" in results[2].body
+    assert "французских булок" in results[3].body
+    assert stats["charset_fallback"] == 1 and stats["charset_detected"] == 1
+
+
+# ---------------------------------------------------------------- bad input
+def test_truncated_gzip_mid_record(tmp_path):
+    members = [gzip.compress(r) for r in good_records(5)]
+    data = b"".join(members)
+    cut = sum(map(len, members[:3])) + len(members[3]) // 2
+    path = tmp_path / "truncated.warc.gz"
+    path.write_bytes(data[:cut])
+    docs, dropped, errors = split(read_all(path)[0])
+    assert len(docs) == 3
+    assert [(e.reason, e.offset) for e in errors] == [("truncated_gzip", sum(map(len, members[:3])))]
+
+
+def test_truncated_single_member_file(tmp_path, labse_data):
+    # The web-pages sample is one gzip member for all 111 records: cut it in the middle.
+    data = require_file(labse_data, WEB_PAGES).read_bytes()
+    path = tmp_path / "cut.warc.gz"
+    path.write_bytes(data[: len(data) // 2])
+    results, _ = read_all(path)
+    docs, dropped, errors = split(results)
+    assert 30 < len(docs) < 110
+    assert [e.reason for e in errors] == ["truncated_gzip"]
+
+
+def test_garbage_between_gzip_members_is_skipped_and_reading_resumes(tmp_path):
+    members = [gzip.compress(r) for r in good_records(4)]
+    garbage = b"\x00garbage\xff" * 100 + b"\x1f\x8b\x08 not really gzip"
+    path = tmp_path / "garbage.warc.gz"
+    path.write_bytes(members[0] + members[1] + garbage + members[2] + members[3])
+    docs, dropped, errors = split(read_all(path)[0])
+    assert [d.url for d in docs] == [f"http://example.com/{i}" for i in range(4)]
+    assert [(e.reason, e.offset) for e in errors] == [("garbage", len(members[0]) + len(members[1]))]
+
+
+def test_corrupt_member_is_reported_and_the_next_read(tmp_path):
+    members = [gzip.compress(r) for r in good_records(3)]
+    broken = bytearray(members[1])
+    broken[20:40] = b"\xff" * 20
+    path = tmp_path / "corrupt.warc.gz"
+    path.write_bytes(members[0] + bytes(broken) + members[2])
+    docs, dropped, errors = split(read_all(path)[0])
+    assert [d.url for d in docs] == ["http://example.com/0", "http://example.com/2"]
+    assert [(e.reason, e.offset) for e in errors] == [("corrupt_gzip", len(members[0]))]
+
+
+def test_garbage_in_plain_warc_stops_that_file_with_an_error(tmp_path):
+    records = good_records(4)
+    path = tmp_path / "garbage.warc"
+    path.write_bytes(records[0] + records[1] + b"\x00garbage\xff" * 50 + records[2] + records[3])
+    docs, dropped, errors = split(read_all(path)[0])
+    assert len(docs) == 2
+    assert [e.reason for e in errors] == ["malformed_warc"]
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", ""])
+def test_malformed_content_length(tmp_path, length):
+    records = good_records(3)
+    bad = warc_record(http_block(page(9)), content_length=length)
+    path = tmp_path / "badlen.warc.gz"
+    path.write_bytes(gz_members([records[0], bad, records[2]]))
+    docs, dropped, errors = split(read_all(path)[0])
+    assert [d.url for d in docs] == ["http://example.com/0", "http://example.com/2"]
+    assert [e.reason for e in errors] == ["malformed_warc"]
+
+
+def test_content_length_past_the_end_of_the_member(tmp_path):
+    records = good_records(3)
+    bad = warc_record(http_block(page(9)), content_length="100000")
+    path = tmp_path / "toolong.warc.gz"
+    path.write_bytes(gz_members([records[0], bad, records[2]]))
+    docs, dropped, errors = split(read_all(path)[0])
+    assert len(docs) == 2 and [e.reason for e in errors] == ["malformed_warc"]
+
+
+def test_empty_and_missing_files(tmp_path):
+    empty = tmp_path / "empty.warc.gz"
+    empty.write_bytes(b"")
+    assert [(e.reason, e.offset) for e in read_all(empty)[0]] == [("empty_file", 0)]
+    assert [e.reason for e in read_all(tmp_path / "nope.warc.gz")[0]] == ["open_failed"]
+    assert [e.reason for e in read_all(tmp_path / "nope.xml.bz2", "wikipedia")[0]] == ["open_failed"]
+
+
+def test_ten_megabyte_single_line_page(tmp_path):
+    line = ("<p>" + "word " * 2_000_000 + "</p>").encode()  # ~10 MB, one line
+    body = b"<html><body>" + line + b"</body></html>"
+    path = tmp_path / "big.warc.gz"
+    path.write_bytes(gz_members([good_records(1)[0], warc_record(http_block(body)), good_records(1, 1)[0]]))
+    docs, dropped, errors = split(read_all(path)[0])
+    assert len(docs) == 3 and len(docs[1].body) == len(body)
+    # Above the configurable limit the record is dropped with a counted reason, not decoded.
+    docs, dropped, errors = split(read_all(path, limits=ReaderLimits(max_record_bytes=1 << 20))[0])
+    assert len(docs) == 2 and dropped == {"too_large": 1}
+
+
+def test_check_pattern_matches(tmp_path, labse_data):
+    require_file(labse_data, CC_SAMPLE)
+    assert len(check_pattern_matches(str(labse_data / "commoncrawl" / "*.warc.gz"))) == 2
+    with pytest.raises(FileNotFoundError, match="matches no files"):
+        check_pattern_matches(str(tmp_path / "*.warc.gz"))
