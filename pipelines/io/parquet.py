@@ -1,0 +1,128 @@
+"""Sinks of the cleaning stage: hive-partitioned sentence Parquet and JSONL errors.
+
+Layout under DIR (contract 4):
+    sentences/lang=XX/part-SSSSS-of-NNNNN.parquet   readable with
+        pyarrow.dataset.dataset(DIR + "/sentences", partitioning="hive")
+    errors/errors-SSSSS-of-NNNNN.jsonl              one JSON object per line: file, offset, reason, detail
+
+Each Parquet shard is written to a hidden temporary name in its final directory, then renamed
+(`os.rename` locally; on GCS the object appears only when the upload completes), so readers never
+see a half-written file and a retried bundle rewrites the same deterministic name.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import uuid
+import zlib
+from typing import Iterable
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+SENTENCE_SCHEMA = pa.schema(
+    [
+        ("text", pa.string()),
+        ("lang", pa.string()),
+        ("lang_score", pa.float32()),
+        ("source", pa.string()),
+        ("url", pa.string()),
+        ("doc_id", pa.string()),
+        ("position", pa.int32()),
+        ("main_content_score", pa.float32()),
+        ("file", pa.string()),
+        ("offset", pa.int64()),
+    ]
+)
+SENTENCE_COLUMNS = tuple(SENTENCE_SCHEMA.names)
+DEFAULT_ROWS_PER_FILE = 200_000
+
+
+def sentence_order(row: dict) -> tuple:
+    """The deterministic order of sentences: input file, record offset, document id, position.
+
+    The document id breaks ties between records of a file compressed as one gzip member, which
+    share their offset.
+    """
+    return (row["file"], row["offset"], row["doc_id"], row["position"])
+
+
+def write_parquet_atomic(rows: list[dict], path: str, schema: pa.Schema = SENTENCE_SCHEMA) -> None:
+    """Write `rows` as one Parquet file at `path` (local or any Beam filesystem), atomically."""
+    table = pa.Table.from_pylist(rows, schema=schema)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    directory, name = path.rsplit("/", 1)
+    tmp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
+    with FileSystems.create(tmp) as handle:
+        handle.write(buffer.getvalue())
+    if FileSystems.exists(path):
+        FileSystems.delete([path])  # a retried bundle: same name, same content
+    FileSystems.rename([tmp], [path])
+
+
+def shard_of(row: dict, num_shards: int) -> int:
+    # crc32 of the text, not Python's hash(): stable across processes and runs.
+    return zlib.crc32(row["text"].encode("utf-8")) % num_shards if num_shards > 1 else 0
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, sentences_dir: str):
+        self.sentences_dir = sentences_dir
+
+    def process(self, keyed: tuple[tuple[str, int, int], Iterable[dict]]):
+        (lang, shard, num_shards), rows = keyed
+        rows = sorted(rows, key=sentence_order)
+        path = f"{self.sentences_dir}/lang={lang}/part-{shard:05d}-of-{num_shards:05d}.parquet"
+        write_parquet_atomic(rows, path)
+        yield {lang: len(rows)}
+
+
+class WriteSentenceShards(beam.PTransform):
+    """Sentence rows -> `DIR/sentences/lang=XX/part-*.parquet`; outputs {lang: rows} per file written.
+
+    The number of files per language is ceil(rows / rows_per_file), so a worker holds at most about
+    `rows_per_file` rows of one shard in memory.
+    """
+
+    def __init__(self, output_dir: str, rows_per_file: int = DEFAULT_ROWS_PER_FILE):
+        super().__init__()
+        self.sentences_dir = output_dir.rstrip("/") + "/sentences"
+        self.rows_per_file = rows_per_file
+
+    def expand(self, rows: beam.PCollection[dict]) -> beam.PCollection[dict[str, int]]:
+        rows_per_file = self.rows_per_file
+        counts = (
+            rows
+            | "LangOf" >> beam.Map(lambda row: (row["lang"], 1))
+            | "CountPerLang" >> beam.CombinePerKey(sum)
+        )
+
+        def key_by_shard(row: dict, counts_by_lang: dict[str, int]):
+            num_shards = max(1, math.ceil(counts_by_lang[row["lang"]] / rows_per_file))
+            return (row["lang"], shard_of(row, num_shards), num_shards), row
+
+        return (
+            rows
+            | "KeyByShard" >> beam.Map(key_by_shard, counts_by_lang=beam.pvalue.AsDict(counts))
+            | "GroupShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(_WriteShard(self.sentences_dir))
+        )
+
+
+class WriteErrors(beam.PTransform):
+    """Error dicts (file, offset, reason, detail, ...) -> `DIR/errors/errors-*.jsonl`; outputs file names."""
+
+    def __init__(self, output_dir: str):
+        super().__init__()
+        self.prefix = output_dir.rstrip("/") + "/errors/errors"
+
+    def expand(self, errors: beam.PCollection[dict]) -> beam.PCollection[str]:
+        return (
+            errors
+            | "ToJson" >> beam.Map(lambda e: json.dumps(e, ensure_ascii=False, sort_keys=True))
+            | "WriteJsonl" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl")
+        )
