@@ -18,7 +18,7 @@ DEFAULT_THRESHOLD = 0.5
 # Editions whose language lid.176 lacks, and the languages lid.176 confuses them with. A line of
 # such an edition predicted as one of these is not "another language": it is the edition's own.
 CLOSE_LANGUAGES: dict[str, frozenset[str]] = {
-    "ltg": frozenset({"lv"}),
+    "ltg": frozenset({"lv", "lt"}),
 }
 
 

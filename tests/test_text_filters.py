@@ -1,0 +1,116 @@
+"""Sentence splitting, quality filters, dedup normalisation and heuristic main-content rules."""
+from __future__ import annotations
+
+import pytest
+
+from pipelines.text.boilerplate import heuristic_main_content_scores
+from pipelines.text.filters import REASONS, FilterConfig, first_failure, letter_script
+from pipelines.text.normalise import clean_text, dedup_key, normalise_for_dedup
+from pipelines.text.sentences import split_sentences
+
+
+# ----------------------------------------------------------------------------- sentences
+@pytest.mark.parametrize(
+    "lang, text, expected",
+    [
+        ("en", "Dr. Smith went to Washington. He arrived at 5 p.m. on Monday! Was it fun? Yes.",
+         ["Dr. Smith went to Washington.", "He arrived at 5 p.m. on Monday!", "Was it fun?", "Yes."]),
+        ("zh", "我今天很忙。你呢？我们明天见！", ["我今天很忙。", "你呢？", "我们明天见！"]),
+        ("ja", "今日は忙しいです。明日会いましょう！", ["今日は忙しいです。", "明日会いましょう！"]),
+        ("hi", "मैं घर जा रहा हूँ। तुम कहाँ हो? ठीक है।", ["मैं घर जा रहा हूँ।", "तुम कहाँ हो?", "ठीक है।"]),
+        ("ar", "أين أنت؟ أنا في البيت.", ["أين أنت؟", "أنا في البيت."]),
+        ("th", "ฉันชอบกินข้าว วันนี้อากาศดี", ["ฉันชอบกินข้าว", "วันนี้อากาศดี"]),
+        ("km", "គាត់ខឹងយើង ។ គាត់ខឹងខ្ញុំ ។", ["គាត់ខឹងយើង ។", "គាត់ខឹងខ្ញុំ ។"]),
+        ("ltg", "Latgola ir vāsturisks regions. Tī dzeivoj latgalīši.",
+         ["Latgola ir vāsturisks regions.", "Tī dzeivoj latgalīši."]),
+        (None, "", []),
+    ],
+)
+def test_split_sentences(lang, text, expected):
+    assert split_sentences(text, lang) == expected
+
+
+def test_split_on_known_sentences_from_tatoeba(labse_data):
+    for code, lang, joiner in [("deu", "de", " "), ("cmn", "zh", ""), ("rus", "ru", " ")]:
+        gold = [l.strip() for l in (labse_data / "tatoeba" / f"tatoeba.{code}-eng.{code}").read_text(
+            encoding="utf-8").splitlines() if l.strip()][:200]
+        hits = 0
+        for i in range(0, len(gold), 4):
+            hits += split_sentences(joiner.join(gold[i:i + 4]), lang) == gold[i:i + 4]
+        assert hits >= 40, (lang, hits)  # of 50 paragraphs; some Tatoeba lines hold two sentences
+
+
+# ----------------------------------------------------------------------------- filters
+@pytest.mark.parametrize(
+    "text, lang, reason",
+    [
+        ("Das ist ein ganz normaler Satz.", "de", None),
+        ("这是一个很好的句子，我们很喜欢它。", "zh", None),
+        ("Это хорошее предложение.", "ru", None),
+        ("मैं घर जा रहा हूँ और फिर बाज़ार।", "hi", None),
+        ("هل تريد أن تأتي معنا غدا؟", "ar", None),
+        ("He said \"this is the end.\"", "en", None),
+        ("ฉันชอบกินข้าวมากๆเลยนะครับ", "th", None),
+        ("Mes dzeivuojam Latgolā i runojam latgaliski.", "ltg", None),
+        ("Too short", "en", "too_short"),
+        ("x" * 5001 + ".", "en", "too_long"),
+        ("Home | About us | Contact", "en", "no_terminal_punctuation"),
+        ("Please enable JavaScript to view this page.", "en", "javascript"),
+        ("Lorem ipsum dolor sit amet, consectetur.", "en", "lorem_ipsum"),
+        ("This site uses cookies to improve your experience.", "en", "policy"),
+        ("Read our Privacy Policy before you continue.", "en", "policy"),
+        ("Diese Website verwendet Cookies für Statistik.", "de", "policy"),
+        ("Call 555-1234-5678 or 555-8765-4321 now.", "en", "digits"),
+        ("Great!!!!!!!!!!!! Really great stuff here.", "en", "repeated_characters"),
+        ("Price: $$$ ### @@@ *** win now!", "en", "symbols"),
+        ("This is clearly English text here.", "ru", "script_mismatch"),
+        ("Das Ger\ufffdt ist kaputt gegangen.", "de", "replacement_character"),
+        ("1234567890 !!!", "en", "digits"),
+    ],
+)
+def test_filters_reasons(text, lang, reason):
+    assert first_failure(text, lang) == reason
+    assert reason is None or reason in REASONS
+
+
+def test_length_bounds_are_configurable():
+    config = FilterConfig(min_chars=3, max_chars=20)
+    assert first_failure("Kurz da.", "de", config) is None
+    assert first_failure("Ein viel zu langer Satz für die Grenze.", "de", config) == "too_long"
+
+
+def test_letter_scripts():
+    assert [letter_script(c) for c in "aЖ中あカ한ก1 "] == ["LATIN", "CYRILLIC", "CJK", "HIRAGANA", "KATAKANA",
+                                                          "HANGUL", "THAI", None, None]
+
+
+# ----------------------------------------------------------------------------- normalisation
+def test_dedup_key_ignores_case_punctuation_width_and_spacing():
+    assert normalise_for_dedup("Hello,  World!") == "hello world"
+    assert dedup_key("Hello, World!") == dedup_key("hello world") == dedup_key("ＨＥＬＬＯ　world")
+    assert dedup_key("Hello world") != dedup_key("Hello word")
+    assert dedup_key("Straße") == dedup_key("STRASSE")  # casefold, not lower
+
+
+def test_clean_text_removes_controls_and_collapses_space():
+    assert clean_text("  a\u200b b\x07\t c\u00a0 ") == "a b c"
+    assert clean_text("e\u0301") == "é"  # NFC
+
+
+# ----------------------------------------------------------------------------- heuristic main content
+def test_heuristic_scores_prefer_article_text_over_navigation():
+    lines = [
+        "Home | News | Sport | Contact",
+        "Sign in",
+        "Menu",
+        "The council approved the new budget on Tuesday after a long debate about schools and roads in the city.",
+        "It passed by seven votes to two.",
+        "Critics said the plan does not do enough for the poorer districts, and promised to keep fighting it.",
+        "© 2020 Example News. All rights reserved.",
+    ]
+    scores = heuristic_main_content_scores(lines)
+    assert len(scores) == len(lines)
+    assert max(scores[:3]) < 0.5 and scores[6] < 0.5
+    assert scores[3] > 0.5 and scores[5] > 0.5
+    assert scores[4] > 0.5  # short sentence between two article lines
+    assert heuristic_main_content_scores([]) == []
