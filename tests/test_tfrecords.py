@@ -1,0 +1,248 @@
+"""labse-tfrecords (Beam, real Multi30k text, the project tokenizer) and the TensorFlow-free reader."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from labse_model import tfrecord
+from labse_model.data import build_train_loader, iter_pairs
+from labse_model.tfrecord import TFRecordCorruptError, example_to_dict, index_records, iter_records
+from pipelines import tfrecords as tfr
+from tests.conftest import require_file
+
+MAX_LEN = 16
+SCORED_ROWS = 300  # from Multi30k val de-en, as contract-7 scored pairs
+
+
+def read_lines(path, n=None):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return lines[:n] if n else lines
+
+
+def write_multi30k_vocab(labse_data, path) -> None:
+    """A real (small) WordPiece vocabulary from Multi30k train: frequent words, then every character."""
+    words: Counter = Counter()
+    chars: set[str] = set()
+    for lang in ("en", "de", "fr", "cs"):
+        for line in read_lines(require_file(labse_data, f"multi30k/train.{lang}.gz"), 3000):
+            words.update(re.findall(r"\w+|[^\w\s]", line))
+            chars.update(line.replace(" ", ""))
+    for lang in ("en", "de", "fr", "cs"):  # val is tokenised below: every character must be known
+        for line in read_lines(require_file(labse_data, f"multi30k/val.{lang}.gz")):
+            chars.update(line.replace(" ", ""))
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += [w for w, _ in words.most_common(1500)]
+    seen = set(tokens)
+    for ch in sorted(chars):
+        for token in (ch, "##" + ch):
+            if token not in seen and not ch.isspace():
+                tokens.append(token)
+                seen.add(token)
+    path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def built(labse_data, tmp_path_factory):
+    """One multi-process DirectRunner run of the CLI on real data: scored Parquet + parallel text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("tfrecords")
+    vocab = root / "vocab.txt"
+    write_multi30k_vocab(labse_data, vocab)
+    de = read_lines(require_file(labse_data, "multi30k/val.de.gz"), SCORED_ROWS)
+    en = read_lines(require_file(labse_data, "multi30k/val.en.gz"), SCORED_ROWS)
+    rng = np.random.default_rng(0)
+    scores = rng.uniform(0, 1, SCORED_ROWS)
+    src = list(de)
+    tgt: list = list(en)
+    src[0] = "   "  # empty after stripping
+    tgt[1] = None  # missing text
+    scored = root / "scored"
+    scored.mkdir()
+    n = SCORED_ROWS // 2  # two files, as labse-score writes shards
+    for part, rows in enumerate((slice(0, n), slice(n, SCORED_ROWS))):
+        table = pa.table({
+            "src": src[rows], "tgt": tgt[rows], "src_lang": ["de"] * len(src[rows]), "tgt_lang": ["en"] * len(src[rows]),
+            "cosine": scores[rows], "margin": scores[rows], "score": scores[rows],
+            "src_url": ["u"] * len(src[rows]), "src_doc_id": ["d"] * len(src[rows]),
+            "tgt_url": ["u"] * len(src[rows]), "tgt_doc_id": ["d"] * len(src[rows]),
+        })
+        pq.write_table(table, scored / f"part-{part}.parquet")
+    (scored / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
+
+    out = root / "shards"
+    argv = [
+        "--pairs", str(scored), "--vocab", str(vocab), "--output", str(out),
+        "--parallel-text", f"fr:{require_file(labse_data, 'multi30k/val.fr.gz')},en:{require_file(labse_data, 'multi30k/val.en.gz')}",
+        "--max-seq-length", str(MAX_LEN), "--num-shards", "3", "--min-score", "0.2", "--include-text", "--seed", "7",
+        "--direct_running_mode=multi_processing", "--direct_num_workers=2",
+    ]
+    assert tfr.main(argv) == 0
+    return {"root": root, "vocab": vocab, "out": out, "scores": scores, "src": src, "tgt": tgt, "argv": argv}
+
+
+def test_shards_schema_and_stats(built, labse_data):
+    out = built["out"]
+    shards = sorted(p.name for p in out.glob("*.tfrecord"))
+    assert shards == [f"pairs-0000{i}-of-00003.tfrecord" for i in range(3)]
+    schema = json.loads((out / "schema.json").read_text())
+    stats = json.loads((out / "stats.json").read_text())
+    assert schema["version"] == tfr.SCHEMA_VERSION and schema["max_seq_length"] == MAX_LEN
+    assert {"src_ids", "tgt_ids", "src_lang", "tgt_lang", "score", "src_text", "tgt_text"} == set(schema["features"])
+    import hashlib
+
+    assert schema["vocab"]["sha256"] == hashlib.sha256(built["vocab"].read_bytes()).hexdigest()
+    assert schema["vocab"]["special_ids"] == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+    for entry in schema["shards"]:
+        assert (out / entry["file"]).stat().st_size == entry["num_bytes"]
+        assert len(index_records(out / entry["file"])) == entry["num_records"]
+
+    # Every input pair is accounted for: written, or dropped with a reason.
+    scores = built["scores"]
+    below = int(sum(1 for i, s in enumerate(scores) if s < 0.2 and i not in (0, 1)))
+    fr_en = read_lines(require_file(labse_data, "multi30k/val.fr.gz"))
+    fr_pairs = len(fr_en)
+    assert stats["dropped"]["empty_text"] == 1
+    assert stats["dropped"]["missing_text"] == 1
+    assert stats["dropped"]["below_min_score"] == below
+    assert stats["dropped"]["parquet_unreadable"] == 1
+    dropped_pairs = sum(v for k, v in stats["dropped"].items() if k != "parquet_unreadable")
+    assert stats["written_pairs"] + dropped_pairs == SCORED_ROWS + fr_pairs
+    assert stats["written_pairs"] == schema["num_records"] == sum(s["num_records"] for s in schema["shards"])
+    assert set(stats["language_pairs"]) == {"de-en", "fr-en"}
+    assert stats["truncated_src"] > 0  # max_seq_length 16 cuts many captions
+
+
+def test_records_match_the_tokenizer_and_are_globally_shuffled(built):
+    from vocab.tokenizer import TFTextTokenizer
+
+    tokenizer = TFTextTokenizer(str(built["vocab"]))
+    records = []
+    for path in sorted(built["out"].glob("*.tfrecord")):
+        records.append([example_to_dict(r) for r in iter_records(path)])
+    flat = [r for shard in records for r in shard]
+    texts = [r["src_text"][0].decode() for r in flat]
+    expected = tokenizer.tokenize_ids(texts)
+    for record, pieces in zip(flat, expected):
+        assert record["src_ids"][0] == 2 and record["src_ids"][-1] == 3
+        assert len(record["src_ids"]) <= MAX_LEN
+        assert record["src_ids"][1:-1] == pieces[: MAX_LEN - 2]
+        assert record["tgt_lang"] == [b"en"] and record["src_lang"][0] in (b"de", b"fr")
+        if record["src_lang"] == [b"fr"]:
+            assert record["score"] == [1.0]
+        else:
+            assert record["score"][0] >= 0.2
+    # Global shuffle: each shard mixes both sources, in an order unrelated to the input order.
+    for shard in records:
+        langs = Counter(r["src_lang"][0] for r in shard)
+        assert langs[b"de"] > 10 and langs[b"fr"] > 100
+    de_texts = [t for r, t in zip(flat, texts) if r["src_lang"] == [b"de"]]
+    positions = [built["src"].index(t) for t in de_texts]
+    assert positions != sorted(positions)
+
+
+def test_tensorflow_reads_the_shards(built):
+    import tensorflow as tf
+
+    path = str(sorted(built["out"].glob("*.tfrecord"))[0])
+    spec = {"src_ids": tf.io.VarLenFeature(tf.int64), "tgt_ids": tf.io.VarLenFeature(tf.int64),
+            "src_lang": tf.io.FixedLenFeature([], tf.string), "score": tf.io.FixedLenFeature([], tf.float32)}
+    ours = [example_to_dict(r) for r in iter_records(path)]
+    theirs = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(path)]
+    assert len(theirs) == len(ours)
+    for a, b in zip(ours, theirs):
+        assert tf.sparse.to_dense(b["src_ids"]).numpy().tolist() == a["src_ids"]
+        assert b["src_lang"].numpy() == a["src_lang"][0]
+
+
+def test_same_seed_same_shards_in_process_runner(built, tmp_path):
+    """Determinism: the default in-process DirectRunner writes byte-identical shards."""
+    argv = list(built["argv"])
+    out_index = argv.index("--output") + 1
+    argv[out_index] = str(tmp_path / "again")
+    argv = [a for a in argv if not a.startswith("--direct_")]
+    assert tfr.main(argv) == 0
+    for path in sorted(built["out"].glob("*.tfrecord")):
+        assert (tmp_path / "again" / path.name).read_bytes() == path.read_bytes()
+    # And the output directory is protected against mixing runs.
+    with pytest.raises(SystemExit, match="overwrite"):
+        tfr.main(argv)
+
+
+def test_train_loader_reads_beam_shards(built):
+    pattern = str(built["out"] / "*.tfrecord")
+    total = sum(1 for _ in iter_pairs(pattern))
+    batches = [
+        next(build_train_loader(pattern, global_batch_size=8, rank=r, world_size=2, seed=0, start_step=3))
+        for r in range(2)
+    ]
+    for batch in batches:
+        assert batch["src_input_ids"].shape[0] == 4
+        assert batch["src_input_ids"].shape[1] <= MAX_LEN
+        assert (batch["src_input_ids"][:, 0] == 2).all()
+    assert total > 500
+
+
+def test_truncated_and_corrupt_shards_name_the_file(built, tmp_path):
+    source = sorted(built["out"].glob("*.tfrecord"))[0]
+    data = source.read_bytes()
+    offsets = index_records(source)
+
+    truncated = tmp_path / "truncated.tfrecord"
+    truncated.write_bytes(data[:-7])
+    with pytest.raises(TFRecordCorruptError, match=rf"{re.escape(str(truncated))} at byte offset {offsets[-1]}.*truncated"):
+        index_records(truncated)
+    with pytest.raises(TFRecordCorruptError, match="truncated"):
+        list(iter_records(truncated))
+    with pytest.raises(TFRecordCorruptError, match=re.escape(str(truncated))):
+        build_train_loader(str(truncated), global_batch_size=2, rank=0, world_size=1, seed=0)
+
+    flipped = bytearray(data)
+    flipped[int(offsets[5]) + 12 + 3] ^= 0x10  # inside the 6th record's payload
+    bad = tmp_path / "flipped.tfrecord"
+    bad.write_bytes(bytes(flipped))
+    with pytest.raises(TFRecordCorruptError, match=rf"{re.escape(str(bad))} at byte offset {offsets[5]}: data checksum"):
+        list(iter_records(bad))
+    loader = build_train_loader(str(bad), global_batch_size=len(offsets), rank=0, world_size=1, seed=0)
+    with pytest.raises(TFRecordCorruptError, match="data checksum"):
+        next(loader)
+
+    header = bytearray(data)
+    header[int(offsets[2]) + 1] ^= 0x01  # the 3rd record's length field
+    bad_len = tmp_path / "length.tfrecord"
+    bad_len.write_bytes(bytes(header))
+    with pytest.raises(TFRecordCorruptError, match=rf"offset {offsets[2]}: length checksum"):
+        index_records(bad_len)
+
+
+def test_numpy_crc32c_matches_the_c_library():
+    rng = np.random.default_rng(1)
+    for size in (0, 1, 7, 8, 9, 4096 + 3):
+        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        assert tfrecord._crc32c_numpy(data) == tfrecord.crc32c(data)
+    assert tfrecord._crc32c_numpy(b"123456789") == 0xE3069283  # the CRC-32C check value
+
+
+def test_pure_functions():
+    assert tfr.wrap_and_truncate([10, 11, 12], 2, 3, 5) == ([2, 10, 11, 12, 3], False)
+    assert tfr.wrap_and_truncate([10, 11, 12, 13], 2, 3, 5) == ([2, 10, 11, 12, 3], True)
+    assert tfr.normalise_pair({"src": " a ", "tgt": "b"}) == {
+        "src": "a", "tgt": "b", "src_lang": "und", "tgt_lang": "und", "score": pytest.approx(float("nan"), nan_ok=True)}
+    assert tfr.normalise_pair({"src": "a", "tgt": ""}) == "empty_text"
+    assert tfr.normalise_pair({"src": "a", "tgt": "b", "score": "x"}) == "bad_score"
+    assert tfr.passes_min_score(float("nan"), 0.5) == "score_missing"
+    assert tfr.passes_min_score(0.4, None) is None
+    spec = tfr.ParallelTextSpec.parse("de:/x/train.de.gz,en:/x/train.en.gz")
+    assert (spec.src_lang, spec.tgt_path) == ("de", "/x/train.en.gz")
+    with pytest.raises(ValueError, match="src_lang:path"):
+        tfr.ParallelTextSpec.parse("/x/train.de.gz")
+    pair = {"src": "a", "tgt": "b", "src_lang": "de", "tgt_lang": "en"}
+    assert tfr.shuffle_key(1, pair) == tfr.shuffle_key(1, dict(pair)) != tfr.shuffle_key(2, pair)
