@@ -114,3 +114,7 @@ def test_heuristic_scores_prefer_article_text_over_navigation():
     assert scores[3] > 0.5 and scores[5] > 0.5
     assert scores[4] > 0.5  # short sentence between two article lines
     assert heuristic_main_content_scores([]) == []
+
+
+def test_bracket_wrapped_spam_is_symbols():
+    assert first_failure("】【随】【着】【经】【济】【社】【会】【的】【发】【展】【，】【以】【及】【女】【性】。", "zh") == "symbols"

@@ -83,3 +83,9 @@ def test_decision_for_wikipedia_only_removes_confident_other_languages():
     # lid.176 has no Latgalian: Latvian predictions stay Latgalian, not "another language".
     assert decide_language("lv", 0.99, "ltg", 0.5).lang == "ltg"
     assert decide_language("ru", 0.99, "ltg", 0.5).drop_reason == "langid_other_language"
+
+
+def test_han_only_lines_are_chinese_even_when_lid176_says_japanese(lid):
+    line = "第001期：四三各配七六码，三四组合中头彩，送：声色十中金。"
+    assert lid.predict([line])[0][0] == "zh"
+    assert lid.predict(["今日はとても良い天気ですね、散歩に行きましょう。"])[0][0] == "ja"

@@ -90,7 +90,9 @@ def policy(text: str, lang: str, config: FilterConfig) -> str | None:
     return "policy" if any(phrase in folded for phrase in POLICY_PHRASES) else None
 
 
-_EXTRA_SYMBOLS = frozenset("#|•·*_~<>{}[]\\/@=+^`")
+# ASCII punctuation used as decoration or markup, and CJK lenticular brackets (spam that wraps
+# every character: 【随】【着】...), count as symbols too.
+_EXTRA_SYMBOLS = frozenset("#|•·*_~<>{}[]\\/@=+^`【】")
 
 
 def _is_symbol(ch: str) -> bool:

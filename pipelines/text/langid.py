@@ -7,6 +7,7 @@ Codes are lid.176's (`en`, `de`, `zh`, ISO 639-3 where no 639-1 code exists).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 LABEL_PREFIX = "__label__"
@@ -45,6 +46,20 @@ def normalise_label(label: str) -> str:
     return label[len(LABEL_PREFIX):] if label.startswith(LABEL_PREFIX) else label
 
 
+_KANA = re.compile(r"[\u3040-\u30FF\u31F0-\u31FF\uFF66-\uFF9F]")
+_HAN = re.compile(r"[\u3400-\u4DBF\u4E00-\u9FFF]")
+
+
+def correct_by_script(text: str, lang: str) -> str:
+    """Fix lid.176's best-known confusion: short Chinese lines predicted as Japanese.
+
+    Japanese text practically always contains kana; Han characters without any kana are Chinese.
+    """
+    if lang == "ja" and not _KANA.search(text[:MAX_LID_CHARS]) and _HAN.search(text[:MAX_LID_CHARS]):
+        return "zh"
+    return lang
+
+
 def _prepare(text: str) -> str:
     # fastText predicts one line at a time and rejects embedded newlines.
     return text[:MAX_LID_CHARS].replace("\n", " ").replace("\r", " ")
@@ -68,8 +83,9 @@ class LanguageIdentifier:
             return []
         labels, probs = self._model.predict([_prepare(t) for t in texts], k=1)
         return [
-            (normalise_label(lab[0]) if len(lab) else "und", min(1.0, float(p[0])) if len(p) else 0.0)
-            for lab, p in zip(labels, probs)
+            (correct_by_script(text, normalise_label(lab[0])) if len(lab) else "und",
+             min(1.0, float(p[0])) if len(p) else 0.0)
+            for text, lab, p in zip(texts, labels, probs)
         ]
 
     def probability_of(self, texts: list[str], lang: str, k: int = 5) -> list[float]:
