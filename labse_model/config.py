@@ -97,7 +97,7 @@ class TrainConfig:
     log_every: int = 10
     shuffle_buffer: int = 10_000
     num_workers: int = 0
-    dropout: bool = True  # False switches off all dropout (used by the equivalence test)
+    keep_checkpoints: int = 3  # newest checkpoints kept; 0 keeps all
     bf16: bool = True  # bf16 autocast on CUDA; ignored on CPU
 
     def __post_init__(self) -> None:

@@ -1,0 +1,60 @@
+"""Small real-data inputs for the trainer tests: a WordPiece vocabulary and TFRecord shards of
+Multi30k pairs (de/fr/cs-en), written with the project's own TFRecord writer (contract 8).
+
+The vocabulary is learned with the `tokenizers` WordPiece trainer on a few thousand Multi30k lines:
+it is a test fixture (seconds), not the product's vocabulary, which `labse-vocab` builds.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from vocab.tokenizer import hf_tokenizer
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+LANGS = ("de", "fr", "cs")
+
+
+def read_multi30k(root: Path, split: str, lang: str, limit: int) -> list[str]:
+    path = root / "multi30k" / f"{split}.{lang}.gz"
+    if not path.is_file():
+        raise FileNotFoundError(f"required data file missing: {path}")
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [next(handle).strip() for _ in range(limit)]
+
+
+def build_vocab(root: Path, out: Path, vocab_size: int = 2000, lines_per_lang: int = 1500) -> Path:
+    from tokenizers import BertWordPieceTokenizer
+
+    texts = [line for lang in (*LANGS, "en") for line in read_multi30k(root, "train", lang, lines_per_lang)]
+    tokenizer = BertWordPieceTokenizer(lowercase=False, strip_accents=False, clean_text=True)
+    tokenizer.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = out / "vocab.txt"
+    ordered = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    assert [token for token, _ in ordered[:5]] == SPECIALS
+    vocab.write_text("".join(token + "\n" for token, _ in ordered), encoding="utf-8")
+    return vocab
+
+
+def write_shards(root: Path, vocab: Path, out: Path, pairs_per_lang: int = 128, num_shards: int = 2,
+                 split: str = "train", max_seq_length: int = 32) -> str:
+    """Shards of `pairs_per_lang` pairs per language (xx -> en); returns their glob."""
+    from labse_model.tfrecord import TFRecordWriter, encode_example
+
+    tokenizer = hf_tokenizer(vocab)
+    english = read_multi30k(root, split, "en", pairs_per_lang)
+    records = []
+    for lang in LANGS:
+        source = read_multi30k(root, split, lang, pairs_per_lang)
+        src_ids = tokenizer(source, truncation=True, max_length=max_seq_length)["input_ids"]
+        tgt_ids = tokenizer(english, truncation=True, max_length=max_seq_length)["input_ids"]
+        for s, t, s_text, t_text in zip(src_ids, tgt_ids, source, english):
+            records.append(encode_example({"src_ids": s, "tgt_ids": t, "src_lang": lang, "tgt_lang": "en",
+                                           "score": 1.0, "src_text": s_text, "tgt_text": t_text}))
+    out.mkdir(parents=True, exist_ok=True)
+    for shard in range(num_shards):
+        with TFRecordWriter(out / f"pairs-{shard:05d}-of-{num_shards:05d}.tfrecord") as writer:
+            for record in records[shard::num_shards]:
+                writer.write(record)
+    return str(out / "*.tfrecord")
