@@ -268,3 +268,144 @@ def test_check_pattern_matches(tmp_path, labse_data):
     assert len(check_pattern_matches(str(labse_data / "commoncrawl" / "*.warc.gz"))) == 2
     with pytest.raises(FileNotFoundError, match="matches no files"):
         check_pattern_matches(str(tmp_path / "*.warc.gz"))
+
+
+# ---------------------------------------------------------------- real data: Wikipedia
+@pytest.fixture(scope="module")
+def enwiki_results(labse_data):
+    return read_all(require_file(labse_data, ENWIKI), "wikipedia")[0]
+
+
+@pytest.fixture(scope="module")
+def ltgwiki_results(labse_data):
+    return read_all(require_file(labse_data, LTGWIKI), "wikipedia")[0]
+
+
+WIKI_MARKUP = ["{{", "}}", "[[", "]]", "|", "<ref", "</ref", "'''", "''", "__TOC__", "__NOTOC__", "{|", "&nbsp;", "<br"]
+
+
+def test_enwiki_pages_are_plain_english_text(enwiki_results):
+    docs, dropped, errors = split(enwiki_results)
+    assert len(enwiki_results) == 206 and not errors  # the sample's 206 pages, one result each
+    assert dropped["redirect"] == 99 and len(docs) == 106
+    assert all(d.lang == "en" and d.kind == "text" and d.source == "wiki" for d in docs)
+    for doc in docs:
+        for marker in WIKI_MARKUP:
+            assert marker not in doc.body, (doc.url, marker)
+    anarchism = next(d for d in docs if d.url == "https://en.wikipedia.org/wiki/Anarchism")
+    assert anarchism.doc_id == "wiki:en:12"
+    lines = anarchism.body.split("\n")
+    assert lines[0].startswith("Anarchism is a political philosophy that advocates self-governed societies")
+    assert "Etymology and terminology" in lines  # headings are kept as their own lines
+    assert not any(line.startswith(("Category:", "File:", "thumb")) for d in docs for line in d.body.split("\n"))
+
+
+def test_ltgwiki_pages_are_labelled_ltg_and_redirects_dropped(ltgwiki_results):
+    docs, dropped, errors = split(ltgwiki_results)
+    assert len(ltgwiki_results) == 2004 and not errors
+    # 195 pages carry <redirect>; 147 of them are articles, the other 48 are dropped by namespace first.
+    assert dropped["redirect"] == 147 and dropped["namespace"] == 954
+    assert len(docs) + dropped["empty_text"] == 1050 - 147
+    assert {d.lang for d in docs} == {"ltg"}
+    assert all(d.doc_id.startswith("wiki:ltg:") and d.url.startswith("https://ltg.wikipedia.org/wiki/") for d in docs)
+    for doc in docs:
+        for marker in WIKI_MARKUP:
+            assert marker not in doc.body, (doc.url, marker)
+    # Localised namespaces (Fails:, Kategoreja:) are removed like File: and Category:.
+    assert not any("Kategoreja:" in d.body or "Fails:" in d.body for d in docs)
+
+
+def test_all_redirects_in_ltgwiki_are_not_documents(ltgwiki_results, labse_data):
+    text = bz2.decompress(require_file(labse_data, LTGWIKI).read_bytes()).decode("utf-8")
+    assert text.count("<redirect") == 195
+    redirect_or_other_ns = sum(1 for r in ltgwiki_results if isinstance(r, Dropped) and r.reason in ("redirect", "namespace"))
+    assert redirect_or_other_ns >= 195
+
+
+# ---------------------------------------------------------------- bad Wikipedia input
+SITEINFO = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10">
+  <siteinfo><sitename>Wikipedia</sitename><dbname>zh_yuewiki</dbname>
+    <base>https://zh-yue.wikipedia.org/wiki/%E9%A0%AD%E7%89%88</base>
+    <namespaces><namespace key="0" /><namespace key="6">文件</namespace><namespace key="14">分類</namespace></namespaces>
+  </siteinfo>
+"""
+
+
+def wiki_page(page_id: int, title: str, text: str, ns: int = 0, redirect: bool = False) -> str:
+    return (
+        f"<page><title>{title}</title><ns>{ns}</ns><id>{page_id}</id>"
+        + ('<redirect title="X" />' if redirect else "")
+        + f'<revision><id>1</id><text xml:space="preserve">{text}</text></revision></page>\n'
+    )
+
+
+def wiki_dump(*pages: str, close: bool = True) -> bytes:
+    return (SITEINFO + "".join(pages) + ("</mediawiki>\n" if close else "")).encode("utf-8")
+
+
+def test_wikipedia_edition_language_url_and_drops(tmp_path):
+    path = tmp_path / "zh_yuewiki.xml"
+    path.write_bytes(
+        wiki_dump(
+            wiki_page(1, "香港", "'''香港'''係一個城市。[[文件:HK.jpg|thumb|圖]][[分類:城市]]"),
+            wiki_page(2, "Talk page", "talk", ns=1),
+            wiki_page(3, "舊名", "#REDIRECT [[香港]]", redirect=True),
+            wiki_page(4, "Empty", "{{stub}}"),
+        )
+    )
+    results, _ = read_all(path, "wikipedia")
+    assert [r.reason if not isinstance(r, Document) else "doc" for r in results] == ["doc", "namespace", "redirect", "empty_text"]
+    doc = results[0]
+    assert (doc.lang, doc.body, doc.doc_id, doc.offset) == ("yue", "香港係一個城市。", "wiki:yue:1", 0)
+    assert doc.url == "https://zh-yue.wikipedia.org/wiki/%E9%A6%99%E6%B8%AF"
+
+
+def test_malformed_xml_keeps_pages_before_it(tmp_path):
+    broken = wiki_page(3, "Broken", "text").replace("</title>", "</titel>")
+    path = tmp_path / "broken.xml.bz2"
+    path.write_bytes(bz2.compress(wiki_dump(wiki_page(1, "A", "First page."), wiki_page(2, "B", "Second page."), broken, wiki_page(4, "D", "never read"))))
+    docs, dropped, errors = split(read_all(path, "wikipedia")[0])
+    assert [d.body for d in docs] == ["First page.", "Second page."]
+    assert [(e.reason, e.offset) for e in errors] == [("malformed_xml", 2)]
+    assert "line" in errors[0].detail and "column" in errors[0].detail
+
+
+def test_truncated_bz2_and_unclosed_dump(tmp_path):
+    # 100 kB bz2 blocks, ~300 kB of XML: cutting the file leaves complete blocks before the cut.
+    data = bz2.compress(wiki_dump(*(wiki_page(i, f"P{i}", f"Page number {i}. " * 200) for i in range(100))), 1)
+    path = tmp_path / "cut.xml.bz2"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    docs, dropped, errors = split(read_all(path, "wikipedia")[0])
+    assert 0 < len(docs) < 100 and [e.reason for e in errors] == ["truncated_bz2"]
+    # Well-formed pages but the closing </mediawiki> missing (a dump cut at a page boundary).
+    path = tmp_path / "unclosed.xml"
+    path.write_bytes(wiki_dump(wiki_page(1, "A", "Only page."), close=False))
+    docs, dropped, errors = split(read_all(path, "wikipedia")[0])
+    assert len(docs) == 1 and [e.reason for e in errors] == ["malformed_xml"]
+
+
+def test_empty_and_garbage_wikipedia_files(tmp_path):
+    empty = tmp_path / "empty.xml.bz2"
+    empty.write_bytes(b"")
+    assert [e.reason for e in read_all(empty, "wikipedia")[0]] == ["empty_file"]
+    garbage = tmp_path / "garbage.xml.bz2"
+    garbage.write_bytes(b"BZh9" + bytes(range(256)) * 4)
+    assert [e.reason for e in read_all(garbage, "wikipedia")[0]] == ["corrupt_bz2"]
+    binary = tmp_path / "binary.xml"
+    binary.write_bytes(bytes(range(256)) * 4)
+    assert [e.reason for e in read_all(binary, "wikipedia")[0]] == ["malformed_xml"]
+
+
+# ---------------------------------------------------------------- accounting identity
+@pytest.mark.parametrize("relative,fmt,records", [(CC_SAMPLE, "warc", 50), (WEB_PAGES, "warc", 111)])
+def test_identity_on_warc_samples(labse_data, relative, fmt, records):
+    results, _ = read_all(require_file(labse_data, relative), fmt)
+    docs, dropped, errors = split(results)
+    assert len(docs) + sum(dropped.values()) + len(errors) == records
+
+
+def test_identity_on_wikipedia_samples(enwiki_results, ltgwiki_results, labse_data):
+    for results, relative in ((enwiki_results, ENWIKI), (ltgwiki_results, LTGWIKI)):
+        pages = bz2.decompress(require_file(labse_data, relative).read_bytes()).count(b"<page>")
+        docs, dropped, errors = split(results)
+        assert len(docs) + sum(dropped.values()) + len(errors) == pages
