@@ -477,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         try:  # fail before the pipeline starts, not in every worker
             MainContentModel.load(args.main_content_model)
         except MainContentModelError as exc:
-            print(f"labse-clean: error: {exc}", file=sys.stderr)
+            print(f"labse-clean: error: --main-content-model: {exc}", file=sys.stderr)
             return 2
     config = CleanConfig(
         langid_threshold=args.langid_threshold,

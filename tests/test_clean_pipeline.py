@@ -35,6 +35,11 @@ OTHER = (
     "to keep fighting it in the months ahead."
 )
 
+THIRD = (
+    "The museum reopened its east wing in the spring, with a new collection of maps, letters and "
+    "photographs from the early years of the town."
+)
+
 
 def _warc_record(html: str | bytes, uri: str, record_id: str) -> bytes:
     body = html.encode("utf-8") if isinstance(html, str) else html
@@ -66,7 +71,7 @@ def make_handmade_inputs(directory: Path, labse_data: Path) -> dict[str, Path]:
     # A 10 MB single-line page between two good pages.
     files["huge"] = directory / "b-huge.warc.gz"
     files["huge"].write_bytes(
-        _warc_record(_page(OTHER), "http://example.com/3", "00000000-0000-0000-0000-000000000003")
+        _warc_record(_page(THIRD), "http://example.com/3", "00000000-0000-0000-0000-000000000003")
         + _warc_record("<html><body><p>" + "word " * 2_000_000 + "</p></body></html>", "http://example.com/huge",
                        "00000000-0000-0000-0000-000000000004")
         + _warc_record(_page("Ein ganz normaler deutscher Absatz, der lang genug ist, um als Hauptinhalt zu gelten "
@@ -218,7 +223,7 @@ def test_cli_fails_early_with_clear_errors(tmp_path, capsys, labse_data):
     bad_model.write_bytes(b"not a fasttext model")
     cc = str(require_file(labse_data, SAMPLES["cc"][0]))
     assert main(["--input", cc, "--output", str(tmp_path / "o"), "--main-content-model", str(bad_model)]) == 2
-    assert "main-content model" in capsys.readouterr().err
+    assert "--main-content-model" in capsys.readouterr().err
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "stats.json").write_text("{}")
     assert main(["--input", cc, "--output", str(tmp_path / "used")]) == 2
