@@ -230,3 +230,34 @@ def test_cli_fails_early_with_clear_errors(tmp_path, capsys, labse_data):
     assert "--overwrite" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--input", str(tmp_path / "x.unknown"), "--output", str(tmp_path / "o")])
+
+
+@pytest.mark.slow
+def test_main_content_model_scores_lines_when_given(labse_data, tmp_path):
+    """A real (tiny) fastText main-content model, trained here on heuristic labels, is loaded and used."""
+    import fasttext
+
+    from pipelines.clean import document_lines
+    from pipelines.io.documents import Document
+    from pipelines.io.readers import read_records
+    from pipelines.main_content.model import training_lines
+    from pipelines.text.boilerplate import heuristic_main_content_scores
+
+    train = []
+    web = str(require_file(labse_data, SAMPLES["web"][0]))
+    for doc in [r for r in read_records(web, "warc") if isinstance(r, Document)][:30]:
+        lines = document_lines(doc)
+        train += training_lines(lines, [s >= 0.5 for s in heuristic_main_content_scores(lines)])
+    (tmp_path / "train.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
+    model = fasttext.train_supervised(str(tmp_path / "train.txt"), epoch=3, verbose=0, thread=1)
+    model.save_model(str(tmp_path / "mc.bin"))
+
+    out = tmp_path / "out"
+    cc = str(require_file(labse_data, SAMPLES["cc"][0]))
+    assert main(["--input", cc, "--output", str(out), "--main-content-model", str(tmp_path / "mc.bin"),
+                 "--main-content-threshold", "0.3"]) == 0
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    assert stats["config"]["main_content_model"].endswith("mc.bin") and stats["identity_holds"]
+    scores = {round(r["main_content_score"], 4) for r in sentences(out)}
+    heuristic_values = {0.05, 0.1, 0.2, 0.4, 0.6, 0.7, 0.8, 0.95}
+    assert scores - heuristic_values and min(scores) >= 0.3
