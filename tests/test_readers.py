@@ -214,12 +214,38 @@ def test_corrupt_member_is_reported_and_the_next_read(tmp_path):
     assert [(e.reason, e.offset) for e in errors] == [("corrupt_gzip", len(members[0]))]
 
 
-def test_garbage_in_plain_warc_stops_that_file_with_an_error(tmp_path):
-    records = good_records(4)
+def test_garbage_in_plain_warc_is_skipped_to_the_next_record(tmp_path):
+    records = good_records(5)
+    garbage = b"\x00garbage\xff" * 50 + b"\nWARC/ but not a header"
     path = tmp_path / "garbage.warc"
-    path.write_bytes(records[0] + records[1] + b"\x00garbage\xff" * 50 + records[2] + records[3])
+    path.write_bytes(records[0] + records[1] + garbage + records[2] + records[3] + b"WARC/1.0\r\nbroken header\r\n\r\n" + records[4])
+    docs, dropped, errors = split(read_all(path)[0])
+    assert [d.url for d in docs] == [f"http://example.com/{i}" for i in range(5)]
+    assert [d.offset for d in docs][2] == len(records[0] + records[1] + garbage)
+    bad_header_at = len(records[0] + records[1] + garbage + records[2] + records[3])
+    assert [(e.reason, e.offset) for e in errors] == [
+        ("malformed_warc", len(records[0]) + len(records[1])),
+        ("malformed_warc", bad_header_at),
+    ]
+
+
+def test_garbage_at_the_start_and_end_of_a_plain_warc(tmp_path):
+    records = good_records(2)
+    path = tmp_path / "garbage.warc"
+    path.write_bytes(b"junk junk\n" + records[0] + records[1] + b"trailing junk")
     docs, dropped, errors = split(read_all(path)[0])
     assert len(docs) == 2
+    assert [(e.reason, e.offset) for e in errors] == [("malformed_warc", 0), ("malformed_warc", len(b"junk junk\n" + records[0] + records[1]))]
+
+
+@pytest.mark.parametrize("suffix", [".warc", ".warc.gz"])
+def test_malformed_content_length_plain_and_gzip(tmp_path, suffix):
+    records = good_records(3)
+    bad = warc_record(http_block(page(9)), content_length="12x")
+    path = tmp_path / ("badlen" + suffix)
+    path.write_bytes(b"".join([records[0], bad, records[2]]) if suffix == ".warc" else gz_members([records[0], bad, records[2]]))
+    docs, dropped, errors = split(read_all(path)[0])
+    assert [d.url for d in docs] == ["http://example.com/0", "http://example.com/2"]
     assert [e.reason for e in errors] == ["malformed_warc"]
 
 
@@ -241,6 +267,15 @@ def test_content_length_past_the_end_of_the_member(tmp_path):
     path.write_bytes(gz_members([records[0], bad, records[2]]))
     docs, dropped, errors = split(read_all(path)[0])
     assert len(docs) == 2 and [e.reason for e in errors] == ["malformed_warc"]
+
+
+def test_plain_warc_cut_inside_a_record(tmp_path):
+    records = good_records(3)
+    data = b"".join(records)
+    path = tmp_path / "cut.warc"
+    path.write_bytes(data[: len(data) - 60])
+    docs, dropped, errors = split(read_all(path)[0])
+    assert len(docs) == 2 and [(e.reason, e.offset) for e in errors] == [("truncated_record", 2 * len(records[0]))]
 
 
 def test_empty_and_missing_files(tmp_path):
@@ -409,3 +444,48 @@ def test_identity_on_wikipedia_samples(enwiki_results, ltgwiki_results, labse_da
         pages = bz2.decompress(require_file(labse_data, relative).read_bytes()).count(b"<page>")
         docs, dropped, errors = split(results)
         assert len(docs) + sum(dropped.values()) + len(errors) == pages
+
+
+# ---------------------------------------------------------------- Beam
+def test_read_documents_transform_on_real_file(labse_data, tmp_path):
+    import apache_beam as beam
+    from apache_beam.internal import pickler
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from pipelines.io.readers import ReadDocuments
+
+    path = require_file(labse_data, CC_SAMPLE)
+    empty = tmp_path / "empty.warc.gz"
+    empty.write_bytes(b"")
+    pattern = str(tmp_path / "*.warc.gz")
+    (tmp_path / "cc.warc.gz").symlink_to(path)
+    transform = ReadDocuments(pattern, "warc")
+    pickler.loads(pickler.dumps(transform))  # what a Dataflow or multi-process run needs
+
+    def outcome(result):
+        if isinstance(result, Document):
+            return "doc"
+        return ("dropped:" if isinstance(result, Dropped) else "error:") + result.reason
+
+    with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as pipeline:
+        counts = pipeline | transform | beam.Map(outcome) | beam.combiners.Count.PerElement()
+        assert_that(
+            counts,
+            equal_to([
+                ("doc", 16), ("dropped:warc_type:request", 17), ("dropped:warc_type:metadata", 16),
+                ("dropped:warc_type:warcinfo", 1), ("error:empty_file", 1),
+            ]),
+        )
+    result = pipeline.result
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query(MetricsFilter())["counters"]}
+    assert counters["documents"] == 16 and counters["errors:empty_file"] == 1 and counters["files"] == 2
+
+
+def test_read_documents_rejects_unknown_format():
+    from pipelines.io.readers import ReadDocuments
+
+    with pytest.raises(ValueError, match="unknown format"):
+        ReadDocuments("*.warc.gz", "pdf")

@@ -5,9 +5,10 @@ Layout of the work:
   `gzip_members`; FastWARC parses the records of each member from a stream. Damage is confined to a
   member: a truncated or corrupt member, or garbage between members, becomes a `ReadError` and
   reading resumes at the next member (Common Crawl writes one record per member).
-- plain `.warc` is one stream; FastWARC (strict mode) parses it and the first malformed header
-  ends the file with a `ReadError` (a plain WARC has no resynchronisation points that are safe:
-  FastWARC's lenient mode skips garbage but silently swallows the record after it).
+- plain `.warc` is one stream; FastWARC (strict mode) parses it. At a malformed header the damage
+  is reported and parsing restarts at the next line beginning with `WARC/<digit>`, found by seeking
+  back to the end of the last good record (FastWARC's own lenient mode skips garbage too, but
+  silently swallows the record after it).
 
 Offsets: the compressed offset of the record's gzip member (what the CC index calls `offset`),
 or the record's byte offset in a plain file. Records sharing one member (a whole file gzipped
@@ -15,7 +16,9 @@ as one member) share its offset; their `doc_id` (WARC-Record-ID) tells them apar
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
 from fastwarc.warc import ArchiveIterator, WarcRecord
@@ -105,7 +108,84 @@ def read_warc_stream(
                 continue
             yield from _records(part, path, part, wet, limits, stats)
     else:
-        yield from _records(stream, path, None, wet, limits, stats)
+        yield from _plain_records(raw, stream, path, wet, limits, stats)
+
+
+@dataclass(frozen=True)
+class _PlainFailure:
+    """Where FastWARC lost the record framing in a plain WARC (absolute offsets)."""
+
+    detail: str
+    bad_record_at: int | None = None  # a record whose own header is bad (e.g. its Content-Length)
+    last_start: int | None = None  # else: the last good record, whose end is where the damage starts
+    last_declared: int = 0
+
+
+_WARC_LINE = re.compile(rb"WARC/[0-9]\.[0-9]{1,2}\r?\n")
+_SCAN_CHUNK = 1 << 20
+
+
+def _plain_records(raw, stream, path, wet, limits, stats) -> Iterator[ReadResult]:
+    """A plain WARC: parse with FastWARC; on a malformed header, report it and resume at the next
+    line starting with `WARC/<digit>` (needs a seekable file, which local and GCS files are)."""
+    pass_start = 0
+    while True:
+        failure = None
+        for item in _records(stream, path, None, wet, limits, stats):
+            if isinstance(item, _PlainFailure):
+                failure = item
+                break
+            yield item
+        if failure is None:
+            return
+        try:
+            error_at, scan_from = _damage_start(raw, failure, pass_start)
+            next_start = _find_warc_line(raw, scan_from)
+        except (OSError, ValueError, AttributeError) as exc:  # not seekable
+            yield ReadError("malformed_warc", path, failure.bad_record_at or failure.last_start or 0,
+                            f"{failure.detail}; rest of the file skipped (cannot seek: {exc})")
+            return
+        if next_start is None:
+            yield ReadError("malformed_warc", path, error_at, f"{failure.detail}; no further record, rest of the file skipped")
+            return
+        yield ReadError("malformed_warc", path, error_at, f"{failure.detail}; {next_start - error_at} bytes skipped to the next record")
+        raw.seek(next_start)
+        pass_start = next_start
+        stream = raw  # FastWARC starts counting stream_pos at the stream's tell()
+
+
+def _damage_start(raw, failure: _PlainFailure, base: int) -> tuple[int, int]:
+    """(offset where the unreadable bytes start, offset to scan for the next record from)."""
+    if failure.bad_record_at is not None:
+        return failure.bad_record_at, failure.bad_record_at + 1
+    if failure.last_start is None:
+        return base, base + 1
+    raw.seek(failure.last_start)
+    head = raw.read(64 << 10)
+    blank = head.find(b"\r\n\r\n")
+    header_len = blank + 4 if blank >= 0 else head.find(b"\n\n") + 2
+    end = failure.last_start + header_len + failure.last_declared
+    raw.seek(end)
+    after = raw.read(64)
+    end += len(after) - len(after.lstrip(b"\r\n"))
+    return end, end + 1
+
+
+def _find_warc_line(raw, start: int) -> int | None:
+    """Offset of the next `WARC/<version>` line at or after `start` (garbage need not end in a newline)."""
+    position = start
+    raw.seek(position)
+    carry = b""
+    while True:
+        chunk = raw.read(_SCAN_CHUNK)
+        if not chunk:
+            return None
+        window = carry + chunk
+        match = _WARC_LINE.search(window)
+        if match:
+            return position - len(carry) + match.start()
+        carry = window[-16:]
+        position += len(chunk)
 
 
 def _damage_reason(member: GzipMember) -> str:
@@ -119,17 +199,23 @@ def _records(
     wet: bool,
     limits: ReaderLimits,
     stats: Counter,
-) -> Iterator[ReadResult]:
+) -> Iterator[ReadResult | _PlainFailure]:
     blamed = False  # a record of a damaged member was already reported as the damaged one
     seen = 0
     last_start = 0
+    last_declared = 0
     records = ArchiveIterator(stream, parse_http=False, stream_detect=False, quirks_mode=False)
     try:
         for record in records:
             seen += 1
             last_start = record.stream_pos
-            offset = member.offset if member is not None else record.stream_pos
+            declared = (record.headers.get("Content-Length") or "").strip()
+            last_declared = int(declared) if declared.isdigit() else 0
+            offset = member.offset if member is not None else last_start
             result = _one_record(record, path, offset, member, wet, limits, stats)
+            if member is None and isinstance(result, ReadError) and result.reason == "malformed_warc" and not declared.isdigit():
+                yield _PlainFailure(result.detail, bad_record_at=last_start)
+                return
             if isinstance(result, ReadError) and result.reason == "malformed_warc" and member is not None and member.damaged:
                 # A header cut off by the end of a truncated member reads as malformed: say why.
                 result = ReadError(_damage_reason(member), path, offset, f"{member.error} ({result.detail})")
@@ -150,10 +236,10 @@ def _records(
                 yield ReadError(_damage_reason(member), path, member.offset, member.error)
         else:
             if member is not None:
-                at, where = member.offset, f"in gzip member at {member.offset}"
+                yield ReadError("malformed_warc", path, member.offset,
+                                f"in gzip member at {member.offset} ({type(exc).__name__}: {exc}); rest of the member skipped")
             else:
-                at, where = last_start, f"after the record at {last_start}" if seen else "at the start"
-            yield ReadError("malformed_warc", path, at, f"{where} ({type(exc).__name__}: {exc}); rest of it skipped")
+                yield _PlainFailure(f"{type(exc).__name__}: {exc}", last_start=last_start if seen else None, last_declared=last_declared)
         return
     if member is not None and member.damaged and not blamed:
         # Damage before any complete record header: no record was yielded for it.
@@ -174,7 +260,7 @@ def _one_record(
     headers = record.headers
     declared = headers.get("Content-Length")
     if declared is None or not declared.strip().isdigit():
-        return ReadError("malformed_warc", path, offset, f"bad Content-Length {declared!r}; rest of the member or file skipped")
+        return ReadError("malformed_warc", path, offset, f"bad Content-Length {declared!r}")
     warc_type = (headers.get("WARC-Type") or "").strip().lower() or "missing"
     wanted = "conversion" if wet else "response"
     if warc_type != wanted:
@@ -204,10 +290,11 @@ def _one_record(
     if len(body) < expected:
         if member is not None and member.damaged:
             return ReadError(_damage_reason(member), path, offset, member.error)
-        where = "gzip member" if member is not None else "file"
+        if member is None:
+            return ReadError("truncated_record", path, offset, f"the file ends inside the record ({len(body)} of {expected} payload bytes)")
         return ReadError(
             "malformed_warc", path, offset,
-            f"Content-Length {declared} runs past the end of the {where} ({len(body)} of {expected} payload bytes)",
+            f"Content-Length {declared} runs past the end of the gzip member ({len(body)} of {expected} payload bytes)",
         )
 
     if wet:
