@@ -62,6 +62,7 @@ __all__ = [
     "ShardIndex",
     "resolve_shards",
     "load_schema",
+    "check_schema_vocab",
     "epoch_order",
     "pad_batch",
     "PairBatchStream",
@@ -113,6 +114,21 @@ def load_schema(shard_paths: list[str]) -> dict | None:
                 )
             return schema
     return None
+
+
+def check_schema_vocab(schema: dict | None, vocab_path: str | os.PathLike) -> None:
+    """Raise if the shards were tokenised with another vocabulary than `vocab_path` (ids would be garbage)."""
+    if not schema or "vocab" not in schema:
+        return
+    import hashlib
+
+    with open(vocab_path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    if digest != schema["vocab"].get("sha256"):
+        raise ValueError(
+            f"the shards were written with a different vocabulary (sha256 {schema['vocab'].get('sha256', '?')[:12]}…) "
+            f"than {vocab_path} (sha256 {digest[:12]}…): train with the vocab.txt given to labse-tfrecords"
+        )
 
 
 @dataclass(frozen=True)
@@ -185,13 +201,11 @@ def epoch_order(counts: np.ndarray, seed: int, epoch: int, shuffle_buffer: int) 
 
 def pad_batch(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(input_ids, attention_mask) LongTensors [B, longest] from lists of token ids."""
-    longest = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-        mask[row, : len(seq)] = 1
-    return ids, mask
+    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    mask = np.arange(int(lengths.max())) < lengths[:, None]
+    ids = np.full(mask.shape, pad_id, dtype=np.int64)
+    ids[mask] = np.fromiter((t for s in sequences for t in s), dtype=np.int64, count=int(lengths.sum()))
+    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
 
 
 def _truncate(ids: list[int], max_len: int | None) -> list[int]:

@@ -116,3 +116,18 @@ def test_errors_are_clear(tmp_path):
         build_train_loader(pattern, global_batch_size=64, rank=0, world_size=1, seed=0)
     with pytest.raises(FileNotFoundError, match="no TFRecord shards"):
         build_train_loader(str(tmp_path / "nothing*.tfrecord"), global_batch_size=2, rank=0, world_size=1, seed=0)
+
+
+def test_schema_vocab_check(tmp_path):
+    from labse_model.data import check_schema_vocab
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n", encoding="utf-8")
+    import hashlib
+
+    schema = {"version": 1, "vocab": {"sha256": hashlib.sha256(vocab.read_bytes()).hexdigest()}}
+    check_schema_vocab(schema, vocab)
+    check_schema_vocab(None, vocab)  # shards from another tool: nothing to check
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nb\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="different vocabulary"):
+        check_schema_vocab(schema, vocab)
