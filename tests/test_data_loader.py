@@ -131,3 +131,10 @@ def test_schema_vocab_check(tmp_path):
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nb\n", encoding="utf-8")
     with pytest.raises(ValueError, match="different vocabulary"):
         check_schema_vocab(schema, vocab)
+
+
+def test_unsupported_schema_version_is_refused(tmp_path):
+    pattern = write_shards(tmp_path)
+    (tmp_path / "schema.json").write_text('{"version": 99}', encoding="utf-8")
+    with pytest.raises(ValueError, match="version 99 is not supported"):
+        build_train_loader(pattern, global_batch_size=2, rank=0, world_size=1, seed=0)
