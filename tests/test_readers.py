@@ -154,6 +154,11 @@ def test_content_encoding_and_charsets(tmp_path):
         http_block(b"%PDF-1.4 ...", content_type="application/pdf"),
         # a redirect
         http_block(b"<html>moved</html>", status="301 Moved Permanently"),
+        # chunked Transfer-Encoding over gzip Content-Encoding
+        (lambda z: http_block(b"%x\r\n" % 7 + z[:7] + b"\r\n" + b"%x;ext=1\r\n" % (len(z) - 7) + z[7:] + b"\r\n0\r\n\r\n",
+                              extra="Transfer-Encoding: chunked\r\nContent-Encoding: gzip\r\n"))(gzip.compress(russian.encode())),
+        # brotli Content-Encoding
+        http_block(__import__("brotli").compress(russian.encode()), extra="Content-Encoding: br\r\n"),
         # gzip declared but the body is garbage
         http_block(b"\x1f\x8b\x08\x00garbage" + bytes(range(200)), extra="Content-Encoding: gzip\r\n"),
     ]
@@ -162,11 +167,12 @@ def test_content_encoding_and_charsets(tmp_path):
     results, stats = read_all(path)
     assert len(results) == len(bodies)
     kinds = [r.reason if not isinstance(r, Document) else "doc" for r in results]
-    assert kinds == ["doc", "doc", "doc", "doc", "binary_payload", "not_html", "http_status:3xx", "bad_content_encoding"]
+    assert kinds == ["doc", "doc", "doc", "doc", "binary_payload", "not_html", "http_status:3xx", "doc", "doc", "bad_content_encoding"]
     assert "Привет, мир!" in results[0].body
     assert "Привет, мир!" in results[1].body
     assert "французских булок" in results[2].body
     assert "французских булок" in results[3].body
+    assert "Привет, мир!" in results[7].body and "Привет, мир!" in results[8].body
     assert stats["charset_fallback"] == 1 and stats["charset_detected"] == 1
 
 

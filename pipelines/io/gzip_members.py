@@ -17,6 +17,7 @@ from typing import BinaryIO, Iterator, Union
 GZIP_MAGIC = b"\x1f\x8b\x08"
 _CHUNK = 1 << 20
 _OUT_CHUNK = 1 << 20
+_FEED = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -28,28 +29,53 @@ class GzipGap:
 
 
 class _CompressedBuffer:
-    """Sequential reader over the raw file with a movable window of not-yet-used bytes."""
+    """Sequential reader over the raw file with a window of not-yet-used bytes.
+
+    The window is `buf[pos:]`; consuming moves `pos` instead of copying, so a file of many small
+    members does not copy the read-ahead chunk once per member.
+    """
 
     def __init__(self, raw: BinaryIO, chunk_size: int = _CHUNK):
         self._raw = raw
         self._chunk_size = chunk_size
         self.buf = b""
-        self.start = 0  # file offset of buf[0]
+        self.pos = 0
+        self.start = 0  # file offset of buf[pos]
         self.eof = False
+
+    def available(self) -> int:
+        return len(self.buf) - self.pos
 
     def fill(self, minimum: int = 1) -> bool:
         """Make at least `minimum` bytes available if the file has them; False if it has fewer."""
-        while len(self.buf) < minimum and not self.eof:
+        while self.available() < minimum and not self.eof:
             data = self._raw.read(self._chunk_size)
             if not data:
                 self.eof = True
                 break
-            self.buf += data
-        return len(self.buf) >= minimum
+            self.buf = self.buf[self.pos:] + data
+            self.pos = 0
+        return self.available() >= minimum
+
+    def piece(self, size: int) -> memoryview:
+        return memoryview(self.buf)[self.pos:self.pos + size]
+
+    def startswith(self, prefix: bytes) -> bool:
+        return self.buf.startswith(prefix, self.pos)
+
+    def find(self, needle: bytes, index: int = 0) -> int:
+        """Index of `needle` relative to the window start, or -1."""
+        found = self.buf.find(needle, self.pos + index)
+        return found - self.pos if found >= 0 else -1
 
     def consume(self, n: int) -> None:
-        self.buf = self.buf[n:]
+        self.pos += n
         self.start += n
+
+    def unread(self, data: bytes) -> None:
+        self.buf = data + self.buf[self.pos:]
+        self.pos = 0
+        self.start -= len(data)
 
 
 class GzipMember:
@@ -91,7 +117,8 @@ class GzipMember:
                 self.truncated = True
                 self.error = "file ends inside a gzip member"
                 return
-            data = src.buf[:_CHUNK]
+            # Small pieces: what follows the member's end is copied into unused_data.
+            data = src.piece(_FEED)
             fresh = True
         try:
             out = self._z.decompress(data, _OUT_CHUNK)
@@ -106,8 +133,7 @@ class GzipMember:
             src.consume(used)
         elif self._z.eof and self._z.unused_data:
             # The member ended inside data we had already handed over: give the rest back.
-            src.buf = self._z.unused_data + src.buf
-            src.start -= len(self._z.unused_data)
+            src.unread(self._z.unused_data)
         self._out += out
         self.total_out += len(out)
         if self._z.eof:
@@ -157,12 +183,12 @@ class GzipMember:
 
 
 def _plausible_member_at(src: _CompressedBuffer, index: int) -> bool:
-    """Does a gzip member really start at buf[index]? (magic bytes alone occur by chance.)"""
+    """Does a gzip member really start at window index `index`? (magic bytes occur by chance.)"""
     probe = 64 << 10
     src.fill(index + probe)
     z = zlib.decompressobj(wbits=31)
     try:
-        z.decompress(src.buf[index:index + probe], 1)
+        z.decompress(src.piece(index + probe)[index:], 1)
     except zlib.error:
         return False
     return True
@@ -176,11 +202,11 @@ def iter_gzip_members(raw: BinaryIO, chunk_size: int = _CHUNK) -> Iterator[Union
     src = _CompressedBuffer(raw, chunk_size)
     while True:
         if not src.fill(len(GZIP_MAGIC)):
-            if src.buf:  # fewer bytes than a gzip header at the end of the file
-                yield GzipGap(src.start, len(src.buf))
-                src.consume(len(src.buf))
+            if src.available():  # fewer bytes than a gzip header at the end of the file
+                yield GzipGap(src.start, src.available())
+                src.consume(src.available())
             return
-        if src.buf.startswith(GZIP_MAGIC):
+        if src.startswith(GZIP_MAGIC):
             member = GzipMember(src, src.start)
             yield member
             member.drain()
@@ -196,24 +222,19 @@ def iter_gzip_members(raw: BinaryIO, chunk_size: int = _CHUNK) -> Iterator[Union
         yield GzipGap(gap_start, src.start - gap_start)
 
 
-def _skip_to_next_member(src: _CompressedBuffer) -> int:
-    """Advance to the next plausible member start (or the end of file); returns bytes skipped."""
-    skipped = 0
+def _skip_to_next_member(src: _CompressedBuffer) -> None:
+    """Advance to the next plausible member start, or to the end of the file."""
     while True:
         src.fill(len(GZIP_MAGIC))
-        index = src.buf.find(GZIP_MAGIC)
+        index = src.find(GZIP_MAGIC)
         while index >= 0 and not _plausible_member_at(src, index):
-            index = src.buf.find(GZIP_MAGIC, index + 1)
+            index = src.find(GZIP_MAGIC, index + 1)
         if index >= 0:
             src.consume(index)
-            return skipped + index
+            return
         if src.eof:
-            n = len(src.buf)
-            src.consume(n)
-            return skipped + n
+            src.consume(src.available())
+            return
         # Keep the last bytes: the magic might straddle the chunk boundary.
-        keep = len(GZIP_MAGIC) - 1
-        n = max(0, len(src.buf) - keep)
-        src.consume(n)
-        skipped += n
-        src.fill(len(src.buf) + 1)
+        src.consume(max(0, src.available() - (len(GZIP_MAGIC) - 1)))
+        src.fill(src.available() + 1)

@@ -83,6 +83,34 @@ def decode_content_encoding(body: bytes, content_encoding: str | None, max_bytes
     return body, note
 
 
+_CHUNK_SIZE_LINE = re.compile(rb"[0-9a-fA-F]{1,8}[ \t]*(;[^\r\n]*)?\r?\n")
+
+
+def decode_chunked(body: bytes) -> bytes | None:
+    """Undo HTTP/1.1 chunked Transfer-Encoding; None if `body` is not validly chunked (crawlers
+    often store the de-chunked body but keep the header, so the caller then uses `body` as is)."""
+    out = []
+    position = 0
+    while True:
+        match = _CHUNK_SIZE_LINE.match(body, position)
+        if not match:
+            return None
+        size = int(match.group(0).split(b";", 1)[0].strip(), 16)
+        position = match.end()
+        if size == 0:
+            return b"".join(out)
+        if position + size > len(body):
+            return None
+        out.append(body[position:position + size])
+        position += size
+        if body[position:position + 2] == b"\r\n":
+            position += 2
+        elif body[position:position + 1] == b"\n":
+            position += 1
+        else:
+            return None
+
+
 def mime_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
@@ -101,7 +129,7 @@ def looks_binary(body: bytes) -> bool:
         return False
     if b"\x00" in head:
         return True
-    controls = sum(head.count(bytes([c])) for c in _CONTROL)
+    controls = len(head) - len(head.translate(None, _CONTROL))
     return controls > len(head) * 0.02
 
 

@@ -37,6 +37,7 @@ from pipelines.io.gzip_members import GZIP_MAGIC, GzipGap, GzipMember, iter_gzip
 from pipelines.io.payload import (
     PayloadError,
     charset_from_content_type,
+    decode_chunked,
     decode_content_encoding,
     decode_html_bytes,
     decode_text_bytes,
@@ -278,7 +279,7 @@ def _one_record(
             if not record.is_http:
                 record.consume()
                 return Dropped("not_http", path, offset)
-            record.parse_http(auto_decode="transfer")
+            record.parse_http(auto_decode="none")
             content_type = record.http_headers.get("Content-Type")
         expected = record.content_length
         body = record.reader.read()
@@ -303,6 +304,12 @@ def _one_record(
             return Dropped("empty_payload", path, offset)
         return Document(SOURCE_CC, url, doc_id, path, offset, KIND_TEXT, text, None)
 
+    if "chunked" in (record.http_headers.get("Transfer-Encoding") or "").lower():
+        dechunked = decode_chunked(body)
+        if dechunked is not None:
+            body = dechunked
+        else:
+            stats["transfer_encoding_already_decoded"] += 1
     status = record.http_headers.status_code
     if status is not None and not 200 <= status < 300:
         return Dropped(f"http_status:{status // 100}xx", path, offset)
