@@ -130,10 +130,11 @@ def _page(page: ET.Element, path: str, ordinal: int, site: _Site, limits: Reader
     title = (_child_text(page, "title") or "").strip()
     namespace = (_child_text(page, "ns") or "").strip()
     page_id = (_child_text(page, "id") or "").strip()
-    if namespace != "0":
-        return Dropped("namespace", path, ordinal)
+    # Redirects first: a redirect has no text whatever its namespace, and counts as one.
     if any(_local(child.tag) == "redirect" for child in page):
         return Dropped("redirect", path, ordinal)
+    if namespace != "0":
+        return Dropped("namespace", path, ordinal)
     wikitext = ""
     for child in page:
         if _local(child.tag) == "revision":
