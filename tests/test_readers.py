@@ -284,6 +284,14 @@ def test_plain_warc_cut_inside_a_record(tmp_path):
     assert len(docs) == 2 and [(e.reason, e.offset) for e in errors] == [("truncated_record", 2 * len(records[0]))]
 
 
+def test_malformed_http_header_is_an_error_and_reading_goes_on(tmp_path):
+    huge_header = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Junk: " + b"a" * 40000 + b"\r\n\r\n<html></html>"
+    path = tmp_path / "http.warc.gz"
+    path.write_bytes(gz_members([good_records(1)[0], warc_record(huge_header), good_records(1, 1)[0]]))
+    docs, dropped, errors = split(read_all(path)[0])
+    assert len(docs) == 2 and [e.reason for e in errors] == ["malformed_http"]
+
+
 def test_empty_and_missing_files(tmp_path):
     empty = tmp_path / "empty.warc.gz"
     empty.write_bytes(b"")
