@@ -57,6 +57,8 @@ def test_article_to_lines():
         ("Price &amp;nbsp;10 &lt; 20.", "Price 10 < 20."),
         ("| stray || table row\nProse.", "Prose."),
         ("{{lang|fr|le mot}} means the word.", "le mot means the word."),
+        ("Code follows:\n int main() {\n   return 0;\n }\nProse again.", "Code follows:\nProse again."),
+        ("{{Infobox x}} Text after a template.", "Text after a template."),
     ],
 )
 def test_markup_cases(wikitext, expected):

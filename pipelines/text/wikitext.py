@@ -155,6 +155,7 @@ def _clean_line(line: str) -> str:
     return line
 
 
+_REMOVED = "\x01"
 _BRACES = re.compile(r"\{\{|\}\}")
 _TABLE_EDGES = re.compile(r"^[ \t]*(\{\||\|\})", re.M)
 _REFS = re.compile(r"<ref\b[^>/]*/>|<ref\b[^>]*>.*?</ref\s*>", re.I | re.S)
@@ -213,9 +214,12 @@ def _prestrip(wikitext: str) -> str:
     """
     text = _COMMENTS.sub("", wikitext)
     text = _REFS.sub("", text)
-    text = _strip_balanced(text, _BRACES, "{{", _template_text)
+    # Removed templates leave a marker so that a line starting with one is not mistaken below
+    # for a preformatted line (a line starting with a space: code, ASCII art), which is dropped.
+    text = _strip_balanced(text, _BRACES, "{{", lambda region: _template_text(region) or _REMOVED)
     text = _strip_balanced(text, _TABLE_EDGES, "{|", lambda region: "\n")
-    return text
+    lines = [line for line in text.split("\n") if not (line.startswith(" ") and line.strip())]
+    return "\n".join(lines).replace(_REMOVED, "")
 
 
 def _drop_appendix_sections(wikicode) -> None:
