@@ -55,6 +55,7 @@ def test_article_to_lines():
         ("Line one.<br />Line two.", "Line one.\nLine two."),
         ("''Italic'' and '''bold''' and '''''both'''''.", "Italic and bold and both."),
         ("Price &amp;nbsp;10 &lt; 20.", "Price 10 < 20."),
+        ("<TABLE border=0 width=\"600px\">\nProse.", "Prose."),
         ("| stray || table row\nProse.", "Prose."),
         ("{{lang|fr|le mot}} means the word.", "le mot means the word."),
         ("Code follows:\n int main() {\n   return 0;\n }\nProse again.", "Code follows:\nProse again."),

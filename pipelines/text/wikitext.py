@@ -52,7 +52,7 @@ TEXT_TEMPLATES = frozenset({"lang", "nowrap", "nobr", "small", "big", "sic", "tr
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
 _LEFTOVER_QUOTES = re.compile(r"'{2,}")
 _SPACES = re.compile(r"[ \t\u00a0\u2009\u200b]+")
-_MARKUP_LEFT = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}|<ref|</ref|<\s*/?\s*[a-z]+[^>]*>")
+_MARKUP_LEFT = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}|<ref|</ref|<\s*/?\s*[a-z]+[^>]*>", re.I)
 # Rows of tables the parser did not recognise, parameters of unpaired file links.
 _TABLE_OR_FILE_LEFT = re.compile(r"\|\||\|\s*-|(^|\|)\s*(thumb|thumbnail|frame|frameless|left|right|center|upright|\d+px)\s*\|")
 _EMPTY_BRACKETS = re.compile(r"\(\s*[,;]?\s*\)|\[\s*\]")
