@@ -142,3 +142,11 @@ def test_cli_on_a_tiny_sentence_transformer(tatoeba, tmp_path, capsys):
 def test_cli_errors_are_clear(tmp_path, capsys):
     assert evaluate.main(["tatoeba", "--model", str(tmp_path), "--data", str(tmp_path)]) == 2
     assert "not a sentence-transformers directory" in capsys.readouterr().err
+
+
+def test_mining_subcommand_dispatches_to_bucc(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate.main(["mining", "--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "labse-eval mining" in help_text and "--gold" in help_text  # bucc's own parser answered

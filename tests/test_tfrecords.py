@@ -246,3 +246,16 @@ def test_pure_functions():
         tfr.ParallelTextSpec.parse("/x/train.de.gz")
     pair = {"src": "a", "tgt": "b", "src_lang": "de", "tgt_lang": "en"}
     assert tfr.shuffle_key(1, pair) == tfr.shuffle_key(1, dict(pair)) != tfr.shuffle_key(2, pair)
+
+
+def test_writer_is_atomic(tmp_path):
+    target = tmp_path / "shard.tfrecord"
+    with pytest.raises(RuntimeError):
+        with tfrecord.TFRecordWriter(target) as writer:
+            writer.write(b"first")
+            raise RuntimeError("worker died")
+    assert list(tmp_path.iterdir()) == []  # neither the shard nor a temp file
+    with tfrecord.TFRecordWriter(target) as writer:
+        writer.write(b"first")
+        writer.write(b"")
+    assert list(iter_records(target)) == [b"first", b""]
