@@ -23,6 +23,9 @@ from typing import Iterable, Iterator, Union
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.accounting import (
     ReasonCounters,
@@ -117,7 +120,12 @@ def clean_document(
         scores = [float(s) for s in main_content_model.score_lines(workable)]
     else:
         scores = heuristic_main_content_scores(workable)
-    predictions = lid.predict(workable)
+    # lid.176 only for lines that pass the main-content threshold: the others are dropped anyway,
+    # and on web pages they are most lines.
+    wanted = [i for i, score in enumerate(scores) if score >= config.main_content_threshold]
+    predictions: list[tuple[str, float] | None] = [None] * len(workable)
+    for i, prediction in zip(wanted, lid.predict([workable[i] for i in wanted])):
+        predictions[i] = prediction
     filter_config = config.filters()
 
     position = -1
@@ -129,11 +137,16 @@ def clean_document(
             tally["sentences.dropped.line_too_long"] += 1
             continue
         score = scores[work_index]
-        predicted, probability = predictions[work_index]
+        prediction = predictions[work_index]
         work_index += 1
-        decision = decide_language(predicted, probability, doc.lang, config.langid_threshold)
+        if prediction is None:  # not main content: split only to count its sentences
+            decision = None
+            split_lang = doc.lang
+        else:
+            decision = decide_language(prediction[0], prediction[1], doc.lang, config.langid_threshold)
+            split_lang = decision.lang or prediction[0]
         try:
-            sentences = split_sentences(line, decision.lang or predicted)
+            sentences = split_sentences(line, split_lang)
         except Exception as exc:  # a splitter bug must cost one line, not the document
             position += 1
             tally["sentences.read"] += 1
@@ -141,13 +154,16 @@ def clean_document(
             result.errors.append(error_record(doc.file, doc.offset, "sentence_split_failed",
                                               f"{type(exc).__name__}: {exc}", doc_id=doc.doc_id, url=doc.url))
             continue
+        if decision is None:
+            position += len(sentences)
+            tally["sentences.read"] += len(sentences)
+            tally["sentences.dropped.main_content"] += len(sentences)
+            continue
         for raw in sentences:
             position += 1
             tally["sentences.read"] += 1
             text = clean_text(raw)
-            if score < config.main_content_threshold:
-                reason = "main_content"
-            elif decision.drop_reason is not None:
+            if decision.drop_reason is not None:
                 reason = decision.drop_reason
             else:
                 reason = first_failure(text, decision.lang, filter_config)
@@ -178,10 +194,20 @@ def clean_document(
 
 TALLY = "tally"
 ERRORS = "errors"
+DOCUMENTS = "documents"
+
+
+def _global_window(value) -> WindowedValue:
+    """An element emitted from `finish_bundle`, which has no input element to inherit a window from."""
+    return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
 
 
 class _CleanDocumentsFn(beam.DoFn):
-    """Document | Dropped | ReadError -> candidate rows; tallies and error records as side outputs."""
+    """Document | Dropped | ReadError -> ((lang, dedup key), row) candidates.
+
+    Side outputs: error records, and one tally per bundle (summing in the DoFn keeps the per-element
+    Beam overhead off the counting path).
+    """
 
     def __init__(self, config: CleanConfig):
         self.config = config
@@ -196,7 +222,11 @@ class _CleanDocumentsFn(beam.DoFn):
             self.main_content_model = MainContentModel.load(self.config.main_content_model)
         self.counters = ReasonCounters()
 
+    def start_bundle(self):
+        self.bundle_tally: Counter = Counter()
+
     def process(self, element: ReadResult) -> Iterator:
+        rows: list[dict] = []
         if isinstance(element, Document):
             try:
                 result = clean_document(element, self.lid, self.config, self.main_content_model)
@@ -204,10 +234,8 @@ class _CleanDocumentsFn(beam.DoFn):
                 tally = {"documents.read": 1, "documents.errored": 1}
                 errors = [error_record(element.file, element.offset, "processing_failed",
                                        f"{type(exc).__name__}: {exc}", doc_id=element.doc_id, url=element.url)]
-                rows: list[dict] = []
             else:
-                tally, errors, rows = dict(result.tally), result.errors, result.rows
-            yield from rows
+                tally, errors, rows = result.tally, result.errors, result.rows
         elif isinstance(element, Dropped):
             tally, errors = {"documents.read": 1, f"documents.dropped.{element.reason}": 1}, []
         elif isinstance(element, ReadError):
@@ -217,13 +245,19 @@ class _CleanDocumentsFn(beam.DoFn):
             tally = {"documents.read": 1, "documents.errored": 1}
             errors = [error_record("", 0, "unknown_element", repr(element)[:500])]
         self.counters.inc_tally(tally)
-        yield beam.pvalue.TaggedOutput(TALLY, tally)
+        self.bundle_tally.update(tally)
+        for row in rows:
+            yield (row["lang"], dedup_key(row["text"])), row
         for error in errors:
             yield beam.pvalue.TaggedOutput(ERRORS, error)
 
+    def finish_bundle(self):
+        if self.bundle_tally:
+            yield beam.pvalue.TaggedOutput(TALLY, _global_window(dict(self.bundle_tally)))
+
 
 class ExtractSentences(beam.PTransform):
-    """Reader output -> {"rows": candidate sentences, "tally": tallies, "errors": error records}."""
+    """Reader output -> {"rows": ((lang, dedup key), candidate row), "tally": tallies, "errors": error records}."""
 
     def __init__(self, config: CleanConfig):
         super().__init__()
@@ -236,7 +270,7 @@ class ExtractSentences(beam.PTransform):
 
 
 class _FirstSource(beam.CombineFn):
-    """Among rows with one dedup key: the first by (file, offset, position), and how many there were."""
+    """Among rows with one dedup key: the first by (file, offset, doc_id, position), and how many there were."""
 
     def create_accumulator(self):
         return (None, 0)
@@ -259,38 +293,49 @@ class _FirstSource(beam.CombineFn):
         return acc
 
 
-def _dedup_keyed(row: dict) -> tuple[tuple[str, str], dict]:
-    return (row["lang"], dedup_key(row["text"])), row
+class _EmitUniqueFn(beam.DoFn):
+    """(key, (first row, count)) -> the row; per bundle: a tally and the documents that kept a sentence."""
 
+    def start_bundle(self):
+        self.kept = 0
+        self.duplicates = 0
+        self.documents: set = set()
 
-def _dedup_tally(keyed_result) -> Tally:
-    _key, (_row, count) = keyed_result
-    return {"sentences.kept": 1, "sentences.dropped.duplicate": count - 1}
+    def process(self, keyed):
+        _key, (row, count) = keyed
+        self.kept += 1
+        self.duplicates += count - 1
+        # doc_id too: records of a file compressed as ONE gzip member share their offset.
+        self.documents.add((row["file"], row["offset"], row["doc_id"]))
+        yield row
+
+    def finish_bundle(self):
+        if self.kept:
+            yield beam.pvalue.TaggedOutput(TALLY, _global_window(
+                {"sentences.kept": self.kept, "sentences.dropped.duplicate": self.duplicates}))
+        for document in self.documents:
+            yield beam.pvalue.TaggedOutput(DOCUMENTS, _global_window(document))
 
 
 class DeduplicateSentences(beam.PTransform):
     """Exact dedup of normalised sentences per language over the whole run, keeping the first source.
 
-    Returns {"rows": unique rows, "tally": sentences kept / dropped as duplicate}.
+    Input: ((lang, dedup key), row). Returns {"rows": unique rows, "tally": sentences kept / dropped
+    as duplicate, "documents": (file, offset, doc_id) of documents with a kept sentence (may repeat)}.
     """
 
-    def expand(self, rows: beam.PCollection[dict]) -> dict[str, beam.PCollection]:
-        grouped = (
-            rows
-            | "KeyByNormalisedText" >> beam.Map(_dedup_keyed)
+    def expand(self, keyed_rows: beam.PCollection) -> dict[str, beam.PCollection]:
+        unique = (
+            keyed_rows
             | "FirstSource" >> beam.CombinePerKey(_FirstSource())
+            | "Unique" >> beam.ParDo(_EmitUniqueFn()).with_outputs(TALLY, DOCUMENTS, main="rows")
         )
-        return {
-            "rows": grouped | "Unique" >> beam.Map(lambda kv: kv[1][0]),
-            "tally": grouped | "DuplicateTally" >> beam.Map(_dedup_tally),
-        }
+        return {"rows": unique.rows, "tally": unique[TALLY], "documents": unique[DOCUMENTS]}
 
 
-def _documents_kept(unique_rows: beam.PCollection[dict]) -> beam.PCollection[Tally]:
+def _documents_kept(documents: beam.PCollection[tuple]) -> beam.PCollection[Tally]:
     return (
-        unique_rows
-        # doc_id too: records of a file compressed as ONE gzip member share their offset.
-        | "DocumentOf" >> beam.Map(lambda row: (row["file"], row["offset"], row["doc_id"]))
+        documents
         | "DistinctDocuments" >> beam.Distinct()
         | "CountDocuments" >> beam.combiners.Count.Globally()
         | "KeptTally" >> beam.Map(lambda n: {"documents.kept": n})
@@ -337,7 +382,7 @@ class CleanCorpus(beam.PTransform):
         written = unique["rows"] | "WriteSentences" >> WriteSentenceShards(self.output_dir, self.config.rows_per_file)
         error_files = extracted["errors"] | "WriteErrors" >> WriteErrors(self.output_dir)
         tally = (
-            (extracted["tally"], unique["tally"], _documents_kept(unique["rows"]))
+            (extracted["tally"], unique["tally"], _documents_kept(unique["documents"]))
             | "AllTallies" >> beam.Flatten()
             | "SumTallies" >> beam.CombineGlobally(SumTallies())
         )

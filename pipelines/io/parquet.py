@@ -69,6 +69,25 @@ def shard_of(row: dict, num_shards: int) -> int:
     return zlib.crc32(row["text"].encode("utf-8")) % num_shards if num_shards > 1 else 0
 
 
+class _CountPerLanguage(beam.CombineFn):
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, acc: dict, row: dict) -> dict:
+        acc[row["lang"]] = acc.get(row["lang"], 0) + 1
+        return acc
+
+    def merge_accumulators(self, accs) -> dict:
+        total: dict = {}
+        for acc in accs:
+            for lang, n in acc.items():
+                total[lang] = total.get(lang, 0) + n
+        return total
+
+    def extract_output(self, acc: dict) -> dict:
+        return acc
+
+
 class _WriteShard(beam.DoFn):
     def __init__(self, sentences_dir: str):
         self.sentences_dir = sentences_dir
@@ -95,11 +114,8 @@ class WriteSentenceShards(beam.PTransform):
 
     def expand(self, rows: beam.PCollection[dict]) -> beam.PCollection[dict[str, int]]:
         rows_per_file = self.rows_per_file
-        counts = (
-            rows
-            | "LangOf" >> beam.Map(lambda row: (row["lang"], 1))
-            | "CountPerLang" >> beam.CombinePerKey(sum)
-        )
+        # One combine (lifted into the producing stage) instead of a Map and a shuffle per row.
+        counts = rows | "CountPerLang" >> beam.CombineGlobally(_CountPerLanguage())
 
         def key_by_shard(row: dict, counts_by_lang: dict[str, int]):
             num_shards = max(1, math.ceil(counts_by_lang[row["lang"]] / rows_per_file))
@@ -107,7 +123,7 @@ class WriteSentenceShards(beam.PTransform):
 
         return (
             rows
-            | "KeyByShard" >> beam.Map(key_by_shard, counts_by_lang=beam.pvalue.AsDict(counts))
+            | "KeyByShard" >> beam.Map(key_by_shard, counts_by_lang=beam.pvalue.AsSingleton(counts))
             | "GroupShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(_WriteShard(self.sentences_dir))
         )

@@ -25,13 +25,16 @@ import re
 
 from pipelines.text.filters import TERMINAL_PUNCTUATION
 
-BOILERPLATE_PATTERNS = re.compile(
-    r"©|\(c\)\s*\d{4}|copyright|all rights reserved|alle rechte vorbehalten|tous droits réservés|"
-    r"все права защищены|版权所有|著作権|sign in|sign up|log in|login|register|subscribe|newsletter|"
-    r"share on|share this|follow us|skip to|cookies?\b|read more|weiterlesen|mehr lesen|"
-    r"click here|back to top|related posts|related articles|advertisement|anzeige|impressum",
-    re.IGNORECASE,
+# Matched as lowercase substrings: one casefold and a few dozen `in` tests (C speed) per line,
+# several times faster than one case-insensitive regex alternation.
+BOILERPLATE_PHRASES = (
+    "©", "copyright", "all rights reserved", "alle rechte vorbehalten", "tous droits réservés",
+    "все права защищены", "版权所有", "著作権", "sign in", "sign up", "log in", "login", "register",
+    "subscribe", "newsletter", "share on", "share this", "follow us", "skip to", "cookie", "read more",
+    "weiterlesen", "mehr lesen", "click here", "back to top", "related posts", "related articles",
+    "advertisement", "anzeige", "impressum",
 )
+_COPYRIGHT_YEAR = re.compile(r"\(c\)\s*\d{4}")
 _SEPARATORS = re.compile(r"\s[|·»›•/]\s|\s-\s|\s–\s")
 _DENSE_SCRIPT = re.compile(r"[\u3040-\u30FF\u3400-\u9FFF\uAC00-\uD7AF\u0E00-\u0E7F]")
 _CLOSERS = "\"'”’»)]」』）"
@@ -44,7 +47,8 @@ def _ends_with_terminal(line: str) -> bool:
 
 def line_score(line: str) -> float:
     """Rules 1 to 4 and rule 5's base score for one line, without context."""
-    if BOILERPLATE_PATTERNS.search(line):
+    folded = line.casefold()
+    if any(phrase in folded for phrase in BOILERPLATE_PHRASES) or ("(c)" in folded and _COPYRIGHT_YEAR.search(folded)):
         return 0.05
     if len(_SEPARATORS.findall(line)) >= 2:
         return 0.1

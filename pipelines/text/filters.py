@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
@@ -95,26 +96,35 @@ def policy(text: str, lang: str, config: FilterConfig) -> str | None:
 _EXTRA_SYMBOLS = frozenset("#|•·*_~<>{}[]\\/@=+^`【】")
 
 
+@lru_cache(maxsize=65536)
 def _is_symbol(ch: str) -> bool:
     return ch in _EXTRA_SYMBOLS or unicodedata.category(ch)[0] == "S"
 
 
+@lru_cache(maxsize=4)  # symbols, digits and script look at the same sentence one after another
+def _char_counts(text: str) -> tuple[Counter, int]:
+    # Counter runs in C; the per-character Python work is then per DISTINCT character.
+    counts = Counter(text)
+    visible = len(text) - sum(n for ch, n in counts.items() if ch.isspace())
+    return counts, visible
+
+
 def symbols(text: str, lang: str, config: FilterConfig) -> str | None:
-    visible = [ch for ch in text if not ch.isspace()]
+    counts, visible = _char_counts(text)
     if not visible:
         return "symbols"
-    ratio = sum(1 for ch in visible if _is_symbol(ch)) / len(visible)
+    ratio = sum(n for ch, n in counts.items() if _is_symbol(ch)) / visible
     if "..." in text and lang not in ("zh", "ja"):
         # Gopher: ellipses stand for cut-off teasers ("Read more..."); count each as symbols.
-        ratio += 3 * text.count("...") / len(visible)
+        ratio += 3 * text.count("...") / visible
     return "symbols" if ratio > config.max_symbol_ratio else None
 
 
 def digits(text: str, lang: str, config: FilterConfig) -> str | None:
-    visible = [ch for ch in text if not ch.isspace()]
+    counts, visible = _char_counts(text)
     if not visible:
         return "digits"
-    return "digits" if sum(1 for ch in visible if ch.isdigit()) / len(visible) > config.max_digit_ratio else None
+    return "digits" if sum(n for ch, n in counts.items() if ch.isdigit()) / visible > config.max_digit_ratio else None
 
 
 def repeated_characters(text: str, lang: str, config: FilterConfig) -> str | None:
@@ -189,13 +199,17 @@ def expected_scripts(lang: str) -> frozenset[str]:
 
 
 def script(text: str, lang: str, config: FilterConfig) -> str | None:
-    letters = [s for s in map(letter_script, text) if s is not None]
+    wanted = expected_scripts(lang)
+    letters = matching = 0
+    for ch, n in _char_counts(text)[0].items():
+        found = letter_script(ch)
+        if found is not None:
+            letters += n
+            if found in wanted:
+                matching += n
     if not letters:
         return "no_letters"
-    wanted = expected_scripts(lang)
-    if sum(1 for s in letters if s in wanted) / len(letters) < config.min_script_ratio:
-        return "script_mismatch"
-    return None
+    return "script_mismatch" if matching / letters < config.min_script_ratio else None
 
 
 SentenceFilter = Callable[[str, str, FilterConfig], "str | None"]

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import unicodedata
+from functools import lru_cache
 
 _CONTROL = re.compile(r"[\x00-\x08\x0B-\x1F\x7F-\x9F\u200B\u200E\u200F\u202A-\u202E\u2066-\u2069\uFEFF]")
 _SPACES = re.compile(r"\s+")
@@ -22,9 +24,14 @@ def normalise_for_dedup(text: str) -> str:
     "Hello, World!" and "hello world" are the same sentence for deduplication; full-width and
     half-width forms (NFKC) too. Letters, digits, marks and symbols are kept.
     """
-    text = unicodedata.normalize("NFKC", text).casefold()
-    text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text)
+    text = unicodedata.normalize("NFKC", text).casefold().translate(_punctuation_to_space())
     return _SPACES.sub(" ", text).strip()
+
+
+@lru_cache(maxsize=1)
+def _punctuation_to_space() -> dict[int, str]:
+    # Every Unicode punctuation code point (category P*), built once per process (~0.2 s).
+    return {cp: " " for cp in range(sys.maxunicode + 1) if unicodedata.category(chr(cp)).startswith("P")}
 
 
 def dedup_key(text: str) -> str:
