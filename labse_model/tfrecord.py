@@ -185,6 +185,9 @@ def _read_header(f: BinaryIO, path: str, offset: int) -> int | None:
         raise TFRecordCorruptError(path, offset, f"truncated record header ({len(header)} of {HEADER_SIZE} bytes)")
     length, length_crc = _HEADER.unpack(header)
     if masked_crc32c(header[:8]) != length_crc:
+        if offset == 0 and header[:2] == b"\x1f\x8b":
+            raise TFRecordCorruptError(path, offset, "GZIP-compressed TFRecord files are not supported: "
+                                       "decompress them (gunzip) or write them uncompressed")
         raise TFRecordCorruptError(path, offset, "length checksum mismatch (not a TFRecord file, or corrupt)")
     return length
 

@@ -259,3 +259,16 @@ def test_writer_is_atomic(tmp_path):
         writer.write(b"first")
         writer.write(b"")
     assert list(iter_records(target)) == [b"first", b""]
+
+
+def test_gzip_shards_get_a_clear_message(tmp_path):
+    plain = tmp_path / "plain.tfrecord"
+    with tfrecord.TFRecordWriter(plain) as writer:
+        writer.write(b"payload")
+    zipped = tmp_path / "zipped.tfrecord.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    with pytest.raises(TFRecordCorruptError, match="GZIP-compressed"):
+        index_records(zipped)
+    (tmp_path / "text.tfrecord").write_text("not a tfrecord at all\n")
+    with pytest.raises(TFRecordCorruptError, match="text.tfrecord at byte offset 0: length checksum"):
+        index_records(tmp_path / "text.tfrecord")
