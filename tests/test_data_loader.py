@@ -1,6 +1,8 @@
 """labse_model.data: global batches independent of world size and workers, resume, uneven shards."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -138,3 +140,19 @@ def test_unsupported_schema_version_is_refused(tmp_path):
     (tmp_path / "schema.json").write_text('{"version": 99}', encoding="utf-8")
     with pytest.raises(ValueError, match="version 99 is not supported"):
         build_train_loader(pattern, global_batch_size=2, rank=0, world_size=1, seed=0)
+
+
+def test_reading_needs_no_tensorflow(tmp_path):
+    """GPU hosts run torch alone: loading batches must not import TensorFlow."""
+    import subprocess
+    import sys
+
+    pattern = write_shards(tmp_path)
+    code = (
+        "import sys\n"
+        "from labse_model.data import build_train_loader\n"
+        f"batch = next(build_train_loader({pattern!r}, global_batch_size=4, rank=0, world_size=1, seed=0))\n"
+        "assert batch['src_input_ids'].shape[0] == 4\n"
+        "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
