@@ -235,6 +235,17 @@ def test_garbage_in_plain_warc_is_skipped_to_the_next_record(tmp_path):
     ]
 
 
+def test_damage_inside_a_whole_file_gzip_member_is_skipped(tmp_path):
+    records = good_records(4)
+    plain = records[0] + records[1] + b"\x00garbage\xff" * 50 + records[2] + b"WARC/1.0\r\nbroken header\r\n\r\n" + records[3]
+    path = tmp_path / "one-member.warc.gz"
+    path.write_bytes(gzip.compress(plain))
+    docs, dropped, errors = split(read_all(path)[0])
+    assert [d.url for d in docs] == [f"http://example.com/{i}" for i in range(4)]
+    assert [(e.reason, e.offset) for e in errors] == [("malformed_warc", 0), ("malformed_warc", 0)]
+    assert f"at byte {len(records[0]) + len(records[1])} of the gzip member" in errors[0].detail
+
+
 def test_garbage_at_the_start_and_end_of_a_plain_warc(tmp_path):
     records = good_records(2)
     path = tmp_path / "garbage.warc"

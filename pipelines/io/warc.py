@@ -4,7 +4,8 @@ Layout of the work:
 - `.warc.gz` (recognised by its gzip magic, not its name) is split into gzip members by
   `gzip_members`; FastWARC parses the records of each member from a stream. Damage is confined to a
   member: a truncated or corrupt member, or garbage between members, becomes a `ReadError` and
-  reading resumes at the next member (Common Crawl writes one record per member).
+  reading resumes at the next member (Common Crawl writes one record per member). Inside a member
+  that holds many records, a malformed header is handled as in a plain file (below).
 - plain `.warc` is one stream; FastWARC (strict mode) parses it. At a malformed header the damage
   is reported and parsing restarts at the next line beginning with `WARC/<digit>`, found by seeking
   back to the end of the last good record (FastWARC's own lenient mode skips garbage too, but
@@ -107,14 +108,72 @@ def read_warc_stream(
             if isinstance(part, GzipGap):
                 yield ReadError("garbage", path, part.offset, f"{part.length} bytes that are not a gzip member skipped")
                 continue
-            yield from _records(part, path, part, wet, limits, stats)
+            rewindable = _Rewindable(part)
+            yield from _resyncing_records(rewindable, rewindable, path, part, wet, limits, stats)
     else:
-        yield from _plain_records(raw, stream, path, wet, limits, stats)
+        yield from _resyncing_records(raw, stream, path, None, wet, limits, stats)
+
+
+class _Rewindable:
+    """A forward-only stream (a gzip member) that can seek back within its last `history` bytes,
+    which is what resuming after a malformed record needs: FastWARC reads ahead of the record
+    it reports, and the resync seeks back to the end of the last good record."""
+
+    def __init__(self, inner, history: int = 8 << 20):
+        self._inner = inner
+        self._history = bytearray()
+        self._history_start = 0  # stream offset of _history[0]
+        self._limit = history
+        self._position = 0
+
+    def _history_end(self) -> int:
+        return self._history_start + len(self._history)
+
+    def read(self, size: int = -1) -> bytes:
+        replay = b""
+        if self._position < self._history_end():
+            index = self._position - self._history_start
+            replay = bytes(self._history[index:] if size is None or size < 0 else self._history[index:index + size])
+            self._position += len(replay)
+            if size is not None and size >= 0:
+                size -= len(replay)
+                if size == 0:
+                    return replay
+        data = self._inner.read(-1 if size is None else size)
+        self._history += data
+        if len(self._history) > self._limit:
+            excess = len(self._history) - self._limit
+            del self._history[:excess]  # cheap: bytearray drops a prefix without moving the rest
+            self._history_start += excess
+        self._position += len(data)
+        return replay + data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self._position + offset
+        if target < self._history_start:
+            raise OSError(f"cannot seek back to {target}: only the last {self._limit} bytes are kept")
+        self._position = min(target, self._history_end())
+        while self._position < target:
+            if not self.read(min(target - self._position, 1 << 20)):
+                break
+        return self._position
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass(frozen=True)
 class _PlainFailure:
-    """Where FastWARC lost the record framing in a plain WARC (absolute offsets)."""
+    """Where FastWARC lost the record framing (offsets in the stream it parsed)."""
 
     detail: str
     bad_record_at: int | None = None  # a record whose own header is bad (e.g. its Content-Length)
@@ -126,13 +185,15 @@ _WARC_LINE = re.compile(rb"WARC/[0-9]\.[0-9]{1,2}\r?\n")
 _SCAN_CHUNK = 1 << 20
 
 
-def _plain_records(raw, stream, path, wet, limits, stats) -> Iterator[ReadResult]:
-    """A plain WARC: parse with FastWARC; on a malformed header, report it and resume at the next
-    line starting with `WARC/<digit>` (needs a seekable file, which local and GCS files are)."""
+def _resyncing_records(seekable, stream, path, member, wet, limits, stats) -> Iterator[ReadResult]:
+    """Parse with FastWARC; at a malformed header, report it and resume at the next line starting
+    with `WARC/<version>`. `seekable` is the plain file (local and GCS files seek) or a gzip member
+    behind `_Rewindable` (which seeks back within its recent history)."""
     pass_start = 0
+    where = "gzip member" if member is not None else "file"
     while True:
         failure = None
-        for item in _records(stream, path, None, wet, limits, stats):
+        for item in _records(stream, path, member, wet, limits, stats):
             if isinstance(item, _PlainFailure):
                 failure = item
                 break
@@ -140,19 +201,23 @@ def _plain_records(raw, stream, path, wet, limits, stats) -> Iterator[ReadResult
         if failure is None:
             return
         try:
-            error_at, scan_from = _damage_start(raw, failure, pass_start)
-            next_start = _find_warc_line(raw, scan_from)
-        except (OSError, ValueError, AttributeError) as exc:  # not seekable
-            yield ReadError("malformed_warc", path, failure.bad_record_at or failure.last_start or 0,
-                            f"{failure.detail}; rest of the file skipped (cannot seek: {exc})")
+            error_at, scan_from = _damage_start(seekable, failure, pass_start)
+            next_start = _find_warc_line(seekable, scan_from)
+        except (OSError, ValueError, AttributeError) as exc:  # not seekable (that far back)
+            at = member.offset if member is not None else failure.bad_record_at or failure.last_start or 0
+            yield ReadError("malformed_warc", path, at, f"{failure.detail}; rest of the {where} skipped (cannot seek: {exc})")
             return
+        at = member.offset if member is not None else error_at
+        position = f" at byte {error_at} of the gzip member" if member is not None else ""
         if next_start is None:
-            yield ReadError("malformed_warc", path, error_at, f"{failure.detail}; no further record, rest of the file skipped")
+            yield ReadError("malformed_warc", path, at, f"{failure.detail}{position}; no further record, rest of the {where} skipped")
+            if member is not None and member.damaged:
+                stats["malformed_before_damage"] += 1
             return
-        yield ReadError("malformed_warc", path, error_at, f"{failure.detail}; {next_start - error_at} bytes skipped to the next record")
-        raw.seek(next_start)
+        yield ReadError("malformed_warc", path, at, f"{failure.detail}{position}; {next_start - error_at} bytes skipped to the next record")
+        seekable.seek(next_start)
         pass_start = next_start
-        stream = raw  # FastWARC starts counting stream_pos at the stream's tell()
+        stream = seekable  # FastWARC starts counting stream_pos at the stream's tell()
 
 
 def _damage_start(raw, failure: _PlainFailure, base: int) -> tuple[int, int]:
@@ -214,7 +279,8 @@ def _records(
             last_declared = int(declared) if declared.isdigit() else 0
             offset = member.offset if member is not None else last_start
             result = _one_record(record, path, offset, member, wet, limits, stats)
-            if member is None and isinstance(result, ReadError) and result.reason == "malformed_warc" and not declared.isdigit():
+            undamaged = member is None or not member.damaged
+            if undamaged and isinstance(result, ReadError) and result.reason == "malformed_warc" and not declared.isdigit():
                 yield _PlainFailure(result.detail, bad_record_at=last_start)
                 return
             if isinstance(result, ReadError) and result.reason == "malformed_warc" and member is not None and member.damaged:
@@ -236,11 +302,7 @@ def _records(
                 blamed = True
                 yield ReadError(_damage_reason(member), path, member.offset, member.error)
         else:
-            if member is not None:
-                yield ReadError("malformed_warc", path, member.offset,
-                                f"in gzip member at {member.offset} ({type(exc).__name__}: {exc}); rest of the member skipped")
-            else:
-                yield _PlainFailure(f"{type(exc).__name__}: {exc}", last_start=last_start if seen else None, last_declared=last_declared)
+            yield _PlainFailure(f"{type(exc).__name__}: {exc}", last_start=last_start if seen else None, last_declared=last_declared)
         return
     if member is not None and member.damaged and not blamed:
         # Damage before any complete record header: no record was yielded for it.
