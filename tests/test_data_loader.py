@@ -156,3 +156,10 @@ def test_reading_needs_no_tensorflow(tmp_path):
         "assert 'tensorflow' not in sys.modules, 'TensorFlow was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_empty_shard_is_harmless(tmp_path):
+    pattern = write_shards(tmp_path, sizes=(3, 0, 5))
+    batches = global_batches(pattern, 2, 4, global_batch_size=4)
+    seen = [r[0][1] - 1000 for b in batches[:2] for r in b]
+    assert sorted(seen) == list(range(8))
