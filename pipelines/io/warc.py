@@ -172,7 +172,7 @@ class _Rewindable:
 
 
 @dataclass(frozen=True)
-class _PlainFailure:
+class _FramingLost:
     """Where FastWARC lost the record framing (offsets in the stream it parsed)."""
 
     detail: str
@@ -194,7 +194,7 @@ def _resyncing_records(seekable, stream, path, member, wet, limits, stats) -> It
     while True:
         failure = None
         for item in _records(stream, path, member, wet, limits, stats):
-            if isinstance(item, _PlainFailure):
+            if isinstance(item, _FramingLost):
                 failure = item
                 break
             yield item
@@ -220,7 +220,7 @@ def _resyncing_records(seekable, stream, path, member, wet, limits, stats) -> It
         stream = seekable  # FastWARC starts counting stream_pos at the stream's tell()
 
 
-def _damage_start(raw, failure: _PlainFailure, base: int) -> tuple[int, int]:
+def _damage_start(raw, failure: _FramingLost, base: int) -> tuple[int, int]:
     """(offset where the unreadable bytes start, offset to scan for the next record from)."""
     if failure.bad_record_at is not None:
         return failure.bad_record_at, failure.bad_record_at + 1
@@ -265,7 +265,7 @@ def _records(
     wet: bool,
     limits: ReaderLimits,
     stats: Counter,
-) -> Iterator[ReadResult | _PlainFailure]:
+) -> Iterator[ReadResult | _FramingLost]:
     blamed = False  # a record of a damaged member was already reported as the damaged one
     seen = 0
     last_start = 0
@@ -281,7 +281,7 @@ def _records(
             result = _one_record(record, path, offset, member, wet, limits, stats)
             undamaged = member is None or not member.damaged
             if undamaged and isinstance(result, ReadError) and result.reason == "malformed_warc" and not declared.isdigit():
-                yield _PlainFailure(result.detail, bad_record_at=last_start)
+                yield _FramingLost(result.detail, bad_record_at=last_start)
                 return
             if isinstance(result, ReadError) and result.reason == "malformed_warc" and member is not None and member.damaged:
                 # A header cut off by the end of a truncated member reads as malformed: say why.
@@ -290,9 +290,7 @@ def _records(
                 blamed = True
             yield result
             if isinstance(result, ReadError) and result.reason == "malformed_warc":
-                # Without a valid Content-Length the next record's start is unknown: what follows
-                # in this member (or plain file) would be misread as records.
-                return
+                return  # a Content-Length beyond the member's end: nothing is left to read
     except BaseException as exc:  # FastWARC raises OSError on malformed headers; a PanicException
         # (a BaseException) from its Rust core is treated the same, anything else propagates.
         if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
@@ -302,7 +300,7 @@ def _records(
                 blamed = True
                 yield ReadError(_damage_reason(member), path, member.offset, member.error)
         else:
-            yield _PlainFailure(f"{type(exc).__name__}: {exc}", last_start=last_start if seen else None, last_declared=last_declared)
+            yield _FramingLost(f"{type(exc).__name__}: {exc}", last_start=last_start if seen else None, last_declared=last_declared)
         return
     if member is not None and member.damaged and not blamed:
         # Damage before any complete record header: no record was yielded for it.
