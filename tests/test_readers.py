@@ -122,6 +122,25 @@ def test_wet_conversion_records_become_text_documents(tmp_path, labse_data):
     assert dropped["warc_type:response"] == 16
 
 
+def test_wet_made_from_the_real_web_pages(tmp_path, labse_data):
+    """No real WET sample exists: build WET conversion records from the web-pages sample's text."""
+    from pipelines.text.html import html_to_lines
+
+    pages = [d for d in read_all(require_file(labse_data, WEB_PAGES))[0] if isinstance(d, Document)][:20]
+    texts = ["\n".join(html_to_lines(d.body)) for d in pages]
+    records = [warc_record(b"software: test\r\n", warc_type="warcinfo", content_type="application/warc-fields")]
+    records += [
+        warc_record(text.encode("utf-8"), warc_type="conversion", uri=d.url, content_type="text/plain",
+                    record_id=d.doc_id)
+        for d, text in zip(pages, texts)
+    ]
+    path = tmp_path / "web-pages.warc.wet.gz"
+    path.write_bytes(gz_members(records))
+    docs, dropped, errors = split(read_all(path, "wet")[0])
+    assert not errors and dropped == {"warc_type:warcinfo": 1}
+    assert [(d.url, d.doc_id, d.body) for d in docs] == [(p.url, p.doc_id, t) for p, t in zip(pages, texts) if t.strip()]
+
+
 def test_warc_0_18_and_plain_warc(tmp_path):
     path = tmp_path / "old.warc"
     path.write_bytes(b"".join(warc_record(http_block(page(i)), version="WARC/0.18", uri=f"http://e.com/{i}") for i in range(3)))
