@@ -33,8 +33,10 @@ class SentenceEncoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         pooled = torch.tanh(self.head(hidden[:, 0]))
-        # Normalise in float32: under bf16 autocast the norm of a 768-vector loses digits.
-        return F.normalize(pooled.float(), p=2, dim=-1)
+        if pooled.dtype in (torch.float16, torch.bfloat16):
+            # Normalise in float32: under bf16 autocast the norm of a 768-vector loses digits.
+            pooled = pooled.float()
+        return F.normalize(pooled, p=2, dim=-1)
 
 
 def pad_to(ids: torch.Tensor, length: int, pad_id: int) -> torch.Tensor:

@@ -46,8 +46,10 @@ def additive_margin_loss(
 ) -> torch.Tensor:
     """One direction: mean cross-entropy of each query against all keys (mean over local rows)."""
     logits, labels = margin_logits(queries, keys, margin=margin, scale=scale, label_offset=label_offset)
-    # float32 for the softmax even under bf16 autocast: logits reach +-scale and bf16 keeps 8 bits.
-    return F.cross_entropy(logits.float(), labels)
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        # float32 for the softmax under autocast: logits reach +-scale and bf16 keeps 8 bits.
+        logits = logits.float()
+    return F.cross_entropy(logits, labels)
 
 
 class BidirectionalAMSLoss(nn.Module):

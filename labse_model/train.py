@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     data.add_argument("--dev-max-pairs", type=int, default=1000, help="pairs of --dev-data to use")
     data.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
+    data.add_argument("--init-from", default=None,
+                      help="start from these encoder weights (a run directory, a checkpoint folder or a "
+                      "model.safetensors), e.g. a pre-trained encoder; optimizer and schedule start fresh")
     model = parser.add_argument_group("model")
     model.add_argument("--config", choices=sorted(PRESETS), default="base", help="encoder size preset")
     model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout (0 disables)")
@@ -180,6 +183,16 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
     config.data = args.data
     config.world_size = world_size
     return config
+
+
+def resolve_weights(path: str) -> Path:
+    """model.safetensors from a file, a checkpoint folder, or a run directory (its latest checkpoint)."""
+    candidate = Path(path)
+    if candidate.is_file():
+        return candidate
+    if (candidate / ckpt.MODEL_FILE).is_file():
+        return candidate / ckpt.MODEL_FILE
+    return ckpt.find_checkpoint(candidate) / ckpt.MODEL_FILE
 
 
 def lr_lambda(warmup_steps: int, max_steps: int):
@@ -347,6 +360,11 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         if ctx.is_main:
             logger.info("resumed %s at step %d", checkpoint, start_step)
     else:
+        if args.init_from:
+            weights = resolve_weights(args.init_from)
+            ckpt.load_model_weights(model.encoder, weights)
+            if ctx.is_main:
+                logger.info("initialised the encoder from %s", weights)
         # Different dropout masks per rank, reproducible from the seed.
         torch.manual_seed(tc.seed + ctx.rank)
 
