@@ -400,7 +400,7 @@ def _write_json_atomic(path: str, payload: dict) -> None:
 
 
 def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFRecordsConfig, vocab_path: str,
-                    inputs: dict) -> tuple[dict, dict]:
+                    inputs: dict, input_pairs: int | None = None) -> tuple[dict, dict]:
     """(schema.json, stats.json) contents from the shard summaries and drop counts."""
     shards = sorted(shards, key=lambda s: s["file"])
     total = sum(s["num_records"] for s in shards)
@@ -431,6 +431,7 @@ def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFReco
         "stage": "labse-tfrecords",
         "config": asdict(config),
         "inputs": inputs,
+        "input_pairs": input_pairs,
         "written_pairs": total,
         "dropped": dropped,
         "language_pairs": dict(sorted(langs.items())),
@@ -450,8 +451,9 @@ class _WriteManifests(beam.DoFn):
         self.vocab_path = vocab_path
         self.inputs = inputs
 
-    def process(self, _, shards: list[dict], drops: dict[str, int]):
-        schema, stats = build_manifests(shards, drops, config=self.config, vocab_path=self.vocab_path, inputs=self.inputs)
+    def process(self, _, shards: list[dict], drops: dict[str, int], input_pairs: int):
+        schema, stats = build_manifests(shards, drops, config=self.config, vocab_path=self.vocab_path,
+                                        inputs=self.inputs, input_pairs=input_pairs)
         _write_json_atomic(FileSystems.join(self.output_dir, "schema.json"), schema)
         _write_json_atomic(FileSystems.join(self.output_dir, "stats.json"), stats)
         yield stats
@@ -498,6 +500,7 @@ class PairsToTFRecords(beam.PTransform):
             | "CountDrops" >> beam.combiners.Count.PerElement()
             | "DropDict" >> beam.combiners.ToDict()
         )
+        input_pairs = pairs | "CountInputs" >> beam.combiners.Count.Globally()
         return (
             pairs.pipeline
             | "Once" >> beam.Create([None])
@@ -505,6 +508,7 @@ class PairsToTFRecords(beam.PTransform):
                 _WriteManifests(self.output_dir, cfg, self.vocab_path, self.inputs),
                 beam.pvalue.AsSingleton(shard_stats),
                 beam.pvalue.AsSingleton(drops),
+                beam.pvalue.AsSingleton(input_pairs),
             )
         )
 

@@ -115,7 +115,7 @@ def test_shards_schema_and_stats(built, labse_data):
     assert stats["dropped"]["below_min_score"] == below
     assert stats["dropped"]["parquet_unreadable"] == 1
     dropped_pairs = sum(v for k, v in stats["dropped"].items() if k != "parquet_unreadable")
-    assert stats["written_pairs"] + dropped_pairs == SCORED_ROWS + fr_pairs
+    assert stats["written_pairs"] + dropped_pairs == SCORED_ROWS + fr_pairs == stats["input_pairs"]
     assert stats["written_pairs"] == schema["num_records"] == sum(s["num_records"] for s in schema["shards"])
     assert set(stats["language_pairs"]) == {"de-en", "fr-en"}
     assert stats["truncated_src"] > 0  # max_seq_length 16 cuts many captions
