@@ -5,7 +5,7 @@ so training (``train.py``) and inference (``labse-clean``) can never featurise d
 feature set is text-only (it works on WET text as well as on WARC HTML): the line's own lowercased
 tokens, its length, its position in the page, its end punctuation, and a little context (length and
 first tokens of the previous and next lines). Every featurised line also carries a feature-set tag
-(``__fs_ctx1``); a model trained on another feature set is refused at load time instead of silently
+(``__fs_ctx2``); a model trained on another feature set is refused at load time instead of silently
 scoring garbage.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 LABEL_MAIN = "__label__main"
 LABEL_BOILERPLATE = "__label__boilerplate"
-FEATURE_SET = "ctx1"
+FEATURE_SET = "ctx2"
 FEATURE_SET_TOKEN = f"__fs_{FEATURE_SET}"
 
 # Lines are truncated for speed: the first tokens of a block are what tells navigation from prose.
@@ -31,6 +31,10 @@ _CHAR_LENGTH_EDGES = (1, 10, 20, 40, 80, 160, 320, 640)
 _TOKEN_COUNT_EDGES = (1, 2, 3, 5, 8, 13, 21, 34)
 _POSITION_BUCKETS = 10
 _SENTENCE_END = frozenset(".!?。！？…:;\"'»”)")
+PROSE_MIN_CHARS = 80
+SMOOTH_WINDOW = 2
+REGION_MIN_SHARE = 0.3
+OUTSIDE_REGION_FACTOR = 0.5
 
 
 def _end_class(line: str) -> str:
@@ -48,31 +52,69 @@ def _end_class(line: str) -> str:
 class _LineSummary:
     tokens: list[str]
     length_bucket: int
+    prose: bool
 
 
 def _summarise(line: str) -> _LineSummary:
     tokens = line.lower().split()
     return _LineSummary(tokens=tokens[:MAX_LINE_TOKENS],
-                        length_bucket=bisect.bisect_right(_CHAR_LENGTH_EDGES, len(line)))
+                        length_bucket=bisect.bisect_right(_CHAR_LENGTH_EDGES, len(line)),
+                        prose=len(line) >= PROSE_MIN_CHARS and line[-1] in _SENTENCE_END)
+
+
+def _distance_token(distance: int) -> str:
+    if distance == 0:
+        return "D0"
+    if distance == 1:
+        return "D1"
+    if distance <= 3:
+        return "D2"
+    return "D3" if distance <= 8 else "D4"
 
 
 def featurise_document(lines: Sequence[str]) -> list[str]:
     """fastText input strings (without labels) for the lines of ONE document, in order.
 
-    Context features use the previous and next line of the same document, so the lines must be
-    the whole document in reading order (as ``pipelines.text.html.html_to_lines`` returns them).
+    Per line: its lowercased tokens (at most ``MAX_LINE_TOKENS``), length and token-count buckets,
+    position in the page (decile by line), end-punctuation class, the length bucket and first
+    tokens of the previous and next line, and where the line sits relative to the page's *prose
+    lines* (>= ``PROSE_MIN_CHARS`` characters ending like a sentence): distance to the nearest one,
+    before / inside / after the span from the first to the last one, how many are within 4 lines,
+    and how much of the page's prose precedes it. Main text is usually one run of prose; menus,
+    footers and teasers sit around it. All of this needs only the line list, so it works for WET.
     """
     n = len(lines)
+    if n == 0:
+        return []
     summaries = [_summarise(line) for line in lines]
+    prose_at = [i for i, s in enumerate(summaries) if s.prose]
+    first_prose, last_prose = (prose_at[0], prose_at[-1]) if prose_at else (n, -1)
+    prose_prefix = [0] * (n + 1)  # prose lines before index i
+    prose_chars_before = [0] * (n + 1)
+    for i, s in enumerate(summaries):
+        prose_prefix[i + 1] = prose_prefix[i] + s.prose
+        prose_chars_before[i + 1] = prose_chars_before[i] + (len(lines[i]) if s.prose else 0)
+    prose_chars = prose_chars_before[n] or 1
     features: list[str] = []
     for i, line in enumerate(lines):
         own = summaries[i]
+        if prose_at:
+            j = bisect.bisect_left(prose_at, i)
+            distance = min(abs(prose_at[k] - i) for k in (j - 1, j) if 0 <= k < len(prose_at))
+        else:
+            distance = 99
+        span = "Sin" if first_prose <= i <= last_prose else ("Sbefore" if i < first_prose else "Safter")
+        nearby = prose_prefix[min(n, i + 5)] - prose_prefix[max(0, i - 4)]
         parts = [
             FEATURE_SET_TOKEN,
             f"L{own.length_bucket}",
             f"W{bisect.bisect_right(_TOKEN_COUNT_EDGES, len(own.tokens))}",
             f"P{i * _POSITION_BUCKETS // n}",
             _end_class(line) if line else "E0",
+            _distance_token(distance),
+            span,
+            f"PD{min(nearby, 5)}",
+            f"PM{prose_chars_before[i] * 5 // prose_chars}",
         ]
         parts.extend(own.tokens)
         if i > 0:
@@ -89,6 +131,47 @@ def featurise_document(lines: Sequence[str]) -> list[str]:
             parts.append("nL_end")
         features.append(" ".join(parts))
     return features
+
+
+def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = SMOOTH_WINDOW,
+                       region_pivot: float = 0.5, region_min_share: float = REGION_MIN_SHARE,
+                       outside_factor: float = OUTSIDE_REGION_FACTOR) -> np.ndarray:
+    """Page-level smoothing of per-line probabilities (context is allowed by contract 3).
+
+    1. Each score becomes the mean of itself and the mean over +-``window`` neighbours: an isolated
+       "main" line inside a menu, or a short heading inside the article, follows its neighbours.
+    2. Main text comes in runs. With weights ``tokens * (score - pivot)``, the best-scoring runs of
+       lines (maximum-sum segments; every segment scoring at least ``region_min_share`` of the best)
+       are the page's main regions; lines outside them are multiplied by ``outside_factor``. This
+       removes prose-like boilerplate far from the article (cookie notices, teasers, disclaimers).
+    """
+    scores = np.asarray(raw, dtype=np.float64)
+    n = len(scores)
+    if n == 0:
+        return scores.astype(np.float32)
+    if window > 0 and n > 1:
+        padded = np.pad(scores, (window, window), mode="edge")
+        local = np.convolve(padded, np.ones(2 * window + 1) / (2 * window + 1), mode="valid")
+        scores = 0.5 * scores + 0.5 * local
+    weights = np.array([max(1, line.count(" ") + 1) for line in lines], dtype=np.float64)
+    weights *= scores - region_pivot
+    segments = []  # (sum, start, end) of the best segment ending at each line (Kadane)
+    running, start = 0.0, 0
+    for i, w in enumerate(weights):
+        if running <= 0.0:
+            running, start = 0.0, i
+        running += w
+        segments.append((running, start, i))
+    best = max(segments)[0]
+    inside = np.zeros(n, dtype=bool)
+    if best > 0:
+        for total, a, b in sorted(segments, reverse=True):
+            if total < region_min_share * best:
+                break
+            if not inside[a:b + 1].any():
+                inside[a:b + 1] = True
+        scores = np.where(inside, scores, scores * outside_factor)
+    return np.clip(scores, 0.0, 1.0).astype(np.float32)
 
 
 def training_lines(lines: Sequence[str], labels: Sequence[bool]) -> list[str]:
@@ -243,8 +326,14 @@ class MainContentModel:
             return np.zeros(0, dtype=np.float32)
         # fastText treats "\n" as end of input; lines from html_to_lines never contain one.
         clean = [line.replace("\n", " ") if "\n" in line else line for line in lines]
-        labels, probs = self._model.predict(featurise_document(clean), k=1)
-        out = np.empty(len(clean), dtype=np.float32)
+        return postprocess_scores(self.raw_scores(clean), clean)
+
+    def raw_scores(self, lines: Sequence[str]) -> np.ndarray:
+        """fastText's P(main) per line before page-level smoothing (one batched predict call)."""
+        if not lines:
+            return np.zeros(0, dtype=np.float64)
+        labels, probs = self._model.predict(featurise_document(lines), k=1)
+        out = np.empty(len(lines), dtype=np.float64)
         for i, (label, prob) in enumerate(zip(labels, probs)):
             p = float(prob[0]) if len(prob) else 0.5
             out[i] = p if label and label[0] == LABEL_MAIN else 1.0 - p

@@ -1,0 +1,309 @@
+"""`labse-main-content build-data`: teacher-labelled lines from WARC files, as fastText training data.
+
+    labse-main-content build-data --input 'crawl/*.warc.gz' --output DIR [Beam options]
+
+For every HTML page: ``html_to_lines`` (the lines ``labse-clean`` scores), the teacher's main text
+(trafilatura), a main/boilerplate label per line (``labels.py``), the page's language (lid.176 on
+its main text) and its split, from a hash of the URL, so no page is on both sides. Writes:
+
+- ``DIR/train.txt``: balanced training examples in fastText format (``__label__main FEATURES``):
+  per page the majority class is downsampled and the page capped (``balance_page``), then every
+  language is capped at ``--max-lines-per-language`` (deterministic: smallest hashes kept);
+- ``DIR/dev.txt``, ``DIR/test.txt``: ALL lines of the dev/test pages, in page order, same format
+  (the natural class balance, which is what the filter meets in production);
+- ``DIR/dev.pages.jsonl``, ``DIR/test.pages.jsonl``: those pages with their lines, labels and the
+  teacher's text, for page-level evaluation (``train`` reports on them);
+- ``DIR/stats.json``: every input record counted (kept, dropped by reason, errored by reason),
+  lines per split and label, training examples per language, and the configuration.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.accounting import ReasonCounters, SumTallies, Tally, write_json_atomic
+from pipelines.main_content.labels import LabelledPage, TeacherConfig, balance_page, label_page, split_of
+from pipelines.main_content.model import LABEL_BOILERPLATE, LABEL_MAIN, featurise_document
+
+logger = logging.getLogger(__name__)
+TALLY = "tally"
+SPLITS = ("train", "dev", "test")
+COUNTER_NAMESPACE = "main_content"
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    dev_fraction: float = 0.1
+    test_fraction: float = 0.1
+    max_lines_per_page: int = 200
+    max_class_ratio: float = 1.0
+    max_lines_per_language: int = 200_000
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+
+
+def page_language(page: LabelledPage, lid) -> str:
+    """lid.176's language of the page's main text (all its text when the teacher kept nothing)."""
+    main = [line for line, is_main in zip(page.lines, page.labels) if is_main] or page.lines
+    lang, _prob = lid.predict([" ".join(main)[:2000]])[0]
+    return lang
+
+
+class LabelPagesFn(beam.DoFn):
+    """Reader result -> (split, LabelledPage as dict); a tally for every record whatever happens."""
+
+    def __init__(self, config: BuildConfig):
+        self.config = config
+
+    def setup(self) -> None:
+        from pipelines.text.langid import LanguageIdentifier
+
+        self.lid = LanguageIdentifier()
+        self.counters = ReasonCounters(COUNTER_NAMESPACE)
+
+    def process(self, record) -> Iterator:
+        tally: Tally = {"documents.read": 1}
+        labelled = self._label(record, tally)
+        self.counters.inc_tally(tally)
+        yield beam.pvalue.TaggedOutput(TALLY, tally)
+        if labelled is not None:
+            yield labelled
+
+    def _label(self, record, tally: Tally) -> tuple[str, dict] | None:
+        from pipelines.io.documents import KIND_HTML, Document, Dropped
+
+        if isinstance(record, Dropped):
+            tally[f"documents.dropped.{record.reason}"] = 1
+            return None
+        if not isinstance(record, Document):
+            tally[f"documents.errored.{record.reason}"] = 1
+            return None
+        if record.kind != KIND_HTML:
+            tally["documents.dropped.not_html"] = 1
+            return None
+        try:
+            page = label_page(record.url, record.body, self.config.teacher)
+        except Exception:  # the teacher is third-party code: one odd page must not stop the run
+            logger.warning("teacher failed on %s", record.url, exc_info=True)
+            tally["documents.errored.teacher_failed"] = 1
+            return None
+        if not page.lines:
+            tally["documents.dropped.no_lines"] = 1
+            return None
+        if not any(page.labels):
+            # Kept: a page without main content teaches what pure boilerplate looks like.
+            tally["documents.no_main_content"] = 1
+        page = LabelledPage(url=page.url, lines=page.lines, labels=page.labels,
+                            teacher_text=page.teacher_text, lang=page_language(page, self.lid))
+        split = split_of(record.url or record.doc_id, self.config.dev_fraction, self.config.test_fraction)
+        tally["documents.kept"] = 1
+        tally[f"pages.{split}"] = 1
+        main = sum(page.labels)
+        tally[f"lines.{split}.main"] = main
+        tally[f"lines.{split}.boilerplate"] = len(page.labels) - main
+        return split, page.to_json()
+
+
+def training_examples(page_json: dict, config: BuildConfig) -> Iterator[tuple[str, tuple[int, str]]]:
+    """(language, (hash, fastText line)) for the balanced lines of one training page.
+
+    Featurisation sees the WHOLE page (context features), then only the sampled lines are emitted.
+    """
+    page = LabelledPage.from_json(page_json)
+    features = featurise_document(page.lines)
+    for i in balance_page(page.lines, page.labels, seed=page.url, max_lines_per_page=config.max_lines_per_page,
+                          max_ratio=config.max_class_ratio):
+        row = f"{LABEL_MAIN if page.labels[i] else LABEL_BOILERPLATE} {features[i]}"
+        digest = int.from_bytes(hashlib.sha1(f"{page.url}\t{i}".encode("utf-8", "replace")).digest()[:8], "big")
+        yield page.lang or "und", (digest, row)
+
+
+def all_examples(page_json: dict) -> list[str]:
+    page = LabelledPage.from_json(page_json)
+    return [f"{LABEL_MAIN if is_main else LABEL_BOILERPLATE} {feats}"
+            for feats, is_main in zip(featurise_document(page.lines), page.labels)]
+
+
+def _split_is(item: tuple[str, dict], split: str) -> bool:
+    return item[0] == split
+
+
+class LabelPages(beam.PTransform):
+    """Reader results -> {"pages": (split, page dict), "tally": per-record tallies}."""
+
+    def __init__(self, config: BuildConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, records: beam.PCollection) -> dict:
+        out = records | "Label" >> beam.ParDo(LabelPagesFn(self.config)).with_outputs(TALLY, main="pages")
+        return {"pages": out.pages, "tally": out[TALLY]}
+
+
+class BalancedTrainingExamples(beam.PTransform):
+    """Training pages -> {"rows": fastText lines, "per_language": (lang, count), "tally"}."""
+
+    def __init__(self, config: BuildConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, pages: beam.PCollection) -> dict:
+        config = self.config
+        keyed = pages | "Balance" >> beam.FlatMap(lambda item: training_examples(item[1], config))
+        capped = keyed | "CapPerLanguage" >> beam.combiners.Top.SmallestPerKey(config.max_lines_per_language)
+        rows = capped | "Rows" >> beam.FlatMap(lambda kv: [row for _digest, row in kv[1]])
+        per_language = capped | "CountPerLanguage" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
+        offered = keyed | "CountOffered" >> beam.combiners.Count.PerKey()
+        cap_tally = (
+            offered
+            | "CapDrops" >> beam.Map(lambda kv: {
+                "train_examples.offered": kv[1],
+                "train_examples.dropped.language_cap": max(0, kv[1] - config.max_lines_per_language)})
+        )
+        return {"rows": rows, "per_language": per_language, "tally": cap_tally}
+
+
+def _write_text(pcoll: beam.PCollection, path: str, label: str) -> beam.PCollection:
+    prefix, suffix = path.rsplit(".", 1)
+    return pcoll | label >> beam.io.WriteToText(prefix, file_name_suffix="." + suffix, num_shards=1,
+                                                shard_name_template="")
+
+
+class _WriteStats(beam.DoFn):
+    def __init__(self, output: str, config: dict):
+        self.output = output
+        self.config = config
+
+    def process(self, tally: Tally, per_language: list, *written) -> Iterator[dict]:
+        stats = build_stats(tally, dict(per_language), self.config)
+        write_json_atomic(f"{self.output}/stats.json", stats)
+        yield stats
+
+
+def build_stats(tally: Tally, per_language: dict, config: dict) -> dict:
+    def under(prefix: str) -> dict:
+        return {k[len(prefix):]: v for k, v in sorted(tally.items()) if k.startswith(prefix) and v}
+
+    read = tally.get("documents.read", 0)
+    kept = tally.get("documents.kept", 0)
+    dropped, errored = under("documents.dropped."), under("documents.errored.")
+    lines = {split: {"main": tally.get(f"lines.{split}.main", 0),
+                     "boilerplate": tally.get(f"lines.{split}.boilerplate", 0)} for split in SPLITS}
+    examples = sum(per_language.values())
+    return {
+        "documents_read": read,
+        "documents_kept": kept,
+        "documents_dropped": dropped,
+        "documents_errored": errored,
+        "identity_holds": read == kept + sum(dropped.values()) + sum(errored.values()),
+        "pages_without_main_content": tally.get("documents.no_main_content", 0),
+        "pages": {split: tally.get(f"pages.{split}", 0) for split in SPLITS},
+        "lines": lines,
+        "train_examples": examples,
+        "train_examples_dropped": {"page_balance": lines["train"]["main"] + lines["train"]["boilerplate"]
+                                   - tally.get("train_examples.offered", 0),
+                                   "language_cap": tally.get("train_examples.dropped.language_cap", 0)},
+        "train_examples_per_language": dict(sorted(per_language.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "config": config,
+    }
+
+
+class BuildTrainingData(beam.PTransform):
+    """Reader results -> train/dev/test files and stats.json under ``output``; yields the stats."""
+
+    def __init__(self, output: str, config: BuildConfig = BuildConfig()):
+        super().__init__()
+        self.output = output.rstrip("/")
+        self.config = config
+
+    def expand(self, records: beam.PCollection) -> beam.PCollection:
+        labelled = records | "LabelPages" >> LabelPages(self.config)
+        pages = labelled["pages"]
+        train = (pages | "TrainPages" >> beam.Filter(_split_is, "train")
+                 | "BalancedExamples" >> BalancedTrainingExamples(self.config))
+        written = [_write_text(train["rows"], f"{self.output}/train.txt", "WriteTrain")]
+        for split in ("dev", "test"):
+            split_pages = pages | f"{split}Pages" >> beam.Filter(_split_is, split)
+            rows = split_pages | f"{split}Examples" >> beam.FlatMap(lambda item: all_examples(item[1]))
+            written.append(_write_text(rows, f"{self.output}/{split}.txt", f"Write{split}"))
+            jsonl = split_pages | f"{split}Json" >> beam.Map(lambda item: json.dumps(item[1], ensure_ascii=False))
+            written.append(_write_text(jsonl, f"{self.output}/{split}.pages.jsonl", f"Write{split}Pages"))
+        tally = ((labelled["tally"], train["tally"]) | "AllTallies" >> beam.Flatten()
+                 | "SumTallies" >> beam.CombineGlobally(SumTallies()))
+        config = asdict(self.config)
+        return tally | "WriteStats" >> beam.ParDo(
+            _WriteStats(self.output, config), beam.pvalue.AsList(train["per_language"]),
+            *[beam.pvalue.AsList(w) for w in written])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="labse-main-content build-data",
+        description="Label every line of every HTML page in WARC files with the teacher (trafilatura) and "
+                    "write page-disjoint train/dev/test files in fastText format plus stats.json. Any other "
+                    "option is passed to Beam unchanged (e.g. --runner DataflowRunner --project P "
+                    "--region R --temp_location gs://B/tmp).")
+    parser.add_argument("--input", required=True, help="WARC file pattern (local or gs://), e.g. 'crawl/*.warc.gz'")
+    parser.add_argument("--output", required=True, help="output directory (local or gs://)")
+    defaults = BuildConfig()
+    parser.add_argument("--dev-fraction", type=float, default=defaults.dev_fraction,
+                        help="share of pages (by URL hash) in dev (default %(default)s)")
+    parser.add_argument("--test-fraction", type=float, default=defaults.test_fraction,
+                        help="share of pages (by URL hash) in test (default %(default)s)")
+    parser.add_argument("--max-lines-per-page", type=int, default=defaults.max_lines_per_page,
+                        help="training examples kept per page at most (default %(default)s)")
+    parser.add_argument("--max-class-ratio", type=float, default=defaults.max_class_ratio,
+                        help="per page, majority class kept at most this times the minority (default %(default)s)")
+    parser.add_argument("--max-lines-per-language", type=int, default=defaults.max_lines_per_language,
+                        help="training examples kept per language at most (default %(default)s)")
+    parser.add_argument("--teacher-balanced", action="store_true",
+                        help="run trafilatura in its balanced mode instead of favor_precision")
+    return parser
+
+
+def run(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
+        beam_args: list[str] | None = None) -> dict:
+    """Build and run the pipeline; returns the stats written to ``output/stats.json``."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.io.readers import ReadDocuments
+
+    with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
+        _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
+             | "Build" >> BuildTrainingData(output, config))
+    with FileSystems.open(f"{output.rstrip('/')}/stats.json") as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    from pipelines.io.readers import check_pattern_matches
+
+    for name in ("dev_fraction", "test_fraction"):
+        if not 0.0 <= getattr(args, name) < 1.0:
+            parser.error(f"--{name.replace('_', '-')} must be in [0, 1)")
+    if args.dev_fraction + args.test_fraction >= 1.0:
+        parser.error("--dev-fraction + --test-fraction must leave pages for training")
+    try:
+        files = check_pattern_matches(args.input)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    config = BuildConfig(dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
+                         max_lines_per_page=args.max_lines_per_page, max_class_ratio=args.max_class_ratio,
+                         max_lines_per_language=args.max_lines_per_language,
+                         teacher=TeacherConfig(favor_precision=not args.teacher_balanced))
+    logger.info("labelling %d file(s) matching %s into %s", len(files), args.input, args.output)
+    stats = run(args.input, args.output, config, beam_args)
+    print(json.dumps({k: stats[k] for k in ("documents_read", "documents_kept", "documents_dropped",
+                                            "documents_errored", "pages", "lines", "train_examples")}, indent=1))
+    return 0

@@ -1,0 +1,179 @@
+"""Quality of a main-content model against the teacher: line P/R/F1, agreement, kept-text token F1.
+
+``labse-main-content evaluate --model model.bin --input 'PATTERN.warc.gz'`` labels every HTML page
+of the input with the teacher (as ``build-data`` does) and reports how the model agrees with it.
+The metric functions are shared by ``train`` (on the page-disjoint test split) and the benchmark.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from pipelines.main_content.labels import LabelledPage, TeacherConfig, label_page
+
+logger = logging.getLogger(__name__)
+
+
+def token_f1(predicted: str, truth: str) -> float:
+    """F1 of the bags of whitespace tokens (the article-extraction-benchmark's measure)."""
+    pred, true = Counter(predicted.split()), Counter(truth.split())
+    if not pred and not true:
+        return 1.0
+    common = sum((pred & true).values())
+    if not common:
+        return 0.0
+    precision, recall = common / sum(pred.values()), common / sum(true.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+@dataclass
+class LineMetrics:
+    """Confusion counts of line decisions vs the teacher, with "main content" as the positive class."""
+
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+    page_f1: list[float] = field(default_factory=list)  # kept text vs teacher text, per page
+
+    def add(self, predicted: Sequence[bool], truth: Sequence[bool]) -> None:
+        p, t = np.asarray(predicted, dtype=bool), np.asarray(truth, dtype=bool)
+        self.tp += int((p & t).sum())
+        self.fp += int((p & ~t).sum())
+        self.fn += int((~p & t).sum())
+        self.tn += int((~p & ~t).sum())
+
+    def summary(self) -> dict:
+        precision = self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
+        recall = self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        total = self.tp + self.fp + self.fn + self.tn
+        return {
+            "lines": total,
+            "pages": len(self.page_f1),
+            "precision": round(precision, 4),
+            "recall": round(recall, 4),
+            "f1": round(f1, 4),
+            "agreement": round((self.tp + self.tn) / total, 4) if total else 0.0,
+            "kept_text_token_f1_vs_teacher": round(float(np.mean(self.page_f1)), 4) if self.page_f1 else 0.0,
+        }
+
+
+def evaluate_pages(model, pages: Iterable[LabelledPage], threshold: float = 0.5) -> dict:
+    """Model decisions (``score_lines >= threshold``) vs teacher labels, over pages with lines."""
+    metrics = LineMetrics()
+    for page in pages:
+        if not page.lines:
+            continue
+        keep = model.score_lines(page.lines) >= threshold
+        metrics.add(keep, page.labels)
+        kept = "\n".join(line for line, k in zip(page.lines, keep) if k)
+        metrics.page_f1.append(token_f1(kept, page.teacher_text))
+    return metrics.summary()
+
+
+def format_metrics(name: str, summary: dict) -> str:
+    return (f"{name}: P {summary['precision']:.3f} R {summary['recall']:.3f} F1 {summary['f1']:.3f} "
+            f"agreement {summary['agreement']:.3f} kept-text token F1 {summary['kept_text_token_f1_vs_teacher']:.3f} "
+            f"({summary['lines']} lines, {summary['pages']} pages)")
+
+
+def labelled_pages_from_warc(pattern: str, teacher: TeacherConfig = TeacherConfig(),
+                             limit: int | None = None, stats: Counter | None = None) -> Iterator[LabelledPage]:
+    """Teacher-labelled HTML pages of every WARC file matching ``pattern`` (no Beam: a small job)."""
+    from pipelines.io.documents import Document, Dropped, KIND_HTML
+    from pipelines.io.readers import check_pattern_matches, read_records
+
+    stats = stats if stats is not None else Counter()
+    seen = 0
+    for path in check_pattern_matches(pattern):
+        for record in read_records(path, "warc"):
+            if isinstance(record, Document) and record.kind == KIND_HTML:
+                page = label_page(record.url, record.body, teacher)
+                if not page.lines:
+                    stats["documents.dropped.no_lines"] += 1
+                    continue
+                stats["documents.kept"] += 1
+                yield page
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+            elif isinstance(record, Document):
+                stats["documents.dropped.not_html"] += 1
+            elif isinstance(record, Dropped):
+                stats[f"documents.dropped.{record.reason}"] += 1
+            else:
+                stats[f"documents.errored.{record.reason}"] += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="labse-main-content evaluate",
+        description="Agreement of a main-content model with the teacher (trafilatura) on any WARC: "
+                    "line precision/recall/F1 for 'main content', agreement, kept-text token F1.")
+    parser.add_argument("--model", required=True, help="fastText model from `labse-main-content train`")
+    parser.add_argument("--input", required=True, help="WARC file pattern, e.g. 'crawl/*.warc.gz'")
+    parser.add_argument("--threshold", type=float, default=0.5, help="keep lines scoring at least this (default 0.5)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many HTML pages")
+    parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+
+    from pipelines.main_content.model import MainContentModel, MainContentModelError
+
+    try:
+        model = MainContentModel.load(args.model)
+    except MainContentModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stats: Counter = Counter()
+    try:
+        from tqdm import tqdm
+
+        pages = tqdm(labelled_pages_from_warc(args.input, limit=args.limit, stats=stats),
+                     desc="pages", unit="page", disable=None)
+        summary = evaluate_pages(model, pages, args.threshold)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary["threshold"] = args.threshold
+    summary["input_counts"] = dict(sorted(stats.items()))
+    print(format_metrics(f"{args.model} vs teacher on {args.input}", summary))
+    if args.json_out:
+        from pipelines.accounting import write_json_atomic
+
+        write_json_atomic(args.json_out, summary)
+    return 0
+
+
+def html_pages(pattern: str) -> list[tuple[str, str]]:
+    """(url, html) of every HTML response in the WARC files matching ``pattern``."""
+    from pipelines.io.documents import KIND_HTML, Document
+    from pipelines.io.readers import check_pattern_matches, read_records
+
+    return [(record.url, record.body) for path in check_pattern_matches(pattern)
+            for record in read_records(path, "warc")
+            if isinstance(record, Document) and record.kind == KIND_HTML]
+
+
+def model_kept_text(model, html: str, threshold: float = 0.5) -> str:
+    """The text ``labse-clean`` keeps from a page with this model: html_to_lines, scored, thresholded."""
+    from pipelines.text.html import html_to_lines
+
+    lines = html_to_lines(html)
+    if not lines:
+        return ""
+    return "\n".join(line for line, score in zip(lines, model.score_lines(lines)) if score >= threshold)
+
+
+def mean_token_f1_vs_truth(extract, pages: Iterable[tuple[str, str]], truth: dict[str, str]) -> tuple[float, int]:
+    """Mean token F1 of ``extract(html)`` vs the human main text, over pages that have one."""
+    scores = [token_f1(extract(html) or "", truth[url]) for url, html in pages if url in truth]
+    return (float(np.mean(scores)) if scores else 0.0), len(scores)

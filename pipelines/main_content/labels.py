@@ -1,0 +1,199 @@
+"""Teacher labels for the lines of a page, without hand labels (pure functions, no Beam).
+
+The teacher is trafilatura, a slower and accurate main-text extractor run on the page's HTML. A line
+(exactly as ``html_to_lines`` produces it, because that is what ``labse-clean`` scores) is *main
+content* when the teacher kept it, *boilerplate* otherwise. "Kept" is decided on normalised text
+(NFKC, lowercase, letters and digits only, single spaces), so punctuation, quotes, bullets and
+whitespace differences between the two extractors do not matter:
+
+1. the normalised line equals a normalised teacher line, or
+2. the line is long enough to be specific (>= ``MIN_SUBSTRING_CHARS`` normalised characters) and is
+   a substring of the teacher's normalised text (the teacher joined two of our blocks, or we
+   joined inline elements it split), or
+3. the line has at least ``MIN_OVERLAP_UNITS`` matching units and at least ``MIN_OVERLAP`` of its
+   units occur in the teacher's text. Units are word bigrams, or character trigrams for text
+   written without spaces (Chinese, Japanese, Thai). Bigrams, not single words: a navigation link
+   "Home" or a footer "All rights reserved" shares words with almost any article but not bigrams.
+
+Short lines (below the substring length) therefore count as main content only when the teacher
+has them as a whole line (a heading, a byline, a list item), never because their words appear
+somewhere in the article.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Sequence
+
+MIN_SUBSTRING_CHARS = 25
+MIN_OVERLAP = 0.5
+MIN_OVERLAP_UNITS = 3
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class TeacherConfig:
+    """trafilatura settings for the teacher.
+
+    Defaults: ``favor_precision=True``, with tables, without comments. Measured against the human
+    main text of the 181 article pages in the shared data (token F1, mean over pages): precision
+    mode 0.961, balanced 0.955, recall mode 0.955; and the line labels derived from it 0.947 / 0.945
+    / 0.942. A precise teacher matters more than a generous one here: a boilerplate line taught as
+    main content leaks menus into every language's sentences. Comments are left out because user
+    comments are not the page's main content.
+    """
+
+    favor_precision: bool = True
+    favor_recall: bool = False
+    include_comments: bool = False
+    include_tables: bool = True
+
+
+def normalise(text: str) -> str:
+    """NFKC, lowercase, letters/digits only, single spaces."""
+    return _NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).lower()).strip()
+
+
+def _is_unspaced(norm: str) -> bool:
+    # Text in scripts written without spaces has very long "words".
+    words = norm.count(" ") + 1
+    return len(norm) / words > 12
+
+
+def _units(norm: str) -> list[str]:
+    if _is_unspaced(norm):
+        compact = norm.replace(" ", "")
+        return [compact[i:i + 3] for i in range(len(compact) - 2)] or ([compact] if compact else [])
+    words = norm.split()
+    if len(words) < 2:
+        return words
+    return [f"{a} {b}" for a, b in zip(words, words[1:])]
+
+
+@dataclass(frozen=True)
+class TeacherText:
+    """The teacher's output, prepared for matching lines against it."""
+
+    lines: frozenset[str]
+    joined: str
+    units: frozenset[str]
+
+    @classmethod
+    def from_text(cls, text: str | None) -> "TeacherText":
+        norm_lines = [normalise(line) for line in (text or "").split("\n")]
+        norm_lines = [line for line in norm_lines if line]
+        joined = " ".join(norm_lines)
+        units: set[str] = set()
+        for line in norm_lines:
+            units.update(_units(line))
+        # Bigrams across teacher line breaks: our block may span two of its paragraphs.
+        units.update(_units(joined)) if not _is_unspaced(joined) else None
+        return cls(lines=frozenset(norm_lines), joined=f" {joined} ", units=frozenset(units))
+
+
+def line_is_kept(line: str, teacher: TeacherText) -> bool:
+    """Whether the teacher kept this line (see the module docstring for the exact rule)."""
+    norm = normalise(line)
+    if not norm:
+        return False
+    if norm in teacher.lines:
+        return True
+    if len(norm) >= MIN_SUBSTRING_CHARS and f" {norm} " in teacher.joined:
+        return True
+    if _is_unspaced(norm) and len(norm) >= MIN_SUBSTRING_CHARS // 2 and norm in teacher.joined:
+        return True
+    units = _units(norm)
+    if len(units) < MIN_OVERLAP_UNITS:
+        return False
+    hits = sum(1 for unit in units if unit in teacher.units)
+    return hits >= MIN_OVERLAP_UNITS and hits / len(units) >= MIN_OVERLAP
+
+
+def teacher_extract(html: str, config: TeacherConfig = TeacherConfig()) -> str | None:
+    """The teacher's main text for a page (None when trafilatura finds nothing)."""
+    import trafilatura  # heavy import, only where the teacher runs
+
+    return trafilatura.extract(
+        html,
+        favor_precision=config.favor_precision,
+        favor_recall=config.favor_recall,
+        include_comments=config.include_comments,
+        include_tables=config.include_tables,
+        deduplicate=False,
+        with_metadata=False,
+    )
+
+
+def label_lines(lines: Sequence[str], teacher_text: str | None) -> list[bool]:
+    """True (main content) / False (boilerplate) for each line, given the teacher's text."""
+    teacher = TeacherText.from_text(teacher_text)
+    return [line_is_kept(line, teacher) for line in lines]
+
+
+def split_of(url: str, dev_fraction: float = 0.1, test_fraction: float = 0.1) -> str:
+    """"train", "dev" or "test" from a hash of the page URL: all lines of a page go to one split."""
+    bucket = int.from_bytes(hashlib.sha1(url.encode("utf-8", "replace")).digest()[:8], "big") / 2**64
+    if bucket < test_fraction:
+        return "test"
+    if bucket < test_fraction + dev_fraction:
+        return "dev"
+    return "train"
+
+
+def balance_page(lines: Sequence[str], labels: Sequence[bool], *, seed: str,
+                 max_lines_per_page: int = 200, max_ratio: float = 1.0) -> list[int]:
+    """Indices of the lines to keep as training examples for one page, in page order.
+
+    The majority class is downsampled to at most ``max_ratio`` times the minority class, so a page
+    with three main lines and 300 navigation links does not teach "everything is boilerplate";
+    a page whose lines all have one label keeps at most ``max_lines_per_page // 4`` of them (it
+    still teaches what such a page looks like). Then at most ``max_lines_per_page`` lines are kept,
+    so a few huge pages cannot dominate. Sampling is deterministic (seeded by ``seed``, the URL).
+    """
+    rng = random.Random(seed)
+    main = [i for i, is_main in enumerate(labels) if is_main]
+    boiler = [i for i, is_main in enumerate(labels) if not is_main]
+    if not main or not boiler:
+        only = main or boiler
+        keep = rng.sample(only, min(len(only), max(1, max_lines_per_page // 4)))
+        return sorted(keep)
+    minority, majority = (main, boiler) if len(main) <= len(boiler) else (boiler, main)
+    majority = rng.sample(majority, min(len(majority), max(1, int(len(minority) * max_ratio))))
+    half = max_lines_per_page // 2
+    if len(minority) > half:
+        minority = rng.sample(minority, half)
+        majority = rng.sample(majority, min(len(majority), half))
+    return sorted(minority + majority)
+
+
+@dataclass(frozen=True)
+class LabelledPage:
+    """One page's lines (as ``html_to_lines`` gives them), the teacher's labels and main text."""
+
+    url: str
+    lines: list[str]
+    labels: list[bool]
+    teacher_text: str
+    lang: str | None = None
+
+    def to_json(self) -> dict:
+        return {"url": self.url, "lang": self.lang, "lines": self.lines,
+                "labels": [int(x) for x in self.labels], "teacher_text": self.teacher_text}
+
+    @classmethod
+    def from_json(cls, row: dict) -> "LabelledPage":
+        return cls(url=row["url"], lines=list(row["lines"]), labels=[bool(x) for x in row["labels"]],
+                   teacher_text=row.get("teacher_text") or "", lang=row.get("lang"))
+
+
+def label_page(url: str, html: str, config: TeacherConfig = TeacherConfig()) -> LabelledPage:
+    """Lines of an HTML page with teacher labels (the language is filled in by the caller)."""
+    from pipelines.text.html import html_to_lines
+
+    lines = html_to_lines(html)
+    teacher_text = teacher_extract(html, config) if lines else None
+    return LabelledPage(url=url, lines=lines, labels=label_lines(lines, teacher_text),
+                        teacher_text=teacher_text or "")

@@ -1,0 +1,170 @@
+"""`labse-main-content train`: fastText supervised training on `build-data` output, then evaluation.
+
+    labse-main-content train --data DIR --output model.bin [--quantize]
+
+Trains on ``DIR/train.txt`` (shuffled with a fixed seed), writes the model atomically, and reports
+precision / recall / F1 of "main content" and the agreement with the teacher on the page-disjoint
+test split (``DIR/test.pages.jsonl``; dev too when present), scoring whole pages exactly as
+``labse-clean`` does (``MainContentModel.score_lines``). The report is printed and written to
+``OUTPUT.metrics.json``. ``--quantize`` writes a compressed ``.ftz`` model instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+from pipelines.main_content.evaluate import evaluate_pages, format_metrics
+from pipelines.main_content.labels import LabelledPage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """fastText hyper-parameters. Small and fast: the features carry the signal, not a big embedding."""
+
+    epoch: int = 20
+    lr: float = 0.2
+    dim: int = 32
+    word_ngrams: int = 2
+    bucket: int = 100_000
+    min_count: int = 1
+    threads: int = 2
+    seed: int = 0
+    quantize: bool = False
+    threshold: float = 0.5
+
+    def fasttext_args(self) -> dict:
+        return {"epoch": self.epoch, "lr": self.lr, "dim": self.dim, "wordNgrams": self.word_ngrams,
+                "bucket": self.bucket, "minCount": self.min_count, "thread": self.threads,
+                "seed": self.seed, "loss": "softmax"}
+
+
+# fastText keeps state across trainings in one process (a second train_supervised in the same
+# process can fail with "Encountered NaN" on data the first one trained on fine), so every training
+# runs in a fresh interpreter. It also keeps a crash in C++ from taking the caller down.
+_CHILD = r"""
+import json, sys
+import fasttext
+job = json.loads(sys.argv[1])
+model = fasttext.train_supervised(job["input"], verbose=0, **job["args"])
+if job["quantize"]:
+    model.quantize(input=job["input"], qnorm=True, retrain=True, cutoff=job["cutoff"], thread=job["args"]["thread"])
+model.save_model(job["output"])
+"""
+
+
+def train_fasttext(train_file: str, output: str, config: TrainConfig) -> None:
+    """Train on a fastText-format file and write the model to ``output`` atomically."""
+    directory = os.path.dirname(os.path.abspath(output))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".model-", suffix=".tmp", dir=directory)
+    os.close(fd)
+    job = {"input": train_file, "output": tmp, "args": config.fasttext_args(),
+           "quantize": config.quantize, "cutoff": 50_000}
+    try:
+        done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"fastText training failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a model is an ordinary shareable file
+        os.replace(tmp, output)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_pages(path: str) -> Iterator[LabelledPage]:
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield LabelledPage.from_json(json.loads(line))
+
+
+def _shuffled_copy(train_file: str, seed: int) -> tuple[str, int]:
+    with open(train_file, encoding="utf-8") as handle:
+        rows = [row for row in handle if row.strip()]
+    # build-data writes in worker order; SGD wants the classes and pages mixed.
+    random.Random(seed).shuffle(rows)
+    fd, path = tempfile.mkstemp(prefix="main-content-train-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.writelines(rows)
+    return path, len(rows)
+
+
+def train(data_dir: str, output: str, config: TrainConfig = TrainConfig()) -> dict:
+    """Train, save, evaluate on dev/test pages; returns (and writes beside the model) the metrics."""
+    from pipelines.main_content.model import MainContentModel
+
+    train_file = os.path.join(data_dir, "train.txt")
+    if not os.path.isfile(train_file):
+        raise FileNotFoundError(f"{train_file} not found: run `labse-main-content build-data` first")
+    shuffled, rows = _shuffled_copy(train_file, config.seed)
+    if rows == 0:
+        os.unlink(shuffled)
+        raise ValueError(f"{train_file} has no training examples")
+    try:
+        started = time.perf_counter()
+        logger.info("training fastText on %d examples from %s", rows, train_file)
+        train_fasttext(shuffled, output, config)
+        seconds = time.perf_counter() - started
+    finally:
+        os.unlink(shuffled)
+    model = MainContentModel.load(output)
+    report = {"model": output, "train_examples": rows, "train_seconds": round(seconds, 2),
+              "model_bytes": os.path.getsize(output), "config": asdict(config)}
+    for split in ("dev", "test"):
+        pages_file = os.path.join(data_dir, f"{split}.pages.jsonl")
+        if os.path.isfile(pages_file):
+            report[split] = evaluate_pages(model, read_pages(pages_file), config.threshold)
+    from pipelines.accounting import write_json_atomic
+
+    write_json_atomic(output + ".metrics.json", report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(
+        prog="labse-main-content train",
+        description="Train the fastText main-content classifier on `build-data` output and report precision, "
+                    "recall, F1 and agreement with the teacher on the page-disjoint test split.")
+    parser.add_argument("--data", required=True, help="directory written by `labse-main-content build-data`")
+    parser.add_argument("--output", required=True, help="model file to write (model.bin, or model.ftz with --quantize)")
+    parser.add_argument("--quantize", action="store_true", help="write a quantized (much smaller) .ftz model")
+    parser.add_argument("--epoch", type=int, default=defaults.epoch, help="default %(default)s")
+    parser.add_argument("--lr", type=float, default=defaults.lr, help="default %(default)s")
+    parser.add_argument("--dim", type=int, default=defaults.dim, help="default %(default)s")
+    parser.add_argument("--word-ngrams", type=int, default=defaults.word_ngrams, help="default %(default)s")
+    parser.add_argument("--bucket", type=int, default=defaults.bucket, help="hash buckets for n-grams (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=defaults.threads, help="default %(default)s")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
+    parser.add_argument("--threshold", type=float, default=defaults.threshold,
+                        help="decision threshold used for the reported metrics (default %(default)s)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    config = TrainConfig(epoch=args.epoch, lr=args.lr, dim=args.dim, word_ngrams=args.word_ngrams,
+                         bucket=args.bucket, threads=args.threads, seed=args.seed, quantize=args.quantize,
+                         threshold=args.threshold)
+    try:
+        report = train(args.data, args.output, config)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"model: {args.output} ({report['model_bytes']} bytes, {report['train_examples']} examples, "
+          f"{report['train_seconds']} s)")
+    for split in ("dev", "test"):
+        if split in report:
+            print(format_metrics(f"{split} (page-disjoint, vs teacher)", report[split]))
+    print(f"metrics: {args.output}.metrics.json")
+    return 0
