@@ -1,1 +1,15 @@
+"""Multilingual cased WordPiece vocabulary: pre-tokenisation, Beam counting, smoothing, learning,
+tokenizers and a coverage report. `vocab.build(output, sentences_dir=..., text_files=..., config=...)`
+runs it all (the same as `labse-vocab`); `vocab.tokenizer` is light and needs neither Beam nor TF.
+"""
+from __future__ import annotations
 
+
+def build(output, **kwargs):
+    """Count words with Beam, smooth, learn and report; see `vocab.cli.build`."""
+    from vocab.cli import build as _build
+
+    return _build(output, **kwargs)
+
+
+__all__ = ["build"]

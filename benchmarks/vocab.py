@@ -1,0 +1,294 @@
+"""Vocabulary learner benchmarks (BENCHMARKS.md, section vocab).
+
+compare: the same language-weighted word counts from the sample corpora (Multi30k train en/de/fr/cs
+    + UDHR in many scripts) go to three learners, each in its own subprocess so peak memory is
+    its own: this project's learner (`vocab.learn`), TF Text's `learn()` (the paper's tool) and HF
+    `tokenizers`' WordPiece trainer. Prints seconds, peak RSS, and per Tatoeba language the
+    subwords per word and [UNK] share of each vocabulary, and the speed ratio.
+
+    .venv/bin/python benchmarks/vocab.py compare --vocab-size 16000
+
+scale: a synthetic Zipfian table of 10 million distinct words in 30 scripts -> 500,000 tokens,
+    time and peak memory of `vocab.learn` alone.
+
+    nice .venv/bin/python benchmarks/vocab.py scale --num-words 10000000 --vocab-size 500000
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+DATA = Path(os.environ.get("LABSE_DATA", REPO.parent / "shared" / "data"))
+
+# Tatoeba (ISO 639-3) -> the UDHR file with the same language, so each script is in the counts.
+TATOEBA_UDHR = {
+    "deu": "deu_1996", "fra": "fra", "rus": "rus", "cmn": "cmn_hans", "jpn": "jpn", "kor": "kor",
+    "ara": "arb", "hin": "hin", "tha": "tha", "heb": "heb", "ell": "ell_monotonic", "tur": "tur",
+    "spa": "spa", "ukr": "ukr", "pes": "pes_1", "ben": "ben", "tam": "tam", "vie": "vie", "kat": "kat",
+}
+# Unicode blocks for the synthetic scripts (40 letters from each start).
+SCRIPT_STARTS = [
+    0x0061, 0x0430, 0x03B1, 0x0627, 0x05D0, 0x0905, 0x0985, 0x0E01, 0x10D0, 0x0561, 0xAC00, 0x3041,
+    0x30A1, 0x0B85, 0x0C05, 0x0C85, 0x0D05, 0x0A85, 0x0A05, 0x0B05, 0x0D85, 0x1780, 0x0E81, 0x0F40,
+    0x1200, 0x1000, 0x1820, 0x13A0, 0x1401, 0x0710,
+]
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux: KiB
+
+
+# --------------------------------------------------------------------------- synthetic scale run
+def zipf_counts(num_words: int, num_scripts: int = 30, seed: int = 0) -> tuple[list[str], np.ndarray]:
+    """`num_words` distinct words: 1-4 morphemes from a Zipfian inventory per script; Zipf counts."""
+    rng = np.random.default_rng(seed)
+    words: dict[str, None] = {}
+    per_script = -(-num_words // num_scripts)
+    for start in SCRIPT_STARTS[:num_scripts]:
+        alphabet = np.array([chr(start + i) for i in range(40)], dtype=object)
+        lengths = rng.integers(1, 6, size=30_000)
+        morphemes = np.array(
+            ["".join(alphabet[rng.integers(0, 40, size=n)]) for n in lengths], dtype=object
+        )
+        prob = 1.0 / np.arange(1, len(morphemes) + 1) ** 1.1
+        prob /= prob.sum()
+        target = min(num_words, len(words) + per_script)
+        while len(words) < target:
+            batch = 2 * (target - len(words)) + 1000
+            parts = rng.choice(len(morphemes), size=(batch, 4), p=prob)
+            k = rng.integers(1, 5, size=batch)
+            joined = morphemes[parts[:, 0]].copy()
+            for j in range(1, 4):
+                extra = morphemes[parts[:, j]]
+                joined = np.where(k > j, joined + extra, joined)
+            for word in joined:
+                if len(words) >= target:
+                    break
+                words[word] = None
+    word_list = list(words)
+    order = rng.permutation(len(word_list))
+    word_list = [word_list[i] for i in order]
+    counts = np.maximum(1.0, np.floor(1e9 / np.arange(1, len(word_list) + 1) ** 1.05))
+    return word_list, counts
+
+
+def run_scale(args) -> dict:
+    from vocab.learn import LearnerConfig, learn
+
+    started = time.perf_counter()
+    words, counts = zipf_counts(args.num_words, args.num_scripts, args.seed)
+    generated = time.perf_counter() - started
+    print(f"generated {len(words):,} words in {generated:.0f} s (peak RSS {peak_rss_gb():.1f} GB)", flush=True)
+    rss_before = peak_rss_gb()
+    started = time.perf_counter()
+    result = learn(words, counts, LearnerConfig(vocab_size=args.vocab_size, num_unused=args.num_unused))
+    seconds = time.perf_counter() - started
+    out = {
+        "num_words": len(words),
+        "num_scripts": args.num_scripts,
+        "vocab_size": len(result.vocab),
+        "requested": args.vocab_size,
+        "learn_seconds": round(seconds, 1),
+        "generate_seconds": round(generated, 1),
+        "peak_rss_gb_after_generation": round(rss_before, 2),
+        "peak_rss_gb": round(peak_rss_gb(), 2),
+        "search": result.search,
+        "num_chars": result.num_chars,
+    }
+    print(json.dumps(out, indent=1), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return out
+
+
+# --------------------------------------------------------------------------- comparison run
+def corpus_counts(udhr_files: list[str]) -> dict[str, Counter]:
+    from vocab.pretokenize import pretokenize
+
+    per_lang: dict[str, Counter] = {}
+    for lang in ("en", "de", "fr", "cs"):
+        counter = per_lang.setdefault(lang, Counter())
+        with gzip.open(DATA / "multi30k" / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
+            for line in handle:
+                counter.update(pretokenize(line))
+    for name in udhr_files:
+        counter = per_lang.setdefault("udhr-" + name, Counter())
+        for line in (DATA / "udhr" / f"{name}.txt").read_text(encoding="utf-8").splitlines():
+            counter.update(pretokenize(line))
+    return per_lang
+
+
+def weighted_integer_counts(per_lang: dict[str, Counter], alpha: float) -> Counter:
+    """Language-smoothed counts, rounded so TF Text's learn() (integer thresholds) gets them too."""
+    from vocab.smoothing import language_weights
+
+    weights = language_weights({lang: sum(c.values()) for lang, c in per_lang.items()}, alpha)
+    total: Counter = Counter()
+    for lang, counter in per_lang.items():
+        for word, count in counter.items():
+            total[word] += count * weights[lang]
+    return Counter({w: max(1, int(round(c))) for w, c in total.items()})
+
+
+def _learner_main(kind: str, counts_path: str, vocab_size: int, out_path: str) -> None:
+    """Runs in a subprocess: one learner, timed, peak memory from getrusage."""
+    from vocab.tokenizer import SPECIAL_TOKENS
+
+    counts = json.loads(Path(counts_path).read_text(encoding="utf-8"))
+    started = time.perf_counter()
+    if kind == "project":
+        from vocab.learn import LearnerConfig, learn_from_counts
+
+        vocab = learn_from_counts(counts, LearnerConfig(vocab_size=vocab_size, char_min_count=1, progress=False)).vocab
+    elif kind == "tf_text":
+        from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as tf_learner
+
+        # bert_vocab_from_dataset's defaults, except: every character kept (as ours, so CJK is
+        # not [UNK]) and no input cap; slack 0.5% so its size is comparable.
+        vocab = tf_learner.learn(
+            list(counts.items()), vocab_size, SPECIAL_TOKENS, upper_thresh=10_000_000, lower_thresh=1,
+            num_iterations=4, max_input_tokens=-1, max_token_length=50, max_unique_chars=1_000_000,
+            slack_ratio=0.005, include_joiner_token=True, joiner="##",
+        )
+    elif kind == "hf_tokenizers":
+        from tokenizers import Tokenizer, models, trainers
+
+        from vocab.pretokenize import bert_normalizer, bert_pre_tokenizer
+
+        tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tokenizer.normalizer = bert_normalizer()
+        tokenizer.pre_tokenizer = bert_pre_tokenizer()
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##",
+            show_progress=False, limit_alphabet=1_000_000,
+        )
+
+        def repeated():  # the trainer has no counts API: each word as often as its weighted count
+            for word, count in counts.items():
+                for _ in range(0, count, 1000):
+                    yield " ".join([word] * min(1000, count))
+
+        tokenizer.train_from_iterator(repeated(), trainer)
+        mapping = tokenizer.get_vocab()
+        vocab = sorted(mapping, key=mapping.get)
+    else:
+        raise ValueError(kind)
+    seconds = time.perf_counter() - started
+    Path(out_path + ".txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    Path(out_path + ".json").write_text(json.dumps({"seconds": seconds, "peak_rss_gb": peak_rss_gb(), "size": len(vocab)}))
+
+
+def tatoeba_quality(vocab_path: str, langs: list[str]) -> dict[str, dict]:
+    from vocab.report import tokenization_stats
+    from vocab.tokenizer import hf_tokenizer
+
+    tokenizer = hf_tokenizer(vocab_path)
+    out = {}
+    for lang in langs:
+        path = DATA / "tatoeba" / f"tatoeba.{lang}-eng.{lang}"
+        out[lang] = tokenization_stats(tokenizer, path.read_text(encoding="utf-8").splitlines())
+    return out
+
+
+def run_compare(args) -> dict:
+    langs = args.langs.split(",")
+    started = time.perf_counter()
+    per_lang = corpus_counts([TATOEBA_UDHR[lang] for lang in langs if lang in TATOEBA_UDHR])
+    counts = weighted_integer_counts(per_lang, args.smoothing)
+    print(f"{len(counts):,} distinct words, {sum(counts.values()):,} weighted tokens, "
+          f"{len(per_lang)} languages (counting took {time.perf_counter() - started:.0f} s)", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="vocab_bench_"))
+    counts_path = work / "counts.json"
+    counts_path.write_text(json.dumps(counts), encoding="utf-8")
+    results = {}
+    for kind in args.learners.split(","):
+        print(f"learning with {kind} ...", flush=True)
+        out = str(work / kind)
+        proc = subprocess.run(
+            [sys.executable, __file__, "_learner", kind, str(counts_path), str(args.vocab_size), out],
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        if proc.returncode != 0:
+            results[kind] = {"error": f"exit {proc.returncode}"}
+            continue
+        stats = json.loads(Path(out + ".json").read_text())
+        stats["tatoeba"] = tatoeba_quality(out + ".txt", langs)
+        results[kind] = stats
+        print(f"  {kind}: {stats['seconds']:.1f} s, peak RSS {stats['peak_rss_gb']:.2f} GB, size {stats['size']}", flush=True)
+
+    print(f"\n{'learner':<15}{'seconds':>9}{'peak GB':>9}{'size':>8}")
+    for kind, stats in results.items():
+        if "error" not in stats:
+            print(f"{kind:<15}{stats['seconds']:>9.1f}{stats['peak_rss_gb']:>9.2f}{stats['size']:>8}")
+    ok = [k for k in results if "error" not in results[k]]
+    print("\nsubwords per word / [UNK] share on Tatoeba (" + ", ".join(ok) + ")")
+    for lang in langs:
+        cells = [
+            f"{results[k]['tatoeba'][lang]['subwords_per_word']:.3f}/{results[k]['tatoeba'][lang]['unk_share']:.3f}"
+            for k in ok
+        ]
+        print(f"{lang:<6}" + "".join(f"{c:>18}" for c in cells))
+    for k in ok:
+        mean = np.mean([results[k]["tatoeba"][lang]["subwords_per_word"] for lang in langs])
+        results[k]["mean_subwords_per_word"] = float(mean)
+        print(f"mean subwords per word {k}: {mean:.4f}")
+    if "project" in ok and "tf_text" in ok:
+        speed = results["tf_text"]["seconds"] / results["project"]["seconds"]
+        rel = results["project"]["mean_subwords_per_word"] / results["tf_text"]["mean_subwords_per_word"] - 1
+        overlap = len(set(Path(str(work / "project") + ".txt").read_text().split("\n"))
+                      & set(Path(str(work / "tf_text") + ".txt").read_text().split("\n")))
+        print(f"\nspeed-up vs TF Text learn(): {speed:.1f}x; subwords per word vs learn(): {100 * rel:+.2f}%; "
+              f"shared tokens: {overlap}")
+        results["speedup_vs_tf_text"] = speed
+        results["subwords_per_word_vs_tf_text"] = rel
+    if "project" in ok and "hf_tokenizers" in ok:
+        print(f"speed ratio HF tokenizers / project: {results['hf_tokenizers']['seconds'] / results['project']['seconds']:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_learner":
+        _learner_main(argv[1], argv[2], int(argv[3]), argv[4])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    compare = sub.add_parser("compare", help="project vs TF Text learn() vs HF tokenizers on real counts")
+    compare.add_argument("--vocab-size", type=int, default=16000)
+    compare.add_argument("--smoothing", type=float, default=0.3)
+    compare.add_argument("--langs", default="deu,fra,rus,cmn,jpn,kor,ara,hin,tha,heb,ell,tur")
+    compare.add_argument("--learners", default="project,tf_text,hf_tokenizers")
+    compare.add_argument("--json", default=None)
+    scale = sub.add_parser("scale", help="synthetic Zipfian table -> large vocabulary, time and memory")
+    scale.add_argument("--num-words", type=int, default=10_000_000)
+    scale.add_argument("--num-scripts", type=int, default=30)
+    scale.add_argument("--vocab-size", type=int, default=500_000)
+    scale.add_argument("--num-unused", type=int, default=0)
+    scale.add_argument("--seed", type=int, default=0)
+    scale.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if args.mode == "scale":
+        run_scale(args)
+    else:
+        run_compare(args)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Beam: sentences -> word counts per language (`CombinePerKey`), plus held-out sentences.
+
+    (lang, text) --hold out ~1% by a stable hash--> held-out sentences (for the report)
+                 --pre-tokenise, count per batch--> ((lang, word), n) --CombinePerKey(sum)-->
+                 counts TSV shards: `lang \\t word \\t count`  (words never contain whitespace)
+
+Inputs: `labse-clean`'s `DIR/sentences/lang=XX/*.parquet` (columns `text`, `lang`), or one plain
+text file (pattern) per language, one sentence per line.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+from typing import Iterable, Mapping
+
+import apache_beam as beam
+
+from pipelines.accounting import ReasonCounters, SumTallies
+from vocab.pretokenize import pretokenize
+
+HOLDOUT_SCALE = 1_000_000
+
+
+def is_heldout(text: str, rate: float) -> bool:
+    """Deterministic (crc32, not Python's salted hash) so every run holds out the same sentences."""
+    return zlib.crc32(text.encode("utf-8")) % HOLDOUT_SCALE < rate * HOLDOUT_SCALE
+
+
+def count_batch(rows: Iterable[tuple[str, str]], holdout_rate: float) -> tuple[Counter, list, Counter]:
+    """(lang, text) rows -> word counts keyed (lang, word), held-out rows, and a tally by reason."""
+    counts: Counter = Counter()
+    heldout: list[tuple[str, str]] = []
+    tally: Counter = Counter()
+    for lang, text in rows:
+        tally["sentences.read"] += 1
+        if not lang:
+            tally["sentences.dropped.no_lang"] += 1
+            continue
+        if text is None or not text.strip():
+            tally["sentences.dropped.empty"] += 1
+            continue
+        if holdout_rate > 0 and is_heldout(text, holdout_rate):
+            tally["sentences.heldout"] += 1
+            heldout.append((lang, text))
+            continue
+        words = pretokenize(text)
+        if not words:
+            tally["sentences.dropped.no_words"] += 1
+            continue
+        tally["sentences.kept"] += 1
+        tally[f"words.{lang}"] += len(words)
+        for word in words:
+            counts[(lang, word)] += 1
+    return counts, heldout, tally
+
+
+class _CountBatches(beam.DoFn):
+    def __init__(self, holdout_rate: float):
+        self.holdout_rate = holdout_rate
+
+    def setup(self):
+        self.counters = ReasonCounters()
+
+    def process(self, batch: list[tuple[str, str]]):
+        counts, heldout, tally = count_batch(batch, self.holdout_rate)
+        self.counters.inc_tally({k: v for k, v in tally.items() if not k.startswith("words.")})
+        self.counters.inc("words.counted", sum(counts.values()))
+        yield from counts.items()
+        for row in heldout:
+            yield beam.pvalue.TaggedOutput("heldout", row)
+        yield beam.pvalue.TaggedOutput("tally", dict(tally))
+
+
+class CountWords(beam.PTransform):
+    """PCollection[(lang, text)] -> {"counts": ((lang, word), n), "heldout": (lang, [texts]), "tally": dict}."""
+
+    def __init__(self, holdout_rate: float = 0.01, heldout_per_language: int = 2000):
+        super().__init__()
+        self.holdout_rate = holdout_rate
+        self.heldout_per_language = heldout_per_language
+
+    def expand(self, sentences):
+        parts = (
+            sentences
+            | "Batch" >> beam.BatchElements(min_batch_size=256, max_batch_size=8192)
+            | "CountBatch" >> beam.ParDo(_CountBatches(self.holdout_rate)).with_outputs("heldout", "tally", main="counts")
+        )
+        counts = parts.counts | "SumPerKey" >> beam.CombinePerKey(sum)
+        heldout = parts.heldout | "FirstByHash" >> beam.combiners.Top.PerKey(
+            self.heldout_per_language, key=lambda text: zlib.crc32(text.encode("utf-8"))
+        )
+        tally = parts.tally | "SumTallies" >> beam.CombineGlobally(SumTallies())
+        return {"counts": counts, "heldout": heldout, "tally": tally}
+
+
+def _parquet_rows(record: Mapping) -> tuple[str, str]:
+    return record.get("lang"), record.get("text")
+
+
+class ReadSentenceParquet(beam.PTransform):
+    """`labse-clean` output (`DIR/sentences`, hive `lang=XX`) -> (lang, text)."""
+
+    def __init__(self, sentences_dir: str):
+        super().__init__()
+        self.pattern = sentences_dir.rstrip("/") + "/lang=*/*.parquet"
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "ReadParquet" >> beam.io.ReadFromParquet(self.pattern, columns=["text", "lang"])
+            | "ToLangText" >> beam.Map(_parquet_rows)
+        )
+
+
+class ReadLanguageTexts(beam.PTransform):
+    """{lang: file pattern} of plain text, one sentence per line -> (lang, text)."""
+
+    def __init__(self, files: Mapping[str, str]):
+        super().__init__()
+        self.files = dict(files)
+
+    def expand(self, pbegin):
+        collections = [
+            pbegin
+            | f"Read[{lang}]" >> beam.io.ReadFromText(pattern)
+            | f"Tag[{lang}]" >> beam.Map(lambda line, lang=lang: (lang, line))
+            for lang, pattern in sorted(self.files.items())
+        ]
+        return collections | "Flatten" >> beam.Flatten()
+
+
+def format_count(item: tuple[tuple[str, str], int]) -> str:
+    (lang, word), count = item
+    return f"{lang}\t{word}\t{count}"
+
+
+def parse_count(line: str) -> tuple[str, str, int]:
+    lang, word, count = line.split("\t")
+    return lang, word, int(count)
+
+
+class WriteCounts(beam.PTransform):
+    """Counts, held-out sentences and the tally as text files under `work_dir`."""
+
+    def __init__(self, work_dir: str):
+        super().__init__()
+        self.work_dir = work_dir.rstrip("/")
+
+    def expand(self, outputs):
+        counts = outputs["counts"] | "FormatCounts" >> beam.Map(format_count) | "WriteCounts" >> beam.io.WriteToText(
+            f"{self.work_dir}/counts/counts", file_name_suffix=".tsv"
+        )
+        heldout = (
+            outputs["heldout"]
+            | "FormatHeldout" >> beam.Map(lambda kv: json.dumps({"lang": kv[0], "texts": kv[1]}, ensure_ascii=False))
+            | "WriteHeldout" >> beam.io.WriteToText(f"{self.work_dir}/heldout", file_name_suffix=".jsonl", shard_name_template="")
+        )
+        tally = (
+            outputs["tally"]
+            | "FormatTally" >> beam.Map(lambda t: json.dumps(t, sort_keys=True))
+            | "WriteTally" >> beam.io.WriteToText(f"{self.work_dir}/tally", file_name_suffix=".json", shard_name_template="")
+        )
+        return {"counts": counts, "heldout": heldout, "tally": tally}
