@@ -57,10 +57,12 @@ def normalise(text: str) -> str:
     return _NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).lower()).strip()
 
 
+# Scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, kana, CJK ideographs.
+_UNSPACED_CHARS = re.compile(r"[\u0E00-\u0EFF\u1000-\u109F\u1780-\u17FF\u3040-\u30FF\u3400-\u4DBF\u4E00-\u9FFF\uF900-\uFAFF]")
+
+
 def _is_unspaced(norm: str) -> bool:
-    # Text in scripts written without spaces has very long "words".
-    words = norm.count(" ") + 1
-    return len(norm) / words > 12
+    return len(_UNSPACED_CHARS.findall(norm)) * 3 >= len(norm.replace(" ", "")) > 0
 
 
 def _units(norm: str) -> list[str]:
