@@ -181,6 +181,8 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
         if value is not None:
             setattr(config.train, name, value)
     config.data = args.data
+    if args.dev_data is not None:
+        config.dev_data = args.dev_data
     config.world_size = world_size
     return config
 
@@ -301,7 +303,10 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext) -> RunCon
         if not (run_dir / "config.json").is_file():
             raise FileNotFoundError(f"--resume: {run_dir / 'config.json'} not found (nothing to resume)")
         ckpt.find_checkpoint(run_dir)  # fail early and clearly when there is none
-        return resumed_run_config(args, run_dir, ctx.world_size)
+        config = resumed_run_config(args, run_dir, ctx.world_size)
+        if ctx.is_main:
+            config.save(run_dir / "config.json")  # records overrides such as a longer --max-steps
+        return config
     if ckpt.list_checkpoints(run_dir):
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or choose a new --output")
     config = make_run_config(args, ctx.world_size)

@@ -1,0 +1,83 @@
+"""labse-train on real Multi30k shards: the run directory, checkpoints, and an exact --resume."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from labse_model import checkpoint as ckpt
+from labse_model.train import lr_lambda, main as train_main, read_metrics
+from model_helpers import build_vocab, write_shards
+
+
+@pytest.fixture(scope="module")
+def inputs(labse_data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("train_inputs")
+    vocab = build_vocab(labse_data, root / "vocab")
+    return vocab, write_shards(labse_data, vocab, root / "shards", pairs_per_lang=32)
+
+
+def _args(vocab: Path, shards: str, output: Path, *extra: str) -> list[str]:
+    # Dropout stays on: resuming must restore the RNG streams, not only weights and optimizer.
+    return ["--data", shards, "--vocab", str(vocab), "--output", str(output), "--config", "tiny",
+            "--global-batch-size", "8", "--max-steps", "6", "--lr", "2e-3", "--warmup-steps", "2",
+            "--log-every", "1", "--save-every", "3", "--scale", "20", *extra]
+
+
+def test_resume_continues_exactly(inputs, labse_data, tmp_path):
+    vocab, shards = inputs
+    dev = f"{labse_data}/multi30k/val.de.gz:{labse_data}/multi30k/val.en.gz"
+    interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"
+
+    assert train_main(_args(vocab, shards, interrupted, "--stop-after-steps", "3")) == 0
+    assert [step for step, _ in ckpt.list_checkpoints(interrupted)] == [3]
+    # A crash while writing a checkpoint leaves only a hidden staging folder, which is ignored.
+    (interrupted / "checkpoints" / ".tmp-step-00000004").mkdir()
+    assert train_main(_args(vocab, shards, interrupted, "--resume", "--dev-data", dev, "--dev-max-pairs", "64",
+                            "--eval-every", "3")) == 0
+    assert train_main(_args(vocab, shards, straight)) == 0
+
+    def losses(run: Path) -> dict[int, float]:
+        return {m["step"]: m["loss"] for m in read_metrics(run) if "loss" in m}
+
+    assert sorted(losses(interrupted)) == [1, 2, 3, 4, 5, 6]
+    assert losses(interrupted) == losses(straight)  # bit-identical, steps 4-6 included
+    assert len(set(losses(straight).values())) == 6  # and the loss really changes from step to step
+    final_a = load_file(ckpt.find_checkpoint(interrupted) / ckpt.MODEL_FILE)
+    final_b = load_file(ckpt.find_checkpoint(straight) / ckpt.MODEL_FILE)
+    assert all(torch.equal(final_a[k], final_b[k]) for k in final_b)
+
+    # The run directory (contract 9) and what the resumed run evaluated.
+    config = json.loads((interrupted / "config.json").read_text())
+    assert config["model"]["num_layers"] == 2 and config["model"]["vocab_size"] == 2000
+    assert config["train"]["margin"] == 0.3 and config["train"]["scale"] == 20.0
+    assert (interrupted / "vocab.txt").read_text() == vocab.read_text()
+    state = ckpt.load_training_state(ckpt.find_checkpoint(interrupted))
+    assert state["step"] == 6 and state["data_position"] == 6
+    summary = json.loads((interrupted / "train_summary.json").read_text())
+    assert summary["finished"] and 0.0 <= summary["dev_accuracy"]["mean"] <= 1.0
+    dev_rows = [m for m in read_metrics(interrupted) if "dev_mean" in m]
+    assert [m["step"] for m in dev_rows] == [3, 6] or [m["step"] for m in dev_rows] == [6]
+    assert list((interrupted / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_refuses_to_overwrite_and_to_resume_nothing(inputs, tmp_path, caplog):
+    vocab, shards = inputs
+    run = tmp_path / "run"
+    assert train_main(_args(vocab, shards, tmp_path / "empty", "--resume")) == 2
+    assert "nothing to resume" in caplog.text
+    assert train_main(_args(vocab, shards, run, "--max-steps", "1")) == 0
+    assert train_main(_args(vocab, shards, run, "--max-steps", "1")) == 2
+    assert "pass --resume" in caplog.text
+    assert train_main(_args(vocab, "/no/such/*.tfrecord", tmp_path / "other")) == 2
+    assert "matches no files" in caplog.text
+
+
+def test_learning_rate_schedule():
+    factor = lr_lambda(warmup_steps=4, max_steps=12)
+    assert [round(factor(s), 4) for s in range(13)] == [
+        0.25, 0.5, 0.75, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0
+    ]
