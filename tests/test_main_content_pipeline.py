@@ -1,0 +1,91 @@
+"""build-data (Beam, 2 worker processes) -> train -> evaluate on the real Common Crawl samples."""
+import json
+from collections import Counter
+
+import pytest
+
+from pipelines.main_content import cli
+from pipelines.main_content.build_data import training_examples, BuildConfig
+from pipelines.main_content.evaluate import labelled_pages_from_warc, token_f1
+from pipelines.main_content.labels import split_of
+from pipelines.main_content.train import read_pages
+
+from tests.conftest import require_file
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def built(labse_data, tmp_path_factory):
+    require_file(labse_data, "commoncrawl/web-pages-sample.warc.gz")
+    require_file(labse_data, "commoncrawl/CC-MAIN-2020-34-sample.warc.gz")
+    pattern = str(labse_data / "commoncrawl" / "*.warc.gz")
+    out = tmp_path_factory.mktemp("mc") / "data"
+    code = cli.main(["build-data", "--input", pattern, "--output", str(out),
+                     "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    assert code == 0
+    return pattern, out
+
+
+def test_stats_account_for_every_record(built):
+    _pattern, out = built
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["identity_holds"]
+    # 126 HTML responses; requests, metadata and warcinfo records are dropped by reason
+    assert stats["documents_kept"] == 126 and stats["documents_read"] == 161
+    assert stats["documents_dropped"]["warc_type:request"] == 17
+    assert sum(stats["pages"].values()) == 126 and min(stats["pages"].values()) > 0
+    assert stats["train_examples"] == sum(stats["train_examples_per_language"].values()) > 1000
+    assert {"de", "en", "zh"} <= set(stats["train_examples_per_language"])
+
+
+def test_splits_are_page_disjoint_and_train_rows_come_only_from_train_pages(built):
+    pattern, out = built
+    dev = {p.url for p in read_pages(str(out / "dev.pages.jsonl"))}
+    test = {p.url for p in read_pages(str(out / "test.pages.jsonl"))}
+    assert dev and test and not dev & test
+    assert all(split_of(u) == "dev" for u in dev) and all(split_of(u) == "test" for u in test)
+    # Recompute, without Beam, the training rows the train pages must give: the multiset matches.
+    expected = Counter()
+    config = BuildConfig()
+    for page in labelled_pages_from_warc(pattern):
+        if split_of(page.url) == "train":
+            page_json = page.to_json()
+            expected.update(row for _lang, (_digest, row) in training_examples(page_json, config))
+            assert page.url not in dev | test
+    written = Counter(line for line in (out / "train.txt").read_text(encoding="utf-8").split("\n") if line)
+    assert written == expected
+    test_rows = (out / "test.txt").read_text(encoding="utf-8").splitlines()
+    assert len(test_rows) == sum(len(p.lines) for p in read_pages(str(out / "test.pages.jsonl")))
+
+
+def test_trained_model_beats_no_filter_on_the_test_split(built, tmp_path, capsys):
+    _pattern, out = built
+    model = tmp_path / "model.bin"
+    assert cli.main(["train", "--data", str(out), "--output", str(model)]) == 0
+    printed = capsys.readouterr().out
+    assert "test (page-disjoint, vs teacher): P" in printed
+    report = json.loads((tmp_path / "model.bin.metrics.json").read_text())
+    test = report["test"]
+    pages = list(read_pages(str(out / "test.pages.jsonl")))
+    main_lines = sum(sum(p.labels) for p in pages)
+    all_lines = sum(len(p.lines) for p in pages)
+    keep_all_precision = main_lines / all_lines
+    keep_all_f1 = 2 * keep_all_precision / (keep_all_precision + 1)
+    keep_all_token_f1 = sum(token_f1("\n".join(p.lines), p.teacher_text) for p in pages) / len(pages)
+    assert test["lines"] == all_lines
+    assert test["f1"] > keep_all_f1 + 0.1
+    assert test["agreement"] > keep_all_precision + 0.1  # keeping everything agrees on the main lines only
+    assert test["kept_text_token_f1_vs_teacher"] > keep_all_token_f1 + 0.1
+
+
+def test_evaluate_prints_the_same_metrics_for_any_warc(built, tmp_path, labse_data, capsys):
+    _pattern, out = built
+    model = tmp_path / "model.bin"
+    assert cli.main(["train", "--data", str(out), "--output", str(model), "--epoch", "5"]) == 0
+    capsys.readouterr()
+    warc = require_file(labse_data, "commoncrawl/CC-MAIN-2020-34-sample.warc.gz")
+    assert cli.main(["evaluate", "--model", str(model), "--input", str(warc), "--json", str(tmp_path / "e.json")]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads((tmp_path / "e.json").read_text())
+    assert "agreement" in printed and summary["pages"] == 16 and 0 < summary["f1"] <= 1
