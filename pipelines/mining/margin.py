@@ -1,0 +1,216 @@
+"""Margin-based bitext mining (Artetxe & Schwenk 2019; LASER `source/mine_bitexts.py`).
+
+For source x and target y with L2-normalised embeddings, with NN_k(x) the k nearest targets of x
+and NN_k(y) the k nearest sources of y:
+
+    fwd_mean(x) = mean_{z in NN_k(x)} cos(x, z)      bwd_mean(y) = mean_{z in NN_k(y)} cos(y, z)
+    margin(x, y) = M(cos(x, y), (fwd_mean(x) + bwd_mean(y)) / 2)
+
+with M = `ratio` a / b, `distance` a - b or `absolute` a (plain cosine). Candidates are each
+sentence's k nearest neighbours; each sentence takes its best-margin candidate. Strategies:
+
+* `fwd`: every source with its best target; `bwd`: every target with its best source;
+* `intersect`: pairs that are best in both directions;
+* `max`: all forward and backward bests, sorted by margin, taken greedily so that each source and
+  each target sentence is used at most once (LASER's default).
+
+The pure functions here are shared by the in-memory miner (`mine`) and the Beam pipeline
+(`pipelines/mine.py`), which computes the same quantities across shards.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Hashable, Iterable, Sequence, TypeVar
+
+import numpy as np
+
+from pipelines.mining.search import SearchConfig, knn
+
+MARGINS = ("ratio", "distance", "absolute")
+STRATEGIES = ("max", "intersect", "fwd", "bwd")
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class MarginConfig:
+    k: int = 4                 # neighbours for the margin means and candidates (LASER: 4)
+    margin: str = "ratio"      # LASER's default and the paper's best
+    strategy: str = "max"
+    threshold: float | None = None   # keep pairs with margin >= threshold (None: keep all)
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError("k must be >= 1")
+        if self.margin not in MARGINS:
+            raise ValueError(f"margin must be one of {MARGINS}, got {self.margin!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+
+
+def margin_function(name: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    if name == "ratio":
+        # LASER divides without a guard; only an exactly-zero denominator is nudged
+        return lambda a, b: a / np.where(b == 0, 1e-12, b)
+    if name == "distance":
+        return lambda a, b: a - b
+    if name == "absolute":
+        return lambda a, b: a
+    raise ValueError(f"margin must be one of {MARGINS}, got {name!r}")
+
+
+def margin_scores(cosines, fwd_means, bwd_means, margin: str):
+    """Margin of candidate pairs from their cosine and both sides' kNN means (broadcasts)."""
+    cosines = np.asarray(cosines, dtype=np.float64)
+    denominator = (np.asarray(fwd_means, dtype=np.float64) + np.asarray(bwd_means, dtype=np.float64)) / 2
+    return margin_function(margin)(cosines, denominator)
+
+
+def greedy_unique(candidates: Iterable[tuple[float, K, K]]) -> list[tuple[float, K, K]]:
+    """LASER's `max` selection: by descending score, keep a pair only if neither side is used yet.
+
+    `candidates` are (score, source key, target key); ties are broken by the keys so the result
+    does not depend on input order (Beam delivers candidates in no particular order).
+    """
+    ordered = sorted(candidates, key=lambda c: (-c[0], c[1], c[2]))
+    used_src: set = set()
+    used_tgt: set = set()
+    kept = []
+    for score, src, tgt in ordered:
+        if src in used_src or tgt in used_tgt:
+            continue
+        used_src.add(src)
+        used_tgt.add(tgt)
+        kept.append((score, src, tgt))
+    return kept
+
+
+@dataclass
+class MinedPairs:
+    """Pairs as row indices into the source and target matrices, with cosine and margin."""
+
+    src: np.ndarray
+    tgt: np.ndarray
+    margin: np.ndarray
+    cosine: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @classmethod
+    def empty(cls) -> "MinedPairs":
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+
+
+@dataclass
+class Neighbours:
+    """kNN of both directions: sims/ids [n, k] and their means."""
+
+    fwd_sims: np.ndarray
+    fwd_ids: np.ndarray
+    bwd_sims: np.ndarray
+    bwd_ids: np.ndarray
+
+    @property
+    def fwd_mean(self) -> np.ndarray:
+        return self.fwd_sims.mean(axis=1) if self.fwd_sims.shape[1] else np.zeros(len(self.fwd_sims))
+
+    @property
+    def bwd_mean(self) -> np.ndarray:
+        return self.bwd_sims.mean(axis=1) if self.bwd_sims.shape[1] else np.zeros(len(self.bwd_sims))
+
+
+def neighbours(x: np.ndarray, y: np.ndarray, k: int, search: SearchConfig = SearchConfig()) -> Neighbours:
+    fwd_sims, fwd_ids = knn(x, y, k, search)
+    bwd_sims, bwd_ids = knn(y, x, k, search)
+    return Neighbours(fwd_sims, fwd_ids, bwd_sims, bwd_ids)
+
+
+def best_candidates(cand_sims: np.ndarray, cand_ids: np.ndarray, own_mean: np.ndarray,
+                    other_mean: np.ndarray, margin: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each row: (best candidate id, its margin, its cosine) among its k candidates."""
+    scores = margin_scores(cand_sims, own_mean[:, None], other_mean[cand_ids], margin)
+    best = scores.argmax(axis=1)
+    rows = np.arange(len(best))
+    return cand_ids[rows, best], scores[rows, best], cand_sims[rows, best].astype(np.float64)
+
+
+def select(fwd: tuple[np.ndarray, np.ndarray, np.ndarray], bwd: tuple[np.ndarray, np.ndarray, np.ndarray],
+           strategy: str) -> MinedPairs:
+    """Apply a strategy to each source's best (fwd) and each target's best (bwd) candidate."""
+    fwd_best, fwd_margin, fwd_cos = fwd
+    bwd_best, bwd_margin, bwd_cos = bwd
+    n_src, n_tgt = len(fwd_best), len(bwd_best)
+    if strategy == "fwd":
+        return MinedPairs(np.arange(n_src), fwd_best, fwd_margin, fwd_cos)
+    if strategy == "bwd":
+        return MinedPairs(bwd_best, np.arange(n_tgt), bwd_margin, bwd_cos)
+    if strategy == "intersect":
+        mutual = np.array([bwd_best[j] == i for i, j in enumerate(fwd_best)], dtype=bool)
+        rows = np.flatnonzero(mutual)
+        return MinedPairs(rows, fwd_best[rows], fwd_margin[rows], fwd_cos[rows])
+    if strategy == "max":
+        cosine = {}
+        candidates = []
+        for i, (j, m, c) in enumerate(zip(fwd_best, fwd_margin, fwd_cos)):
+            candidates.append((float(m), i, int(j)))
+            cosine[(i, int(j))] = float(c)
+        for j, (i, m, c) in enumerate(zip(bwd_best, bwd_margin, bwd_cos)):
+            candidates.append((float(m), int(i), j))
+            cosine[(int(i), j)] = float(c)
+        kept = greedy_unique(candidates)
+        if not kept:
+            return MinedPairs.empty()
+        return MinedPairs(
+            np.array([s for _, s, _ in kept], np.int64), np.array([t for _, _, t in kept], np.int64),
+            np.array([m for m, _, _ in kept]), np.array([cosine[(s, t)] for _, s, t in kept]),
+        )
+    raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+
+
+def mine(x: np.ndarray, y: np.ndarray, config: MarginConfig = MarginConfig(),
+         search: SearchConfig = SearchConfig()) -> MinedPairs:
+    """Mine pairs between source vectors `x` and target vectors `y` (both L2-normalised)."""
+    if len(x) == 0 or len(y) == 0:
+        return MinedPairs.empty()
+    nn = neighbours(x, y, config.k, search)
+    fwd_mean, bwd_mean = nn.fwd_mean, nn.bwd_mean
+    pairs = select(
+        best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, config.margin),
+        best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, config.margin),
+        config.strategy,
+    )
+    if config.threshold is not None and len(pairs):
+        keep = pairs.margin >= config.threshold
+        pairs = MinedPairs(pairs.src[keep], pairs.tgt[keep], pairs.margin[keep], pairs.cosine[keep])
+    return pairs
+
+
+def pairs_from_gold(gold: Sequence[tuple[int, int]]) -> set[tuple[int, int]]:
+    return {(int(s), int(t)) for s, t in gold}
+
+
+def precision_recall_f1(predicted: Iterable[tuple[int, int]], gold: set[tuple[int, int]]) -> dict[str, float]:
+    predicted = set(predicted)
+    correct = len(predicted & gold)
+    precision = correct / len(predicted) if predicted else 0.0
+    recall = correct / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "predicted": len(predicted),
+            "correct": correct, "gold": len(gold)}
+
+
+def best_threshold_f1(pairs: MinedPairs, gold: set[tuple[int, int]]) -> tuple[float, dict[str, float]]:
+    """The oracle threshold on margin that maximises F1 against `gold` (LASER's BUCC protocol)."""
+    if len(pairs) == 0:
+        return float("inf"), precision_recall_f1([], gold)
+    order = np.argsort(-pairs.margin, kind="stable")
+    hits = np.array([(int(pairs.src[i]), int(pairs.tgt[i])) in gold for i in order], dtype=np.float64)
+    correct = np.cumsum(hits)
+    kept = np.arange(1, len(order) + 1)
+    precision = correct / kept
+    recall = correct / max(len(gold), 1)
+    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0)
+    best = int(f1.argmax())
+    threshold = float(pairs.margin[order[best]])
+    chosen = [(int(pairs.src[i]), int(pairs.tgt[i])) for i in order[: best + 1]]
+    return threshold, precision_recall_f1(chosen, gold)

