@@ -22,6 +22,7 @@ PIPELINES = [
     "justext>=3.0",
     "faiss-cpu>=1.8",
     "scikit-learn>=1.3",
+    "publicsuffixlist>=1.0",
 ]
 TF = ["tensorflow==2.21.0", "tensorflow-text==2.21.1"]
 VOCAB = ["tokenizers>=0.20", "sentencepiece>=0.2", "matplotlib>=3.7"]
