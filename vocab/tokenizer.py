@@ -144,6 +144,9 @@ def hf_tokenizer(vocab_path: str | os.PathLike, model_max_length: int = 512):
         tokenize_chinese_chars=True,
         strip_accents=False,
         model_max_length=model_max_length,
+        # "[MASK]" typed inside a sentence is text, as in TF Text, not the special token
+        # (transformers re-applies this flag to the backend on every call).
+        split_special_tokens=True,
     )
     if len(tokenizer) != len(vocab):
         raise VocabError(
@@ -153,6 +156,5 @@ def hf_tokenizer(vocab_path: str | os.PathLike, model_max_length: int = 512):
     backend.normalizer = bert_normalizer()
     backend.pre_tokenizer = bert_pre_tokenizer()
     backend.model.max_input_chars_per_word = MAX_CHARS_PER_WORD
-    # "[MASK]" typed inside a sentence is text, as in TF Text, not the special token.
     backend.encode_special_tokens = True
     return tokenizer
