@@ -48,28 +48,7 @@ def _end_class(line: str) -> str:
     return "Eo"
 
 
-@dataclass(frozen=True)
-class _LineSummary:
-    tokens: list[str]
-    length_bucket: int
-    prose: bool
-
-
-def _summarise(line: str) -> _LineSummary:
-    tokens = line.lower().split()
-    return _LineSummary(tokens=tokens[:MAX_LINE_TOKENS],
-                        length_bucket=bisect.bisect_right(_CHAR_LENGTH_EDGES, len(line)),
-                        prose=len(line) >= PROSE_MIN_CHARS and line[-1] in _SENTENCE_END)
-
-
-def _distance_token(distance: int) -> str:
-    if distance == 0:
-        return "D0"
-    if distance == 1:
-        return "D1"
-    if distance <= 3:
-        return "D2"
-    return "D3" if distance <= 8 else "D4"
+_DISTANCE_TOKENS = ("D0", "D1", "D2", "D2", "D3", "D3", "D3", "D3", "D3")  # index: distance 0..8, else D4
 
 
 def featurise_document(lines: Sequence[str]) -> list[str]:
@@ -82,54 +61,58 @@ def featurise_document(lines: Sequence[str]) -> list[str]:
     before / inside / after the span from the first to the last one, how many are within 4 lines,
     and how much of the page's prose precedes it. Main text is usually one run of prose; menus,
     footers and teasers sit around it. All of this needs only the line list, so it works for WET.
+    (Written for speed: this runs on every line ``labse-clean`` reads.)
     """
+    return _featurise(lines, "")
+
+
+def _featurise(lines: Sequence[str], end: str) -> list[str]:
     n = len(lines)
     if n == 0:
         return []
-    summaries = [_summarise(line) for line in lines]
-    prose_at = [i for i, s in enumerate(summaries) if s.prose]
+    tokens = [line.lower().split()[:MAX_LINE_TOKENS] for line in lines]
+    length_buckets = [bisect.bisect_right(_CHAR_LENGTH_EDGES, len(line)) for line in lines]
+    prose = [len(line) >= PROSE_MIN_CHARS and line[-1] in _SENTENCE_END for line in lines]
+    own = [" ".join(t) for t in tokens]
+    as_prev = [f"pL{lb} " + " ".join("p:" + t for t in toks[:CONTEXT_TOKENS])
+               for lb, toks in zip(length_buckets, tokens)]
+    as_next = [f"nL{lb} " + " ".join("n:" + t for t in toks[:CONTEXT_TOKENS])
+               for lb, toks in zip(length_buckets, tokens)]
+    # Distance to the nearest prose line: one pass from each side.
+    far = 1 << 30
+    distance = [far] * n
+    last = -far
+    for i in range(n):
+        if prose[i]:
+            last = i
+        distance[i] = i - last
+    last = far
+    for i in range(n - 1, -1, -1):
+        if prose[i]:
+            last = i
+        if last - i < distance[i]:
+            distance[i] = last - i
+    prose_at = [i for i in range(n) if prose[i]]
     first_prose, last_prose = (prose_at[0], prose_at[-1]) if prose_at else (n, -1)
-    prose_prefix = [0] * (n + 1)  # prose lines before index i
+    prose_before = [0] * (n + 1)
     prose_chars_before = [0] * (n + 1)
-    for i, s in enumerate(summaries):
-        prose_prefix[i + 1] = prose_prefix[i] + s.prose
-        prose_chars_before[i + 1] = prose_chars_before[i] + (len(lines[i]) if s.prose else 0)
+    for i in range(n):
+        prose_before[i + 1] = prose_before[i] + prose[i]
+        prose_chars_before[i + 1] = prose_chars_before[i] + (len(lines[i]) if prose[i] else 0)
     prose_chars = prose_chars_before[n] or 1
     features: list[str] = []
-    for i, line in enumerate(lines):
-        own = summaries[i]
-        if prose_at:
-            j = bisect.bisect_left(prose_at, i)
-            distance = min(abs(prose_at[k] - i) for k in (j - 1, j) if 0 <= k < len(prose_at))
-        else:
-            distance = 99
+    for i in range(n):
+        line = lines[i]
+        d = distance[i]
         span = "Sin" if first_prose <= i <= last_prose else ("Sbefore" if i < first_prose else "Safter")
-        nearby = prose_prefix[min(n, i + 5)] - prose_prefix[max(0, i - 4)]
-        parts = [
-            FEATURE_SET_TOKEN,
-            f"L{own.length_bucket}",
-            f"W{bisect.bisect_right(_TOKEN_COUNT_EDGES, len(own.tokens))}",
-            f"P{i * _POSITION_BUCKETS // n}",
-            _end_class(line) if line else "E0",
-            _distance_token(distance),
-            span,
-            f"PD{min(nearby, 5)}",
-            f"PM{prose_chars_before[i] * 5 // prose_chars}",
-        ]
-        parts.extend(own.tokens)
-        if i > 0:
-            prev = summaries[i - 1]
-            parts.append(f"pL{prev.length_bucket}")
-            parts.extend("p:" + t for t in prev.tokens[:CONTEXT_TOKENS])
-        else:
-            parts.append("pL_start")
-        if i + 1 < n:
-            nxt = summaries[i + 1]
-            parts.append(f"nL{nxt.length_bucket}")
-            parts.extend("n:" + t for t in nxt.tokens[:CONTEXT_TOKENS])
-        else:
-            parts.append("nL_end")
-        features.append(" ".join(parts))
+        nearby = prose_before[min(n, i + 5)] - prose_before[max(0, i - 4)]
+        features.append(
+            f"{FEATURE_SET_TOKEN} L{length_buckets[i]} W{bisect.bisect_right(_TOKEN_COUNT_EDGES, len(tokens[i]))} "
+            f"P{i * _POSITION_BUCKETS // n} {_end_class(line) if line else 'E0'} "
+            f"{_DISTANCE_TOKENS[d] if d < 9 else 'D4'} {span} PD{min(nearby, 5)} "
+            f"PM{prose_chars_before[i] * 5 // prose_chars} {own[i]} "
+            f"{as_prev[i - 1] if i > 0 else 'pL_start'} {as_next[i + 1] if i + 1 < n else 'nL_end'}{end}"
+        )
     return features
 
 
@@ -165,9 +148,8 @@ def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = S
     best = max(segments)[0]
     inside = np.zeros(n, dtype=bool)
     if best > 0:
-        for total, a, b in sorted(segments, reverse=True):
-            if total < region_min_share * best:
-                break
+        floor = region_min_share * best
+        for total, a, b in sorted((seg for seg in segments if seg[0] >= floor), reverse=True):
             if not inside[a:b + 1].any():
                 inside[a:b + 1] = True
         scores = np.where(inside, scores, scores * outside_factor)
@@ -332,9 +314,9 @@ class MainContentModel:
         """fastText's P(main) per line before page-level smoothing (one batched predict call)."""
         if not lines:
             return np.zeros(0, dtype=np.float64)
-        labels, probs = self._model.predict(featurise_document(lines), k=1)
-        out = np.empty(len(lines), dtype=np.float64)
-        for i, (label, prob) in enumerate(zip(labels, probs)):
-            p = float(prob[0]) if len(prob) else 0.5
-            out[i] = p if label and label[0] == LABEL_MAIN else 1.0 - p
-        return np.clip(out, 0.0, 1.0)
+        # fastText's own predict() re-checks every string in Python; ours never hold a newline, and
+        # the trailing "\n" is what adds the end-of-sentence token the model was trained with.
+        labels, probs = self._model.f.multilinePredict(_featurise(lines, "\n"), 1, 0.0, "replace")
+        top = np.array([p[0] if len(p) else 0.5 for p in probs], dtype=np.float64)
+        is_main = np.array([bool(label) and label[0] == LABEL_MAIN for label in labels])
+        return np.clip(np.where(is_main, top, 1.0 - top), 0.0, 1.0)
