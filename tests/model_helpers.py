@@ -23,10 +23,29 @@ def read_multi30k(root: Path, split: str, lang: str, limit: int) -> list[str]:
         return [next(handle).strip() for _ in range(limit)]
 
 
-def build_vocab(root: Path, out: Path, vocab_size: int = 2000, lines_per_lang: int = 1500) -> Path:
+def tatoeba_lines(root: Path, lang: str, limit: int) -> list[str]:
+    """The first `limit` non-English sentences of Tatoeba's `lang`-eng test pairs (evaluation data)."""
+    path = root / "tatoeba" / f"tatoeba.{lang}-eng.{lang}"
+    if not path.is_file():
+        raise FileNotFoundError(f"required data file missing: {path}")
+    with open(path, encoding="utf-8") as handle:
+        return [next(handle).strip() for _ in range(limit)]
+
+
+def udhr_lines(root: Path, name: str) -> list[str]:
+    path = root / "udhr" / f"{name}.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"required data file missing: {path}")
+    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def build_vocab(root: Path, out: Path, vocab_size: int = 2000, lines_per_lang: int = 1500,
+                udhr: tuple[str, ...] = ()) -> Path:
+    """WordPiece over Multi30k train (de/fr/cs/en), plus the named UDHR texts for other scripts."""
     from tokenizers import BertWordPieceTokenizer
 
     texts = [line for lang in (*LANGS, "en") for line in read_multi30k(root, "train", lang, lines_per_lang)]
+    texts += [line for name in udhr for line in udhr_lines(root, name)]
     tokenizer = BertWordPieceTokenizer(lowercase=False, strip_accents=False, clean_text=True)
     tokenizer.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False)
     out.mkdir(parents=True, exist_ok=True)

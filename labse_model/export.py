@@ -1,0 +1,129 @@
+"""labse-export: a training checkpoint -> a sentence-transformers directory that loads offline.
+
+    labse-export --run runs/labse --output models/labse [--step 50000]
+
+The directory has the released LaBSE's layout: Transformer (BertModel weights, vocab.txt, a cased
+tokenizer saved with its normaliser) -> Pooling (cls) -> Dense (tanh) -> Normalize, so
+
+    SentenceTransformer("models/labse").encode(sentences)
+
+gives the trainer's embeddings. The BertModel is saved WITH its pooler set to LaBSE's dense head,
+as in the released LaBSE: loading the folder with plain `transformers.BertModel` then also gives
+`pooler_output` = the sentence embedding before normalisation, and no weight is reported missing.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from labse_model import checkpoint as ckpt
+from labse_model.config import RunConfig
+from labse_model.encoder import SentenceEncoder
+
+logger = logging.getLogger("labse_model.export")
+
+
+def load_encoder(run_dir: Path, step: int | None = None) -> tuple[SentenceEncoder, RunConfig, Path]:
+    """The trained `SentenceEncoder` of a run (latest checkpoint unless `step`), in eval mode on CPU."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path} not found: is {run_dir} a labse-train run directory?")
+    config = RunConfig.load(config_path)
+    checkpoint = ckpt.find_checkpoint(run_dir, step)
+    encoder = SentenceEncoder(config.model)
+    ckpt.load_model_weights(encoder, checkpoint / ckpt.MODEL_FILE)
+    encoder.eval()
+    return encoder, config, checkpoint
+
+
+def bert_with_labse_pooler(encoder: SentenceEncoder):
+    """A `transformers.BertModel` holding the encoder's weights, its pooler = LaBSE's dense head."""
+    from transformers import BertModel
+
+    bert = BertModel(encoder.bert.config, add_pooling_layer=True)
+    missing, unexpected = bert.load_state_dict(encoder.bert.state_dict(), strict=False)
+    if unexpected or set(missing) - {"pooler.dense.weight", "pooler.dense.bias"}:
+        raise RuntimeError(f"BERT weights do not map: missing {missing}, unexpected {unexpected}")
+    with torch.no_grad():
+        bert.pooler.dense.weight.copy_(encoder.head.weight)
+        bert.pooler.dense.bias.copy_(encoder.head.bias)
+    return bert.eval()
+
+
+def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = None,
+                                max_seq_length: int | None = None, overwrite: bool = False) -> Path:
+    """Write the sentence-transformers directory atomically (staged beside `output`, then renamed)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
+
+    from vocab.tokenizer import hf_tokenizer
+
+    output = Path(output)
+    if output.exists() and any(output.iterdir()) and not overwrite:
+        raise FileExistsError(f"{output} exists and is not empty (pass --overwrite to replace it)")
+    encoder, config, checkpoint = load_encoder(run_dir, step)
+    max_seq_length = max_seq_length or config.train.max_seq_length
+    if max_seq_length > config.model.max_position_embeddings:
+        raise ValueError(f"--max-seq-length {max_seq_length} > the model's {config.model.max_position_embeddings} positions")
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.hf-") as hf_dir:
+        bert_with_labse_pooler(encoder).save_pretrained(hf_dir, safe_serialization=True)
+        tokenizer = hf_tokenizer(Path(run_dir) / "vocab.txt", model_max_length=max_seq_length)
+        tokenizer.save_pretrained(hf_dir)
+        transformer = Transformer(hf_dir, max_seq_length=max_seq_length, do_lower_case=False)
+        hidden = config.model.hidden_size
+        pooling = Pooling(hidden, pooling_mode="cls")
+        dense = Dense(hidden, hidden, bias=True, activation_function=torch.nn.Tanh(),
+                      init_weight=encoder.head.weight.detach().clone(), init_bias=encoder.head.bias.detach().clone())
+        model = SentenceTransformer(modules=[transformer, pooling, dense, Normalize()], device="cpu")
+        staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.staging-"))
+        try:
+            model.save(str(staging))
+            # transformers 5 saves only tokenizer.json; vocab.txt keeps the folder usable by
+            # BertTokenizer, TF Text and labse-tfrecords (the same ids, one token per line).
+            shutil.copyfile(Path(run_dir) / "vocab.txt", staging / "vocab.txt")
+            if output.exists():
+                shutil.rmtree(output)
+            os.replace(staging, output)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    logger.info("exported %s to %s", checkpoint, output)
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="labse-export",
+        description="Export a labse-train checkpoint as a sentence-transformers directory "
+        "(Transformer -> Pooling cls -> Dense tanh -> Normalize) that loads offline.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--run", required=True, type=Path, help="the labse-train run directory")
+    parser.add_argument("--output", required=True, type=Path, help="the sentence-transformers directory to write")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    parser.add_argument("--max-seq-length", type=int, default=None,
+                        help="tokens per sentence at inference (default: the training --max-seq-length)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        export_sentence_transformer(args.run, args.output, args.step, args.max_seq_length, args.overwrite)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        logger.error("%s", exc)
+        return 2
+    print(args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

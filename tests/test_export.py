@@ -1,0 +1,90 @@
+"""labse-export round trip: SentenceTransformer(path) reproduces the trainer's encoder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from labse_model.checkpoint import save_model_weights
+from labse_model.export import load_encoder, main as export_main
+from labse_model.train import main as train_main
+from model_helpers import build_vocab, tatoeba_lines, write_shards
+from vocab.tokenizer import hf_tokenizer
+
+# Several scripts: Latin with diacritics, Cyrillic, Greek, Arabic, Hebrew, Devanagari, Han, kana.
+LANGS = ["deu", "ces", "rus", "ell", "ara", "heb", "hin", "cmn", "jpn"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(labse_data, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("export_run")
+    # UDHR texts give the vocabulary word pieces in every script tested below (no all-[UNK] lines).
+    vocab = build_vocab(labse_data, root / "vocab", vocab_size=3000,
+                        udhr=("rus", "ell_monotonic", "arb", "heb", "hin", "cmn_hans", "cmn_hant", "jpn"))
+    shards = write_shards(labse_data, vocab, root / "shards", pairs_per_lang=16)
+    run = root / "run"
+    assert train_main(["--data", shards, "--vocab", str(vocab), "--output", str(run), "--config", "tiny",
+                       "--global-batch-size", "8", "--max-steps", "2", "--lr", "5e-3", "--warmup-steps", "0"]) == 0
+    # A freshly initialised BERT maps every sentence to nearly the same [CLS] vector (pairwise
+    # cosines ~0.9999), which would make "cosine >= 0.9999" meaningless; spread the weights so that
+    # distinct sentences get clearly distinct embeddings, then export those.
+    encoder, _, checkpoint = load_encoder(run)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in encoder.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+    save_model_weights(encoder, checkpoint / "model.safetensors")
+    return run
+
+
+def test_sentence_transformers_directory_gives_the_trainer_embeddings(labse_data, run_dir, tmp_path, monkeypatch):
+    from sentence_transformers import SentenceTransformer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    output = tmp_path / "model"
+    assert export_main(["--run", str(run_dir), "--output", str(output)]) == 0
+    assert (output / "modules.json").is_file() and (output / "2_Dense" / "config.json").is_file()
+    assert (output / "vocab.txt").read_text() == (run_dir / "vocab.txt").read_text()
+
+    sentences = [line for lang in LANGS for line in tatoeba_lines(labse_data, lang, 3)]
+    model = SentenceTransformer(str(output), device="cpu")
+    exported = torch.tensor(model.encode(sentences, batch_size=8))
+
+    encoder, config, _ = load_encoder(run_dir)
+    tokenizer = hf_tokenizer(run_dir / "vocab.txt")
+    batch = tokenizer(sentences, padding=True, truncation=True, max_length=config.train.max_seq_length,
+                      return_tensors="pt")
+    with torch.no_grad():
+        trained = encoder(batch["input_ids"], batch["attention_mask"])
+    cosines = (exported * trained).sum(dim=-1)
+    assert cosines.min().item() >= 0.9999, list(zip(sentences, cosines.tolist()))
+    # Distinct sentences get distinct embeddings (the comparison is not between constants).
+    assert (exported @ exported.T).fill_diagonal_(0).max().item() < 0.99
+
+    # Cased tokenizer, full vocabulary, training length.
+    assert len(model.tokenizer) == len(tokenizer) == 3000
+    pieces = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(s)) for s in sentences]
+    assert sum(ids.count(1) for ids in pieces) / sum(map(len, pieces)) < 0.1  # real pieces, not [UNK] runs
+    assert model.tokenizer.tokenize("Haus") != model.tokenizer.tokenize("haus")
+    assert model.max_seq_length == config.train.max_seq_length
+
+    # Plain transformers sees the same model: pooler_output is LaBSE's head before normalisation.
+    from transformers import BertModel
+
+    bert = BertModel.from_pretrained(str(output)).eval()
+    with torch.no_grad():
+        pooled = bert(**{k: batch[k] for k in ("input_ids", "attention_mask")}).pooler_output
+    assert torch.nn.functional.cosine_similarity(pooled, trained).min().item() >= 0.9999
+
+
+def test_export_refuses_to_overwrite_and_names_missing_runs(run_dir, tmp_path, caplog):
+    output = tmp_path / "model"
+    output.mkdir()
+    (output / "keep.txt").write_text("user data")
+    assert export_main(["--run", str(run_dir), "--output", str(output)]) == 2
+    assert "--overwrite" in caplog.text and (output / "keep.txt").is_file()
+    assert export_main(["--run", str(tmp_path / "no_run"), "--output", str(tmp_path / "m2")]) == 2
+    assert "labse-train run directory" in caplog.text
+    assert export_main(["--run", str(run_dir), "--output", str(tmp_path / "m3"), "--step", "7"]) == 2
+    assert "available steps: [2]" in caplog.text
