@@ -255,24 +255,47 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -------------------------------------------------------------------- benchmark helper
 def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256):
-    """Embed `texts` through the pipeline's RunInference step (DirectRunner); rows in input order."""
+    """Embed `texts` through the pipeline's RunInference step (DirectRunner); rows in input order.
+
+    Used by the speed benchmark and tests; vectors come back through .npy files written per bundle.
+    """
+    import tempfile
+
     import numpy as np
 
-    results: dict = {}
+    if not texts:
+        return np.zeros((0, 0), np.float32)
 
-    class _Collect(beam.DoFn):
+    class _SaveBundle(beam.DoFn):
+        def __init__(self, directory: str):
+            self.directory = directory
+
+        def start_bundle(self):
+            self.rows, self.vectors = [], []
+
         def process(self, element):
             item, vector = element
-            yield item[0], vector
+            self.rows.append(item[0])
+            self.vectors.append(vector)
 
-    with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as pipeline:
-        vectors = (pipeline
-                   | beam.Create([(i, text) for i, text in enumerate(texts)])
-                   | beam.Map(lambda e: (e[0], None, e[1]))
-                   | Embed(spec, batch_size)
-                   | beam.ParDo(_Collect()))
-        vectors | beam.Map(lambda kv, store=results: store.__setitem__(kv[0], kv[1]))
-    return np.stack([results[i] for i in range(len(texts))]) if texts else np.zeros((0, 0), np.float32)
+        def finish_bundle(self):
+            if self.rows:
+                name = f"{self.directory}/{min(self.rows)}-{len(self.rows)}-{os.getpid()}-{id(self)}.npz"
+                np.savez(name, rows=np.array(self.rows), vectors=np.stack(self.vectors))
+
+    with tempfile.TemporaryDirectory() as directory:
+        with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as pipeline:
+            (pipeline
+             | beam.Create([(i, None, text) for i, text in enumerate(texts)])
+             | Embed(spec, batch_size)
+             | beam.ParDo(_SaveBundle(directory)))
+        out = None
+        for name in os.listdir(directory):
+            with np.load(os.path.join(directory, name), allow_pickle=False) as saved:
+                if out is None:
+                    out = np.zeros((len(texts), saved["vectors"].shape[1]), np.float32)
+                out[saved["rows"]] = saved["vectors"]
+        return out
 
 
 # -------------------------------------------------------------------------------- demo
@@ -318,8 +341,8 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
                         "--keep-precision", "0.8"])
         import pyarrow.parquet as pq
 
-        mined = pq.read_table(pairs_dir).to_pylist()
-        kept = pq.read_table(scored_dir).to_pylist()
+        mined = [r for f in sorted(pairs_dir.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+        kept = [r for f in sorted(scored_dir.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
         mined_ok = sum(truth.get(r["src"]) == r["tgt"] for r in mined)
         kept_ok = sum(truth.get(r["src"]) == r["tgt"] for r in kept)
         lines.append(
@@ -335,7 +358,12 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         old.unlink()
     for scored_dir in scored_dirs:
         for shard in sorted(scored_dir.glob("*.parquet")):
-            os.link(shard, combined / f"{scored_dir.name}-{shard.name}")
+            try:
+                os.link(shard, combined / f"{scored_dir.name}-{shard.name}")
+            except OSError:  # file systems without hard links
+                import shutil
+
+                shutil.copyfile(shard, combined / f"{scored_dir.name}-{shard.name}")
     merged_stats = {d.name: json.loads((d / "stats.json").read_text(encoding="utf-8")) for d in scored_dirs}
     write_json_atomic(str(combined / "stats.json"), merged_stats)
     artifacts["scored_pairs"] = str(combined)

