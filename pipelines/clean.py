@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections import Counter
@@ -202,6 +203,21 @@ def _global_window(value) -> WindowedValue:
     return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
 
 
+def local_model_path(path: str) -> str:
+    """`path` itself, or a local copy of a remote (gs://...) model: fastText reads local files only."""
+    if "://" not in path:
+        return path
+    import tempfile
+
+    from apache_beam.io.filesystems import FileSystems
+
+    fd, local = tempfile.mkstemp(prefix="main-content-", suffix=".bin")
+    with os.fdopen(fd, "wb") as out, FileSystems.open(path) as remote:
+        while chunk := remote.read(1 << 20):
+            out.write(chunk)
+    return local
+
+
 class _CleanDocumentsFn(beam.DoFn):
     """Document | Dropped | ReadError -> ((lang, dedup key), row) candidates.
 
@@ -219,7 +235,7 @@ class _CleanDocumentsFn(beam.DoFn):
         if self.config.main_content_model:
             from pipelines.main_content.model import MainContentModel
 
-            self.main_content_model = MainContentModel.load(self.config.main_content_model)
+            self.main_content_model = MainContentModel.load(local_model_path(self.config.main_content_model))
         self.counters = ReasonCounters()
 
     def start_bundle(self):
@@ -311,8 +327,9 @@ class _EmitUniqueFn(beam.DoFn):
 
     def finish_bundle(self):
         if self.kept:
-            yield beam.pvalue.TaggedOutput(TALLY, _global_window(
-                {"sentences.kept": self.kept, "sentences.dropped.duplicate": self.duplicates}))
+            tally = {"sentences.kept": self.kept, "sentences.dropped.duplicate": self.duplicates}
+            ReasonCounters().inc_tally(tally)
+            yield beam.pvalue.TaggedOutput(TALLY, _global_window(tally))
         for document in self.documents:
             yield beam.pvalue.TaggedOutput(DOCUMENTS, _global_window(document))
 
@@ -441,8 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "the file name (.warc[.gz] -> warc, .wet -> wet, .xml[.bz2] -> wikipedia)")
     parser.add_argument("--output", required=True, metavar="DIR", help="output directory (local or gs://)")
     parser.add_argument("--main-content-model", default=None, metavar="PATH",
-                        help="fastText main-content model from `labse-main-content`; without it, documented "
-                             "heuristic rules score lines (README, section clean)")
+                        help="fastText main-content model from `labse-main-content` (local or gs://; workers "
+                             "copy it locally); without it, documented heuristic rules score lines "
+                             "(README, section clean)")
     parser.add_argument("--main-content-threshold", type=float, default=CleanConfig.main_content_threshold,
                         help="drop sentences whose line scores below this P(main content) (default %(default)s)")
     parser.add_argument("--langid-threshold", type=float, default=CleanConfig.langid_threshold,
@@ -520,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         from pipelines.main_content.model import MainContentModel, MainContentModelError
 
         try:  # fail before the pipeline starts, not in every worker
-            MainContentModel.load(args.main_content_model)
+            MainContentModel.load(local_model_path(args.main_content_model))
         except MainContentModelError as exc:
             print(f"labse-clean: error: --main-content-model: {exc}", file=sys.stderr)
             return 2
