@@ -121,9 +121,10 @@ def clean_document(
         scores = [float(s) for s in main_content_model.score_lines(workable)]
     else:
         scores = heuristic_main_content_scores(workable)
-    # lid.176 only for lines that pass the main-content threshold: the others are dropped anyway,
-    # and on web pages they are most lines.
-    wanted = [i for i, score in enumerate(scores) if score >= config.main_content_threshold]
+    # lid.176 only for lines that pass the main-content threshold and can hold a long enough
+    # sentence: the others are dropped anyway, and on web pages they are most lines.
+    wanted = [i for i, score in enumerate(scores)
+              if score >= config.main_content_threshold and len(workable[i]) >= config.min_chars]
     predictions: list[tuple[str, float] | None] = [None] * len(workable)
     for i, prediction in zip(wanted, lid.predict([workable[i] for i in wanted])):
         predictions[i] = prediction
@@ -140,7 +141,7 @@ def clean_document(
         score = scores[work_index]
         prediction = predictions[work_index]
         work_index += 1
-        if prediction is None:  # not main content: split only to count its sentences
+        if prediction is None:  # not main content, or too short: split only to count its sentences
             decision = None
             split_lang = doc.lang
         else:
@@ -156,9 +157,11 @@ def clean_document(
                                               f"{type(exc).__name__}: {exc}", doc_id=doc.doc_id, url=doc.url))
             continue
         if decision is None:
+            # Every sentence of a line shorter than min_chars is too short (cleaning only shrinks).
+            reason = "main_content" if score < config.main_content_threshold else "too_short"
             position += len(sentences)
             tally["sentences.read"] += len(sentences)
-            tally["sentences.dropped.main_content"] += len(sentences)
+            tally[f"sentences.dropped.{reason}"] += len(sentences)
             continue
         for raw in sentences:
             position += 1

@@ -25,8 +25,8 @@ import re
 
 from pipelines.text.filters import TERMINAL_PUNCTUATION
 
-# Matched as lowercase substrings: one casefold and a few dozen `in` tests (C speed) per line,
-# several times faster than one case-insensitive regex alternation.
+# Matched as substrings of the casefolded line by one regex alternation (faster than a
+# case-insensitive regex, and than a loop of `in` tests).
 BOILERPLATE_PHRASES = (
     "©", "copyright", "all rights reserved", "alle rechte vorbehalten", "tous droits réservés",
     "все права защищены", "版权所有", "著作権", "sign in", "sign up", "log in", "login", "register",
@@ -34,6 +34,7 @@ BOILERPLATE_PHRASES = (
     "weiterlesen", "mehr lesen", "click here", "back to top", "related posts", "related articles",
     "advertisement", "anzeige", "impressum",
 )
+_BOILERPLATE = re.compile("|".join(re.escape(phrase) for phrase in BOILERPLATE_PHRASES))
 _COPYRIGHT_YEAR = re.compile(r"\(c\)\s*\d{4}")
 _SEPARATORS = re.compile(r"\s[|·»›•/]\s|\s-\s|\s–\s")
 _DENSE_SCRIPT = re.compile(r"[\u3040-\u30FF\u3400-\u9FFF\uAC00-\uD7AF\u0E00-\u0E7F]")
@@ -48,7 +49,7 @@ def _ends_with_terminal(line: str) -> bool:
 def line_score(line: str) -> float:
     """Rules 1 to 4 and rule 5's base score for one line, without context."""
     folded = line.casefold()
-    if any(phrase in folded for phrase in BOILERPLATE_PHRASES) or ("(c)" in folded and _COPYRIGHT_YEAR.search(folded)):
+    if _BOILERPLATE.search(folded) or ("(c)" in folded and _COPYRIGHT_YEAR.search(folded)):
         return 0.05
     if len(_SEPARATORS.findall(line)) >= 2:
         return 0.1

@@ -15,7 +15,7 @@ def clean_text(text: str) -> str:
     """NFC, control and invisible direction characters removed, whitespace collapsed to one space."""
     text = unicodedata.normalize("NFC", text)
     text = _CONTROL.sub("", text)
-    return _SPACES.sub(" ", text).strip()
+    return " ".join(text.split())
 
 
 def normalise_for_dedup(text: str) -> str:
