@@ -6,7 +6,7 @@ compare: the same language-weighted word counts from the sample corpora (Multi30
     `tokenizers`' WordPiece trainer. Prints seconds, peak RSS, and per Tatoeba language the
     subwords per word and [UNK] share of each vocabulary, and the speed ratio.
 
-    .venv/bin/python benchmarks/vocab.py compare --vocab-size 16000
+    .venv/bin/python benchmarks/vocab.py compare --vocab-size 8000 --multi30k-lines 10000
 
 scale: a synthetic Zipfian table of 10 million distinct words in 30 scripts -> 500,000 tokens,
     time and peak memory of `vocab.learn` alone.
@@ -35,7 +35,7 @@ DATA = Path(os.environ.get("LABSE_DATA", REPO.parent / "shared" / "data"))
 
 # Tatoeba (ISO 639-3) -> the UDHR file with the same language, so each script is in the counts.
 TATOEBA_UDHR = {
-    "deu": "deu_1996", "fra": "fra", "rus": "rus", "cmn": "cmn_hans", "jpn": "jpn", "kor": "kor",
+    "deu": "deu", "fra": "fra", "rus": "rus", "cmn": "cmn_hans,cmn_hant", "jpn": "jpn", "kor": "kor",
     "ara": "arb", "hin": "hin", "tha": "tha", "heb": "heb", "ell": "ell_monotonic", "tur": "tur",
     "spa": "spa", "ukr": "ukr", "pes": "pes_1", "ben": "ben", "tam": "tam", "vie": "vie", "kat": "kat",
 }
@@ -115,14 +115,16 @@ def run_scale(args) -> dict:
 
 
 # --------------------------------------------------------------------------- comparison run
-def corpus_counts(udhr_files: list[str]) -> dict[str, Counter]:
+def corpus_counts(udhr_files: list[str], multi30k_lines: int) -> dict[str, Counter]:
     from vocab.pretokenize import pretokenize
 
     per_lang: dict[str, Counter] = {}
     for lang in ("en", "de", "fr", "cs"):
         counter = per_lang.setdefault(lang, Counter())
         with gzip.open(DATA / "multi30k" / f"train.{lang}.gz", "rt", encoding="utf-8") as handle:
-            for line in handle:
+            for i, line in enumerate(handle):
+                if i >= multi30k_lines:
+                    break
                 counter.update(pretokenize(line))
     for name in udhr_files:
         counter = per_lang.setdefault("udhr-" + name, Counter())
@@ -143,6 +145,19 @@ def weighted_integer_counts(per_lang: dict[str, Counter], alpha: float) -> Count
     return Counter({w: max(1, int(round(c))) for w, c in total.items()})
 
 
+def load_tf_text_learner():
+    """TF Text's learner module by file: it needs only numpy, and importing the package would load
+    TensorFlow (~0.5 GB) into the measured process."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("tensorflow_text")
+    path = Path(spec.submodule_search_locations[0]) / "tools" / "wordpiece_vocab" / "wordpiece_tokenizer_learner_lib.py"
+    module_spec = importlib.util.spec_from_file_location("tf_text_wordpiece_learner", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
 def _learner_main(kind: str, counts_path: str, vocab_size: int, out_path: str) -> None:
     """Runs in a subprocess: one learner, timed, peak memory from getrusage."""
     from vocab.tokenizer import SPECIAL_TOKENS
@@ -154,7 +169,7 @@ def _learner_main(kind: str, counts_path: str, vocab_size: int, out_path: str) -
 
         vocab = learn_from_counts(counts, LearnerConfig(vocab_size=vocab_size, char_min_count=1, progress=False)).vocab
     elif kind == "tf_text":
-        from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as tf_learner
+        tf_learner = load_tf_text_learner()
 
         # bert_vocab_from_dataset's defaults, except: every character kept (as ours, so CJK is
         # not [UNK]) and no input cap; slack 0.5% so its size is comparable.
@@ -206,7 +221,8 @@ def tatoeba_quality(vocab_path: str, langs: list[str]) -> dict[str, dict]:
 def run_compare(args) -> dict:
     langs = args.langs.split(",")
     started = time.perf_counter()
-    per_lang = corpus_counts([TATOEBA_UDHR[lang] for lang in langs if lang in TATOEBA_UDHR])
+    udhr = [name for lang in langs if lang in TATOEBA_UDHR for name in TATOEBA_UDHR[lang].split(",")]
+    per_lang = corpus_counts(udhr, args.multi30k_lines)
     counts = weighted_integer_counts(per_lang, args.smoothing)
     print(f"{len(counts):,} distinct words, {sum(counts.values()):,} weighted tokens, "
           f"{len(per_lang)} languages (counting took {time.perf_counter() - started:.0f} s)", flush=True)
@@ -269,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
     compare = sub.add_parser("compare", help="project vs TF Text learn() vs HF tokenizers on real counts")
-    compare.add_argument("--vocab-size", type=int, default=16000)
+    compare.add_argument("--vocab-size", type=int, default=8000)
+    compare.add_argument("--multi30k-lines", type=int, default=10000, help="lines of each Multi30k train language")
     compare.add_argument("--smoothing", type=float, default=0.3)
     compare.add_argument("--langs", default="deu,fra,rus,cmn,jpn,kor,ara,hin,tha,heb,ell,tur")
     compare.add_argument("--learners", default="project,tf_text,hf_tokenizers")

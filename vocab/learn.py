@@ -54,7 +54,7 @@ class LearnerConfig:
     num_iterations: int = 4
     # The threshold search stops when the learned tokens exceed the need by at most this share,
     # then the lowest-count tokens are cut, so the size is exact.
-    search_slack: float = 0.02
+    search_slack: float = 0.05
     max_search_steps: int = 16
     progress: bool = True
 
@@ -378,7 +378,7 @@ def _next_threshold(low, high, needed: int) -> float | None:
     """Secant step on (log t, log tokens) inside the bracket; geometric bisection as fallback."""
     if low is not None and high is not None:
         (t_low, n_low), (t_high, n_high) = low, high
-        if t_high / t_low < 1.0 + 1e-9:
+        if t_high / t_low < 1.02:  # a cluster of equal counts sits here: cut by count instead
             return None
         guess = math.exp(
             math.log(t_low)
@@ -386,7 +386,7 @@ def _next_threshold(low, high, needed: int) -> float | None:
             * (math.log(t_high) - math.log(t_low))
             / (math.log(max(n_high, 1)) - math.log(n_low))
         )
-        lo_b, hi_b = t_low * (t_high / t_low) ** 0.1, t_low * (t_high / t_low) ** 0.9
+        lo_b, hi_b = t_low * (t_high / t_low) ** 0.2, t_low * (t_high / t_low) ** 0.8
         return min(max(guess, lo_b), hi_b)
     if low is not None:  # too many tokens: raise the threshold
         t, n = low
