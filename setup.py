@@ -25,7 +25,7 @@ PIPELINES = [
     "publicsuffixlist>=1.0",
 ]
 TF = ["tensorflow==2.21.0", "tensorflow-text==2.21.1"]
-VOCAB = ["tokenizers>=0.20", "sentencepiece>=0.2", "matplotlib>=3.7"]
+VOCAB = ["apache-beam==2.77.0", "pyarrow>=14", "tokenizers>=0.20", "transformers>=5.0", "sentencepiece>=0.2", "matplotlib>=3.7"]
 MODEL = [
     TORCH,
     "transformers>=5.0",
