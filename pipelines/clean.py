@@ -6,7 +6,7 @@
 Per document: HTML to lines (resiliparse), main-content score per line (a fastText model or
 heuristic rules), language per line (lid.176), sentences per line (sentencex), quality filters per
 sentence; then exact deduplication of normalised sentences per language across the whole run,
-keeping the first source (smallest file, offset, position). Writes
+keeping the first source (smallest file, offset, doc_id, position). Writes
 `DIR/sentences/lang=XX/*.parquet`, `DIR/errors/*.jsonl` and `DIR/stats.json`.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Union
+from typing import Iterator
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -36,7 +36,7 @@ from pipelines.accounting import (
     identity_violations,
     write_json_atomic,
 )
-from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document, Dropped, ReadError
+from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document, Dropped, ReadError, ReadResult
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, WriteErrors, WriteSentenceShards, sentence_order
 from pipelines.text.boilerplate import heuristic_main_content_scores
 from pipelines.text.filters import FilterConfig, first_failure
@@ -48,7 +48,6 @@ from pipelines.text.sentences import split_sentences
 logger = logging.getLogger("labse.clean")
 
 FORMATS = ("warc", "wet", "wikipedia")
-ReadResult = Union[Document, Dropped, ReadError]
 
 
 @dataclass(frozen=True)
