@@ -136,8 +136,13 @@ def build(
     text_files: Mapping[str, str] | None = None,
     config: VocabConfig | None = None,
     beam_args: Sequence[str] = (),
+    work_dir: str | None = None,
 ) -> BuildResult:
-    """Count (Beam), smooth, learn, report: writes `output` (vocab.txt) and the files beside it."""
+    """Count (Beam), smooth, learn, report: writes `output` (vocab.txt) and the files beside it.
+
+    `work_dir` receives the Beam outputs (default: `vocab.work/` beside `output`); on Dataflow it
+    must be a bucket path the workers can write (gs://...).
+    """
     from pipelines.accounting import write_json_atomic
     from vocab.report import build_report, write_report
     from vocab.smoothing import language_weights, smoothed_shares
@@ -146,6 +151,8 @@ def build(
     if not sentences_dir and not text_files:
         raise ValueError("give sentences_dir (labse-clean output) and/or text_files {lang: path}")
     paths = side_paths(output)
+    if work_dir:
+        paths["work"] = work_dir.rstrip("/")
     started = time.perf_counter()
     log.info("counting words with Beam into %s", paths["work"])
     run_counting(paths["work"], sentences_dir=sentences_dir, text_files=text_files, config=config, beam_args=beam_args)
@@ -200,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input-text", action="append", type=_parse_text_input, default=[], metavar="LANG=PATH",
                         help="a plain text file or pattern, one sentence per line, of language LANG (repeatable)")
     parser.add_argument("--output", required=True, help="vocab.txt to write; report, stats and work files go beside it")
+    parser.add_argument("--work-dir", default=None,
+                        help="where Beam writes counts/held-out/tally (default: beside --output); gs://... on Dataflow")
     parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size, help="exact number of tokens")
     parser.add_argument("--smoothing", type=float, default=defaults.smoothing,
                         help="exponent alpha of the language weights p_l ∝ n_l^alpha (1 = raw counts, 0 = uniform)")
@@ -228,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         result = build(args.output, sentences_dir=args.input, text_files=dict(args.input_text) or None,
-                       config=config, beam_args=beam_args)
+                       config=config, beam_args=beam_args, work_dir=args.work_dir)
     except (VocabSizeError, ValueError) as error:
         print(f"labse-vocab: error: {error}", file=sys.stderr)
         return 2
