@@ -9,9 +9,11 @@ Two systems are reported on the same embeddings:
 
 * `laser_oracle`: LASER's recipe (ratio margin, k=4, `max`), with the margin threshold that
   maximises F1 chosen on the gold itself (an upper bound for any fixed margin threshold);
-* `ours_automatic` (with `--scorer`): every k-nearest candidate in both directions scored by the
-  quality scorer, each sentence used at most once (greedy by score), then the threshold that keeps
-  an expected precision of `--keep-precision` — no gold involved.
+* `ours_automatic` (with `--scorer`): what `labse-mine` + `labse-score` produce — LASER's `max`
+  pairs scored by the quality scorer, probabilities re-calibrated to the set's share of good pairs,
+  and the threshold whose expected precision is `--keep-precision` — no gold involved;
+* `ours_rescored_automatic`: every k-nearest candidate in both directions scored, each sentence
+  used at most once (greedy by score), then the same automatic threshold.
 """
 from __future__ import annotations
 
@@ -107,15 +109,28 @@ def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, i
     threshold, scores = best_threshold_f1(laser, gold)
     result["laser_oracle"] = {**scores, "margin_threshold": threshold}
     if scorer_dir is not None:
+        from pipelines.mining.features import pair_features
         from pipelines.mining.scorer import QualityScorer
+        from pipelines.mining.thresholds import adapt_to_prior, threshold_for_precision
         from pipelines.text.langid import LanguageIdentifier
 
         scorer = QualityScorer.load(scorer_dir)
+        lid = lid or LanguageIdentifier()
+        # what labse-mine (ratio, k=4, max) + labse-score (--keep-precision) write
+        features = pair_features([src[i] for i in laser.src], [tgt[j] for j in laser.tgt],
+                                 [src_lang] * len(laser), [tgt_lang] * len(laser), laser.cosine, laser.margin, lid)
+        adjusted, prior = adapt_to_prior(scorer.predict_proba(features))
+        threshold = threshold_for_precision(adjusted, None, keep_precision)
+        chosen = [(int(i), int(j)) for i, j, q in zip(laser.src, laser.tgt, adjusted) if q >= threshold.value]
+        result["ours_automatic"] = {**precision_recall_f1(chosen, gold), "score_threshold": threshold.value,
+                                    "keep_precision": keep_precision,
+                                    "expected_precision": threshold.estimated_precision,
+                                    "estimated_good_share": prior}
+        # variant: the scorer also picks the pairs (greedy one-to-one over all k-nearest candidates)
         keys, _, _, probabilities = candidates_scored(src, tgt, x, y, src_lang, tgt_lang, scorer,
-                                                      k=scorer.k, margin=scorer.margin,
-                                                      lid=lid or LanguageIdentifier())
+                                                      k=scorer.k, margin=scorer.margin, lid=lid)
         chosen, chosen_threshold = automatic_selection(keys, probabilities, keep_precision)
-        result["ours_automatic"] = {**precision_recall_f1(chosen, gold), **{
+        result["ours_rescored_automatic"] = {**precision_recall_f1(chosen, gold), **{
             "score_threshold": chosen_threshold.value, "keep_precision": keep_precision,
             "expected_precision": chosen_threshold.estimated_precision}}
     return result
