@@ -124,3 +124,19 @@ def test_pretokenize_rules():
     assert pretokenize("can't") == ["can", "'", "t"]
     assert pretokenize("ひらがなカタカナ") == ["ひらがなカタカナ"]  # kana are not ideographs
     assert clean_text("a\x00b\u200bc\td") == "abc d"
+
+
+def test_saved_tokenizer_reloads_with_the_same_rules(tokenizers, tmp_path):
+    """save_pretrained -> AutoTokenizer (what a sentence-transformers export does) keeps the ids."""
+    from transformers import AutoTokenizer
+
+    tf_tok, hf = tokenizers
+    hf.save_pretrained(tmp_path / "tok")
+    reloaded = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    texts = ["[MASK] e\u0301te\u0301 a\u3000b a\x00b", "x" * 101, "a\u061db a\u0890b", "Hallo Welt 漢字 ไทย"]
+    for text in texts:
+        ids = reloaded(text)["input_ids"]
+        assert ids == hf(text)["input_ids"]
+        assert ids == [2] + tf_tok.tokenize_ids([text])[0] + [3]
+    batch = reloaded(["a b", "c"], padding=True)
+    assert batch["input_ids"][1][-1] == 0 and "token_type_ids" in batch

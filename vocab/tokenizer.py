@@ -127,34 +127,41 @@ class TFTextTokenizer:
 
 
 def hf_tokenizer(vocab_path: str | os.PathLike, model_max_length: int = 512):
-    """A `transformers.BertTokenizerFast` giving the same ids as `TFTextTokenizer`.
+    """A transformers fast tokenizer giving the same ids as `TFTextTokenizer`.
 
-    The rules ride in its Rust normaliser/pre-tokeniser, so `save_pretrained` keeps them in
-    tokenizer.json (a sentence-transformers export tokenises exactly as training did).
+    Built from `BertTokenizerFast(vocab=PATH, do_lower_case=False)` (transformers 5.x: `vocab=`;
+    `vocab_file=` is silently ignored), then our rules go into its Rust normaliser and
+    pre-tokeniser. It is returned as a `PreTrainedTokenizerFast` over that backend, not as
+    `BertTokenizerFast`: on `from_pretrained` the BERT class rebuilds its normaliser and
+    pre-tokeniser from flags and would drop the rules, while this class loads tokenizer.json
+    verbatim, so `save_pretrained` -> `AutoTokenizer.from_pretrained` (and a sentence-transformers
+    export) tokenises exactly as training did. Same call API, [CLS] ... [SEP] template, padding.
     """
-    from transformers import BertTokenizerFast
+    from transformers import BertTokenizerFast, PreTrainedTokenizerFast
 
     from vocab.pretokenize import bert_normalizer, bert_pre_tokenizer
 
     vocab = load_vocab(vocab_path)
-    # transformers 5.x: `vocab=`; `vocab_file=` would be ignored without an error.
-    tokenizer = BertTokenizerFast(
-        vocab=str(vocab_path),
-        do_lower_case=False,
-        tokenize_chinese_chars=True,
-        strip_accents=False,
+    bert = BertTokenizerFast(vocab=str(vocab_path), do_lower_case=False, tokenize_chinese_chars=True, strip_accents=False)
+    if len(bert) != len(vocab):
+        raise VocabError(f"transformers loaded {len(bert)} tokens from {vocab_path}, expected {len(vocab)}")
+    backend = bert.backend_tokenizer
+    backend.normalizer = bert_normalizer()
+    backend.pre_tokenizer = bert_pre_tokenizer()
+    backend.model.max_input_chars_per_word = MAX_CHARS_PER_WORD
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
         model_max_length=model_max_length,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
         # "[MASK]" typed inside a sentence is text, as in TF Text, not the special token
         # (transformers re-applies this flag to the backend on every call).
         split_special_tokens=True,
     )
     if len(tokenizer) != len(vocab):
-        raise VocabError(
-            f"transformers loaded {len(tokenizer)} tokens from {vocab_path}, expected {len(vocab)}"
-        )
-    backend = tokenizer.backend_tokenizer
-    backend.normalizer = bert_normalizer()
-    backend.pre_tokenizer = bert_pre_tokenizer()
-    backend.model.max_input_chars_per_word = MAX_CHARS_PER_WORD
-    backend.encode_special_tokens = True
+        raise VocabError(f"tokenizer has {len(tokenizer)} tokens, vocab.txt {len(vocab)}")
     return tokenizer
