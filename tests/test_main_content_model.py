@@ -11,6 +11,7 @@ from pipelines.main_content.model import (
     MainContentModel,
     MainContentModelError,
     featurise_document,
+    html_main_flags,
     postprocess_scores,
     training_lines,
 )
@@ -50,6 +51,21 @@ def test_featurisation_is_one_clean_string_per_line():
     assert "p:contact" in feats[len(NAV)] and "n:for" in feats[len(NAV)]  # neighbour context
     assert featurise_document([]) == []
     assert training_lines(["a"], [True])[0].startswith("__label__main __fs_")
+    assert all(" RMx " in f for f in feats)  # no HTML: the HTML feature is "unknown"
+    with_html = featurise_document(lines, [False] * len(NAV) + [True] * len(ARTICLE) + [False] * len(FOOTER))
+    assert " RM1 " in with_html[len(NAV)] and " RM0 " in with_html[0]
+    with pytest.raises(ValueError):
+        featurise_document(lines, [True])
+
+
+def test_html_feature_flags_the_lines_resiliparse_keeps_as_main_content():
+    from tests.test_main_content_labels import PAGE
+    from pipelines.text.html import html_to_lines
+
+    lines = html_to_lines(PAGE)
+    flags = dict(zip(lines, html_main_flags(lines, PAGE)))
+    assert flags["Home"] is False and flags["Privacy policy | Terms of use"] is False
+    assert flags[next(line for line in lines if line.startswith("Biologists"))] is True
 
 
 def test_trained_model_separates_article_from_navigation(tiny_model):
@@ -119,3 +135,14 @@ def test_cli_reports_a_bad_model_clearly(tmp_path, labse_data):
     done = subprocess.run([sys.executable, "-m", "pipelines.main_content.cli", "evaluate", "--model", str(bad),
                            "--input", str(warc)], capture_output=True, text=True)
     assert done.returncode == 2 and "not a fastText model" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_score_lines_accepts_the_page_html(tiny_model):
+    from tests.test_main_content_labels import PAGE
+    from pipelines.text.html import html_to_lines
+
+    model = MainContentModel.load(str(tiny_model))
+    lines = html_to_lines(PAGE)
+    with_html = model.score_lines(lines, html=PAGE)
+    assert with_html.shape == (len(lines),) and np.all((with_html >= 0) & (with_html <= 1))
+    assert np.allclose(model.score_lines(lines), model.score_lines_with_flags(lines, None))

@@ -77,6 +77,9 @@ def test_trained_model_beats_no_filter_on_the_test_split(built, tmp_path, capsys
     assert test["f1"] > keep_all_f1 + 0.1
     assert test["agreement"] > keep_all_precision + 0.1  # keeping everything agrees on the main lines only
     assert test["kept_text_token_f1_vs_teacher"] > keep_all_token_f1 + 0.1
+    text_only = report["test_text_only"]  # the same model without the HTML feature, as for WET
+    assert text_only["f1"] > keep_all_f1 + 0.1
+    assert text_only["kept_text_token_f1_vs_teacher"] > keep_all_token_f1 + 0.1
 
 
 def test_evaluate_prints_the_same_metrics_for_any_warc(built, tmp_path, labse_data, capsys):

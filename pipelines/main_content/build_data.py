@@ -46,6 +46,10 @@ class BuildConfig:
     max_lines_per_page: int = 200
     max_class_ratio: float = 1.0
     max_lines_per_language: int = 200_000
+    # Share of training pages featurised WITHOUT the HTML feature, so the model also works on text
+    # only (WET, Wikipedia). 0.25 keeps text-only quality at the level of a text-only model while
+    # the HTML feature still helps where it is present (measured: BENCHMARKS.md).
+    html_feature_dropout: float = 0.25
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
 
 
@@ -100,8 +104,8 @@ class LabelPagesFn(beam.DoFn):
         if not any(page.labels):
             # Kept: a page without main content teaches what pure boilerplate looks like.
             tally["documents.no_main_content"] = 1
-        page = LabelledPage(url=page.url, lines=page.lines, labels=page.labels,
-                            teacher_text=page.teacher_text, lang=page_language(page, self.lid))
+        page = LabelledPage(url=page.url, lines=page.lines, labels=page.labels, teacher_text=page.teacher_text,
+                            lang=page_language(page, self.lid), html_main=page.html_main)
         split = split_of(record.url or record.doc_id, self.config.dev_fraction, self.config.test_fraction)
         tally["documents.kept"] = 1
         tally[f"pages.{split}"] = 1
@@ -117,7 +121,8 @@ def training_examples(page_json: dict, config: BuildConfig) -> Iterator[tuple[st
     Featurisation sees the WHOLE page (context features), then only the sampled lines are emitted.
     """
     page = LabelledPage.from_json(page_json)
-    features = featurise_document(page.lines)
+    html_main = None if drops_html_feature(page.url, config.html_feature_dropout) else page.html_main
+    features = featurise_document(page.lines, html_main)
     for i in balance_page(page.lines, page.labels, seed=page.url, max_lines_per_page=config.max_lines_per_page,
                           max_ratio=config.max_class_ratio):
         row = f"{LABEL_MAIN if page.labels[i] else LABEL_BOILERPLATE} {features[i]}"
@@ -125,10 +130,15 @@ def training_examples(page_json: dict, config: BuildConfig) -> Iterator[tuple[st
         yield page.lang or "und", (digest, row)
 
 
+def drops_html_feature(url: str, share: float) -> bool:
+    """Deterministic per page: featurise this training page without its HTML feature?"""
+    return int.from_bytes(hashlib.sha1(f"html-dropout\t{url}".encode("utf-8", "replace")).digest()[:8], "big") < share * 2**64
+
+
 def all_examples(page_json: dict) -> list[str]:
     page = LabelledPage.from_json(page_json)
     return [f"{LABEL_MAIN if is_main else LABEL_BOILERPLATE} {feats}"
-            for feats, is_main in zip(featurise_document(page.lines), page.labels)]
+            for feats, is_main in zip(featurise_document(page.lines, page.html_main), page.labels)]
 
 
 def _split_is(item: tuple[str, dict], split: str) -> bool:
@@ -263,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="per page, majority class kept at most this times the minority (default %(default)s)")
     parser.add_argument("--max-lines-per-language", type=int, default=defaults.max_lines_per_language,
                         help="training examples kept per language at most (default %(default)s)")
+    parser.add_argument("--html-feature-dropout", type=float, default=defaults.html_feature_dropout,
+                        help="share of training pages featurised without the HTML feature, so the model also "
+                             "serves text-only input (default %(default)s)")
     parser.add_argument("--teacher-balanced", action="store_true",
                         help="run trafilatura in its balanced mode instead of favor_precision")
     return parser
@@ -288,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     from pipelines.io.readers import check_pattern_matches
 
+    if not 0.0 <= args.html_feature_dropout <= 1.0:
+        parser.error("--html-feature-dropout must be in [0, 1]")
     for name in ("dev_fraction", "test_fraction"):
         if not 0.0 <= getattr(args, name) < 1.0:
             parser.error(f"--{name.replace('_', '-')} must be in [0, 1)")
@@ -301,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     config = BuildConfig(dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
                          max_lines_per_page=args.max_lines_per_page, max_class_ratio=args.max_class_ratio,
                          max_lines_per_language=args.max_lines_per_language,
+                         html_feature_dropout=args.html_feature_dropout,
                          teacher=TeacherConfig(favor_precision=not args.teacher_balanced))
     logger.info("labelling %d file(s) matching %s into %s", len(files), args.input, args.output)
     stats = run(args.input, args.output, config, beam_args)

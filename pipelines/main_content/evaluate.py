@@ -66,13 +66,16 @@ class LineMetrics:
         }
 
 
-def evaluate_pages(model, pages: Iterable[LabelledPage], threshold: float = 0.5) -> dict:
-    """Model decisions (``score_lines >= threshold``) vs teacher labels, over pages with lines."""
+def evaluate_pages(model, pages: Iterable[LabelledPage], threshold: float = 0.5, use_html: bool = True) -> dict:
+    """Model decisions (``score >= threshold``) vs teacher labels, over pages with lines.
+
+    ``use_html=False`` scores the lines alone, as for WET input.
+    """
     metrics = LineMetrics()
     for page in pages:
         if not page.lines:
             continue
-        keep = model.score_lines(page.lines) >= threshold
+        keep = model.score_lines_with_flags(page.lines, page.html_main if use_html else None) >= threshold
         metrics.add(keep, page.labels)
         kept = "\n".join(line for line, k in zip(page.lines, keep) if k)
         metrics.page_f1.append(token_f1(kept, page.teacher_text))
@@ -121,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="fastText model from `labse-main-content train`")
     parser.add_argument("--input", required=True, help="WARC file pattern, e.g. 'crawl/*.warc.gz'")
     parser.add_argument("--threshold", type=float, default=0.5, help="keep lines scoring at least this (default 0.5)")
+    parser.add_argument("--text-only", action="store_true",
+                        help="score lines without the HTML feature (as for WET input)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many HTML pages")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
     args = parser.parse_args(argv)
@@ -139,11 +144,12 @@ def main(argv: list[str] | None = None) -> int:
 
         pages = tqdm(labelled_pages_from_warc(args.input, limit=args.limit, stats=stats),
                      desc="pages", unit="page", disable=None)
-        summary = evaluate_pages(model, pages, args.threshold)
+        summary = evaluate_pages(model, pages, args.threshold, use_html=not args.text_only)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     summary["threshold"] = args.threshold
+    summary["html_feature"] = not args.text_only
     summary["input_counts"] = dict(sorted(stats.items()))
     print(format_metrics(f"{args.model} vs teacher on {args.input}", summary))
     if args.json_out:
@@ -163,14 +169,16 @@ def html_pages(pattern: str) -> list[tuple[str, str]]:
             if isinstance(record, Document) and record.kind == KIND_HTML]
 
 
-def model_kept_text(model, html: str, threshold: float = 0.5) -> str:
-    """The text ``labse-clean`` keeps from a page with this model: html_to_lines, scored, thresholded."""
+def model_kept_text(model, html: str, threshold: float = 0.5, use_html: bool = True) -> str:
+    """The text kept from a page with this model: html_to_lines, scored (with the HTML feature
+    unless ``use_html=False``), thresholded."""
     from pipelines.text.html import html_to_lines
 
     lines = html_to_lines(html)
     if not lines:
         return ""
-    return "\n".join(line for line, score in zip(lines, model.score_lines(lines)) if score >= threshold)
+    scores = model.score_lines(lines, html=html if use_html else None)
+    return "\n".join(line for line, score in zip(lines, scores) if score >= threshold)
 
 
 def mean_token_f1_vs_truth(extract, pages: Iterable[tuple[str, str]], truth: dict[str, str]) -> tuple[float, int]:

@@ -180,22 +180,29 @@ class LabelledPage:
     labels: list[bool]
     teacher_text: str
     lang: str | None = None
+    html_main: list[bool] | None = None  # the HTML feature per line (model.html_main_flags)
 
     def to_json(self) -> dict:
-        return {"url": self.url, "lang": self.lang, "lines": self.lines,
-                "labels": [int(x) for x in self.labels], "teacher_text": self.teacher_text}
+        row = {"url": self.url, "lang": self.lang, "lines": self.lines,
+               "labels": [int(x) for x in self.labels], "teacher_text": self.teacher_text}
+        if self.html_main is not None:
+            row["html_main"] = [int(x) for x in self.html_main]
+        return row
 
     @classmethod
     def from_json(cls, row: dict) -> "LabelledPage":
+        html_main = row.get("html_main")
         return cls(url=row["url"], lines=list(row["lines"]), labels=[bool(x) for x in row["labels"]],
-                   teacher_text=row.get("teacher_text") or "", lang=row.get("lang"))
+                   teacher_text=row.get("teacher_text") or "", lang=row.get("lang"),
+                   html_main=None if html_main is None else [bool(x) for x in html_main])
 
 
 def label_page(url: str, html: str, config: TeacherConfig = TeacherConfig()) -> LabelledPage:
-    """Lines of an HTML page with teacher labels (the language is filled in by the caller)."""
+    """Lines of an HTML page with teacher labels and the HTML feature (language: filled in by the caller)."""
+    from pipelines.main_content.model import html_main_flags
     from pipelines.text.html import html_to_lines
 
     lines = html_to_lines(html)
     teacher_text = teacher_extract(html, config) if lines else None
     return LabelledPage(url=url, lines=lines, labels=label_lines(lines, teacher_text),
-                        teacher_text=teacher_text or "")
+                        teacher_text=teacher_text or "", html_main=html_main_flags(lines, html) if lines else [])

@@ -21,7 +21,7 @@ import numpy as np
 
 LABEL_MAIN = "__label__main"
 LABEL_BOILERPLATE = "__label__boilerplate"
-FEATURE_SET = "ctx2"
+FEATURE_SET = "ctx2h"
 FEATURE_SET_TOKEN = f"__fs_{FEATURE_SET}"
 
 # Lines are truncated for speed: the first tokens of a block are what tells navigation from prose.
@@ -51,7 +51,28 @@ def _end_class(line: str) -> str:
 _DISTANCE_TOKENS = ("D0", "D1", "D2", "D2", "D3", "D3", "D3", "D3", "D3")  # index: distance 0..8, else D4
 
 
-def featurise_document(lines: Sequence[str]) -> list[str]:
+def html_main_flags(lines: Sequence[str], html: str) -> list[bool]:
+    """Per line: does resiliparse's main-content extraction of the page keep it? (the HTML feature)
+
+    resiliparse's ``main_content=True`` mode uses the DOM (tags, classes, link density), which the
+    lines alone do not show; as one more feature it raises held-out F1 a lot (see BENCHMARKS.md).
+    Lines are matched by their normalised text, as the teacher labels are.
+    """
+    from resiliparse.extract.html2text import extract_plain_text
+
+    from pipelines.main_content.labels import normalise
+
+    try:
+        text = extract_plain_text(html, preserve_formatting=True, main_content=True, list_bullets=False,
+                                  alt_texts=False)
+    except Exception:  # resiliparse is tolerant; a page it cannot parse simply has no HTML feature
+        return [False] * len(lines)
+    kept = {normalise(block) for block in text.split("\n")}
+    kept.discard("")
+    return [normalise(line) in kept for line in lines]
+
+
+def featurise_document(lines: Sequence[str], html_main: Sequence[bool] | None = None) -> list[str]:
     """fastText input strings (without labels) for the lines of ONE document, in order.
 
     Per line: its lowercased tokens (at most ``MAX_LINE_TOKENS``), length and token-count buckets,
@@ -61,13 +82,19 @@ def featurise_document(lines: Sequence[str]) -> list[str]:
     before / inside / after the span from the first to the last one, how many are within 4 lines,
     and how much of the page's prose precedes it. Main text is usually one run of prose; menus,
     footers and teasers sit around it. All of this needs only the line list, so it works for WET.
+
+    ``html_main`` (one flag per line, from ``html_main_flags``) adds the HTML feature ``RM1``/``RM0``
+    where the page's HTML is known; without it every line gets ``RMx``. Training drops the HTML
+    feature on a share of pages, so one model serves both WARC (HTML) and WET (text only).
     (Written for speed: this runs on every line ``labse-clean`` reads.)
     """
-    return _featurise(lines, "")
+    return _featurise(lines, "", html_main)
 
 
-def _featurise(lines: Sequence[str], end: str) -> list[str]:
+def _featurise(lines: Sequence[str], end: str, html_main: Sequence[bool] | None = None) -> list[str]:
     n = len(lines)
+    if html_main is not None and len(html_main) != n:
+        raise ValueError(f"{n} lines but {len(html_main)} HTML flags")
     if n == 0:
         return []
     tokens = [line.lower().split()[:MAX_LINE_TOKENS] for line in lines]
@@ -100,6 +127,7 @@ def _featurise(lines: Sequence[str], end: str) -> list[str]:
         prose_before[i + 1] = prose_before[i] + prose[i]
         prose_chars_before[i + 1] = prose_chars_before[i] + (len(lines[i]) if prose[i] else 0)
     prose_chars = prose_chars_before[n] or 1
+    html_tokens = ["RMx"] * n if html_main is None else ["RM1" if flag else "RM0" for flag in html_main]
     features: list[str] = []
     for i in range(n):
         line = lines[i]
@@ -110,7 +138,7 @@ def _featurise(lines: Sequence[str], end: str) -> list[str]:
             f"{FEATURE_SET_TOKEN} L{length_buckets[i]} W{bisect.bisect_right(_TOKEN_COUNT_EDGES, len(tokens[i]))} "
             f"P{i * _POSITION_BUCKETS // n} {_end_class(line) if line else 'E0'} "
             f"{_DISTANCE_TOKENS[d] if d < 9 else 'D4'} {span} PD{min(nearby, 5)} "
-            f"PM{prose_chars_before[i] * 5 // prose_chars} {own[i]} "
+            f"PM{prose_chars_before[i] * 5 // prose_chars} {html_tokens[i]} {own[i]} "
             f"{as_prev[i - 1] if i > 0 else 'pL_start'} {as_next[i + 1] if i + 1 < n else 'nL_end'}{end}"
         )
     return features
@@ -156,12 +184,13 @@ def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = S
     return np.clip(scores, 0.0, 1.0).astype(np.float32)
 
 
-def training_lines(lines: Sequence[str], labels: Sequence[bool]) -> list[str]:
+def training_lines(lines: Sequence[str], labels: Sequence[bool],
+                   html_main: Sequence[bool] | None = None) -> list[str]:
     """fastText training lines (``__label__X features``) for one document's lines and labels."""
     if len(lines) != len(labels):
         raise ValueError(f"{len(lines)} lines but {len(labels)} labels")
     return [f"{LABEL_MAIN if is_main else LABEL_BOILERPLATE} {feats}"
-            for feats, is_main in zip(featurise_document(lines), labels)]
+            for feats, is_main in zip(featurise_document(lines, html_main), labels)]
 
 
 class MainContentModelError(Exception):
@@ -302,21 +331,31 @@ class MainContentModel:
             raise MainContentModelError(f"fastText could not load main-content model {path!r}: {exc}") from exc
         return cls(model, path)
 
-    def score_lines(self, lines: Sequence[str]) -> np.ndarray:
-        """P(main content) for each line of ONE document (lines in reading order), float32."""
+    def score_lines(self, lines: Sequence[str], html: str | None = None) -> np.ndarray:
+        """P(main content) for each line of ONE document (lines in reading order), float32.
+
+        ``html``: the page's HTML when there is one (WARC), for the HTML feature; leave it out for
+        text-only input (WET, Wikipedia). Scores are smoothed at page level (``postprocess_scores``).
+        """
+        if not lines:
+            return np.zeros(0, dtype=np.float32)
+        return self.score_lines_with_flags(lines, html_main_flags(lines, html) if html else None)
+
+    def score_lines_with_flags(self, lines: Sequence[str], html_main: Sequence[bool] | None) -> np.ndarray:
+        """``score_lines`` with the HTML feature already computed (``html_main_flags``) or None."""
         if not lines:
             return np.zeros(0, dtype=np.float32)
         # fastText treats "\n" as end of input; lines from html_to_lines never contain one.
         clean = [line.replace("\n", " ") if "\n" in line else line for line in lines]
-        return postprocess_scores(self.raw_scores(clean), clean)
+        return postprocess_scores(self.raw_scores(clean, html_main), clean)
 
-    def raw_scores(self, lines: Sequence[str]) -> np.ndarray:
+    def raw_scores(self, lines: Sequence[str], html_main: Sequence[bool] | None = None) -> np.ndarray:
         """fastText's P(main) per line before page-level smoothing (one batched predict call)."""
         if not lines:
             return np.zeros(0, dtype=np.float64)
         # fastText's own predict() re-checks every string in Python; ours never hold a newline, and
         # the trailing "\n" is what adds the end-of-sentence token the model was trained with.
-        labels, probs = self._model.f.multilinePredict(_featurise(lines, "\n"), 1, 0.0, "replace")
+        labels, probs = self._model.f.multilinePredict(_featurise(lines, "\n", html_main), 1, 0.0, "replace")
         top = np.array([p[0] if len(p) else 0.5 for p in probs], dtype=np.float64)
         is_main = np.array([bool(label) and label[0] == LABEL_MAIN for label in labels])
         return np.clip(np.where(is_main, top, 1.0 - top), 0.0, 1.0)

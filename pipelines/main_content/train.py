@@ -127,6 +127,8 @@ def train(data_dir: str, output: str, config: TrainConfig = TrainConfig()) -> di
         pages_file = os.path.join(data_dir, f"{split}.pages.jsonl")
         if os.path.isfile(pages_file):
             report[split] = evaluate_pages(model, read_pages(pages_file), config.threshold)
+            report[f"{split}_text_only"] = evaluate_pages(model, read_pages(pages_file), config.threshold,
+                                                          use_html=False)
     from pipelines.accounting import write_json_atomic
 
     write_json_atomic(output + ".metrics.json", report)
@@ -166,5 +168,6 @@ def main(argv: list[str] | None = None) -> int:
     for split in ("dev", "test"):
         if split in report:
             print(format_metrics(f"{split} (page-disjoint, vs teacher)", report[split]))
+            print(format_metrics(f"{split} text only, no HTML feature (as for WET)", report[f"{split}_text_only"]))
     print(f"metrics: {args.output}.metrics.json")
     return 0
