@@ -96,6 +96,13 @@ def make_handmade_inputs(directory: Path, labse_data: Path) -> dict[str, Path]:
         '<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/"><siteinfo><dbname>enwiki</dbname>'
         "<base>https://en.wikipedia.org/wiki/Main_Page</base></siteinfo><page><title>A</title><ns>0</ns>"
         "<id>1</id><revision><text>Broken page <b>unclosed", encoding="utf-8")
+    # A WET file: a `conversion` record holds extracted text, one block per line.
+    text = ("Menu\n" + THIRD.replace("museum", "library") + "\n" + "Kontakt | Impressum\n").encode("utf-8")
+    head = ("WARC/1.0\r\nWARC-Type: conversion\r\nWARC-Record-ID: <urn:uuid:00000000-0000-0000-0000-000000000007>\r\n"
+            "WARC-Date: 2020-08-01T00:00:00Z\r\nWARC-Target-URI: http://example.com/wet\r\n"
+            f"Content-Type: text/plain\r\nContent-Length: {len(text)}\r\n\r\n").encode("utf-8")
+    files["wet"] = directory / "h-text.warc.wet.gz"
+    files["wet"].write_bytes(gzip.compress(head + text + b"\r\n\r\n"))
     return files
 
 
@@ -108,7 +115,8 @@ def runs(tmp_path_factory, labse_data) -> dict[str, tuple[Path, dict]]:
         out[name] = (root / name, run([(str(path), fmt)], str(root / name), CleanConfig()))
     handmade = make_handmade_inputs(root / "handmade-inputs", labse_data)
     out["handmade"] = (root / "handmade", run(
-        [(str(root / "handmade-inputs" / "*.warc.gz"), "warc"), (str(handmade["xml"]), "wikipedia")],
+        [(str(root / "handmade-inputs" / "*.warc.gz"), "warc"), (str(handmade["xml"]), "wikipedia"),
+         (str(handmade["wet"]), "wet")],
         str(root / "handmade"), CleanConfig()))
     return out
 
@@ -200,6 +208,9 @@ def test_bad_inputs_land_in_errors_and_the_rest_is_read(runs):
     assert stats["sentences_dropped"]["line_too_long"] == 1
     urls = {r["url"] for r in sentences(out_dir)}
     assert {"http://example.com/3", "http://example.com/4"} <= urls
+    # WET text lines go through the same main-content rules: the article line is kept, the menu is not.
+    wet = [r for r in sentences(out_dir) if r["url"] == "http://example.com/wet"]
+    assert [r["text"] for r in wet] == [THIRD.replace("museum", "library")] and wet[0]["source"] == "cc"
     # The truncated CommonCrawl file still gave the pages before the cut.
     assert any(r["file"].endswith("d-truncated.warc.gz") for r in sentences(out_dir))
 
