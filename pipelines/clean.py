@@ -117,7 +117,9 @@ def clean_document(
         # Wikipedia article text is main content by construction (the reader removed the rest).
         scores = [1.0] * len(workable)
     elif main_content_model is not None:
-        scores = [float(s) for s in main_content_model.score_lines(workable)]
+        # The page's HTML feeds the model's HTML feature; WET text has none.
+        html = doc.body if doc.kind == KIND_HTML else None
+        scores = [float(s) for s in main_content_model.score_lines(workable, html=html)]
     else:
         scores = heuristic_main_content_scores(workable)
     # lid.176 only for lines that pass the main-content threshold and can hold a long enough
