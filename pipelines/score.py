@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import time
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -238,7 +238,7 @@ def _count(pcoll, label: str, name: str):
 
 
 def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_precision, keep_fraction, labelled):
-    from pipelines.mine import stable_hash
+    from pipelines.mining.beam_mining import stable_hash
 
     output = output.rstrip("/")
     rows = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)

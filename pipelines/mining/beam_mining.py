@@ -133,8 +133,6 @@ class _ReadSentenceFile(beam.DoFn):
 
 def input_pattern(path: str) -> str:
     """A directory means its Parquet and text files; anything else is a file or glob as given."""
-    from apache_beam.io.filesystems import FileSystems
-
     if any(ch in path for ch in "*?[") or path.endswith((".parquet", ".txt", ".gz")):
         return path
     if "://" not in path:
@@ -143,6 +141,11 @@ def input_pattern(path: str) -> str:
         if os.path.isfile(path):
             return path
     return path.rstrip("/") + "/*"
+
+
+def _is_sidecar(name: str) -> bool:
+    """Hidden/temporary files and a stage's own metadata (stats.json, errors) are not sentences."""
+    return name.startswith((".", "_")) or name.endswith((".json", ".jsonl", ".crc", ".tmp"))
 
 
 class ReadSentences(beam.PTransform):
@@ -161,7 +164,7 @@ class ReadSentences(beam.PTransform):
         files = (
             pbegin
             | "Match" >> fileio.MatchFiles(pattern, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
-            | "SkipHidden" >> beam.Filter(lambda m: not m.path.rsplit("/", 1)[-1].startswith((".", "_")))
+            | "SkipSidecars" >> beam.Filter(lambda m: not _is_sidecar(m.path.rsplit("/", 1)[-1]))
             | "Open" >> fileio.ReadMatches(compression=CompressionTypes.AUTO)
         )
         return files | "Parse" >> beam.ParDo(_ReadSentenceFile(self.lang, self.side)).with_outputs(
