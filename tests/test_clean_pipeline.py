@@ -276,3 +276,77 @@ def test_main_content_model_scores_lines_when_given(labse_data, tmp_path):
     scores = {round(r["main_content_score"], 4) for r in sentences(out)}
     heuristic_values = {0.05, 0.1, 0.2, 0.4, 0.6, 0.7, 0.8, 0.95}
     assert scores - heuristic_values and min(scores) >= 0.3
+
+
+# ------------------------------------------------------------------ clean_document and the DoFn, without a pipeline
+def _doc(body: str, *, source="cc", kind="html", lang=None, doc_id="d1") -> "Document":
+    from pipelines.io.documents import Document
+
+    return Document(source=source, url=f"http://example.com/{doc_id}", doc_id=doc_id, file="f.warc.gz", offset=0,
+                    kind=kind, body=body, lang=lang)
+
+
+@pytest.fixture(scope="module")
+def lid():
+    from pipelines.text.langid import LanguageIdentifier
+
+    return LanguageIdentifier()
+
+
+def test_wikipedia_lines_in_another_language_are_removed(lid):
+    from pipelines.clean import clean_document
+
+    german = "Der Gemeinderat hat am Dienstag nach einer langen Debatte den neuen Haushalt beschlossen."
+    result = clean_document(_doc(f"{ARTICLE}\n{german}", source="wiki", kind="text", lang="en"), lid, CleanConfig())
+    assert [r["text"] for r in result.rows] == [ARTICLE]
+    assert result.tally["sentences.dropped.langid_other_language"] == 1
+    assert result.rows[0]["lang"] == "en" and result.rows[0]["main_content_score"] == 1.0
+    latgalian = "Latgola irā vāsturiskais nūvods Latvejis vydsaustrumūs, kur dzeivoj latgalīši."
+    result = clean_document(_doc(latgalian, source="wiki", kind="text", lang="ltg"), lid, CleanConfig())
+    assert [r["lang"] for r in result.rows] == ["ltg"]
+
+
+def test_every_sentence_is_accounted_for_in_one_document(lid):
+    from pipelines.clean import clean_document
+
+    html = _page(ARTICLE, "Short.", "x" * 60_000, "Home | News | Contact", OTHER)
+    result = clean_document(_doc(html), lid, CleanConfig())
+    tally = result.tally
+    dropped = sum(v for k, v in tally.items() if k.startswith("sentences.dropped."))
+    assert tally["sentences.read"] == len(result.rows) + dropped + tally.get("sentences.errored", 0)
+    assert tally["sentences.dropped.line_too_long"] == 1
+    assert [r["position"] for r in result.rows] == sorted(r["position"] for r in result.rows)
+    assert {r["text"] for r in result.rows} == {ARTICLE, OTHER}
+
+
+def test_a_line_that_breaks_the_splitter_costs_that_line_only(lid, monkeypatch):
+    import pipelines.clean as clean
+
+    real = clean.split_sentences
+
+    def flaky(text, lang):
+        if text.startswith("Critics"):
+            raise RuntimeError("splitter bug")
+        return real(text, lang)
+
+    monkeypatch.setattr(clean, "split_sentences", flaky)
+    result = clean.clean_document(_doc(_page(ARTICLE, OTHER)), lid, CleanConfig())
+    assert [r["text"] for r in result.rows] == [ARTICLE]
+    assert result.tally["sentences.errored"] == 1
+    assert result.errors[0]["reason"] == "sentence_split_failed" and "splitter bug" in result.errors[0]["detail"]
+
+
+def test_a_document_that_cannot_be_processed_is_an_error_not_a_crash():
+    from pipelines.clean import _CleanDocumentsFn
+    from pipelines.io.documents import Dropped, ReadError
+
+    fn = _CleanDocumentsFn(CleanConfig())
+    fn.setup()
+    fn.start_bundle()
+    broken = _doc(b"<p>bytes, not str</p>")  # a reader bug: html_to_lines raises TypeError
+    outputs = list(fn.process(broken)) + list(fn.process(Dropped("not_html", "f", 1)))
+    outputs += list(fn.process(ReadError("truncated_gzip", "f", 2, "cut")))
+    errors = [o.value for o in outputs if getattr(o, "tag", None) == "errors"]
+    assert [e["reason"] for e in errors] == ["processing_failed", "truncated_gzip"]
+    (tally,) = [o.value.value for o in fn.finish_bundle()]
+    assert tally == {"documents.read": 3, "documents.errored": 2, "documents.dropped.not_html": 1}
