@@ -140,3 +140,19 @@ def test_saved_tokenizer_reloads_with_the_same_rules(tokenizers, tmp_path):
         assert ids == [2] + tf_tok.tokenize_ids([text])[0] + [3]
     batch = reloaded(["a b", "c"], padding=True)
     assert batch["input_ids"][1][-1] == 0 and "token_type_ids" in batch
+
+
+def test_pretokenize_equals_the_hf_pre_tokenizer_on_every_code_point():
+    """The counting regex splits exactly like the tokenizer's Rust pre-tokeniser."""
+    from vocab.pretokenize import bert_normalizer, bert_pre_tokenizer
+
+    normalizer, pre_tokenizer = bert_normalizer(), bert_pre_tokenizer()
+    code_points = [c for c in range(0x20000) if not 0xD800 <= c <= 0xDFFF]
+    code_points += list(range(0x2B700, 0x2B940)) + list(range(0xE0000, 0xE0080))
+    mismatched = []
+    for c in code_points:
+        text = "a" + chr(c) + "b c"
+        expected = [w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))]
+        if pretokenize(text) != expected:
+            mismatched.append(hex(c))
+    assert mismatched == []
