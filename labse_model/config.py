@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Preset encoders. "base" is the paper's (BERT-base); "tiny" is for tests, "small" for CPU runs.
+# Preset encoders. "base" is the paper's (BERT-base); "tiny" is for tests, "mini" for CPU
+# benchmarks and the demo (minutes on 2 cores), "small" for longer CPU or single-GPU experiments.
 PRESETS: dict[str, dict[str, int]] = {
     "tiny": dict(num_layers=2, hidden_size=64, num_heads=2, intermediate_size=256, max_position_embeddings=128),
+    "mini": dict(num_layers=4, hidden_size=128, num_heads=2, intermediate_size=512, max_position_embeddings=128),
     "small": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024, max_position_embeddings=256),
     "base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072, max_position_embeddings=512),
 }
