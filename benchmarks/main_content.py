@@ -21,6 +21,8 @@ numbers less than wall time would): lines/s of ``MainContentModel.score_lines`` 
 one fastText call + page smoothing); pages/s of HTML -> lines -> classifier vs the teacher's
 ``trafilatura.extract``; and pages/s of labse-clean's whole per-document text stage
 (``pipelines.clean.clean_document``: lines, classifier, lid.176, sentences, filters) vs the teacher.
+The classifier rows are measured with the HTML feature (WARC input) and without it (text only, as
+for WET input; also what ``clean_document`` does while it does not pass the page's HTML).
 
     .venv/bin/python benchmarks/main_content.py --data ../shared/data
 """
@@ -96,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     labelled = {url: label_page(url, html, teacher) for url, html in articles}
     cc_rows = [row for row in (data_dir / "train.txt").read_text(encoding="utf-8").splitlines() if row]
     cv_scores: dict[str, np.ndarray] = {}
+    cv_scores_text: dict[str, np.ndarray] = {}
     config = BuildConfig()
     for fold in range(args.folds):
         rows = list(cc_rows)
@@ -110,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         model = MainContentModel.load(str(model_path))
         for url, page in labelled.items():
             if fold_of(url, args.folds) == fold and page.lines:
-                cv_scores[url] = model.score_lines(page.lines)
+                cv_scores[url] = model.score_lines_with_flags(page.lines, page.html_main)
+                cv_scores_text[url] = model.score_lines_with_flags(page.lines, None)
         print(f"fold {fold}: trained on {len(rows)} lines", file=sys.stderr, flush=True)
 
     def keep(lines, scores, threshold=0.5):
@@ -125,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         "rule-based default (heuristic >= 0.5)": lambda url, html: keep(
             lines := html_to_lines(html), heuristic_main_content_scores(lines)),
         "classifier, trained on CC samples only": lambda url, html: model_kept_text(cc_model, html),
+        "classifier, trained on CC samples only, text only (no HTML feature)": lambda url, html: model_kept_text(
+            cc_model, html, use_html=False),
         f"classifier, {args.folds}-fold CV by page": lambda url, html: keep(labelled[url].lines,
                                                                               cv_scores.get(url, [])),
+        f"classifier, {args.folds}-fold CV by page, text only": lambda url, html: keep(
+            labelled[url].lines, cv_scores_text.get(url, [])),
         "jusText (English stoplist)": lambda url, html: jus(html),
         "resiliparse main_content=True": lambda url, html: extract_plain_text(
             html, preserve_formatting=True, main_content=True),
@@ -157,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     n_lines = sum(map(len, line_lists))
     classify = best_cpu_seconds(lambda: [cc_model.score_lines(lines) for lines in line_lists], args.repeats)
     predict_only = best_cpu_seconds(lambda: [cc_model.raw_scores(lines) for lines in line_lists], args.repeats)
-    pages_model = best_cpu_seconds(lambda: [cc_model.score_lines(html_to_lines(d.body)) for d in docs], args.repeats)
+    pages_model = best_cpu_seconds(lambda: [cc_model.score_lines(html_to_lines(d.body), html=d.body) for d in docs],
+                                   args.repeats)
+    pages_model_text = best_cpu_seconds(lambda: [cc_model.score_lines(html_to_lines(d.body)) for d in docs],
+                                        args.repeats)
     pages_teacher = best_cpu_seconds(lambda: [teacher_extract(d.body, teacher) for d in docs], 2)
     lid = LanguageIdentifier()
     clean_config = CleanConfig(main_content_model=str(cc_model_path))
@@ -168,10 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         "score_lines_lines_per_cpu_s": n_lines / classify,
         "featurise_plus_fasttext_lines_per_cpu_s": n_lines / predict_only,
         "html_to_lines_plus_classifier_pages_per_cpu_s": len(docs) / pages_model,
+        "html_to_lines_plus_classifier_text_only_pages_per_cpu_s": len(docs) / pages_model_text,
         "clean_document_with_classifier_pages_per_cpu_s": len(docs) / pages_clean,
         "teacher_pages_per_cpu_s": len(docs) / pages_teacher,
     }
     speed["ratio_extraction_vs_teacher"] = speed["html_to_lines_plus_classifier_pages_per_cpu_s"] / speed["teacher_pages_per_cpu_s"]
+    speed["ratio_extraction_text_only_vs_teacher"] = (speed["html_to_lines_plus_classifier_text_only_pages_per_cpu_s"]
+                                                      / speed["teacher_pages_per_cpu_s"])
     speed["ratio_clean_stage_vs_teacher"] = speed["clean_document_with_classifier_pages_per_cpu_s"] / speed["teacher_pages_per_cpu_s"]
 
     print("\n| system | token F1 vs human main text | token F1 vs teacher | CPU ms/page |")
@@ -183,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"HTML -> lines -> classifier: {speed['html_to_lines_plus_classifier_pages_per_cpu_s']:.0f} pages/s per core; "
           f"teacher trafilatura.extract: {speed['teacher_pages_per_cpu_s']:.0f} pages/s per core; "
           f"ratio {speed['ratio_extraction_vs_teacher']:.1f}x ({len(docs)} pages)")
+    print(f"HTML -> lines -> classifier, text only (no HTML feature): "
+          f"{speed['html_to_lines_plus_classifier_text_only_pages_per_cpu_s']:.0f} pages/s per core; "
+          f"ratio {speed['ratio_extraction_text_only_vs_teacher']:.1f}x")
     print(f"labse-clean per-document stage with the classifier (lines, classifier, lid.176, sentences, filters): "
           f"{speed['clean_document_with_classifier_pages_per_cpu_s']:.0f} pages/s per core; "
           f"ratio vs teacher {speed['ratio_clean_stage_vs_teacher']:.1f}x")

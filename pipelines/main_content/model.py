@@ -1,18 +1,25 @@
 """The main-content classifier: a fastText model over lines, and the featurisation it needs.
 
 This module is the single place that turns the lines of one document into fastText input strings,
-so training (``train.py``) and inference (``labse-clean``) can never featurise differently. The
-feature set is text-only (it works on WET text as well as on WARC HTML): the line's own lowercased
-tokens, its length, its position in the page, its end punctuation, and a little context (length and
-first tokens of the previous and next lines). Every featurised line also carries a feature-set tag
-(``__fs_ctx2``); a model trained on another feature set is refused at load time instead of silently
-scoring garbage.
+so training (``train.py``) and inference (``labse-clean``) can never featurise differently.
+Features (``featurise_document``): the line's lowercased tokens, its length, position and end
+punctuation, the previous and next line's length and first tokens, where it sits relative to the
+page's prose lines, and, when the page's HTML is known, whether resiliparse's DOM-based
+main-content mode keeps it (``html_main_flags``). Everything but the last needs only the line
+list, so the same model also scores WET text. Scores are then smoothed over the page
+(``postprocess_scores``).
+
+Every featurised line carries a feature-set tag (``__fs_ctx2h``); a model trained with another
+feature set is refused at load time instead of silently scoring garbage. ``MainContentModel.load``
+validates the file's structure before fastText reads it (fastText trusts its input and can crash
+or allocate wildly on a truncated or foreign file).
 """
 from __future__ import annotations
 
 import bisect
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass
 from typing import Sequence
@@ -48,6 +55,7 @@ def _end_class(line: str) -> str:
     return "Eo"
 
 
+_INLINE_SPACE = re.compile(r"[^\S\n]+")
 _DISTANCE_TOKENS = ("D0", "D1", "D2", "D2", "D3", "D3", "D3", "D3", "D3")  # index: distance 0..8, else D4
 
 
@@ -56,20 +64,18 @@ def html_main_flags(lines: Sequence[str], html: str) -> list[bool]:
 
     resiliparse's ``main_content=True`` mode uses the DOM (tags, classes, link density), which the
     lines alone do not show; as one more feature it raises held-out F1 a lot (see BENCHMARKS.md).
-    Lines are matched by their normalised text, as the teacher labels are.
+    Blocks are matched to lines exactly (after html_to_lines' whitespace normalisation).
     """
     from resiliparse.extract.html2text import extract_plain_text
 
-    from pipelines.main_content.labels import normalise
-
     try:
+        # The same options as html_to_lines, so a block kept here is byte-identical to its line there.
         text = extract_plain_text(html, preserve_formatting=True, main_content=True, list_bullets=False,
-                                  alt_texts=False)
+                                  alt_texts=False, links=False, form_fields=False, noscript=False)
     except Exception:  # resiliparse is tolerant; a page it cannot parse simply has no HTML feature
         return [False] * len(lines)
-    kept = {normalise(block) for block in text.split("\n")}
-    kept.discard("")
-    return [normalise(line) in kept for line in lines]
+    kept = {_INLINE_SPACE.sub(" ", block).strip() for block in text.split("\n")}
+    return [line in kept for line in lines]
 
 
 def featurise_document(lines: Sequence[str], html_main: Sequence[bool] | None = None) -> list[str]:

@@ -35,7 +35,7 @@ class TrainConfig:
     epoch: int = 20
     lr: float = 0.2
     dim: int = 32
-    word_ngrams: int = 2
+    word_ngrams: int = 1
     bucket: int = 100_000
     min_count: int = 1
     threads: int = 2
