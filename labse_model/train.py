@@ -332,7 +332,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
-    from labse_model.data import build_train_loader
+    from labse_model.data import build_train_loader, check_schema_vocab
 
     run_dir: Path = args.output
     config = prepare_run_dir(args, ctx)
@@ -395,6 +395,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         start_step=start_step,
         max_seq_length=tc.max_seq_length,
     )
+    check_schema_vocab(loader.schema, run_dir / "vocab.txt")  # ids from another vocabulary are garbage
 
     dev = None
     if config.dev_data and ctx.is_main:
