@@ -102,11 +102,13 @@ def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from labse_model.train import HelpFormatter
+
     parser = argparse.ArgumentParser(
         prog="labse-export",
         description="Export a labse-train checkpoint as a sentence-transformers directory "
         "(Transformer -> Pooling cls -> Dense tanh -> Normalize) that loads offline.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--run", required=True, type=Path, help="the labse-train run directory")
     parser.add_argument("--output", required=True, type=Path, help="the sentence-transformers directory to write")

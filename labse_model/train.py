@@ -50,12 +50,21 @@ RESUMABLE_OVERRIDES = ("max_steps", "eval_every", "save_every", "log_every", "nu
 # Command line
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except the empty ones (None, False) that say nothing."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labse-train",
         description="Train a LaBSE-style dual encoder (shared BERT, [CLS] -> dense+tanh -> L2) with a "
         "bidirectional additive-margin softmax and negatives gathered across processes.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     data = parser.add_argument_group("data and run")
     data.add_argument("--data", required=True, help="glob of TFRecord shards written by labse-tfrecords (quote it)")
