@@ -170,22 +170,24 @@ def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = S
         padded = np.pad(scores, (window, window), mode="edge")
         local = np.convolve(padded, np.ones(2 * window + 1) / (2 * window + 1), mode="valid")
         scores = 0.5 * scores + 0.5 * local
-    weights = np.array([max(1, line.count(" ") + 1) for line in lines], dtype=np.float64)
+    weights = np.fromiter((line.count(" ") + 1 for line in lines), dtype=np.float64, count=n)
     weights *= scores - region_pivot
-    segments = []  # (sum, start, end) of the best segment ending at each line (Kadane)
-    running, start = 0.0, 0
-    for i, w in enumerate(weights):
-        if running <= 0.0:
-            running, start = 0.0, i
-        running += w
-        segments.append((running, start, i))
-    best = max(segments)[0]
-    inside = np.zeros(n, dtype=bool)
+    # Kadane, vectorised: the best segment ending at i starts right after the lowest prefix sum.
+    prefix = np.concatenate(([0.0], np.cumsum(weights)))
+    running_low = np.minimum.accumulate(prefix)
+    is_new_low = prefix <= running_low
+    low_at = np.maximum.accumulate(np.where(is_new_low, np.arange(n + 1), 0))
+    ending = prefix[1:] - running_low[:-1]
+    starts = low_at[:-1]
+    best = float(ending.max())
     if best > 0:
+        inside = np.zeros(n, dtype=bool)
         floor = region_min_share * best
-        for total, a, b in sorted((seg for seg in segments if seg[0] >= floor), reverse=True):
-            if not inside[a:b + 1].any():
-                inside[a:b + 1] = True
+        candidates = np.flatnonzero(ending >= floor)
+        for end in candidates[np.argsort(-ending[candidates], kind="stable")]:
+            start = starts[end]
+            if not inside[start:end + 1].any():
+                inside[start:end + 1] = True
         scores = np.where(inside, scores, scores * outside_factor)
     return np.clip(scores, 0.0, 1.0).astype(np.float32)
 
