@@ -21,8 +21,8 @@ numbers less than wall time would): lines/s of ``MainContentModel.score_lines`` 
 one fastText call + page smoothing); pages/s of HTML -> lines -> classifier vs the teacher's
 ``trafilatura.extract``; and pages/s of labse-clean's whole per-document text stage
 (``pipelines.clean.clean_document``: lines, classifier, lid.176, sentences, filters) vs the teacher.
-The classifier rows are measured with the HTML feature (WARC input) and without it (text only, as
-for WET input; also what ``clean_document`` does while it does not pass the page's HTML).
+The classifier rows are measured with the HTML feature (WARC input; ``clean_document`` passes the
+page's HTML) and without it (text only, as for WET input).
 
     .venv/bin/python benchmarks/main_content.py --data ../shared/data
 """
