@@ -81,7 +81,7 @@ def registered_domain(url: str | None) -> str | None:
         host = (urlsplit(url if "//" in url else "//" + url).hostname or "").strip(".").lower()
     except ValueError:
         return None
-    if not host:
+    if not host or not all(ch.isalnum() or ch in "-._:[]" for ch in host):
         return None
     if host.replace(".", "").isdigit() or ":" in host:  # IPv4 / IPv6 literal: the host is the site
         return host
