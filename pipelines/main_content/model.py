@@ -17,6 +17,7 @@ or allocate wildly on a truncated or foreign file).
 from __future__ import annotations
 
 import bisect
+import itertools
 import mmap
 import os
 import re
@@ -55,6 +56,7 @@ def _end_class(line: str) -> str:
     return "Eo"
 
 
+_MAIN_ONLY = [LABEL_MAIN]
 _INLINE_SPACE = re.compile(r"[^\S\n]+")
 _DISTANCE_TOKENS = ("D0", "D1", "D2", "D2", "D3", "D3", "D3", "D3", "D3")  # index: distance 0..8, else D4
 
@@ -107,10 +109,15 @@ def _featurise(lines: Sequence[str], end: str, html_main: Sequence[bool] | None 
     length_buckets = [bisect.bisect_right(_CHAR_LENGTH_EDGES, len(line)) for line in lines]
     prose = [len(line) >= PROSE_MIN_CHARS and line[-1] in _SENTENCE_END for line in lines]
     own = [" ".join(t) for t in tokens]
-    as_prev = [f"pL{lb} " + " ".join("p:" + t for t in toks[:CONTEXT_TOKENS])
+    heads = [f"L{lb} W{bisect.bisect_right(_TOKEN_COUNT_EDGES, len(toks))}"
+             for lb, toks in zip(length_buckets, tokens)]
+    ends = [_end_class(line) if line else "E0" for line in lines]
+    as_prev = [f"pL{lb} p:" + " p:".join(toks[:CONTEXT_TOKENS]) if toks else f"pL{lb} "
                for lb, toks in zip(length_buckets, tokens)]
-    as_next = [f"nL{lb} " + " ".join("n:" + t for t in toks[:CONTEXT_TOKENS])
+    as_next = [f"nL{lb} n:" + " n:".join(toks[:CONTEXT_TOKENS]) if toks else f"nL{lb} "
                for lb, toks in zip(length_buckets, tokens)]
+    as_prev.insert(0, "pL_start")  # as_prev[i] is now the context line i gets from line i - 1
+    as_next.append("nL_end")
     # Distance to the nearest prose line: one pass from each side.
     far = 1 << 30
     distance = [far] * n
@@ -136,16 +143,14 @@ def _featurise(lines: Sequence[str], end: str, html_main: Sequence[bool] | None 
     html_tokens = ["RMx"] * n if html_main is None else ["RM1" if flag else "RM0" for flag in html_main]
     features: list[str] = []
     for i in range(n):
-        line = lines[i]
         d = distance[i]
         span = "Sin" if first_prose <= i <= last_prose else ("Sbefore" if i < first_prose else "Safter")
         nearby = prose_before[min(n, i + 5)] - prose_before[max(0, i - 4)]
         features.append(
-            f"{FEATURE_SET_TOKEN} L{length_buckets[i]} W{bisect.bisect_right(_TOKEN_COUNT_EDGES, len(tokens[i]))} "
-            f"P{i * _POSITION_BUCKETS // n} {_end_class(line) if line else 'E0'} "
-            f"{_DISTANCE_TOKENS[d] if d < 9 else 'D4'} {span} PD{min(nearby, 5)} "
+            f"{FEATURE_SET_TOKEN} {heads[i]} P{i * _POSITION_BUCKETS // n} {ends[i]} "
+            f"{_DISTANCE_TOKENS[d] if d < 9 else 'D4'} {span} PD{nearby if nearby < 5 else 5} "
             f"PM{prose_chars_before[i] * 5 // prose_chars} {html_tokens[i]} {own[i]} "
-            f"{as_prev[i - 1] if i > 0 else 'pL_start'} {as_next[i + 1] if i + 1 < n else 'nL_end'}{end}"
+            f"{as_prev[i]} {as_next[i + 1]}{end}"
         )
     return features
 
@@ -170,7 +175,8 @@ def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = S
         padded = np.pad(scores, (window, window), mode="edge")
         local = np.convolve(padded, np.ones(2 * window + 1) / (2 * window + 1), mode="valid")
         scores = 0.5 * scores + 0.5 * local
-    weights = np.fromiter((line.count(" ") + 1 for line in lines), dtype=np.float64, count=n)
+    weights = np.fromiter(map(str.count, lines, itertools.repeat(" ")), dtype=np.float64, count=n)
+    weights += 1.0
     weights *= scores - region_pivot
     # Kadane, vectorised: the best segment ending at i starts right after the lowest prefix sum.
     prefix = np.concatenate(([0.0], np.cumsum(weights)))
@@ -184,9 +190,11 @@ def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = S
         inside = np.zeros(n, dtype=bool)
         floor = region_min_share * best
         candidates = np.flatnonzero(ending >= floor)
-        for end in candidates[np.argsort(-ending[candidates], kind="stable")]:
-            start = starts[end]
-            if not inside[start:end + 1].any():
+        chosen: list[tuple[int, int]] = []
+        for end in candidates[np.argsort(-ending[candidates], kind="stable")].tolist():
+            start = int(starts[end])
+            if all(end < a or start > b for a, b in chosen):  # disjoint from every chosen run
+                chosen.append((start, end))
                 inside[start:end + 1] = True
         scores = np.where(inside, scores, scores * outside_factor)
     return np.clip(scores, 0.0, 1.0).astype(np.float32)
@@ -354,8 +362,9 @@ class MainContentModel:
         if not lines:
             return np.zeros(0, dtype=np.float32)
         # fastText treats "\n" as end of input; lines from html_to_lines never contain one.
-        clean = [line.replace("\n", " ") if "\n" in line else line for line in lines]
-        return postprocess_scores(self.raw_scores(clean, html_main), clean)
+        if "\n" in "".join(lines):
+            lines = [line.replace("\n", " ") for line in lines]
+        return postprocess_scores(self.raw_scores(lines, html_main), lines)
 
     def raw_scores(self, lines: Sequence[str], html_main: Sequence[bool] | None = None) -> np.ndarray:
         """fastText's P(main) per line before page-level smoothing (one batched predict call)."""
@@ -364,6 +373,7 @@ class MainContentModel:
         # fastText's own predict() re-checks every string in Python; ours never hold a newline, and
         # the trailing "\n" is what adds the end-of-sentence token the model was trained with.
         labels, probs = self._model.f.multilinePredict(_featurise(lines, "\n", html_main), 1, 0.0, "replace")
-        top = np.array([p[0] if len(p) else 0.5 for p in probs], dtype=np.float64)
-        is_main = np.array([bool(label) and label[0] == LABEL_MAIN for label in labels])
+        # k=1 with threshold 0 gives exactly one (label, probability) per line.
+        top = np.concatenate(probs).astype(np.float64)
+        is_main = np.fromiter(map(_MAIN_ONLY.__eq__, labels), dtype=bool, count=len(labels))
         return np.clip(np.where(is_main, top, 1.0 - top), 0.0, 1.0)
