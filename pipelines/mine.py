@@ -309,7 +309,7 @@ def _write_lines(path: Path, lines: Sequence[str]) -> None:
 
 def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     """Mine de-en and fr-en from Multi30k `val` (each side shuffled separately, as monolingual
-    text, with a quarter of the English partners removed so that some sentences have no
+    text, with a quarter of each side's partners removed so that some sentences have no
     translation), score the pairs with a scorer trained on a slice of Multi30k `train`, and report
     the kept pairs' precision against the known alignment. Sets artifacts["scored_pairs"]."""
     from pipelines import score as score_cli
@@ -330,11 +330,15 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     scored_dirs = []
     for lang in ("de", "fr"):
         foreign = read(f"val.{lang}.gz")
-        src_order, tgt_order = list(range(len(foreign))), list(range(len(english)))
+        # a quarter of the German (French) and another quarter of the English sentences lose their
+        # partner: the leftovers get paired with each other, and the scorer has to drop those pairs
+        rows = list(range(len(foreign)))
+        random.Random(0).shuffle(rows)
+        quarter = len(rows) // 4
+        src_order, tgt_order = rows[quarter:], rows[:quarter] + rows[2 * quarter:]
         random.Random(1).shuffle(src_order)
         random.Random(2).shuffle(tgt_order)
-        tgt_order = tgt_order[: len(tgt_order) * 3 // 4]  # a quarter of the partners are absent
-        reachable = {english[i] for i in tgt_order}
+        reachable = {english[i] for i in rows[2 * quarter:]}
         _write_lines(demo / "input" / lang / "sentences.txt", [foreign[i] for i in src_order])
         _write_lines(demo / "input" / f"en-for-{lang}" / "sentences.txt", [english[i] for i in tgt_order])
         truth = {foreign[i]: english[i] for i in range(len(foreign)) if english[i] in reachable}
@@ -352,7 +356,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         mined_ok = sum(truth.get(r["src"]) == r["tgt"] for r in mined)
         kept_ok = sum(truth.get(r["src"]) == r["tgt"] for r in kept)
         lines.append(
-            f"{lang}-en: {len(foreign)} x {len(tgt_order)} shuffled val sentences ({len(truth)} true pairs) "
+            f"{lang}-en: {len(src_order)} x {len(tgt_order)} shuffled val sentences ({len(truth)} true pairs) "
             f"mined in {mined_s:.0f} s -> {len(mined)} pairs ({mined_ok / max(len(mined), 1):.1%} correct); "
             f"scorer kept {len(kept)}: precision {kept_ok / max(len(kept), 1):.1%}, "
             f"recall {kept_ok / max(len(truth), 1):.1%}")
