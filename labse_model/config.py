@@ -1,8 +1,8 @@
 """Model and training configuration as dataclasses; every run writes both to `RUN_DIR/config.json`.
 
 Defaults follow the paper (Feng et al., 2022) where it states them: additive margin 0.3, global batch
-4096, a BERT-base encoder (12 layers, 768 wide, 12 heads). The logit scale is not stated in the paper's
-text; TF Model Garden's LaBSE config uses 100, and `TrainConfig.scale` explains the default chosen here.
+4096, a BERT-base encoder (12 layers, 768 wide, 12 heads). The logit scale is not given in the paper's
+text; TF Model Garden's LaBSE config uses 100; `TrainConfig.scale` explains why the default here is 20.
 """
 from __future__ import annotations
 
@@ -78,12 +78,16 @@ class TrainConfig:
 
     global_batch_size: int = 4096  # the paper's batch; split evenly over ranks
     margin: float = 0.3  # additive margin m, subtracted from the positive cosine only (paper)
-    # Logit scale s multiplies cosines in [-1, 1]. 100 is TF Model Garden's LaBSE value: with the 0.3
-    # margin the positive must beat every negative by a clear cosine gap before its gradient fades,
-    # which is what makes hard in-batch negatives count; sentence-transformers' 20 is tuned for
-    # fine-tuning already-good encoders, where a softer softmax is safer. BENCHMARKS.md (model)
-    # reports what the CPU benchmark measured.
-    scale: float = 100.0
+    # Logit scale s multiplies cosines in [-1, 1]. TF Model Garden's LaBSE uses 100 with a
+    # pre-trained BERT. This toolkit learns its own vocabulary, so its encoders start from random
+    # weights, where every [CLS] embedding is nearly the same vector. Measured (BENCHMARKS.md,
+    # model): from that start, scale 100 with margin 0.3 stays at the collapsed point (loss
+    # 2*(log B + 0.3*100), chance-level retrieval) for the whole run, while 20 learns. A high scale
+    # makes the softmax weight only the few currently-closest negatives, which at initialisation
+    # are noise (our reading of the measurement); CLIP likewise starts its learned scale at
+    # 1/0.07 ~ 14 and lets it grow to at most 100. Use --scale 100 with --init-from a pre-trained
+    # encoder to follow Model Garden.
+    scale: float = 20.0
     gather_negatives: bool = True  # score local rows against the global batch (cross-device negatives)
     max_steps: int = 50_000
     learning_rate: float = 1e-4

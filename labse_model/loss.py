@@ -60,7 +60,7 @@ class BidirectionalAMSLoss(nn.Module):
     `label_offset = rank * local_batch`.
     """
 
-    def __init__(self, margin: float = 0.3, scale: float = 100.0, bidirectional: bool = True):
+    def __init__(self, margin: float = 0.3, scale: float = 20.0, bidirectional: bool = True):
         super().__init__()
         self.margin = margin
         self.scale = scale
