@@ -386,9 +386,15 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     if ctx.world_size > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        # BERT's buffers (position ids) are constants: no need to sync them on every forward.
+        import inspect
+
+        # BERT's buffers (position ids) are constants: no need to sync them on every forward. The
+        # option was renamed in torch 2.13 (older torch on GPU hosts only knows broadcast_buffers).
+        no_buffer_sync = ({"forward_sync_buffers": False}
+                          if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+                          else {"broadcast_buffers": False})
         ddp_model = DistributedDataParallel(
-            model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None, forward_sync_buffers=False
+            model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None, **no_buffer_sync
         )
 
     loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale)
