@@ -146,3 +146,15 @@ def test_score_lines_accepts_the_page_html(tiny_model):
     with_html = model.score_lines(lines, html=PAGE)
     assert with_html.shape == (len(lines),) and np.all((with_html >= 0) & (with_html <= 1))
     assert np.allclose(model.score_lines(lines), model.score_lines_with_flags(lines, None))
+
+
+def test_quantized_model_loads_validates_and_scores(tmp_path, tiny_model):
+    path = tmp_path / "model.ftz"
+    train_fasttext(str(tiny_model.parent / "train.txt"), str(path),
+                   TrainConfig(epoch=10, bucket=20_000, dim=8, threads=1, quantize=True))
+    assert path.stat().st_size < tiny_model.stat().st_size
+    scores = MainContentModel.load(str(path)).score_lines(NAV + ARTICLE + FOOTER)
+    assert scores[len(NAV):len(NAV) + len(ARTICLE)].min() > scores[:len(NAV)].max()
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(MainContentModelError, match="truncated"):
+        MainContentModel.load(str(path))

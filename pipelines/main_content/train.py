@@ -56,22 +56,21 @@ class TrainConfig:
 # fastText keeps state across trainings in one process (a second train_supervised in the same
 # process can fail with "Encountered NaN" on data the first one trained on fine), so every training
 # runs in a fresh interpreter. It also keeps a crash in C++ from taking the caller down.
-# On small or repetitive data fastText's SGD can also diverge ("Encountered NaN"); the child then
-# retries with half the learning rate, up to three times, and says so on stderr.
+# fastText can also stop with "Encountered NaN" at random (fasttext-numpy2 0.10: same file and
+# arguments, one thread; on a small repetitive file about half the runs fail, at any learning rate,
+# and once it happened every later training in that process fails too; not seen on the real sample
+# data). So each attempt is a fresh process: up to 8, halving the learning rate every second one.
+_NAN_ATTEMPTS = 8
 _CHILD = r"""
 import json, sys
 import fasttext
 job = json.loads(sys.argv[1])
-args = dict(job["args"])
-for attempt in range(4):
-    try:
-        model = fasttext.train_supervised(job["input"], verbose=0, **args)
-        break
-    except RuntimeError as exc:
-        if "NaN" not in str(exc) or attempt == 3:
-            raise
-        args["lr"] /= 2
-        print(f"fastText diverged (NaN); retrying with lr={args['lr']}", file=sys.stderr, flush=True)
+try:
+    model = fasttext.train_supervised(job["input"], verbose=0, **job["args"])
+except RuntimeError as exc:
+    if "NaN" in str(exc):
+        sys.exit(3)
+    raise
 if job["quantize"]:
     model.quantize(input=job["input"], qnorm=True, retrain=True, cutoff=job["cutoff"], thread=job["args"]["thread"])
 model.save_model(job["output"])
@@ -87,12 +86,15 @@ def train_fasttext(train_file: str, output: str, config: TrainConfig) -> None:
     job = {"input": train_file, "output": tmp, "args": config.fasttext_args(),
            "quantize": config.quantize, "cutoff": 50_000}
     try:
-        done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True)
+        for attempt in range(_NAN_ATTEMPTS):
+            done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True)
+            if done.returncode != 3:
+                break
+            if attempt % 2:
+                job["args"]["lr"] /= 2
+            logger.warning("fastText stopped on NaN (attempt %d); retrying with lr=%g", attempt + 1, job["args"]["lr"])
         if done.returncode != 0:
             raise RuntimeError(f"fastText training failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-        for line in done.stderr.splitlines():
-            if "retrying with lr" in line:
-                logger.warning("%s", line)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a model is an ordinary shareable file
