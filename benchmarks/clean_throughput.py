@@ -5,16 +5,23 @@ in one run, one process each, all on the same pages:
 
   trafilatura   `trafilatura.extract(html)` per page (what datatrove-style pipelines run), given
                 HTML already decoded by our reader (its reading is NOT timed: in its favour);
+  teacher       `pipelines.main_content.labels.teacher_extract` (trafilatura, favor_precision,
+                tables): the main-content classifier's teacher, issue 3's speed reference;
   text loop     our text functions in a plain Python loop: `clean_document` per page (HTML to lines,
                 heuristic main content, lid.176, sentences, filters) plus a dict for dedup;
   pipeline      the whole `labse-clean` Beam pipeline (DirectRunner, one in-process worker): WARC
-                reading and decompression, all of the above, dedup, Parquet, errors, stats.json.
+                reading and decompression, all of the above, dedup, Parquet, errors, stats.json;
+  ... + model   the text loop and the pipeline again with the fastText main-content classifier
+                (`--main-content-model PATH`, else one is trained first with `labse-main-content
+                build-data` + `train` on commoncrawl/*.warc.gz; training is not timed), scoring
+                every line with the page's HTML feature.
 
 Pages per second per core = pages / CPU seconds of the process (and, for the pipeline, its
 children), so the numbers do not depend on how busy the shared machine was; wall-clock rates are
 printed too. "Beam overhead" = pipeline CPU time / text-loop CPU time.
 
-    .venv/bin/python benchmarks/clean_throughput.py --data ../shared/data [--pages 2000]
+    .venv/bin/python benchmarks/clean_throughput.py --data ../shared/data [--pages 2000] \
+        [--main-content-model model.bin | --no-model]
 """
 from __future__ import annotations
 
@@ -53,6 +60,9 @@ def main(argv=None) -> int:
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("LABSE_DATA", "../shared/data")))
     parser.add_argument("--pages", type=int, default=2000)
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument("--main-content-model", default=None, metavar="PATH",
+                        help="main-content model for the '+ model' rows (default: train one first, untimed)")
+    parser.add_argument("--no-model", action="store_true", help="skip the '+ model' rows")
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
 
@@ -84,37 +94,80 @@ def main(argv=None) -> int:
     results["trafilatura.extract loop"] = t
     print(f"trafilatura: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({extracted} pages with text)", file=sys.stderr, flush=True)
 
-    config = CleanConfig()
-    with Timer() as t:
-        lid = LanguageIdentifier()
-        seen: dict[tuple[str, str], tuple] = {}
-        for doc in docs:
-            for row in clean_document(doc, lid, config).rows:
-                seen.setdefault((row["lang"], dedup_key(row["text"])), (row["file"], row["offset"]))
-    results["text functions, plain loop"] = t
-    print(f"text loop: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({len(seen)} unique sentences)", file=sys.stderr, flush=True)
+    from pipelines.main_content.labels import teacher_extract
 
-    out = workdir / "out"
-    shutil.rmtree(out, ignore_errors=True)
     with Timer() as t:
-        stats = run([(str(repeated), "warc")], str(out), config, ["--direct_num_workers", "1"])
-    results["labse-clean pipeline (DirectRunner)"] = t
-    print(f"pipeline: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({stats['sentences_kept']} sentences kept)",
-          file=sys.stderr, flush=True)
-    assert stats["documents_read"] >= n and stats["identity_holds"]
+        extracted = sum(1 for d in docs if teacher_extract(d.body))
+    results["teacher (trafilatura favor_precision) loop"] = t
+    print(f"teacher: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({extracted} pages with text)", file=sys.stderr, flush=True)
+
+    model_path = None
+    if not args.no_model:
+        model_path = args.main_content_model or train_model(args.data, workdir)
+
+    def text_loop(config: CleanConfig, label: str) -> None:
+        model = None
+        with Timer() as t:
+            lid = LanguageIdentifier()
+            if config.main_content_model:
+                from pipelines.main_content.model import MainContentModel
+
+                model = MainContentModel.load(config.main_content_model)
+            seen: dict[tuple[str, str], tuple] = {}
+            for doc in docs:
+                for row in clean_document(doc, lid, config, model).rows:
+                    seen.setdefault((row["lang"], dedup_key(row["text"])), (row["file"], row["offset"]))
+        results[label] = t
+        print(f"{label}: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({len(seen)} unique sentences)",
+              file=sys.stderr, flush=True)
+
+    def pipeline(config: CleanConfig, label: str) -> None:
+        out = workdir / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        with Timer() as t:
+            stats = run([(str(repeated), "warc")], str(out), config, ["--direct_num_workers", "1"])
+        results[label] = t
+        print(f"{label}: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({stats['sentences_kept']} sentences kept)",
+              file=sys.stderr, flush=True)
+        assert stats["documents_read"] >= n and stats["identity_holds"]
+
+    config = CleanConfig()
+    text_loop(config, "text functions, plain loop")
+    pipeline(config, "labse-clean pipeline (DirectRunner)")
+    if model_path:
+        model_config = CleanConfig(main_content_model=str(model_path))
+        text_loop(model_config, "text functions + main-content model, plain loop")
+        pipeline(model_config, "labse-clean pipeline + main-content model")
 
     peer = results["trafilatura.extract loop"]
+    teacher = results["teacher (trafilatura favor_precision) loop"]
     print(f"\n{n} pages of {WEB_PAGES} repeated x{copies}\n")
-    print("| what | wall s | CPU s | pages/s (wall) | pages/s/core (CPU) | vs trafilatura (per core) |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| what | wall s | CPU s | pages/s (wall) | pages/s/core (CPU) | vs trafilatura (per core) | vs teacher (per core) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, t in results.items():
         print(f"| {name} | {t.wall:.1f} | {t.cpu:.1f} | {n / t.wall:.0f} | {n / t.cpu:.0f} | "
-              f"{peer.cpu / t.cpu:.2f}x |")
-    overhead = results["labse-clean pipeline (DirectRunner)"].cpu / results["text functions, plain loop"].cpu
-    print(f"\nBeam overhead (pipeline CPU / text-loop CPU): {overhead:.2f}x")
+              f"{peer.cpu / t.cpu:.2f}x | {teacher.cpu / t.cpu:.2f}x |")
+    for suffix, loop, pipe in (("", "text functions, plain loop", "labse-clean pipeline (DirectRunner)"),
+                               (" with the model", "text functions + main-content model, plain loop",
+                                "labse-clean pipeline + main-content model")):
+        if pipe in results:
+            print(f"\nBeam overhead{suffix} (pipeline CPU / text-loop CPU): {results[pipe].cpu / results[loop].cpu:.2f}x")
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def train_model(data: Path, workdir: Path) -> Path:
+    """A main-content model trained on the Common Crawl samples, as `make demo` does (not timed)."""
+    from pipelines.main_content.cli import main as main_content
+
+    data_dir, model = workdir / "main-content-data", workdir / "main-content.bin"
+    print("training a main-content model (not timed) ...", file=sys.stderr, flush=True)
+    if main_content(["build-data", "--input", str(data / "commoncrawl/*.warc.gz"), "--output", str(data_dir)]) != 0:
+        raise RuntimeError("labse-main-content build-data failed")
+    if main_content(["train", "--data", str(data_dir), "--output", str(model)]) != 0:
+        raise RuntimeError("labse-main-content train failed")
+    return model
 
 
 if __name__ == "__main__":

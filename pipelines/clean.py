@@ -40,7 +40,7 @@ from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document, Dropped, Re
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, WriteErrors, WriteSentenceShards, sentence_order
 from pipelines.text.boilerplate import heuristic_main_content_scores
 from pipelines.text.filters import FilterConfig, first_failure
-from pipelines.text.html import html_to_lines
+from pipelines.text.html import html_to_lines, parse_html, tree_to_lines
 from pipelines.text.langid import DEFAULT_THRESHOLD, LanguageIdentifier, decide_language
 from pipelines.text.normalise import clean_text, dedup_key
 from pipelines.text.sentences import split_sentences
@@ -98,86 +98,98 @@ def clean_document(
 ) -> DocumentResult:
     """Lines, scores, language, sentences and filters for ONE document.
 
-    Counts go to `result.tally` (flat keys, see pipelines.accounting): every sentence produced by
-    splitting is `sentences.read` and ends as a candidate row, a `sentences.dropped.<reason>` or
+    Counts go to `result.tally` (flat keys, see pipelines.accounting) in *sentence-level units*: a
+    sentence of a line that passes main-content scoring, or a whole line that does not (one
+    `sentences.dropped.main_content` unit, not split: splitting boilerplate only to count it was a
+    large share of the work on boilerplate-heavy pages), or a whole `line_too_long` line. Every unit
+    is `sentences.read` and ends as a candidate row, a `sentences.dropped.<reason>` or
     `sentences.errored`. The document's own outcome (kept or dropped) is settled after
     deduplication, except for documents without any candidate.
     """
     result = DocumentResult()
     tally = result.tally
     tally["documents.read"] += 1
-    lines = document_lines(doc)
+    tree = None
+    if doc.kind == KIND_HTML and doc.body:
+        tree = parse_html(doc.body)  # once: the lines and the model's HTML feature share it
+        lines = tree_to_lines(tree)
+    else:
+        lines = document_lines(doc)
     if not lines:
         tally["documents.dropped.no_text"] += 1
         return result
 
-    oversized = [len(line) > config.max_line_chars for line in lines]
-    workable = [line for line, big in zip(lines, oversized) if not big]
+    max_line_chars = config.max_line_chars
+    oversized = [len(line) > max_line_chars for line in lines]
+    workable = [line for line, big in zip(lines, oversized) if not big] if any(oversized) else lines
     if doc.source == SOURCE_WIKI:
         # Wikipedia article text is main content by construction (the reader removed the rest).
         scores = [1.0] * len(workable)
     elif main_content_model is not None:
-        # The page's HTML feeds the model's HTML feature; WET text has none.
-        html = doc.body if doc.kind == KIND_HTML else None
-        scores = [float(s) for s in main_content_model.score_lines(workable, html=html)]
+        scores = _model_scores(main_content_model, workable, tree)
     else:
         scores = heuristic_main_content_scores(workable)
+    threshold = config.main_content_threshold
+    min_chars = config.min_chars
     # lid.176 only for lines that pass the main-content threshold and can hold a long enough
     # sentence: the others are dropped anyway, and on web pages they are most lines.
-    wanted = [i for i, score in enumerate(scores)
-              if score >= config.main_content_threshold and len(workable[i]) >= config.min_chars]
-    predictions: list[tuple[str, float] | None] = [None] * len(workable)
-    for i, prediction in zip(wanted, lid.predict([workable[i] for i in wanted])):
-        predictions[i] = prediction
+    wanted = [i for i, (line, score) in enumerate(zip(workable, scores))
+              if score >= threshold and len(line) >= min_chars]
+    predictions = dict(zip(wanted, lid.predict([workable[i] for i in wanted])))
     filter_config = config.filters()
+    langid_threshold = config.langid_threshold
+    rows = result.rows
+    dropped: Counter = Counter()
 
     position = -1
-    work_index = 0
+    work_index = -1
     for line, big in zip(lines, oversized):
         if big:
             position += 1
-            tally["sentences.read"] += 1
-            tally["sentences.dropped.line_too_long"] += 1
+            dropped["line_too_long"] += 1
             continue
-        score = scores[work_index]
-        prediction = predictions[work_index]
         work_index += 1
-        if prediction is None:  # not main content, or too short: split only to count its sentences
+        score = scores[work_index]
+        if score < threshold:  # one unit, not split (see the docstring)
+            position += 1
+            dropped["main_content"] += 1
+            continue
+        prediction = predictions.get(work_index)
+        if prediction is None:  # main content but shorter than min_chars: split only to count
             decision = None
             split_lang = doc.lang
         else:
-            decision = decide_language(prediction[0], prediction[1], doc.lang, config.langid_threshold)
+            decision = decide_language(prediction[0], prediction[1], doc.lang, langid_threshold)
             split_lang = decision.lang or prediction[0]
         try:
             sentences = split_sentences(line, split_lang)
         except Exception as exc:  # a splitter bug must cost one line, not the document
             position += 1
-            tally["sentences.read"] += 1
             tally["sentences.errored"] += 1
             result.errors.append(error_record(doc.file, doc.offset, "sentence_split_failed",
                                               f"{type(exc).__name__}: {exc}", doc_id=doc.doc_id, url=doc.url))
             continue
         if decision is None:
             # Every sentence of a line shorter than min_chars is too short (cleaning only shrinks).
-            reason = "main_content" if score < config.main_content_threshold else "too_short"
             position += len(sentences)
-            tally["sentences.read"] += len(sentences)
-            tally[f"sentences.dropped.{reason}"] += len(sentences)
+            dropped["too_short"] += len(sentences)
             continue
+        language_drop = decision.drop_reason
+        if language_drop is not None:
+            position += len(sentences)
+            dropped[language_drop] += len(sentences)
+            continue
+        lang = decision.lang
         for raw in sentences:
             position += 1
-            tally["sentences.read"] += 1
             text = clean_text(raw)
-            if decision.drop_reason is not None:
-                reason = decision.drop_reason
-            else:
-                reason = first_failure(text, decision.lang, filter_config)
+            reason = first_failure(text, lang, filter_config)
             if reason is not None:
-                tally[f"sentences.dropped.{reason}"] += 1
+                dropped[reason] += 1
                 continue
-            result.rows.append({
+            rows.append({
                 "text": text,
-                "lang": decision.lang,
+                "lang": lang,
                 "lang_score": decision.score,
                 "source": doc.source,
                 "url": doc.url,
@@ -187,11 +199,25 @@ def clean_document(
                 "file": doc.file,
                 "offset": doc.offset,
             })
-    if result.rows:
+    # Every unit (kept, dropped or errored) advanced `position` by one.
+    tally["sentences.read"] += position + 1
+    for reason, count in dropped.items():
+        tally[f"sentences.dropped.{reason}"] += count
+    if rows:
         tally["documents.with_candidates"] += 1
     else:
         tally["documents.dropped.no_sentences_kept"] += 1
     return result
+
+
+def _model_scores(model, lines: list[str], tree) -> list[float]:
+    """P(main content) per line from the classifier; the page's parsed HTML, when there is one,
+    feeds its HTML feature without a second parse (WET text has none)."""
+    if tree is None:
+        return model.score_lines(lines, html=None).tolist()
+    from pipelines.main_content.model import html_main_flags
+
+    return model.score_lines_with_flags(lines, html_main_flags(lines, tree)).tolist()
 
 
 # ---------------------------------------------------------------------------------------------

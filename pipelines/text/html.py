@@ -18,7 +18,18 @@ def html_to_lines(html: str) -> list[str]:
     """
     if not html:
         return []
-    tree = HTMLTree.parse(html)
+    return tree_to_lines(parse_html(html))
+
+
+def parse_html(html: str) -> HTMLTree:
+    """The page's DOM, parsed once: `tree_to_lines` and the main-content model's HTML feature
+    (`pipelines.main_content.model.html_main_flags`, which accepts a tree) share it, because
+    parsing costs as much as one extraction."""
+    return HTMLTree.parse(html)
+
+
+def tree_to_lines(tree: HTMLTree) -> list[str]:
+    """`html_to_lines` for an already parsed page (extraction does not modify the tree)."""
     text = extract_plain_text(
         tree,
         preserve_formatting=True,

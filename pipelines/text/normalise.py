@@ -14,7 +14,8 @@ _SPACES = re.compile(r"\s+")
 def clean_text(text: str) -> str:
     """NFC, control and invisible direction characters removed, whitespace collapsed to one space."""
     text = unicodedata.normalize("NFC", text)
-    text = _CONTROL.sub("", text)
+    if not text.isprintable():  # every _CONTROL character is non-printable: skip the regex otherwise
+        text = _CONTROL.sub("", text)
     return " ".join(text.split())
 
 

@@ -1,0 +1,95 @@
+"""The fast paths of the per-sentence and per-line rules give exactly the reference results.
+
+`first_failure` (fused filters) must equal the plain loop over FILTERS, and the page-wide
+`heuristic_main_content_scores` must equal `line_score` per line plus rule 5, on every line and
+sentence of a real sample (several languages per sentence, so the language-dependent branches
+run too). Also: a line that main-content scoring drops is ONE accounting unit, not split.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import require_file
+
+LANGS = ("en", "de", "ru", "zh", "ja", "th", "ar", "hi", "ko", "ltg")
+
+
+@pytest.fixture(scope="module")
+def web_lines(labse_data):
+    from pipelines.io.documents import Document
+    from pipelines.io.readers import read_records
+    from pipelines.text.html import html_to_lines
+
+    pages = []
+    for relative in ("commoncrawl/web-pages-sample.warc.gz", "commoncrawl/CC-MAIN-2020-34-sample.warc.gz"):
+        path = require_file(labse_data, relative)
+        pages += [html_to_lines(r.body) for r in read_records(str(path), "warc") if isinstance(r, Document)]
+    assert len(pages) > 100
+    return pages
+
+
+def _reference_scores(lines):
+    from pipelines.text.boilerplate import _ends_with_terminal, line_score
+
+    base = [line_score(line) for line in lines]
+    out = list(base)
+    for i, line in enumerate(lines):
+        if base[i] == 0.2 and _ends_with_terminal(line):
+            before = base[i - 1] if i > 0 else 0.0
+            after = base[i + 1] if i + 1 < len(lines) else 0.0
+            if before >= 0.8 and after >= 0.8:
+                out[i] = 0.6
+    return out
+
+
+def test_page_wide_heuristic_equals_per_line_rules(web_lines):
+    from pipelines.text.boilerplate import heuristic_main_content_scores
+
+    for lines in web_lines:
+        assert heuristic_main_content_scores(lines) == _reference_scores(lines)
+    # Lines with a newline inside (not a document's lines) fall back to the per-line rules.
+    odd = ["Home | News | About", "(c)\n2020 Example", "A long enough sentence that ends with a full stop."]
+    assert heuristic_main_content_scores(odd) == _reference_scores(odd)
+
+
+def test_fused_filters_equal_the_filter_loop(web_lines):
+    from pipelines.text.filters import first_failure, first_failure_reference
+    from pipelines.text.normalise import clean_text
+    from pipelines.text.sentences import split_sentences
+
+    reasons = set()
+    checked = 0
+    for lines in web_lines[::3]:
+        for line in lines:
+            for sentence in split_sentences(line, None):
+                text = clean_text(sentence)
+                for lang in LANGS:
+                    expected = first_failure_reference(text, lang)
+                    assert first_failure(text, lang) == expected, (text, lang)
+                    reasons.add(expected)
+                    checked += 1
+    assert checked > 10_000
+    # The sample exercises most branches, passing ones included.
+    assert {None, "too_short", "no_terminal_punctuation", "script_mismatch", "digits", "symbols"} <= reasons
+    for text in ("Ünïcödé ßtraße mit Zahlen 1234567890 und €€€ Symbolen!", "\uFFFD broken charset text.",
+                 "Enable JavaScript and accept our privacy policy.", "Lorem ipsum dolor sit amet.",
+                 "Wow!!!!!!!!!!!! That is great.", "１２３４５６７８９０１２３。", "   "):
+        for lang in LANGS:
+            assert first_failure(text, lang) == first_failure_reference(text, lang), (text, lang)
+
+
+def test_a_dropped_boilerplate_line_is_one_unit_not_split():
+    from pipelines.clean import CleanConfig, clean_document
+    from pipelines.io.documents import Document
+
+    class NoLid:  # main-content drops happen before language identification
+        def predict(self, texts):
+            return [("en", 0.99)] * len(texts)
+
+    menu = "Home. About us. Contact. Sign in. Subscribe to the newsletter. Share on Facebook."
+    doc = Document(source="cc", url="http://x", doc_id="d", file="f", offset=0, kind="text",
+                   body=menu, lang=None)
+    result = clean_document(doc, NoLid(), CleanConfig())
+    assert result.tally["sentences.read"] == 1
+    assert result.tally["sentences.dropped.main_content"] == 1
+    assert not result.rows
