@@ -92,3 +92,17 @@ def test_evaluate_prints_the_same_metrics_for_any_warc(built, tmp_path, labse_da
     printed = capsys.readouterr().out
     summary = json.loads((tmp_path / "e.json").read_text())
     assert "agreement" in printed and summary["pages"] == 16 and 0 < summary["f1"] <= 1
+
+
+def test_demo_step_trains_a_model_and_reports_held_out_quality(labse_data, tmp_path):
+    artifacts: dict = {}
+    lines = cli.run_demo(labse_data, tmp_path, artifacts)
+    model = artifacts["main_content_model"]
+    assert model == str(tmp_path / "main_content" / "model.bin")
+    from pipelines.main_content.model import MainContentModel
+
+    MainContentModel.load(model)
+    held_out = next(line for line in lines if line.startswith("held-out article pages"))
+    f1_with_html = float(held_out.split("text: ")[1].split(" ")[0])
+    assert f1_with_html > 0.8  # no filter scores 0.65 on these pages
+    assert any(line.startswith("test split vs teacher") for line in lines)
