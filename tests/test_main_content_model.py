@@ -1,5 +1,4 @@
 """MainContentModel (contract 3): clear errors for bad files, featurisation, and a real trained model."""
-import json
 import subprocess
 import sys
 

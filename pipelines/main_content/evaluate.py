@@ -7,7 +7,6 @@ The metric functions are shared by ``train`` (on the page-disjoint test split) a
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections import Counter

@@ -22,7 +22,6 @@ import mmap
 import os
 import re
 import struct
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
