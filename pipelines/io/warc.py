@@ -141,9 +141,12 @@ class _Rewindable:
                     return replay
         data = self._inner.read(-1 if size is None else size)
         self._history += data
-        if len(self._history) > self._limit:
+        if len(self._history) > 2 * self._limit:
+            # Trimmed only when twice the limit: after a prefix delete, the next append reallocates
+            # and copies the whole buffer, so trimming on every read copied 8 MiB per read on a
+            # file gzipped as one member. Now the copying is amortised (at most 2x the limit kept).
             excess = len(self._history) - self._limit
-            del self._history[:excess]  # cheap: bytearray drops a prefix without moving the rest
+            del self._history[:excess]
             self._history_start += excess
         self._position += len(data)
         return replay + data
