@@ -60,12 +60,13 @@ _INLINE_SPACE = re.compile(r"[^\S\n]+")
 _DISTANCE_TOKENS = ("D0", "D1", "D2", "D2", "D3", "D3", "D3", "D3", "D3")  # index: distance 0..8, else D4
 
 
-def html_main_flags(lines: Sequence[str], html: str) -> list[bool]:
+def html_main_flags(lines: Sequence[str], html: str) -> list[bool] | None:
     """Per line: does resiliparse's main-content extraction of the page keep it? (the HTML feature)
 
     resiliparse's ``main_content=True`` mode uses the DOM (tags, classes, link density), which the
     lines alone do not show; as one more feature it raises held-out F1 a lot (see BENCHMARKS.md).
-    Blocks are matched to lines exactly (after html_to_lines' whitespace normalisation).
+    Blocks are matched to lines exactly (after html_to_lines' whitespace normalisation). None (the
+    feature is unknown, as for text input) when resiliparse cannot extract the page.
     """
     from resiliparse.extract.html2text import extract_plain_text
 
@@ -74,7 +75,7 @@ def html_main_flags(lines: Sequence[str], html: str) -> list[bool]:
         text = extract_plain_text(html, preserve_formatting=True, main_content=True, list_bullets=False,
                                   alt_texts=False, links=False, form_fields=False, noscript=False)
     except Exception:  # resiliparse is tolerant; a page it cannot parse simply has no HTML feature
-        return [False] * len(lines)
+        return None
     kept = {_INLINE_SPACE.sub(" ", block).strip() for block in text.split("\n")}
     return [line in kept for line in lines]
 
