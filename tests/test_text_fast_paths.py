@@ -93,3 +93,14 @@ def test_a_dropped_boilerplate_line_is_one_unit_not_split():
     assert result.tally["sentences.read"] == 1
     assert result.tally["sentences.dropped.main_content"] == 1
     assert not result.rows
+
+
+def test_fast_dedup_normalisation_equals_the_definition(web_lines):
+    from pipelines.text.normalise import normalise_for_dedup, normalise_for_dedup_reference
+
+    texts = [line for lines in web_lines[::2] for line in lines]
+    texts += ["Hello, World!", "ＡＢＣ！", "„Zitat“ – Ende…", "  lead\x1c trail\u2028 ", "中文，标点。", "Ünïcödé?!"]
+    assert len(texts) > 5_000
+    for text in texts:
+        assert normalise_for_dedup(text) == normalise_for_dedup_reference(text), text
+    assert normalise_for_dedup("„Hello,  World!“") == normalise_for_dedup("hello world") == "hello world"

@@ -25,8 +25,41 @@ def normalise_for_dedup(text: str) -> str:
     "Hello, World!" and "hello world" are the same sentence for deduplication; full-width and
     half-width forms (NFKC) too. Letters, digits, marks and symbols are kept.
     """
+    text = _punctuation_to_spaces(unicodedata.normalize("NFKC", text).casefold())
+    return " ".join(text.split())  # == _SPACES.sub(" ", text).strip(): both use str.isspace
+
+
+def normalise_for_dedup_reference(text: str) -> str:
+    """`normalise_for_dedup` written directly (the definition; tests compare the two)."""
     text = unicodedata.normalize("NFKC", text).casefold().translate(_punctuation_to_space())
     return _SPACES.sub(" ", text).strip()
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+@lru_cache(maxsize=1)
+def _ascii_punctuation_bytes_table() -> bytes:
+    table = bytearray(range(256))
+    for cp in range(128):
+        if cp in _punctuation_to_space():
+            table[cp] = 0x20
+    return bytes(table)
+
+
+def _punctuation_to_spaces(text: str) -> str:
+    """Every Unicode punctuation character replaced by a space, like `str.translate` with
+    `_punctuation_to_space()` but without its per-character dictionary lookups: ASCII bytes go
+    through a 256-byte table (UTF-8 multi-byte sequences have no ASCII bytes), and the few
+    distinct non-ASCII punctuation marks of a sentence are replaced with `str.replace`."""
+    if text.isascii():
+        return text.encode("ascii").translate(_ascii_punctuation_bytes_table()).decode("ascii")
+    table = _punctuation_to_space()
+    out = text.encode("utf-8").translate(_ascii_punctuation_bytes_table()).decode("utf-8")
+    for ch in set(_NON_ASCII.findall(out)):
+        if ord(ch) in table:
+            out = out.replace(ch, " ")
+    return out
 
 
 @lru_cache(maxsize=1)
