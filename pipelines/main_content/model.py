@@ -20,7 +20,6 @@ import bisect
 import itertools
 import mmap
 import os
-import re
 import struct
 from typing import Sequence
 
@@ -56,17 +55,18 @@ def _end_class(line: str) -> str:
 
 
 _MAIN_ONLY = [LABEL_MAIN]
-_INLINE_SPACE = re.compile(r"[^\S\n]+")
 _DISTANCE_TOKENS = ("D0", "D1", "D2", "D2", "D3", "D3", "D3", "D3", "D3")  # index: distance 0..8, else D4
 
 
-def html_main_flags(lines: Sequence[str], html: str) -> list[bool] | None:
+def html_main_flags(lines: Sequence[str], html) -> list[bool] | None:
     """Per line: does resiliparse's main-content extraction of the page keep it? (the HTML feature)
 
     resiliparse's ``main_content=True`` mode uses the DOM (tags, classes, link density), which the
     lines alone do not show; as one more feature it raises held-out F1 a lot (see BENCHMARKS.md).
-    Blocks are matched to lines exactly (after html_to_lines' whitespace normalisation). None (the
-    feature is unknown, as for text input) when resiliparse cannot extract the page.
+    ``html``: the page's HTML string, or its already parsed resiliparse ``HTMLTree`` (labse-clean
+    parses once for both the lines and this). Blocks are matched to lines exactly, after
+    html_to_lines' whitespace normalisation. None (the feature is unknown, as for text input) when
+    resiliparse cannot extract the page.
     """
     from resiliparse.extract.html2text import extract_plain_text
 
@@ -76,7 +76,7 @@ def html_main_flags(lines: Sequence[str], html: str) -> list[bool] | None:
                                   alt_texts=False, links=False, form_fields=False, noscript=False)
     except Exception:  # resiliparse is tolerant; a page it cannot parse simply has no HTML feature
         return None
-    kept = {_INLINE_SPACE.sub(" ", block).strip() for block in text.split("\n")}
+    kept = {" ".join(block.split()) for block in text.split("\n")}
     return [line in kept for line in lines]
 
 
