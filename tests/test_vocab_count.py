@@ -98,3 +98,12 @@ def test_cli_rejects_missing_input(tmp_path, capsys):
 
     with pytest.raises(SystemExit):
         main(["--output", str(tmp_path / "v.txt")])
+
+
+def test_cli_names_inputs_that_match_nothing(tmp_path, capsys):
+    from vocab.cli import main
+
+    (tmp_path / "sentences").mkdir()
+    assert main(["--input", str(tmp_path / "sentences"), "--output", str(tmp_path / "v.txt")]) == 2
+    assert "no file matches" in capsys.readouterr().err
+    assert main(["--input-text", f"de={tmp_path}/missing*.txt", "--output", str(tmp_path / "v.txt")]) == 2

@@ -129,6 +129,22 @@ def weighted_counts(work_dir: str, weights: Mapping[str, float]) -> tuple[list[s
     return words, np.fromiter((totals[w] for w in words), dtype=np.float64, count=len(words))
 
 
+def _check_inputs(sentences_dir: str | None, text_files: Mapping[str, str] | None) -> None:
+    """Fail before starting Beam, with the path, when an input matches no file."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from vocab.count import ReadSentenceParquet
+
+    patterns = []
+    if sentences_dir:
+        patterns.append(("--input", ReadSentenceParquet(sentences_dir).pattern))
+    for lang, pattern in (text_files or {}).items():
+        patterns.append((f"--input-text {lang}", pattern))
+    for option, pattern in patterns:
+        if not FileSystems.match([pattern])[0].metadata_list:
+            raise ValueError(f"{option}: no file matches {pattern}")
+
+
 def build(
     output: str,
     *,
@@ -150,6 +166,7 @@ def build(
     config = config or VocabConfig()
     if not sentences_dir and not text_files:
         raise ValueError("give sentences_dir (labse-clean output) and/or text_files {lang: path}")
+    _check_inputs(sentences_dir, text_files)
     paths = side_paths(output)
     if work_dir:
         paths["work"] = work_dir.rstrip("/")
