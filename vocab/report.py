@@ -88,11 +88,12 @@ def plot_report(report: dict, png_path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(13, height), sharey=True)
     for ax, (key, title) in zip(axes, metrics):
         values = [report["languages"][lang][key] for lang in langs]
-        ax.barh(langs, values, color="#4C72B0")
+        labels = [f"{lang} ({report['languages'][lang]['sentences']})" for lang in langs]
+        ax.barh(labels, values, color="#4C72B0")
         ax.set_title(title)
         ax.invert_yaxis()
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"vocabulary of {report['vocab_size']:,} tokens on held-out sentences")
+    fig.suptitle(f"vocabulary of {report['vocab_size']:,} tokens on held-out sentences (count per language)")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
