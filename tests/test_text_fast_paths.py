@@ -104,3 +104,14 @@ def test_fast_dedup_normalisation_equals_the_definition(web_lines):
     for text in texts:
         assert normalise_for_dedup(text) == normalise_for_dedup_reference(text), text
     assert normalise_for_dedup("„Hello,  World!“") == normalise_for_dedup("hello world") == "hello world"
+
+
+def test_no_punctuation_or_symbol_lies_beyond_the_scanned_planes():
+    import sys
+    import unicodedata
+
+    from pipelines.text.filters import UNICODE_PUNCTUATION_AND_SYMBOLS_END
+
+    beyond = [cp for cp in range(UNICODE_PUNCTUATION_AND_SYMBOLS_END, sys.maxunicode + 1)
+              if unicodedata.category(chr(cp))[0] in "PS"]
+    assert beyond == [], "a newer Unicode database added P*/S* code points: raise the scan limit"

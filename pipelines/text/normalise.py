@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import sys
 import unicodedata
 from functools import lru_cache
 
@@ -64,8 +63,12 @@ def _punctuation_to_spaces(text: str) -> str:
 
 @lru_cache(maxsize=1)
 def _punctuation_to_space() -> dict[int, str]:
-    # Every Unicode punctuation code point (category P*), built once per process (~0.2 s).
-    return {cp: " " for cp in range(sys.maxunicode + 1) if unicodedata.category(chr(cp)).startswith("P")}
+    # Every Unicode punctuation code point (category P*), built once per process; all lie in
+    # planes 0-1 (see pipelines.text.filters.UNICODE_PUNCTUATION_AND_SYMBOLS_END).
+    from pipelines.text.filters import UNICODE_PUNCTUATION_AND_SYMBOLS_END
+
+    return {cp: " " for cp in range(UNICODE_PUNCTUATION_AND_SYMBOLS_END)
+            if unicodedata.category(chr(cp)).startswith("P")}
 
 
 def dedup_key(text: str) -> str:
