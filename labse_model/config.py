@@ -81,12 +81,12 @@ class TrainConfig:
     # Logit scale s multiplies cosines in [-1, 1]. TF Model Garden's LaBSE uses 100 with a
     # pre-trained BERT. This toolkit learns its own vocabulary, so its encoders start from random
     # weights, where every [CLS] embedding is nearly the same vector. Measured (BENCHMARKS.md,
-    # model): from that start, scale 100 with margin 0.3 stays at the collapsed point (loss
-    # 2*(log B + 0.3*100), chance-level retrieval) for the whole run, while 20 learns. A high scale
-    # makes the softmax weight only the few currently-closest negatives, which at initialisation
-    # are noise (our reading of the measurement); CLIP likewise starts its learned scale at
-    # 1/0.07 ~ 14 and lets it grow to at most 100. Use --scale 100 with --init-from a pre-trained
-    # encoder to follow Model Garden.
+    # model): from that start, scale 100 with margin 0.3 sat at the collapsed loss
+    # 2*(ln B + 0.3*100) with chance-level retrieval after 150 steps, while 20 had started to
+    # learn; after 300 steps both had moved and 20 was still (within noise) ahead. A high scale
+    # puts the softmax weight on the few currently-closest negatives, which at initialisation are
+    # noise; CLIP likewise starts its learned scale at 1/0.07 ~ 14 and caps it at 100. Use
+    # --scale 100 with --init-from a pre-trained encoder to follow Model Garden.
     scale: float = 20.0
     gather_negatives: bool = True  # score local rows against the global batch (cross-device negatives)
     max_steps: int = 50_000
