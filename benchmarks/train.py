@@ -5,15 +5,15 @@ Pipeline, all with the project's own commands:
   -> labse-train runs -> labse-export -> evaluation on Multi30k test_2016 (de/fr/cs-en caption
   retrieval) and Tatoeba deu/fra/ces (labse_model.evaluate, 6A).
 
-Runs (same data order, same initialisation, same number of steps):
-  1x64          1 process, batch 64, margin 0.3 (the reference)
-  1x64-m0       1 process, batch 64, margin 0      -> (a) does the margin help?
-  2x32-gather   2 gloo processes x 32, gathered negatives (softmax over 64)  -> (b)
-  2x32-local    2 gloo processes x 32, local negatives only (softmax over 32) -> (b)
-  1x64-s20      1 process, batch 64, scale 20 (sentence-transformers' value) vs the default scale
+Runs (same data order, same initialisation, same number of steps, margin 0.3 and --scale unless named):
+  2x32-gather      2 gloo processes x 32, gathered negatives (softmax over 64): the product's default
+  2x32-gather-sS   the same with --alt-scale (100: TF Model Garden's value)     -> the scale default
+  2x32-local       2 processes x 32, local negatives only (softmax over 32)     -> (b)
+  1x64             1 process x 64 (the big batch gathering should equal)        -> (b)
+  2x32-gather-m0   margin 0                                                     -> (a) does the margin help?
 
-Usage:
-  nice -n 10 .venv/bin/python benchmarks/train.py --data ../shared/data --work bench_out/train
+Usage (BENCHMARKS.md, section model, has the exact commands and results):
+  nice -n 10 .venv/bin/python benchmarks/train.py --data ../shared/data --work bench_out/train300
 Finished runs are skipped when the script is re-run (delete --work to start over).
 """
 from __future__ import annotations
@@ -29,13 +29,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
-RUNS = {
-    "1x64": dict(nproc=1, gather=True, margin=0.3, scale=None),
-    "2x32-gather": dict(nproc=2, gather=True, margin=0.3, scale=None),
-    "2x32-local": dict(nproc=2, gather=False, margin=0.3, scale=None),
-    "1x64-m0": dict(nproc=1, gather=True, margin=0.0, scale=None),
-    "1x64-s20": dict(nproc=1, gather=True, margin=0.3, scale=20.0),
-}
+def make_runs(scale: float, alt_scale: float) -> dict[str, dict]:
+    """The comparison runs; all use `scale` except the one that tests `alt_scale`."""
+    return {
+        "2x32-gather": dict(nproc=2, gather=True, margin=0.3, scale=scale),
+        f"2x32-gather-s{alt_scale:g}": dict(nproc=2, gather=True, margin=0.3, scale=alt_scale),
+        "2x32-local": dict(nproc=2, gather=False, margin=0.3, scale=scale),
+        "1x64": dict(nproc=1, gather=True, margin=0.3, scale=scale),
+        "2x32-gather-m0": dict(nproc=2, gather=True, margin=0.0, scale=scale),
+    }
 
 
 def run(command: list[str], log: Path) -> float:
@@ -83,8 +85,7 @@ def train_and_evaluate(name: str, spec: dict, args, vocab: Path, shards: str) ->
             "--nproc-per-node", str(spec["nproc"]), "--save-every", str(args.steps), "--eval-every", "0",
             "--log-every", "10", "--seed", "1", "--max-seq-length", str(args.max_seq_length)]
     argv += ["--gather-negatives" if spec["gather"] else "--no-gather-negatives"]
-    if spec["scale"] is not None:
-        argv += ["--scale", str(spec["scale"])]
+    argv += ["--scale", str(spec["scale"])]
     wall = run(argv, args.work / "logs" / f"{name}.train.log")
     summary = json.loads((run_dir / "train_summary.json").read_text())
     model_dir = args.work / "models" / name
@@ -114,23 +115,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("LABSE_DATA", "../shared/data")))
     parser.add_argument("--work", type=Path, default=Path("bench_out/train"))
     parser.add_argument("--config", default="mini")
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--max-seq-length", type=int, default=32, help="Multi30k captions rarely need more")
     parser.add_argument("--batch", type=int, default=64, help="global batch (pairs per step)")
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated subset of " + ",".join(RUNS))
+    parser.add_argument("--scale", type=float, default=20.0, help="logit scale of the comparison runs")
+    parser.add_argument("--alt-scale", type=float, default=100.0, help="the other scale tried with 2x32-gather")
+    parser.add_argument("--runs", default=None, help="comma-separated subset of the run names (default: all)")
     args = parser.parse_args(argv)
     args.data = args.data.resolve()
     args.work = args.work.resolve()
     (args.work / "logs").mkdir(parents=True, exist_ok=True)
     vocab, shards = build_inputs(args.data, args.work, args.vocab_size)
 
+    runs = make_runs(args.scale, args.alt_scale)
     results = []
-    for name in args.runs.split(","):
+    for name in (args.runs.split(",") if args.runs else runs):
         started = time.perf_counter()
-        results.append(train_and_evaluate(name, RUNS[name], args, vocab, shards))
+        results.append(train_and_evaluate(name, runs[name], args, vocab, shards))
         print(f"{name}: done in {time.perf_counter() - started:.0f} s", flush=True)
 
     print(f"\n{args.config} encoder, {args.steps} steps x {args.batch} pairs, lr {args.lr}; accuracies are the "
@@ -144,13 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         m30 = "/".join(f"{v * 100:.1f}" for v in r["multi30k"].values())
         tat = "/".join(f"{v * 100:.1f}" for v in r["tatoeba"].values())
         print(f"| {r['run']} | {r['nproc']} x {per_rank} | {negatives} | {r['margin']} | "
-              f"{r['scale'] or 'default'} | {r['steps_per_s']:.2f} | {r['gather_forward_share'] * 100:.1f}% | "
+              f"{r['scale']:g} | {r['steps_per_s']:.2f} | {r['gather_forward_share'] * 100:.1f}% | "
               f"{r['final_loss']:.3f} | {m30} (mean {r['multi30k_mean'] * 100:.1f}) | {tat} "
               f"(mean {r['tatoeba_mean'] * 100:.1f}) |")
     by_name = {r["run"]: r for r in results}
-    if {"1x64", "1x64-m0"} <= set(by_name):
+    if {"2x32-gather", "2x32-gather-m0"} <= set(by_name):
         print(f"\n(a) margin 0.3 / margin 0, Multi30k mean accuracy ratio: "
-              f"{by_name['1x64']['multi30k_mean'] / max(by_name['1x64-m0']['multi30k_mean'], 1e-9):.2f}")
+              f"{by_name['2x32-gather']['multi30k_mean'] / max(by_name['2x32-gather-m0']['multi30k_mean'], 1e-9):.2f}")
     if {"2x32-gather", "2x32-local", "1x64"} <= set(by_name):
         g, l, b = (by_name[k]["multi30k_mean"] for k in ("2x32-gather", "2x32-local", "1x64"))
         print(f"(b) Multi30k mean accuracy: gathered / local-only {g / max(l, 1e-9):.2f}, gathered / 1x64 "
