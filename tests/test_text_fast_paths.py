@@ -115,3 +115,19 @@ def test_no_punctuation_or_symbol_lies_beyond_the_scanned_planes():
     beyond = [cp for cp in range(UNICODE_PUNCTUATION_AND_SYMBOLS_END, sys.maxunicode + 1)
               if unicodedata.category(chr(cp))[0] in "PS"]
     assert beyond == [], "a newer Unicode database added P*/S* code points: raise the scan limit"
+
+
+def test_line_normalisation_equals_split_join(labse_data):
+    from resiliparse.extract.html2text import extract_plain_text
+
+    from pipelines.io.documents import Document
+    from pipelines.io.readers import read_records
+    from pipelines.text.html import normalise_lines
+
+    path = require_file(labse_data, "commoncrawl/CC-MAIN-2020-34-sample.warc.gz")
+    texts = [extract_plain_text(r.body, preserve_formatting=True) for r in read_records(str(path), "warc")
+             if isinstance(r, Document)]
+    texts.append("a\u00a0b\n\t x  y \n\u2028\n\x1cz\x1c\nplain line\n \n")
+    for text in texts:
+        expected = [line for line in (" ".join(raw.split()) for raw in text.split("\n")) if line]
+        assert normalise_lines(text) == expected

@@ -40,5 +40,19 @@ def tree_to_lines(tree: HTMLTree) -> list[str]:
         form_fields=False,
         noscript=False,
     )
-    # " ".join(str.split()) collapses every Unicode whitespace run, in C (4x faster than re.sub).
-    return [line for line in (" ".join(raw.split()) for raw in text.split("\n")) if line]
+    return normalise_lines(text)
+
+
+def normalise_lines(text: str) -> list[str]:
+    """Non-empty lines of `text`, each with every whitespace run collapsed to one space.
+
+    Equal to `" ".join(raw.split())` per line (which collapses every Unicode whitespace run in C),
+    skipped for a stripped line that is printable and has no double space: its only whitespace is
+    single spaces already (every other whitespace character is non-printable). Most lines are.
+    """
+    out = []
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if line:
+            out.append(line if "  " not in line and line.isprintable() else " ".join(line.split()))
+    return out
