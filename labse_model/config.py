@@ -138,9 +138,9 @@ class RunConfig:
         )
 
     def save(self, path: str | Path) -> None:
-        from labse_model.checkpoint import atomic_write_text
+        from pipelines.io.atomic import write_text_atomic
 
-        atomic_write_text(Path(path), json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "RunConfig":

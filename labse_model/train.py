@@ -39,6 +39,7 @@ from labse_model.distributed import (
 )
 from labse_model.encoder import DualEncoder, SentenceEncoder
 from labse_model.loss import BidirectionalAMSLoss
+from pipelines.io.atomic import write_text_atomic
 
 logger = logging.getLogger("labse_model.train")
 
@@ -532,7 +533,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     }
     if ctx.is_main:
         writer.close()
-        ckpt.atomic_write_text(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
+        write_text_atomic(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
         logger.info("done at step %d: %s", step, json.dumps(summary))
     barrier()
     return summary
@@ -565,7 +566,7 @@ def _truncate_metrics(path: Path, keep_through_step: int) -> None:
         return
     kept = [line for line in path.read_text(encoding="utf-8").splitlines()
             if line.strip() and json.loads(line)["step"] <= keep_through_step]
-    ckpt.atomic_write_text(path, "".join(line + "\n" for line in kept))
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

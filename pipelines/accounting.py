@@ -11,9 +11,6 @@ Tally keys are dotted: `documents.read`, `documents.dropped.<reason>`, `sentence
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections import Counter
 from typing import Iterable, Mapping
 
@@ -106,27 +103,3 @@ def build_stats(tally: Mapping[str, int], per_language: Mapping[str, int], confi
     return stats
 
 
-def write_json_atomic(path: str, payload: Mapping) -> None:
-    """Write JSON to `path` via a temporary file in the same directory and `os.replace`.
-
-    Local paths only; for remote paths (gs://) Beam's FileSystems writes the object on close,
-    which is atomic for the reader already.
-    """
-    if "://" in path:
-        from apache_beam.io.filesystems import FileSystems
-
-        with FileSystems.create(path) as handle:
-            handle.write(json.dumps(payload, indent=2, ensure_ascii=False).encode("utf-8"))
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".stats-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2, ensure_ascii=False)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -34,8 +34,8 @@ from pipelines.accounting import (
     Tally,
     build_stats,
     identity_violations,
-    write_json_atomic,
 )
+from pipelines.io.atomic import write_json_atomic
 from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document, Dropped, ReadError, ReadResult
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, WriteErrors, WriteSentenceShards, sentence_order
 from pipelines.text.boilerplate import heuristic_main_content_scores

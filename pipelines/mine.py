@@ -27,7 +27,8 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import SumTallies, write_json_atomic
+from pipelines.accounting import SumTallies
+from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import write_parquet_atomic
 from pipelines.mining.beam_mining import (
     SRC,

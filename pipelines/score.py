@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import SumTallies, write_json_atomic
+from pipelines.accounting import SumTallies
+from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import write_parquet_atomic
 
 LOG = logging.getLogger("labse-score")

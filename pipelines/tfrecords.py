@@ -30,14 +30,15 @@ import math
 import os
 import sys
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from labse_model.tfrecord import TFRecordWriter, encode_example
+from pipelines.io.atomic import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -387,18 +388,6 @@ def _open_shard_writer(path: str):
     return _RemoteShardWriter(path) if "://" in path else TFRecordWriter(path)
 
 
-def _write_json_atomic(path: str, payload: dict) -> None:
-    text = json.dumps(payload, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-    if "://" in path:
-        with FileSystems.create(path) as f:
-            f.write(text.encode("utf-8"))
-        return
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFRecordsConfig, vocab_path: str,
                     inputs: dict, input_pairs: int | None = None) -> tuple[dict, dict]:
     """(schema.json, stats.json) contents from the shard summaries and drop counts."""
@@ -454,8 +443,8 @@ class _WriteManifests(beam.DoFn):
     def process(self, _, shards: list[dict], drops: dict[str, int], input_pairs: int):
         schema, stats = build_manifests(shards, drops, config=self.config, vocab_path=self.vocab_path,
                                         inputs=self.inputs, input_pairs=input_pairs)
-        _write_json_atomic(FileSystems.join(self.output_dir, "schema.json"), schema)
-        _write_json_atomic(FileSystems.join(self.output_dir, "stats.json"), stats)
+        write_json_atomic(FileSystems.join(self.output_dir, "schema.json"), schema)
+        write_json_atomic(FileSystems.join(self.output_dir, "stats.json"), stats)
         yield stats
 
 

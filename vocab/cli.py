@@ -159,7 +159,7 @@ def build(
     `work_dir` receives the Beam outputs (default: `vocab.work/` beside `output`); on Dataflow it
     must be a bucket path the workers can write (gs://...).
     """
-    from pipelines.accounting import write_json_atomic
+    from pipelines.io.atomic import write_json_atomic
     from vocab.report import build_report, write_report
     from vocab.smoothing import language_weights, smoothed_shares
 

@@ -402,13 +402,6 @@ def learn_from_counts(counts: Mapping[str, float], config: LearnerConfig | None 
 
 def write_vocab(vocab: Iterable[str], path: str) -> None:
     """vocab.txt, one token per line, written atomically."""
-    import os
-    import tempfile
+    from pipelines.io.atomic import write_text_atomic
 
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".vocab.", dir=directory)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        for token in vocab:
-            handle.write(token + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(token + "\n" for token in vocab))

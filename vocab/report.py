@@ -9,11 +9,10 @@ training (`vocab.tokenizer.hf_tokenizer`, same ids as TF Text):
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from pipelines.io.atomic import write_bytes_atomic
 from vocab.tokenizer import UNK_ID
 
 BATCH = 1024
@@ -59,16 +58,8 @@ def build_report(vocab_path: str, heldout: Mapping[str, Sequence[str]], extra: M
     }
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name, dir=path.parent)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
-
-
 def write_report(report: dict, json_path: str | Path, png_path: str | Path | None = None) -> None:
-    _write_atomic(Path(json_path), json.dumps(report, indent=1, ensure_ascii=False).encode("utf-8"))
+    write_bytes_atomic(Path(json_path), json.dumps(report, indent=1, ensure_ascii=False).encode("utf-8"))
     if png_path is not None and report["languages"]:
         plot_report(report, Path(png_path))
 
@@ -98,4 +89,4 @@ def plot_report(report: dict, png_path: Path) -> None:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
-    _write_atomic(png_path, buffer.getvalue())
+    write_bytes_atomic(png_path, buffer.getvalue())

@@ -29,7 +29,8 @@ from typing import Iterator
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import ReasonCounters, SumTallies, Tally, write_json_atomic
+from pipelines.accounting import ReasonCounters, SumTallies, Tally
+from pipelines.io.atomic import write_json_atomic
 from pipelines.main_content.labels import LabelledPage, TeacherConfig, balance_page, label_page, split_of
 from pipelines.main_content.model import LABEL_BOILERPLATE, LABEL_MAIN, featurise_document
 

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["input_counts"] = dict(sorted(stats.items()))
     print(format_metrics(f"{args.model} vs teacher on {args.input}", summary))
     if args.json_out:
-        from pipelines.accounting import write_json_atomic
+        from pipelines.io.atomic import write_json_atomic
 
         write_json_atomic(args.json_out, summary)
     return 0

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
+from pipelines.io.atomic import atomic_path
 from pipelines.main_content.evaluate import evaluate_pages, format_metrics
 from pipelines.main_content.labels import LabelledPage
 
@@ -79,13 +80,9 @@ model.save_model(job["output"])
 
 def train_fasttext(train_file: str, output: str, config: TrainConfig) -> None:
     """Train on a fastText-format file and write the model to ``output`` atomically."""
-    directory = os.path.dirname(os.path.abspath(output))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".model-", suffix=".tmp", dir=directory)
-    os.close(fd)
-    job = {"input": train_file, "output": tmp, "args": config.fasttext_args(),
-           "quantize": config.quantize, "cutoff": 50_000}
-    try:
+    with atomic_path(output) as tmp:
+        job = {"input": train_file, "output": tmp, "args": config.fasttext_args(),
+               "quantize": config.quantize, "cutoff": 50_000}
         for attempt in range(_NAN_ATTEMPTS):
             done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True)
             if done.returncode != 3:
@@ -95,13 +92,6 @@ def train_fasttext(train_file: str, output: str, config: TrainConfig) -> None:
             logger.warning("fastText stopped on NaN (attempt %d); retrying with lr=%g", attempt + 1, job["args"]["lr"])
         if done.returncode != 0:
             raise RuntimeError(f"fastText training failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a model is an ordinary shareable file
-        os.replace(tmp, output)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def read_pages(path: str) -> Iterator[LabelledPage]:
@@ -149,7 +139,7 @@ def train(data_dir: str, output: str, config: TrainConfig = TrainConfig()) -> di
             report[split] = evaluate_pages(model, read_pages(pages_file), config.threshold)
             report[f"{split}_text_only"] = evaluate_pages(model, read_pages(pages_file), config.threshold,
                                                           use_html=False)
-    from pipelines.accounting import write_json_atomic
+    from pipelines.io.atomic import write_json_atomic
 
     write_json_atomic(output + ".metrics.json", report)
     return report

@@ -21,13 +21,13 @@ import gzip
 import json
 import logging
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from pipelines.io.atomic import write_json_atomic
 from pipelines.mining.features import FEATURE_NAMES, pair_features
 from pipelines.mining.margin import best_candidates, margin_scores, neighbours
 from pipelines.mining.search import knn
@@ -140,10 +140,7 @@ class QualityScorer:
             "k": self.k, "training": self.training,
         }
         path = directory / SCORER_FILE
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".scorer.", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=1)
-        os.replace(tmp, path)
+        write_json_atomic(path, payload, indent=1)
         return path
 
     @classmethod
