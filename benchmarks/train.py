@@ -83,7 +83,8 @@ def train_and_evaluate(name: str, spec: dict, args, vocab: Path, shards: str) ->
             "--config", args.config, "--global-batch-size", str(global_batch), "--max-steps", str(args.steps),
             "--lr", str(args.lr), "--warmup-steps", str(args.warmup), "--margin", str(spec["margin"]),
             "--nproc-per-node", str(spec["nproc"]), "--save-every", str(args.steps), "--eval-every", "0",
-            "--log-every", "10", "--seed", "1", "--max-seq-length", str(args.max_seq_length)]
+            "--log-every", "10", "--seed", "1", "--max-seq-length", str(args.max_seq_length),
+            "--pooling", args.pooling, "--dropout", str(args.dropout)]
     argv += ["--gather-negatives" if spec["gather"] else "--no-gather-negatives"]
     argv += ["--scale", str(spec["scale"])]
     wall = run(argv, args.work / "logs" / f"{name}.train.log")
@@ -120,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="global batch (pairs per step)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--pooling", choices=("cls", "mean"), default="mean",
+                        help="token pooling before the dense+tanh head: from random weights [CLS] only learns "
+                        "sentence length at this compute (BENCHMARKS.md, model), so the comparisons use mean")
+    parser.add_argument("--dropout", type=float, default=0.0, help="no dropout: 300 steps never revisit a pair")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--scale", type=float, default=20.0, help="logit scale of the comparison runs")
     parser.add_argument("--alt-scale", type=float, default=100.0, help="the other scale tried with 2x32-gather")
@@ -137,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(train_and_evaluate(name, runs[name], args, vocab, shards))
         print(f"{name}: done in {time.perf_counter() - started:.0f} s", flush=True)
 
-    print(f"\n{args.config} encoder, {args.steps} steps x {args.batch} pairs, lr {args.lr}; accuracies are the "
+    print(f"\n{args.config} encoder, {args.pooling} pooling, dropout {args.dropout:g}, {args.steps} steps x "
+          f"{args.batch} pairs, lr {args.lr}; accuracies are the "
           "mean of both retrieval directions")
     print("| run | processes x batch | negatives per row | margin | scale | steps/s | gather share (fwd) | "
           "final loss | Multi30k test de/fr/cs-en | Tatoeba deu/fra/ces |")

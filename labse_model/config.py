@@ -22,6 +22,9 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
+POOLING_MODES = ("cls", "mean")
+
+
 def count_vocab(vocab_path: str | Path) -> int:
     """Number of entries in a WordPiece `vocab.txt` (one token per line, ids are line numbers)."""
     with open(vocab_path, encoding="utf-8") as handle:
@@ -42,6 +45,14 @@ class ModelConfig:
     attention_dropout: float = 0.1
     pad_token_id: int = 0
     preset: str = "base"
+    # Token pooling before the dense+tanh head. "cls" is the released LaBSE's head and the default:
+    # the paper starts from a pre-trained (MLM/TLM) encoder whose [CLS] already carries the sentence.
+    # From RANDOM weights, measured (BENCHMARKS.md, model): the [CLS] vector of a post-LN BERT starts
+    # the same for every sentence (dev cosine 0.9997) and the only signal it picks up in hundreds of
+    # steps is sentence length (top principal component, r = 0.87 with length; dev retrieval stays
+    # at ~1%), while "mean" (masked mean of the last layer) reached 41% after 100 steps in the
+    # same run. Use "mean" to train from scratch without a pre-training stage.
+    pooling: str = "cls"
 
     @classmethod
     def from_preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":
@@ -54,6 +65,8 @@ class ModelConfig:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.vocab_size < 5:
             raise ValueError(f"vocab_size {self.vocab_size} is too small (the 5 special tokens alone need 5)")
+        if self.pooling not in POOLING_MODES:
+            raise ValueError(f"unknown pooling {self.pooling!r}; choose one of {list(POOLING_MODES)}")
 
     def to_bert_config(self):
         from transformers import BertConfig

@@ -32,11 +32,19 @@ class SentenceEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        pooled = torch.tanh(self.head(hidden[:, 0]))
+        pooled = torch.tanh(self.head(pool_tokens(hidden, attention_mask, self.config.pooling)))
         if pooled.dtype in (torch.float16, torch.bfloat16):
             # Normalise in float32: under bf16 autocast the norm of a 768-vector loses digits.
             pooled = pooled.float()
         return F.normalize(pooled, p=2, dim=-1)
+
+
+def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """[CLS] vector, or the mean over real tokens (sentence-transformers' mean pooling, [CLS]/[SEP] included)."""
+    if mode == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
 
 
 def pad_to(ids: torch.Tensor, length: int, pad_id: int) -> torch.Tensor:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.config import PRESETS, ModelConfig, RunConfig, TrainConfig, count_vocab
+from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, TrainConfig, count_vocab
 from labse_model.distributed import (
     DistributedContext,
     all_gather_with_grad,
@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "model.safetensors), e.g. a pre-trained encoder; optimizer and schedule start fresh")
     model = parser.add_argument_group("model")
     model.add_argument("--config", choices=sorted(PRESETS), default="base", help="encoder size preset")
+    model.add_argument("--pooling", choices=POOLING_MODES, default="cls",
+                       help="[CLS] (LaBSE's head; needs a pre-trained encoder, see --init-from) or mean of the "
+                       "tokens (learns from random weights; BENCHMARKS.md, model), then dense+tanh+L2")
     model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout (0 disables)")
     train = parser.add_argument_group("training (defaults: the paper's where it gives them)")
     defaults = TrainConfig()
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 def make_run_config(args: argparse.Namespace, world_size: int) -> RunConfig:
     vocab_size = count_vocab(args.vocab)
     model = ModelConfig.from_preset(
-        args.config, vocab_size, hidden_dropout=args.dropout, attention_dropout=args.dropout
+        args.config, vocab_size, hidden_dropout=args.dropout, attention_dropout=args.dropout, pooling=args.pooling
     )
     defaults = TrainConfig()
     train_config = TrainConfig(

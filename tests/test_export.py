@@ -88,3 +88,43 @@ def test_export_refuses_to_overwrite_and_names_missing_runs(run_dir, tmp_path, c
     assert "labse-train run directory" in caplog.text
     assert export_main(["--run", str(run_dir), "--output", str(tmp_path / "m3"), "--step", "7"]) == 2
     assert "available steps: [2]" in caplog.text
+
+
+def test_mean_pooling_run_exports_mean_pooling(labse_data, run_dir, tmp_path, monkeypatch):
+    """A `--pooling mean` run exports Pooling(mean) and still gives the trainer's embeddings."""
+    import json
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    mean_run = tmp_path / "mean_run"
+    shutil.copytree(run_dir, mean_run)
+    config = json.loads((mean_run / "config.json").read_text())
+    config["model"]["pooling"] = "mean"  # same weights, pooled the other way
+    (mean_run / "config.json").write_text(json.dumps(config))
+    output = tmp_path / "model"
+    assert export_main(["--run", str(mean_run), "--output", str(output)]) == 0
+    pooling_config = json.loads((output / "1_Pooling" / "config.json").read_text())
+    assert pooling_config["pooling_mode"] == "mean"
+
+    sentences = [line for lang in LANGS for line in tatoeba_lines(labse_data, lang, 2)]
+    exported = torch.tensor(SentenceTransformer(str(output), device="cpu").encode(sentences, batch_size=8))
+    encoder, config_obj, _ = load_encoder(mean_run)
+    assert config_obj.model.pooling == "mean"
+    batch = hf_tokenizer(mean_run / "vocab.txt")(sentences, padding=True, truncation=True,
+                                                 max_length=config_obj.train.max_seq_length, return_tensors="pt")
+    with torch.no_grad():
+        trained = encoder(batch["input_ids"], batch["attention_mask"])
+        cls_pooled = torch.nn.functional.normalize(
+            torch.tanh(encoder.head(encoder.bert(**{k: batch[k] for k in ("input_ids", "attention_mask")})
+                                    .last_hidden_state[:, 0])), dim=-1)
+    assert ((exported * trained).sum(dim=-1)).min().item() >= 0.9999
+    assert ((trained * cls_pooled).sum(dim=-1)).max().item() < 0.9999  # mean pooling is really used
+
+
+def test_unknown_pooling_is_refused():
+    from labse_model.config import ModelConfig
+
+    with pytest.raises(ValueError, match="pooling"):
+        ModelConfig.from_preset("tiny", 100, pooling="max")
