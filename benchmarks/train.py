@@ -13,7 +13,10 @@ Runs (same data order, same initialisation, same number of steps, margin 0.3 and
   2x32-gather-m0   margin 0                                                     -> (a) does the margin help?
 
 Usage (BENCHMARKS.md, section model, has the exact commands and results):
-  nice -n 10 .venv/bin/python benchmarks/train.py --data ../shared/data --work bench_out/train300
+  nice -n 10 .venv/bin/python benchmarks/train.py --data ../shared/data --work bench_out/train_mean
+The runs use mean pooling before LaBSE's dense+tanh head and no dropout (--pooling, --dropout): from
+random weights the [CLS] vector only learns sentence length at this compute and every run stays at
+chance, which hides the comparisons (BENCHMARKS.md, model).
 Finished runs are skipped when the script is re-run (delete --work to start over).
 """
 from __future__ import annotations
