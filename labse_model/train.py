@@ -383,6 +383,11 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
             ckpt.load_model_weights(model.encoder, weights)
             if ctx.is_main:
                 logger.info("initialised the encoder from %s", weights)
+        elif config.model.pooling == "cls" and ctx.is_main:
+            # Measured (BENCHMARKS.md, model): from random weights the [CLS] vector learns only sentence
+            # length and retrieval stays near chance, while mean pooling learns within a few hundred steps.
+            logger.warning("training [CLS] pooling from random weights: it learns little more than sentence "
+                           "length (BENCHMARKS.md); pass --init-from a pre-trained encoder, or --pooling mean")
         # Different dropout masks per rank, reproducible from the seed.
         torch.manual_seed(tc.seed + ctx.rank)
 
