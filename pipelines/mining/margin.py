@@ -20,7 +20,7 @@ The pure functions here are shared by the in-memory miner (`mine`) and the Beam 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable, Sequence, TypeVar
+from typing import Callable, Hashable, Iterable, TypeVar
 
 import numpy as np
 
@@ -145,7 +145,7 @@ def select(fwd: tuple[np.ndarray, np.ndarray, np.ndarray], bwd: tuple[np.ndarray
     if strategy == "bwd":
         return MinedPairs(bwd_best, np.arange(n_tgt), bwd_margin, bwd_cos)
     if strategy == "intersect":
-        mutual = np.array([bwd_best[j] == i for i, j in enumerate(fwd_best)], dtype=bool)
+        mutual = bwd_best[fwd_best] == np.arange(n_src)
         rows = np.flatnonzero(mutual)
         return MinedPairs(rows, fwd_best[rows], fwd_margin[rows], fwd_cos[rows])
     if strategy == "max":
@@ -183,10 +183,6 @@ def mine(x: np.ndarray, y: np.ndarray, config: MarginConfig = MarginConfig(),
         keep = pairs.margin >= config.threshold
         pairs = MinedPairs(pairs.src[keep], pairs.tgt[keep], pairs.margin[keep], pairs.cosine[keep])
     return pairs
-
-
-def pairs_from_gold(gold: Sequence[tuple[int, int]]) -> set[tuple[int, int]]:
-    return {(int(s), int(t)) for s, t in gold}
 
 
 def precision_recall_f1(predicted: Iterable[tuple[int, int]], gold: set[tuple[int, int]]) -> dict[str, float]:
