@@ -22,25 +22,6 @@ tests/test_vocab_tokenizer.py checks, code point by code point, that the two agr
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable, Iterator
-
-# BERT's CJK ideograph blocks (identical in google-research/bert, TF Text and HF tokenizers).
-CJK_RANGES = (
-    (0x4E00, 0x9FFF),
-    (0x3400, 0x4DBF),
-    (0x20000, 0x2A6DF),
-    (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F),
-    (0x2B820, 0x2CEAF),
-    (0xF900, 0xFAFF),
-    (0x2F800, 0x2FA1F),
-)
-
-
-def is_cjk_ideograph(char: str) -> bool:
-    code = ord(char)
-    return any(low <= code <= high for low, high in CJK_RANGES)
-
 
 # HF `tokenizers` classifies characters with older Unicode tables than TF Text's RE2. Found by
 # comparing both on every code point (tests/test_vocab_tokenizer.py repeats that comparison):
@@ -148,8 +129,3 @@ def _word_pattern():
 def pretokenize(text: str) -> list[str]:
     """Words of one text: cased, accents kept, punctuation and CJK ideographs split off."""
     return _word_pattern().findall(_normalizer(True).normalize_str(text))
-
-
-def iter_words(texts: Iterable[str]) -> Iterator[str]:
-    for text in texts:
-        yield from pretokenize(text)
