@@ -95,7 +95,8 @@ def copy_similarity(src: str, tgt: str) -> float:
         return 1.0
     # quick_ratio is an upper bound; the exact ratio only where it matters (long texts are costly)
     matcher = SequenceMatcher(None, a[:300], b[:300], autojunk=False)
-    return matcher.ratio() if matcher.quick_ratio() > 0.5 else matcher.quick_ratio()
+    upper_bound = matcher.quick_ratio()
+    return matcher.ratio() if upper_bound > 0.5 else upper_bound
 
 
 def text_features(src: str, tgt: str) -> list[float]:
