@@ -40,13 +40,6 @@ class ReasonCounters:
                 self.inc(name, value)
 
 
-def merge_tallies(tallies: Iterable[Mapping[str, int]]) -> Tally:
-    total: Counter = Counter()
-    for tally in tallies:
-        total.update(tally)
-    return dict(total)
-
-
 class SumTallies(beam.CombineFn):
     """Sums tallies; the empty sum is `{}` so a run over no input still writes stats."""
 
