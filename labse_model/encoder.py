@@ -26,10 +26,6 @@ class SentenceEncoder(nn.Module):
         self.head = nn.Linear(config.hidden_size, config.hidden_size)
         self.bert._init_weights(self.head)
 
-    @property
-    def embedding_dim(self) -> int:
-        return self.config.hidden_size
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         pooled = torch.tanh(self.head(pool_tokens(hidden, attention_mask, self.config.pooling)))
