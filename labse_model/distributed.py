@@ -64,10 +64,6 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-def get_rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
 def get_world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
