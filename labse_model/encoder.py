@@ -2,6 +2,8 @@
 
 This is the released LaBSE's head (sentence-transformers/LaBSE is Transformer, Pooling cls,
 Dense tanh, Normalize), so `labse-export` maps it one to one onto sentence-transformers modules.
+`ModelConfig.pooling = "mean"` swaps [CLS] for the masked token mean in front of the same head:
+trained from random weights, [CLS] learns little beyond sentence length (BENCHMARKS.md, model).
 """
 from __future__ import annotations
 
