@@ -3,6 +3,9 @@
 Layout under DIR (contract 4):
     sentences/lang=XX/part-SSSSS-of-NNNNN.parquet   readable with
         pyarrow.dataset.dataset(DIR + "/sentences", partitioning="hive")
+    sentences/no-sentences.parquet                  only when the run kept no sentence: 0 rows with
+        SENTENCE_SCHEMA, so the documented read still works (an empty directory does not exist on
+        object stores, and pyarrow reads one as a dataset without columns)
     errors/errors-SSSSS-of-NNNNN.jsonl              one JSON object per line: file, offset, reason, detail
 
 Each Parquet shard is written to a hidden temporary name in its final directory, then renamed
@@ -39,6 +42,7 @@ SENTENCE_SCHEMA = pa.schema(
 )
 SENTENCE_COLUMNS = tuple(SENTENCE_SCHEMA.names)
 DEFAULT_ROWS_PER_FILE = 200_000
+NO_SENTENCES_FILE = "no-sentences.parquet"
 
 
 def sentence_order(row: dict) -> tuple:
@@ -100,11 +104,22 @@ class _WriteShard(beam.DoFn):
         yield {lang: len(rows)}
 
 
+class _WriteEmptyDatasetIfNoRows(beam.DoFn):
+    def __init__(self, sentences_dir: str):
+        self.sentences_dir = sentences_dir
+
+    def process(self, counts_by_lang: dict[str, int]):
+        if not counts_by_lang:
+            write_parquet_atomic([], f"{self.sentences_dir}/{NO_SENTENCES_FILE}")
+            yield {}
+
+
 class WriteSentenceShards(beam.PTransform):
     """Sentence rows -> `DIR/sentences/lang=XX/part-*.parquet`; outputs {lang: rows} per file written.
 
     The number of files per language is ceil(rows / rows_per_file), so a worker holds at most about
-    `rows_per_file` rows of one shard in memory.
+    `rows_per_file` rows of one shard in memory. Without any row it writes one empty file,
+    `DIR/sentences/no-sentences.parquet`, and outputs `{}` for it.
     """
 
     def __init__(self, output_dir: str, rows_per_file: int = DEFAULT_ROWS_PER_FILE):
@@ -121,12 +136,15 @@ class WriteSentenceShards(beam.PTransform):
             num_shards = max(1, math.ceil(counts_by_lang[row["lang"]] / rows_per_file))
             return (row["lang"], shard_of(row, num_shards), num_shards), row
 
-        return (
+        shards = (
             rows
             | "KeyByShard" >> beam.Map(key_by_shard, counts_by_lang=beam.pvalue.AsSingleton(counts))
             | "GroupShard" >> beam.GroupByKey()
             | "WriteShard" >> beam.ParDo(_WriteShard(self.sentences_dir))
         )
+        # Part of the output, so whatever waits on it (stats.json) also waits for the empty file.
+        empty = counts | "WriteEmptyIfNoRows" >> beam.ParDo(_WriteEmptyDatasetIfNoRows(self.sentences_dir))
+        return (shards, empty) | "AllWritten" >> beam.Flatten()
 
 
 class WriteErrors(beam.PTransform):
