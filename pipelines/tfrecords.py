@@ -369,6 +369,7 @@ class _RemoteShardWriter:
         from labse_model.tfrecord import frame_record
 
         self._frame = frame_record
+        self._path = path
         self._file = FileSystems.create(path)
         self.num_bytes = 0
 
@@ -381,7 +382,15 @@ class _RemoteShardWriter:
         self._file.close()
 
     def abort(self) -> None:
-        self._file.close()
+        """Remove the partial shard: closing an upload publishes the object, so delete it afterwards."""
+        try:
+            self._file.close()
+        except Exception as exc:  # the upload may already be broken; the error that made us abort matters more
+            logger.warning("%s: closing the partial shard failed (%s)", self._path, exc)
+        try:
+            FileSystems.delete([self._path])
+        except Exception as exc:  # never mask the original error with a clean-up failure
+            logger.error("%s: partial shard not deleted (%s)", self._path, exc)
 
 
 def _open_shard_writer(path: str):

@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from apache_beam.io.localfilesystem import LocalFileSystem
 
 from labse_model import tfrecord
 from labse_model.data import build_train_loader, iter_pairs
@@ -272,3 +273,40 @@ def test_gzip_shards_get_a_clear_message(tmp_path):
     (tmp_path / "text.tfrecord").write_text("not a tfrecord at all\n")
     with pytest.raises(TFRecordCorruptError, match="text.tfrecord at byte offset 0: length checksum"):
         index_records(tmp_path / "text.tfrecord")
+
+
+class _ObjectStoreOnDisk(LocalFileSystem):
+    """A `labsetest://` scheme stored in a local folder: shards take the object-store writer, without network."""
+
+    PREFIX = "labsetest://"
+
+    @classmethod
+    def scheme(cls):
+        return "labsetest"
+
+    def create(self, path, *args, **kwargs):
+        return super().create(path[len(self.PREFIX):], *args, **kwargs)
+
+    def delete(self, paths):
+        return super().delete([p[len(self.PREFIX):] for p in paths])
+
+
+def test_object_store_shard_is_written_or_removed(labse_data, tmp_path):
+    """A shard that fails partway on an object store is deleted, not left behind as a short object."""
+    de = read_lines(require_file(labse_data, "multi30k/val.de.gz"), 20)
+    en = read_lines(require_file(labse_data, "multi30k/val.en.gz"), 20)
+    facts = ("de-en", 3, 3, False, False)
+    records = [(key, tfrecord.encode_example({"src_text": s, "tgt_text": t}), facts)
+               for key, (s, t) in enumerate(zip(de, en))]
+    write = tfr._WriteShard(_ObjectStoreOnDisk.PREFIX + str(tmp_path), 1)
+
+    summary = next(write.process((0, records)))
+    shard = tmp_path / tfr.shard_name(0, 1)
+    assert summary["num_records"] == 20 and summary["num_bytes"] == shard.stat().st_size
+    assert [example_to_dict(r)["src_text"] for r in iter_records(shard)] == [[s.encode()] for s in de]
+    shard.unlink()
+
+    broken = records[:10] + [(10, None, facts)] + records[11:]  # record 11 cannot be framed
+    with pytest.raises(TypeError):
+        next(write.process((0, broken)))
+    assert list(tmp_path.iterdir()) == []
