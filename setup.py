@@ -9,6 +9,7 @@ PIPELINES = [
     "apache-beam==2.77.0",
     "pyarrow>=14",
     "fastwarc>=2.0",
+    "isal>=1.6",
     "resiliparse>=2.0",
     "warcio>=1.7",
     "mwparserfromhell>=0.6",

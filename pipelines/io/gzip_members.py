@@ -10,9 +10,12 @@ chunk), whatever the size of a member: a whole file gzipped as one member stream
 """
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Union
+
+# ISA-L's inflate (python-isal) is a drop-in for zlib's decompressobj (same streaming and errors);
+# with it read_records of a .warc.gz takes 1/1.6 of the CPU time (benchmarks/warc_readers.py).
+from isal import isal_zlib as zlib
 
 GZIP_MAGIC = b"\x1f\x8b\x08"
 _CHUNK = 1 << 20
