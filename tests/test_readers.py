@@ -93,6 +93,43 @@ def test_cc_sample_yields_decoded_chinese_and_russian_html(labse_data):
     assert not any("\ufffd" in body[:2000] for body in by_url.values())
 
 
+def test_the_mojibake_chinese_of_the_cc_sample_is_in_the_page_itself(labse_data):
+    # 003338.cn declares UTF-8 in <meta> and its bytes are valid UTF-8; the garbled keyword
+    # (UTF-8 of "澳洲28是不是正规的" read as GBK, with bytes lost as "?") is in the page as sent,
+    # even as numeric character references in its <title>, which no byte decoding could produce.
+    path = require_file(labse_data, CC_SAMPLE)
+    docs, _dropped, _errors = split(read_all(path)[0])
+    body = next(d.body for d in docs if d.url == "http://003338.cn/l41/481397.html")
+    assert "<title>&#x5a62;&#x866b;&#x5e8a;" in body
+    assert "包括婢虫床28鏄?笉鏄??瑙勭殑最新同义词" in body
+    assert "我国卫生与健康领域有了“基本法”" in body
+
+
+def test_valid_utf8_wins_over_a_wrong_detection_on_a_real_page(labse_data):
+    # No charset in the HTTP header or the first 4 KiB; uchardet calls this page windows-1252,
+    # which turned every em dash into "â€”". Its bytes are valid UTF-8, so UTF-8 it is.
+    path = require_file(labse_data, "maincontent/article-pages.warc.gz")
+    url = "https://www.cnbc.com/2019/11/20/emirates-inks-order-for-30-boeing-787-jets-talks-expansion-plans.html"
+    stats = Counter()
+    body = next(r.body for r in read_records(str(path), "warc", stats=stats) if getattr(r, "url", None) == url)
+    assert "DUBAI, United Arab Emirates — Dubai's flagship carrier" in body
+    assert "â€" not in body and "Â©" not in body
+    assert stats["charset_utf8"] >= 1
+
+
+def test_valid_utf8_wins_over_a_declared_legacy_charset():
+    from pipelines.io.payload import decode_html_bytes
+
+    text = "<html><head><meta charset=gb2312></head><body><p>人工智能</p><p>关于我们</p></body></html>"
+    # A stale legacy label on UTF-8 bytes: gbk "decodes" them into mojibake without an error.
+    assert "<p>浜哄伐鏅鸿兘</p><p>鍏充簬鎴戜滑</p>" in text.encode("utf-8").decode("gbk")
+    assert decode_html_bytes(text.encode("utf-8"), None) == (text, "utf8")
+    assert decode_html_bytes(text.encode("utf-8"), "text/html; charset=utf-8") == (text, "http")
+    # Real GBK bytes are not valid UTF-8: the label still decides.
+    assert decode_html_bytes(text.encode("gbk"), None) == (text, "meta")
+    assert decode_html_bytes(text.encode("gbk"), "gbk") == (text, "http")
+
+
 def test_web_pages_warc_yields_110_documents(labse_data):
     path = require_file(labse_data, WEB_PAGES)
     results, stats = read_all(path)

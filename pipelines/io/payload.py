@@ -170,17 +170,35 @@ def _python_codec(label: str | None) -> str | None:
 
 
 def decode_html_bytes(body: bytes, http_charset: str | None) -> tuple[str, str]:
-    """Decode HTML: charset from the HTTP header, else `<meta>`, else detection (uchardet).
+    """Decode HTML: a byte-order mark, else valid UTF-8, else the charset from the HTTP header, else
+    `<meta>`, else detection (uchardet).
 
-    Returns (text, how) with how in "http", "meta", "detected", and "fallback" when a declared
-    charset was unknown or failed to decode the bytes and detection was used instead.
+    Bytes with non-ASCII content that decode as strict UTF-8 are UTF-8 whatever a label says or
+    detection guesses: text in a legacy charset (GBK, Shift_JIS, windows-125x, ...) practically
+    never forms valid UTF-8 by chance, while UTF-8 pages with a stale legacy label (a template's
+    `<meta charset=gb2312>`) exist, a legacy codec "decodes" them into mojibake without an error,
+    and uchardet calls some UTF-8 pages windows-1252 (mojibake such as "â€™").
+
+    Returns (text, how) with how in "bom", "http" or "meta" (the label that was used), "utf8"
+    (valid UTF-8 that no label named: none given, or one naming another charset), "detected", and
+    "fallback" when a declared charset was unknown or failed to decode the bytes and detection was
+    used instead.
     """
     if body.startswith(codecs.BOM_UTF8):
         return body[3:].decode("utf-8", "replace"), "bom"
     if body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return body.decode("utf-16", "replace"), "bom"
+    labels = (("http", http_charset), ("meta", charset_from_meta(body)))
+    if not body.isascii():
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            named = next((how for how, label in labels if _python_codec(label) == "utf-8"), "utf8")
+            return text, named
     declared_any = False
-    for how, label in (("http", http_charset), ("meta", charset_from_meta(body))):
+    for how, label in labels:
         if not label:
             continue
         declared_any = True
