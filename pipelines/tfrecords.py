@@ -100,7 +100,7 @@ class ParallelTextSpec:
 # Pure functions (unit-tested without Beam)
 
 def vocab_fingerprint(vocab_path: str) -> dict:
-    """sha256, size and special-token ids of a vocab.txt (recorded in schema.json)."""
+    """File name, sha256, size and special-token ids of a vocab.txt (recorded in schema.json)."""
     with FileSystems.open(vocab_path, compression_type="uncompressed") as f:
         raw = f.read()
     tokens = raw.decode("utf-8").splitlines()
@@ -108,7 +108,8 @@ def vocab_fingerprint(vocab_path: str) -> dict:
     missing = {"[CLS]", "[SEP]", "[PAD]"} - set(special)
     if missing:
         raise ValueError(f"{vocab_path}: vocabulary lacks {sorted(missing)}")
-    return {"sha256": hashlib.sha256(raw).hexdigest(), "size": len(tokens), "special_ids": special}
+    return {"file": os.path.basename(vocab_path), "sha256": hashlib.sha256(raw).hexdigest(), "size": len(tokens),
+            "special_ids": special}
 
 
 def wrap_and_truncate(pieces: Sequence[int], cls_id: int, sep_id: int, max_seq_length: int) -> tuple[list[int], bool]:
@@ -253,15 +254,15 @@ def load_tfte_tokenizer(vocab_path: str):
 class _EncodePairs(beam.DoFn):
     """Batches of normalised pairs -> (shard, (key, serialized Example, facts)); drops tagged 'dropped'."""
 
-    def __init__(self, vocab_path: str, config: TFRecordsConfig, tokenizer_factory: Callable[[str], object]):
+    def __init__(self, vocab_path: str, special_ids: dict[str, int], config: TFRecordsConfig,
+                 tokenizer_factory: Callable[[str], object]):
         self.vocab_path = vocab_path
+        self.cls_id, self.sep_id = special_ids["[CLS]"], special_ids["[SEP]"]
         self.config = config
         self.tokenizer_factory = tokenizer_factory
 
     def setup(self):
         self.tokenizer = self.tokenizer_factory(self.vocab_path)
-        special = vocab_fingerprint(self.vocab_path)["special_ids"]
-        self.cls_id, self.sep_id = special["[CLS]"], special["[SEP]"]
 
     def _tokenize(self, texts: list[str]) -> list[list[int] | None]:
         try:
@@ -397,7 +398,7 @@ def _open_shard_writer(path: str):
     return _RemoteShardWriter(path) if "://" in path else TFRecordWriter(path)
 
 
-def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFRecordsConfig, vocab_path: str,
+def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFRecordsConfig, vocab: dict,
                     inputs: dict, input_pairs: int | None = None) -> tuple[dict, dict]:
     """(schema.json, stats.json) contents from the shard summaries and drop counts."""
     shards = sorted(shards, key=lambda s: s["file"])
@@ -405,14 +406,13 @@ def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFReco
     features = dict(FEATURES_DOC)
     if config.include_text:
         features.update(TEXT_FEATURES_DOC)
-    fingerprint = vocab_fingerprint(vocab_path)
     schema = {
         "format": "labse-tfrecords",
         "version": SCHEMA_VERSION,
         "record": "tf.train.Example, one translation pair per record; uncompressed TFRecord framing with masked CRC32C",
         "features": features,
         "max_seq_length": config.max_seq_length,
-        "vocab": {"file": os.path.basename(vocab_path), **fingerprint},
+        "vocab": vocab,
         "shuffle": {"seed": config.seed, "method": "blake2b-64 key of (seed, langs, texts): shard = key mod num_shards, records sorted by key"},
         "num_shards": config.num_shards,
         "num_records": total,
@@ -443,14 +443,14 @@ def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFReco
 
 
 class _WriteManifests(beam.DoFn):
-    def __init__(self, output_dir: str, config: TFRecordsConfig, vocab_path: str, inputs: dict):
+    def __init__(self, output_dir: str, config: TFRecordsConfig, vocab: dict, inputs: dict):
         self.output_dir = output_dir
         self.config = config
-        self.vocab_path = vocab_path
+        self.vocab = vocab
         self.inputs = inputs
 
     def process(self, _, shards: list[dict], drops: dict[str, int], input_pairs: int):
-        schema, stats = build_manifests(shards, drops, config=self.config, vocab_path=self.vocab_path,
+        schema, stats = build_manifests(shards, drops, config=self.config, vocab=self.vocab,
                                         inputs=self.inputs, input_pairs=input_pairs)
         write_json_atomic(FileSystems.join(self.output_dir, "schema.json"), schema)
         write_json_atomic(FileSystems.join(self.output_dir, "stats.json"), stats)
@@ -460,7 +460,8 @@ class _WriteManifests(beam.DoFn):
 class PairsToTFRecords(beam.PTransform):
     """Pair dicts (+ a PCollection of drop reasons from the readers) -> shards, schema.json, stats.json.
 
-    Returns a PCollection holding the single stats dict once everything is written.
+    Returns a PCollection holding the single stats dict once everything is written.  The vocabulary
+    is read and hashed once, here, when the transform is built (errors surface before the pipeline runs).
     """
 
     def __init__(self, vocab_path: str, output_dir: str, config: TFRecordsConfig = TFRecordsConfig(),
@@ -468,6 +469,7 @@ class PairsToTFRecords(beam.PTransform):
                  default_score: float = float("nan")):
         super().__init__()
         self.vocab_path = vocab_path
+        self.vocab = vocab_fingerprint(vocab_path)
         self.output_dir = output_dir
         self.config = config
         self.inputs = inputs or {}
@@ -479,12 +481,12 @@ class PairsToTFRecords(beam.PTransform):
         cfg = self.config
         kept = pairs | "Filter" >> beam.FlatMap(_keep_or_drop, cfg.min_score, self.default_score).with_outputs(
             "dropped", main="kept")
+        encode = _EncodePairs(self.vocab_path, self.vocab["special_ids"], cfg, self.tokenizer_factory)
         encoded = (
             kept.kept
             | "Spread" >> beam.Reshuffle()
             | "Batch" >> beam.BatchElements(min_batch_size=16, max_batch_size=cfg.tokenize_batch_size)
-            | "Encode" >> beam.ParDo(_EncodePairs(self.vocab_path, cfg, self.tokenizer_factory)).with_outputs(
-                "dropped", main="records")
+            | "Encode" >> beam.ParDo(encode).with_outputs("dropped", main="records")
         )
         shard_stats = (
             encoded.records
@@ -503,7 +505,7 @@ class PairsToTFRecords(beam.PTransform):
             pairs.pipeline
             | "Once" >> beam.Create([None])
             | "Manifests" >> beam.ParDo(
-                _WriteManifests(self.output_dir, cfg, self.vocab_path, self.inputs),
+                _WriteManifests(self.output_dir, cfg, self.vocab, self.inputs),
                 beam.pvalue.AsSingleton(shard_stats),
                 beam.pvalue.AsSingleton(drops),
                 beam.pvalue.AsSingleton(input_pairs),
@@ -520,12 +522,15 @@ class BuildTFRecords(beam.PTransform):
         super().__init__()
         if not parquet_files and not parallel_text:
             raise ValueError("no input: give Parquet pair files and/or parallel text files")
-        self.vocab_path = vocab_path
-        self.output_dir = output_dir
-        self.config = config
         self.parquet_files = list(parquet_files)
         self.parallel_text = list(parallel_text)
-        self.tokenizer_factory = tokenizer_factory
+        inputs = {
+            "parquet_files": len(self.parquet_files),
+            "parallel_text": [asdict(s) for s in self.parallel_text],
+        }
+        # built here, not in expand(), so that a bad vocabulary fails before the pipeline starts
+        self.to_tfrecords = PairsToTFRecords(vocab_path, output_dir, config, inputs=inputs,
+                                             tokenizer_factory=tokenizer_factory)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         pair_sets, drop_sets = [], []
@@ -539,12 +544,7 @@ class BuildTFRecords(beam.PTransform):
             drop_sets.append(text.dropped)
         pairs = tuple(pair_sets) | "AllPairs" >> beam.Flatten()
         drops = tuple(drop_sets) | "ReaderDrops" >> beam.Flatten()
-        inputs = {
-            "parquet_files": len(self.parquet_files),
-            "parallel_text": [asdict(s) for s in self.parallel_text],
-        }
-        return (pairs, drops) | "PairsToTFRecords" >> PairsToTFRecords(
-            self.vocab_path, self.output_dir, self.config, inputs=inputs, tokenizer_factory=self.tokenizer_factory)
+        return (pairs, drops) | "PairsToTFRecords" >> self.to_tfrecords
 
 
 # ---------------------------------------------------------------------------------------------
@@ -603,24 +603,23 @@ def main(argv: list[str] | None = None) -> int:
         config = TFRecordsConfig(max_seq_length=args.max_seq_length, num_shards=args.num_shards,
                                  min_score=args.min_score, include_text=args.include_text, seed=args.seed)
         specs = [ParallelTextSpec.parse(s) for s in args.parallel_text]
-        vocab_fingerprint(args.vocab)
+        parquet_files: list[str] = []
+        for location in args.pairs:
+            found = find_parquet_files(location)
+            if not found:
+                parser.error(f"--pairs {location}: no Parquet files found")
+            parquet_files.extend(found)
+        if not parquet_files and not specs:
+            parser.error("give --pairs and/or --parallel-text")
+        build = BuildTFRecords(args.vocab, args.output, config, parquet_files=parquet_files, parallel_text=specs)
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
-    parquet_files: list[str] = []
-    for location in args.pairs:
-        found = find_parquet_files(location)
-        if not found:
-            parser.error(f"--pairs {location}: no Parquet files found")
-        parquet_files.extend(found)
-    if not parquet_files and not specs:
-        parser.error("give --pairs and/or --parallel-text")
     prepare_output(args.output, args.overwrite)
 
     logger.info("writing TFRecords from %d Parquet files and %d parallel text pairs of files to %s",
                 len(parquet_files), len(specs), args.output)
     with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        _ = pipeline | "BuildTFRecords" >> BuildTFRecords(
-            args.vocab, args.output, config, parquet_files=parquet_files, parallel_text=specs)
+        _ = pipeline | "BuildTFRecords" >> build
     stats_path = FileSystems.join(args.output, "stats.json")
     if "://" not in stats_path and os.path.exists(stats_path):
         with open(stats_path, encoding="utf-8") as f:

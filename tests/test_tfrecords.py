@@ -101,6 +101,7 @@ def test_shards_schema_and_stats(built, labse_data):
     import hashlib
 
     assert schema["vocab"]["sha256"] == hashlib.sha256(built["vocab"].read_bytes()).hexdigest()
+    assert schema["vocab"]["file"] == "vocab.txt"
     assert schema["vocab"]["special_ids"] == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
     for entry in schema["shards"]:
         assert (out / entry["file"]).stat().st_size == entry["num_bytes"]
@@ -164,13 +165,18 @@ def test_tensorflow_reads_the_shards(built):
         assert b["src_lang"].numpy() == a["src_lang"][0]
 
 
-def test_same_seed_same_shards_in_process_runner(built, tmp_path):
-    """Determinism: the default in-process DirectRunner writes byte-identical shards."""
+def test_same_seed_same_shards_in_process_runner(built, tmp_path, monkeypatch):
+    """Determinism: the default in-process DirectRunner writes byte-identical shards (reading vocab.txt once)."""
+    hashed = []
+    fingerprint = tfr.vocab_fingerprint
+    monkeypatch.setattr(tfr, "vocab_fingerprint", lambda path: hashed.append(path) or fingerprint(path))
     argv = list(built["argv"])
     out_index = argv.index("--output") + 1
     argv[out_index] = str(tmp_path / "again")
     argv = [a for a in argv if not a.startswith("--direct_")]
     assert tfr.main(argv) == 0
+    assert hashed == [str(built["vocab"])]
+    assert (tmp_path / "again" / "schema.json").read_text() == (built["out"] / "schema.json").read_text()
     for path in sorted(built["out"].glob("*.tfrecord")):
         assert (tmp_path / "again" / path.name).read_bytes() == path.read_bytes()
     # And the output directory is protected against mixing runs.
