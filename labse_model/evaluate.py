@@ -17,6 +17,7 @@ multilingual USE v3, the peer used in mining; 16 languages).  Python API for tra
 
     tatoeba_accuracy(encode_fn, data_dir, langs)          # encode_fn(list[str]) -> array [n, d]
     multi30k_retrieval_accuracy(encode_fn, data_dir, pair=("de", "en"), split="test_2016_flickr")
+    multi30k_retrieval_accuracies(encode_fn, data_dir, [("de", "en"), ("fr", "en")])  # each language encoded once
 """
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ __all__ = [
     "load_tatoeba",
     "tatoeba_accuracy",
     "load_multi30k",
+    "multi30k_languages",
+    "parse_language_pairs",
+    "multi30k_retrieval_accuracies",
     "multi30k_retrieval_accuracy",
     "load_encoder",
     "format_table",
@@ -70,11 +74,14 @@ def retrieval_accuracy(queries: np.ndarray, candidates: np.ndarray, chunk: int =
     return correct / len(queries)
 
 
-def _bidirectional(encode_fn: EncodeFn, xx: list[str], en: list[str]) -> tuple[float, float]:
-    xx_vectors = np.asarray(encode_fn(list(xx)))
-    en_vectors = np.asarray(encode_fn(list(en)))
-    if len(xx_vectors) != len(xx) or len(en_vectors) != len(en):
+def _encode(encode_fn: EncodeFn, texts: list[str]) -> np.ndarray:
+    vectors = np.asarray(encode_fn(list(texts)))
+    if len(vectors) != len(texts):
         raise ValueError("the encoder returned a different number of vectors than sentences")
+    return vectors
+
+
+def _bidirectional(xx_vectors: np.ndarray, en_vectors: np.ndarray) -> tuple[float, float]:
     return retrieval_accuracy(xx_vectors, en_vectors), retrieval_accuracy(en_vectors, xx_vectors)
 
 
@@ -128,7 +135,7 @@ def tatoeba_accuracy(encode_fn: EncodeFn, data_dir: str | os.PathLike, langs: Se
     per_lang = {}
     for lang in langs:
         xx, en = load_tatoeba(data_dir, lang)
-        xx_en, en_xx = _bidirectional(encode_fn, xx, en)
+        xx_en, en_xx = _bidirectional(_encode(encode_fn, xx), _encode(encode_fn, en))
         per_lang[lang] = {"xx->en": xx_en, "en->xx": en_xx, "mean": (xx_en + en_xx) / 2, "pairs": len(xx)}
         logger.info("tatoeba %s: xx->en %.4f en->xx %.4f (%d pairs)", lang, xx_en, en_xx, len(xx))
     return {
@@ -139,10 +146,35 @@ def tatoeba_accuracy(encode_fn: EncodeFn, data_dir: str | os.PathLike, langs: Se
     }
 
 
-def load_multi30k(data_dir: str | os.PathLike, lang: str, split: str = "test_2016_flickr") -> list[str]:
+def _multi30k_dir(data_dir: str | os.PathLike) -> Path:
     data_dir = Path(data_dir)
-    if (data_dir / "multi30k").is_dir():
-        data_dir = data_dir / "multi30k"
+    return data_dir / "multi30k" if (data_dir / "multi30k").is_dir() else data_dir
+
+
+def multi30k_languages(data_dir: str | os.PathLike, split: str = "test_2016_flickr") -> list[str]:
+    """The LANG codes that have a `SPLIT.LANG[.gz]` file in the Multi30k folder."""
+    data_dir = _multi30k_dir(data_dir)
+    names = [p.name[len(split) + 1:].removesuffix(".gz") for p in data_dir.glob(f"{split}.*")]
+    return sorted({name for name in names if name and "." not in name})
+
+
+def parse_language_pairs(spec: str) -> list[tuple[str, str]]:
+    """`de-en,fr-en` -> [("de", "en"), ("fr", "en")]; a ValueError naming the expected form otherwise."""
+    pairs = []
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        langs = [lang.strip() for lang in item.split("-")]
+        if len(langs) != 2 or not all(langs):
+            raise ValueError(f"{item!r} is not a language pair of the form SRC-TGT, e.g. de-en")
+        pairs.append((langs[0], langs[1]))
+    if not pairs:
+        raise ValueError("no language pair given; expected SRC-TGT pairs, e.g. de-en,fr-en")
+    return pairs
+
+
+def load_multi30k(data_dir: str | os.PathLike, lang: str, split: str = "test_2016_flickr") -> list[str]:
+    data_dir = _multi30k_dir(data_dir)
     for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
         if (data_dir / name).is_file():
             return _read_lines(data_dir / name)
@@ -156,14 +188,24 @@ def multi30k_retrieval_accuracy(encode_fn: EncodeFn, data_dir: str | os.PathLike
     Returns ``{"src->tgt", "tgt->src", "mean", "pairs", "pair", "split"}``.  Multi30k `train`/`val`
     are training data; `test_2016_flickr` is the evaluation split.
     """
-    src, tgt = (load_multi30k(data_dir, lang, split) for lang in pair)
-    if len(src) != len(tgt):
-        raise ValueError(f"Multi30k {split}: {pair[0]} has {len(src)} lines, {pair[1]} {len(tgt)}")
-    if limit:
-        src, tgt = src[:limit], tgt[:limit]
-    forward, backward = _bidirectional(encode_fn, src, tgt)
-    return {"src->tgt": forward, "tgt->src": backward, "mean": (forward + backward) / 2, "pairs": len(src),
-            "pair": f"{pair[0]}-{pair[1]}", "split": split}
+    return multi30k_retrieval_accuracies(encode_fn, data_dir, [pair], split, limit)[f"{pair[0]}-{pair[1]}"]
+
+
+def multi30k_retrieval_accuracies(encode_fn: EncodeFn, data_dir: str | os.PathLike, pairs: Sequence[tuple[str, str]],
+                                  split: str = "test_2016_flickr", limit: int | None = None) -> dict[str, dict]:
+    """`multi30k_retrieval_accuracy` for several pairs, keyed "src-tgt"; each language is encoded once
+    (the English side of de-en, fr-en and cs-en is the same file)."""
+    texts = {lang: load_multi30k(data_dir, lang, split) for pair in pairs for lang in pair}
+    for src, tgt in pairs:
+        if len(texts[src]) != len(texts[tgt]):
+            raise ValueError(f"Multi30k {split}: {src} has {len(texts[src])} lines, {tgt} {len(texts[tgt])}")
+    vectors = {lang: _encode(encode_fn, lines[:limit] if limit else lines) for lang, lines in texts.items()}
+    results = {}
+    for src, tgt in pairs:
+        forward, backward = _bidirectional(vectors[src], vectors[tgt])
+        results[f"{src}-{tgt}"] = {"src->tgt": forward, "tgt->src": backward, "mean": (forward + backward) / 2,
+                                   "pairs": len(vectors[src]), "pair": f"{src}-{tgt}", "split": split}
+    return results
 
 
 def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64) -> EncodeFn:
@@ -227,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     multi30k.add_argument("--data", required=True, help="folder with SPLIT.LANG.gz files")
     multi30k.add_argument("--pairs", default="de-en,fr-en,cs-en", help="comma-separated src-tgt pairs (default de-en,fr-en,cs-en)")
     multi30k.add_argument("--split", default="test_2016_flickr")
+    multi30k.set_defaults(usage_error=multi30k.error)
     sub.add_parser("mining", help="BUCC-style mining evaluation (pipelines.mining.bucc); args pass through",
                    add_help=False)
     return parser
@@ -245,6 +288,16 @@ def main(argv: list[str] | None = None) -> int:
         return bucc.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "multi30k":  # before loading the model: a typo should fail at once
+        available = multi30k_languages(args.data, args.split)
+        try:
+            pairs = parse_language_pairs(args.pairs)
+            unknown = sorted({lang for pair in pairs for lang in pair} - set(available))
+            if unknown:
+                raise ValueError(f"no {args.split} file for {', '.join(unknown)}")
+        except ValueError as exc:
+            args.usage_error(f"--pairs: {exc}; languages in {args.data} for split {args.split}: "
+                             f"{', '.join(available) or 'none'}")
     try:
         encode = load_encoder(args.model, device=args.device, batch_size=args.batch_size)
         if args.command == "tatoeba":
@@ -253,8 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             results = {"task": "tatoeba", "model": args.model, **results}
             print(format_table(results))
         else:
-            pairs = [tuple(p.strip().split("-", 1)) for p in args.pairs.split(",") if p.strip()]
-            per_pair = {f"{a}-{b}": multi30k_retrieval_accuracy(encode, args.data, (a, b), args.split) for a, b in pairs}
+            per_pair = multi30k_retrieval_accuracies(encode, args.data, pairs, args.split)
             results = {"task": "multi30k", "model": args.model, "split": args.split, "pairs": per_pair,
                        "mean": float(np.mean([r["mean"] for r in per_pair.values()]))}
             print(f"{'pair':<8} {'pairs':>6} {'src->tgt':>9} {'tgt->src':>9} {'mean':>8}")

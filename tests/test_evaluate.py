@@ -77,6 +77,39 @@ def test_multi30k_retrieval(labse_data):
     assert trigram["pairs"] == 300 and 0.02 < trigram["mean"] < 0.9
 
 
+def test_multi30k_encodes_each_language_once(labse_data):
+    """de-en, fr-en and cs-en share the English captions: encoded once, same accuracies as pair by pair."""
+    require_file(labse_data, "multi30k/test_2016_flickr.cs.gz")
+    calls = []
+
+    def counting_encoder(texts):
+        calls.append(texts[0])
+        return char_trigram_encoder(texts)
+
+    pairs = [("de", "en"), ("fr", "en"), ("cs", "en")]
+    results = evaluate.multi30k_retrieval_accuracies(counting_encoder, labse_data, pairs, limit=200)
+    assert len(calls) == len(set(calls)) == 4
+    en = char_trigram_encoder(evaluate.load_multi30k(labse_data, "en")[:200])
+    for src, tgt in pairs:
+        xx = char_trigram_encoder(evaluate.load_multi30k(labse_data, src)[:200])
+        forward, backward = evaluate.retrieval_accuracy(xx, en), evaluate.retrieval_accuracy(en, xx)
+        assert results[f"{src}-{tgt}"] == {"src->tgt": forward, "tgt->src": backward, "mean": (forward + backward) / 2,
+                                           "pairs": 200, "pair": f"{src}-{tgt}", "split": "test_2016_flickr"}
+    assert results["de-en"] == evaluate.multi30k_retrieval_accuracy(char_trigram_encoder, labse_data, limit=200)
+
+
+@pytest.mark.parametrize("pairs, problem", [("deen", "'deen' is not a language pair of the form SRC-TGT, e.g. de-en"),
+                                            ("de-en,xx-en", "no test_2016_flickr file for xx")])
+def test_multi30k_bad_pairs_are_usage_errors(labse_data, tmp_path, capsys, pairs, problem):
+    """A malformed or unknown pair fails before any model is loaded, naming the form and the languages there."""
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate.main(["multi30k", "--model", str(tmp_path), "--data", str(labse_data / "multi30k"), "--pairs", pairs])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: labse-eval multi30k" in err and problem in err
+    assert "languages in" in err and "for split test_2016_flickr: cs, de, en, fr" in err
+
+
 def build_tiny_sentence_transformer(path, texts: list[str]):
     """A 1-layer, 32-wide BERT with a character vocabulary, saved as a sentence-transformers directory."""
     import torch
