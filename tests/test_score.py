@@ -10,10 +10,12 @@ import pytest
 from pipelines import score as score_cli
 from pipelines.mining.embedders import load_embedder
 from pipelines.mining.features import FEATURE_NAMES, copy_similarity, dominant_script, numbers, pair_features
+from pipelines.mining import scorer as scorer_module
 from pipelines.mining.scorer import (
     QualityScorer,
     ScorerConfig,
     ScorerError,
+    build_training_pairs,
     corrupt_truncate,
     corrupt_word_swap,
     pair_margins,
@@ -46,6 +48,47 @@ def scorer_dir(tmp_path_factory, labse_data, embedder, lid):
     train_scorer_from_prefix(str(labse_data / "multi30k" / "train"), ["de"], "en", "usem3", out,
                              ScorerConfig(max_pairs_per_lang=900), embedder=embedder, lid=lid)
     return out
+
+
+class OneByOneEmbedder:
+    """The real embedder, one sentence per call (cached): a vector then never depends on its batch."""
+
+    def __init__(self, embedder):
+        self.embedder, self.vectors, self.calls = embedder, {}, []
+
+    def encode(self, texts):
+        self.calls.append(list(texts))
+        for text in texts:
+            if text not in self.vectors:
+                self.vectors[text] = self.embedder.encode([text])[0]
+        return np.vstack([self.vectors[t] for t in texts])
+
+
+def test_training_pairs_encode_only_new_targets(labse_data, embedder):
+    """The pools are encoded once; synthetic negatives reuse their vectors and encode only the targets
+    they make up, and every pair still gets the cosine of its own two sentences."""
+    de, en, fr = (_read(require_file(labse_data, f"multi30k/train.{lang}.gz"), 400) for lang in ("de", "en", "fr"))
+    one_by_one = OneByOneEmbedder(embedder)
+    data = build_training_pairs(de, en, "de", "en", one_by_one, ScorerConfig(max_pairs_per_lang=150), fr)
+    made_up = [[t for t, kind in zip(data.tgt, data.kind) if kind == made] for made in ("truncated", "word_swap",
+                                                                                          "wrong_language")]
+    assert len(one_by_one.calls) == 5 and one_by_one.calls[2:] == made_up
+    assert data.counts()["copy"] == len(made_up[0]) == 15
+    vectors = one_by_one.vectors
+    own_cosine = [float(vectors[s] @ vectors[t]) for s, t in zip(data.src, data.tgt)]
+    np.testing.assert_allclose(data.cosine, own_cosine, rtol=0, atol=1e-6)
+
+
+def test_scorer_training_reads_each_parallel_file_once(labse_data, embedder, lid, tmp_path, monkeypatch):
+    """fr is the wrong-language file for de-en and the source of fr-en (de the reverse): each is read once."""
+    prefix = str(require_file(labse_data, "multi30k/train.en.gz"))[: -len(".en.gz")]
+    reads = []
+    read = scorer_module.read_parallel_file
+    monkeypatch.setattr(scorer_module, "read_parallel_file", lambda path: reads.append(path) or read(path))
+    scorer = train_scorer_from_prefix(prefix, ["de", "fr"], "en", "usem3", tmp_path,
+                                      ScorerConfig(max_pairs_per_lang=60), embedder=embedder, lid=lid)
+    assert sorted(reads) == [f"{prefix}.{lang}.gz" for lang in ("de", "en", "fr")]
+    assert scorer.training["counts"]["wrong_language"] == scorer.training["counts"]["copy"] > 0  # both pairs have one
 
 
 def test_text_features():

@@ -17,6 +17,7 @@ scorer never unpickles anything, and it records the embedder and margin it was t
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import logging
@@ -299,19 +300,22 @@ def build_training_pairs(src: Sequence[str], tgt: Sequence[str], src_lang: str, 
              "shuffled", src_lang, tgt_lang)
 
     vocabulary = [w for t in tgt_pool_text[:n_aligned] for w in t.split()] or ["x"]
-    corrupted = {
-        "truncated": ([src_pool_text[i] for i in picks], [corrupt_truncate(tgt_pool_text[i], rng) for i in picks]),
-        "word_swap": ([src_pool_text[i] for i in picks],
-                      [corrupt_word_swap(tgt_pool_text[i], vocabulary, rng) for i in picks]),
-        # a copy on either side: the target is the source sentence, or the source is the target
-        "copy": ([src_pool_text[i] for i in picks[::2]] + [tgt_pool_text[i] for i in picks[1::2]],
-                 [src_pool_text[i] for i in picks[::2]] + [tgt_pool_text[i] for i in picks[1::2]]),
+    # every source below is a pool sentence, already embedded: only new targets are encoded
+    src_text = [src_pool_text[i] for i in picks]
+    truncated = [corrupt_truncate(tgt_pool_text[i], rng) for i in picks]
+    swapped = [corrupt_word_swap(tgt_pool_text[i], vocabulary, rng) for i in picks]
+    # a copy on either side: the target is the source sentence, or the source is the target
+    copies = [src_pool_text[i] for i in picks[::2]] + [tgt_pool_text[i] for i in picks[1::2]]
+    copy_vectors = np.vstack([src_pool[picks[::2]], tgt_pool[picks[1::2]]])
+    corrupted = {  # kind -> (source texts, their vectors, target texts, their vectors)
+        "truncated": (src_text, src_sel, truncated, embedder.encode(truncated)),
+        "word_swap": (src_text, src_sel, swapped, embedder.encode(swapped)),
+        "copy": (copies, copy_vectors, copies, copy_vectors),
     }
     if other_language is not None:
-        corrupted["wrong_language"] = ([src_pool_text[i] for i in picks],
-                                       [other_language[rows[i]] for i in picks])
-    for kind, (s_text, t_text) in corrupted.items():
-        s_vec, t_vec = embedder.encode(s_text), embedder.encode(t_text)
+        wrong_language = [other_language[rows[i]] for i in picks]
+        corrupted["wrong_language"] = (src_text, src_sel, wrong_language, embedder.encode(wrong_language))
+    for kind, (s_text, s_vec, t_text, t_vec) in corrupted.items():
         cosine, margin = pair_margins(s_vec, t_vec, src_pool, tgt_pool, config.k, config.margin)
         into.add(s_text, t_text, cosine, margin, 0, kind, src_lang, tgt_lang)
     return into
@@ -326,20 +330,22 @@ def train_scorer_from_prefix(prefix: str, src_langs: Sequence[str], tgt_lang: st
 
     embedder = embedder or load_embedder(embedder_spec)
     lid = lid or LanguageIdentifier()
-    tgt_file = find_parallel_file(prefix, tgt_lang)
-    if tgt_file is None:
-        raise FileNotFoundError(f"no parallel file {prefix}.{tgt_lang}[.gz]")
-    tgt = read_parallel_file(tgt_file)
+
+    @functools.cache  # a file can be one pair's source and another's wrong-language negative: read it once
+    def lines(lang: str) -> list[str]:
+        path = find_parallel_file(prefix, lang)
+        if path is None:
+            raise FileNotFoundError(f"no parallel file {prefix}.{lang}[.gz]")
+        return read_parallel_file(path)
+
+    tgt = lines(tgt_lang)
     data = TrainingSet()
     for n, src_lang in enumerate(src_langs):
-        src_file = find_parallel_file(prefix, src_lang)
-        if src_file is None:
-            raise FileNotFoundError(f"no parallel file {prefix}.{src_lang}[.gz]")
-        src = read_parallel_file(src_file)
+        src = lines(src_lang)
         # a third language's translation of the same line is the "wrong language" negative
-        other = next((find_parallel_file(prefix, lang) for lang in ("fr", "de", "cs", "es", "it", "ru")
+        other = next((lang for lang in ("fr", "de", "cs", "es", "it", "ru")
                       if lang not in (src_lang, tgt_lang) and find_parallel_file(prefix, lang)), None)
-        other_lines = read_parallel_file(other) if other else None
+        other_lines = lines(other) if other else None
         if other_lines is not None and len(other_lines) != len(tgt):
             other_lines = None
         build_training_pairs(src, tgt, src_lang, tgt_lang, embedder,
