@@ -108,8 +108,20 @@ def _language_pair(row: dict) -> str:
     return f"{row['src_lang']}-{row['tgt_lang']}"
 
 
-def decide_threshold(language_pair: str, raw_scores: list[float], labelled: dict, keep_precision, keep_fraction):
-    """(language pair, all its raw scores) -> its calibration and threshold, as a dict."""
+def recalibrate(raw_scores, prior: float):
+    """The scorer's probabilities (trained at a 0.5 prior) re-calibrated to the corpus' share of good pairs."""
+    raw = np.clip(raw_scores, 1e-9, 1 - 1e-9)
+    good, bad = raw * prior / 0.5, (1 - raw) * (1 - prior) / 0.5
+    return good / (good + bad)
+
+
+def decide_threshold(language_pair: str, raw_scores: list[float], ratings: Sequence[tuple[float, int]],
+                     keep_precision, keep_fraction):
+    """(language pair, all its raw scores, (raw score, 0/1) of its rated pairs) -> its calibration and threshold.
+
+    With ratings (and no keep_fraction) the precision is measured on them, after re-calibrating their
+    scores with the prior estimated from all the raw scores; else it is expected from the scores.
+    """
     from pipelines.mining.thresholds import adapt_to_prior, threshold_for_fraction, threshold_for_precision
 
     raw = np.asarray(raw_scores, dtype=np.float64)
@@ -117,10 +129,10 @@ def decide_threshold(language_pair: str, raw_scores: list[float], labelled: dict
     decision = {"language_pair": language_pair, "pairs": len(raw), "estimated_good_share": prior}
     if keep_fraction is not None:
         threshold = threshold_for_fraction(adjusted, keep_fraction)
-    elif labelled:
-        threshold = threshold_for_precision(np.asarray(labelled["scores"]), np.asarray(labelled["labels"]),
-                                            keep_precision)
-        decision["labelled_pairs"] = len(labelled["labels"])
+    elif ratings:
+        calibrated = recalibrate(np.array([score for score, _ in ratings]), prior)
+        threshold = threshold_for_precision(calibrated, np.array([label for _, label in ratings]), keep_precision)
+        decision["labelled_pairs"] = len(ratings)
     else:
         threshold = threshold_for_precision(adjusted, None, keep_precision)
     decision.update(threshold.as_dict())
@@ -129,11 +141,9 @@ def decide_threshold(language_pair: str, raw_scores: list[float], labelled: dict
 
 
 def _calibrate(row: dict, decisions: dict) -> dict:
-    decision = decisions[_language_pair(row)]
-    prior, raw = decision["estimated_good_share"], min(max(row["raw_score"], 1e-9), 1 - 1e-9)
-    good, bad = raw * prior / 0.5, (1 - raw) * (1 - prior) / 0.5
+    prior = decisions[_language_pair(row)]["estimated_good_share"]
     out = {k: v for k, v in row.items() if k != "raw_score"}
-    out["score"] = good / (good + bad)
+    out["score"] = float(recalibrate(row["raw_score"], prior))
     return out
 
 
@@ -160,7 +170,7 @@ class ScorePairs(beam.PTransform):
         def decide(keyed):
             language_pair, raw_scores = keyed
             raw_scores = list(raw_scores)
-            return language_pair, decide_threshold(language_pair, raw_scores, {}, keep_precision, keep_fraction)
+            return language_pair, decide_threshold(language_pair, raw_scores, [], keep_precision, keep_fraction)
 
         if labelled:
             # rated pairs present in the input: their (calibrated) scores decide the threshold
@@ -177,18 +187,8 @@ class ScorePairs(beam.PTransform):
                 raw_scores, ratings = [], []
                 for kind, value in values:
                     (raw_scores if kind == "all" else ratings).append(value)
-                decision_base = decide_threshold(language_pair, raw_scores, {}, keep_precision, keep_fraction)
-                if keep_fraction is None and ratings:
-                    prior = decision_base["estimated_good_share"]
-                    rated_raw = np.clip(np.array([s for s, _ in ratings]), 1e-9, 1 - 1e-9)
-                    good = rated_raw * prior / 0.5
-                    calibrated = good / (good + (1 - rated_raw) * (1 - prior) / 0.5)
-                    decision = decide_threshold(language_pair, raw_scores,
-                                                {"scores": calibrated.tolist(),
-                                                 "labels": [label for _, label in ratings]},
-                                                keep_precision, None)
-                    return language_pair, decision
-                return language_pair, decision_base
+                return language_pair, decide_threshold(language_pair, raw_scores, ratings, keep_precision,
+                                                       keep_fraction)
 
             decisions = ((scores_by_pair, tagged_rated) | "AllAndRated" >> beam.Flatten()
                          | "GroupForThreshold" >> beam.GroupByKey()

@@ -11,6 +11,7 @@ from pipelines import score as score_cli
 from pipelines.mining.embedders import load_embedder
 from pipelines.mining.features import FEATURE_NAMES, copy_similarity, dominant_script, numbers, pair_features
 from pipelines.mining import scorer as scorer_module
+from pipelines.mining import thresholds
 from pipelines.mining.scorer import (
     QualityScorer,
     ScorerConfig,
@@ -177,7 +178,8 @@ def _read_scored(path):
 
 
 @pytest.mark.slow
-def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, labse_data, embedder, tmp_path):
+def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, labse_data, embedder, lid, tmp_path,
+                                                                   monkeypatch):
     de = _read(require_file(labse_data, "multi30k/val.de.gz"), 120)
     en = _read(require_file(labse_data, "multi30k/val.en.gz"), 120)
     src_pool, tgt_pool = embedder.encode(de), embedder.encode(en)
@@ -211,11 +213,25 @@ def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, la
     sample = tmp_path / "rated.tsv"
     sample.write_text("".join(f"{r['src']}\t{r['tgt']}\t{int(truth[r['src']] == r['tgt'])}\n" for r in rows[::2]))
     out_rated = tmp_path / "scored_rated"
+    priors = []
+    estimate_prior = thresholds.adapt_to_prior
+    monkeypatch.setattr(thresholds, "adapt_to_prior", lambda p: priors.append(len(p)) or estimate_prior(p))
     assert score_cli.main(["--pairs", str(pairs), "--output", str(out_rated), "--model", str(scorer_dir),
                            "--keep-precision", "0.95", "--labelled", str(sample)]) == 0
+    assert priors == [120]  # the prior is estimated once per language pair, from all its pairs
     rated_stats = json.loads((out_rated / "stats.json").read_text())["per_language_pair"]["de-en"]
     assert rated_stats["method"] == "precision:labelled" and rated_stats["labelled_pairs"] == 60
     assert rated_stats["estimated_precision"] >= 0.95
+    # the threshold: precision on the rated pairs, their scores re-calibrated with the prior of all pairs
+    features = pair_features([r["src"] for r in rows], [r["tgt"] for r in rows], ["de"] * 120, ["en"] * 120,
+                             [r["cosine"] for r in rows], [r["margin"] for r in rows], lid)
+    raw = np.clip(QualityScorer.load(scorer_dir).predict_proba(features), 1e-9, 1 - 1e-9)
+    prior = estimate_prior(raw)[1]
+    good, bad = raw[::2] * prior, (1 - raw[::2]) * (1 - prior)
+    expected = thresholds.threshold_for_precision(good / (good + bad), [truth[r["src"]] == r["tgt"] for r in rows[::2]],
+                                                  0.95)
+    assert rated_stats["estimated_good_share"] == pytest.approx(prior)
+    assert rated_stats["kept"] == expected.kept and rated_stats["threshold"] == pytest.approx(expected.value)
 
 
 @pytest.mark.slow
