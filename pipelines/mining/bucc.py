@@ -27,6 +27,7 @@ import numpy as np
 
 from pipelines.mining.margin import (
     MarginConfig,
+    Neighbours,
     best_threshold_f1,
     greedy_unique,
     margin_scores,
@@ -61,25 +62,31 @@ def read_gold(path: str, src_ids: Sequence[str], tgt_ids: Sequence[str]) -> set[
     return gold
 
 
+def knn_candidates(nn: Neighbours) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source rows, target rows, cosines) of every k-nearest candidate in either direction, each pair
+    once, sorted by (source, target); a pair found both ways keeps the backward search's cosine."""
+    n_src, k_fwd = nn.fwd_ids.shape
+    n_tgt, k_bwd = nn.bwd_ids.shape
+    src = np.concatenate([np.repeat(np.arange(n_src), k_fwd), nn.bwd_ids.ravel()])
+    tgt = np.concatenate([nn.fwd_ids.ravel(), np.repeat(np.arange(n_tgt), k_bwd)])
+    sims = np.concatenate([nn.fwd_sims.ravel(), nn.bwd_sims.ravel()]).astype(np.float64)
+    if len(src) == 0:
+        return src, tgt, sims
+    # reversed, so that np.unique's first occurrence of a pair is the backward one
+    pairs, first = np.unique(np.stack([src, tgt], axis=1)[::-1], axis=0, return_index=True)
+    return pairs[:, 0], pairs[:, 1], sims[::-1][first]
+
+
 def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: np.ndarray, src_lang: str,
                       tgt_lang: str, scorer, k: int = 4, margin: str = "ratio", lid=None):
     """All k-nearest candidates in both directions with cosine, margin and scorer probability."""
     from pipelines.mining.features import pair_features
 
     nn = neighbours(x, y, k)
-    pairs: dict[tuple[int, int], float] = {}
-    for i in range(len(x)):
-        for sim, j in zip(nn.fwd_sims[i], nn.fwd_ids[i]):
-            pairs[(i, int(j))] = float(sim)
-    for j in range(len(y)):
-        for sim, i in zip(nn.bwd_sims[j], nn.bwd_ids[j]):
-            pairs[(int(i), j)] = float(sim)
-    if not pairs:
+    s_idx, t_idx, cosine = knn_candidates(nn)
+    if len(s_idx) == 0:
         return [], np.zeros(0), np.zeros(0), np.zeros(0)
-    keys = sorted(pairs)
-    s_idx = np.array([i for i, _ in keys])
-    t_idx = np.array([j for _, j in keys])
-    cosine = np.array([pairs[key] for key in keys])
+    keys = list(zip(s_idx.tolist(), t_idx.tolist()))
     margins = margin_scores(cosine, nn.fwd_mean[s_idx], nn.bwd_mean[t_idx], margin)
     features = pair_features([src[i] for i in s_idx], [tgt[j] for j in t_idx], [src_lang] * len(keys),
                              [tgt_lang] * len(keys), cosine, margins, lid)
