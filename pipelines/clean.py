@@ -39,9 +39,9 @@ from pipelines.io.atomic import write_json_atomic
 from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document, Dropped, ReadError, ReadResult
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, WriteErrors, WriteSentenceShards, sentence_order
 from pipelines.text.boilerplate import heuristic_main_content_scores
-from pipelines.text.filters import FilterConfig, first_failure
+from pipelines.text.filters import FilterConfig, first_failures
 from pipelines.text.html import html_to_lines, parse_html, tree_to_lines
-from pipelines.text.langid import DEFAULT_THRESHOLD, LanguageIdentifier, decide_language
+from pipelines.text.langid import DEFAULT_THRESHOLD, LanguageDecision, LanguageIdentifier, decide_language
 from pipelines.text.normalise import clean_text, dedup_key
 from pipelines.text.sentences import split_sentences
 
@@ -140,6 +140,7 @@ def clean_document(
     langid_threshold = config.langid_threshold
     rows = result.rows
     dropped: Counter = Counter()
+    candidates: list[tuple[str, LanguageDecision, int, float]] = []  # sentences for the filters
 
     position = -1
     work_index = -1
@@ -162,12 +163,17 @@ def clean_document(
             decision = decide_language(prediction[0], prediction[1], doc.lang, langid_threshold)
             split_lang = decision.lang or prediction[0]
         try:
-            sentences = split_sentences(line, split_lang)
+            # Cleaned once per line: its sentences (stripped pieces of it) are then clean already.
+            sentences = split_sentences(clean_text(line), split_lang)
         except Exception as exc:  # a splitter bug must cost one line, not the document
             position += 1
             tally["sentences.errored"] += 1
             result.errors.append(error_record(doc.file, doc.offset, "sentence_split_failed",
                                               f"{type(exc).__name__}: {exc}", doc_id=doc.doc_id, url=doc.url))
+            continue
+        if not sentences:  # nothing visible was left after cleaning: one unit, too short
+            position += 1
+            dropped["too_short"] += 1
             continue
         if decision is None:
             # Every sentence of a line shorter than min_chars is too short (cleaning only shrinks).
@@ -179,28 +185,29 @@ def clean_document(
             position += len(sentences)
             dropped[language_drop] += len(sentences)
             continue
-        lang = decision.lang
-        for raw in sentences:
+        for text in sentences:
             position += 1
-            text = clean_text(raw)
-            reason = first_failure(text, lang, filter_config)
-            if reason is not None:
-                dropped[reason] += 1
-                continue
-            rows.append({
-                "text": text,
-                "lang": lang,
-                "lang_score": decision.score,
-                "source": doc.source,
-                "url": doc.url,
-                "doc_id": doc.doc_id,
-                "position": position,
-                "main_content_score": score,
-                "file": doc.file,
-                "offset": doc.offset,
-            })
+            candidates.append((text, decision, position, score))
     # Every unit (kept, dropped or errored) advanced `position` by one.
     tally["sentences.read"] += position + 1
+    # The filters run once over the document's sentences (page-wide tests of the rare rules).
+    reasons = first_failures([c[0] for c in candidates], [c[1].lang for c in candidates], filter_config)
+    for (text, decision, position, score), reason in zip(candidates, reasons):
+        if reason is not None:
+            dropped[reason] += 1
+            continue
+        rows.append({
+            "text": text,
+            "lang": decision.lang,
+            "lang_score": decision.score,
+            "source": doc.source,
+            "url": doc.url,
+            "doc_id": doc.doc_id,
+            "position": position,
+            "main_content_score": score,
+            "file": doc.file,
+            "offset": doc.offset,
+        })
     for reason, count in dropped.items():
         tally[f"sentences.dropped.{reason}"] += count
     if rows:

@@ -1,6 +1,7 @@
 """The fast paths of the per-sentence and per-line rules give exactly the reference results.
 
-`first_failure` (fused filters) must equal the plain loop over FILTERS, and the page-wide
+`first_failure` / `first_failures` (counted with per-code-point tables, one page of sentences at
+a time) must equal the plain loop over FILTERS, and the page-wide
 `heuristic_main_content_scores` must equal `line_score` per line plus rule 5, on every line and
 sentence of a real sample (several languages per sentence, so the language-dependent branches
 run too). Also: a line that main-content scoring drops is ONE accounting unit, not split.
@@ -76,6 +77,43 @@ def test_fused_filters_equal_the_filter_loop(web_lines):
                  "Wow!!!!!!!!!!!! That is great.", "１２３４５６７８９０１２３。", "   "):
         for lang in LANGS:
             assert first_failure(text, lang) == first_failure_reference(text, lang), (text, lang)
+
+
+def test_page_batched_filters_equal_the_filter_loop(web_lines):
+    """`first_failures` over a whole page's sentences (mixed languages) == the reference per sentence."""
+    from pipelines.text.filters import first_failure_reference, first_failures
+    from pipelines.text.normalise import clean_text
+    from pipelines.text.sentences import split_sentences
+
+    checked = 0
+    for page_number, lines in enumerate(web_lines):
+        texts = [clean_text(s) for line in lines for s in split_sentences(line, None)]
+        texts = [t for t in texts if t]
+        langs = [LANGS[(page_number + i) % len(LANGS)] for i in range(len(texts))]
+        assert first_failures(texts, langs) == [first_failure_reference(t, l) for t, l in zip(texts, langs)]
+        checked += len(texts)
+    assert checked > 20_000
+    # A run of 10 equal characters only across two sentences is not a repeated-characters run;
+    # inside one it is. Sentences with a newline or beyond the tabled planes take the reference path.
+    pairs = [
+        (["Das ist gut zzzzz", "zzzzz ist ein Wort."], ["de", "de"]),
+        (["Das ist gut zzzzzzzzzz ja.", "Noch ein Satz hier."], ["de", "de"]),
+        (["Two\nlines in one text.", "Plain sentence here."], ["en", "en"]),
+        (["An old character \U00020000 here.", "中文句子在这里可以。"], ["en", "zh"]),
+        (["Ok.", "A sentence that ends well... really.", "１２３４５６７８９０１２３。"], ["en", "en", "ja"]),
+    ]
+    for texts, langs in pairs:
+        assert first_failures(texts, langs) == [first_failure_reference(t, l) for t, l in zip(texts, langs)], texts
+    assert first_failures(["Das ist gut zzzzz", "zzzzz ist ein Wort."], ["de", "de"]) == [
+        "no_terminal_punctuation", None]
+    assert first_failures([], []) == []
+    # Pure ASCII text is Latin whatever the ratio threshold says (as the reference `script` rule).
+    from pipelines.text.filters import FilterConfig
+
+    lenient = FilterConfig(min_script_ratio=0.0)
+    texts, langs = ["An English sentence here.", "Русский текст и English."], ["ru", "ru"]
+    assert first_failures(texts, langs, lenient) == [first_failure_reference(t, l, lenient) for t, l in zip(texts, langs)]
+    assert first_failures(texts, langs, lenient)[0] == "script_mismatch"
 
 
 def test_a_dropped_boilerplate_line_is_one_unit_not_split():

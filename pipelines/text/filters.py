@@ -18,7 +18,9 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
+from typing import Callable, Sequence
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -131,11 +133,15 @@ def digits(text: str, lang: str, config: FilterConfig) -> str | None:
     return "digits" if len(_DIGIT.findall(text)) / visible > config.max_digit_ratio else None
 
 
-def repeated_characters(text: str, lang: str, config: FilterConfig) -> str | None:
+def _repeated_pattern(config: FilterConfig) -> re.Pattern:
     pattern = _REPEATED.get(config.max_repeated_run)
-    if pattern is None:
+    if pattern is None:  # `.` does not match a newline: no run spans two newline-joined sentences
         pattern = _REPEATED.setdefault(config.max_repeated_run, re.compile(r"(.)\1{%d,}" % config.max_repeated_run))
-    return "repeated_characters" if pattern.search(text) else None
+    return pattern
+
+
+def repeated_characters(text: str, lang: str, config: FilterConfig) -> str | None:
+    return "repeated_characters" if _repeated_pattern(config).search(text) else None
 
 
 def replacement_character(text: str, lang: str, config: FilterConfig) -> str | None:
@@ -245,83 +251,163 @@ def first_failure_reference(text: str, lang: str, config: FilterConfig = FilterC
 
 _DEFAULT_CONFIG = FilterConfig()
 _PHRASES = ("javascript", "lorem ipsum") + POLICY_PHRASES
-_ASCII_DIGITS = b"0123456789"
-_ASCII_LETTERS = bytes(range(65, 91)) + bytes(range(97, 123))
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
-
-
-@lru_cache(maxsize=1)
-def _ascii_symbols() -> bytes:
-    return bytes(cp for cp in _symbol_deletions() if cp < 128)
 
 
 def first_failure(text: str, lang: str, config: FilterConfig = _DEFAULT_CONFIG) -> str | None:
     """The first filter's drop reason for a sentence in language `lang`, or None when it passes all.
 
-    Same result as running FILTERS in order (`first_failure_reference`), computed with fewer
-    passes: one casefold for the three phrase rules, byte-level counting for ASCII
-    text, and shared character counts. This runs on every sentence of the corpus.
+    Same result as running FILTERS in order (`first_failure_reference`). For many sentences use
+    `first_failures`, which this calls.
     """
+    return first_failures([text], [lang], config)[0]
+
+
+def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterConfig = _DEFAULT_CONFIG) -> list[str | None]:
+    """`first_failure` for each of many sentences (one document's); equal to calling it one by one.
+
+    This runs on every sentence of the corpus, so the character counting is done for all the
+    sentences at once: their code points go through per-code-point tables (digit, whitespace,
+    symbol, letter script) with numpy and are summed per sentence. The rules that rarely fire
+    (U+FFFD, the phrase rules, repeated characters) are tested on all sentences together first,
+    and per sentence only when that finds something.
+    """
+    if not texts:
+        return []
+    joined = "".join(texts)
+    if "\n" in joined or not all(texts):  # not sentences: the joined tests below would not hold
+        return [first_failure_reference(text, lang, config) for text, lang in zip(texts, langs)]
+    codes = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
+    tables = _char_tables()
+    if int(codes.max()) >= len(tables.classes):  # beyond the tabled planes (rare): one by one
+        return [first_failure_reference(text, lang, config) for text, lang in zip(texts, langs)]
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    starts = np.zeros(len(texts), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    classes = tables.classes[codes]
+    counts = {flag: np.add.reduceat((classes & flag).astype(bool).astype(np.int32), starts).tolist()
+              for flag in (_DIGIT_FLAG, _SPACE_FLAG, _SYMBOL_FLAG, _NON_ASCII_FLAG)}
+    digits, spaces, symbols_, non_ascii = (counts[f] for f in (_DIGIT_FLAG, _SPACE_FLAG, _SYMBOL_FLAG, _NON_ASCII_FLAG))
+    scripts = tables.scripts[codes]
+    letters = np.add.reduceat((scripts != 0).astype(np.int32), starts).tolist()
+    matching_by_lang = {}
+    for lang in set(langs):
+        wanted = tables.wanted(lang, expected_scripts(lang))
+        matching_by_lang[lang] = np.add.reduceat(wanted[scripts].astype(np.int32), starts).tolist()
+    # Rare rules, tested on all sentences at once.
+    folded = joined.casefold()
+    phrases = any(map(folded.__contains__, _PHRASES))
+    replacement = "\uFFFD" in joined
+    repeated = _has_run(codes, starts, config.max_repeated_run + 1)
+    ellipsis = "..." in joined
+
+    out: list[str | None] = []
+    for i, (text, lang) in enumerate(zip(texts, langs)):
+        reason = _first_failure_rare(text, lang, config, replacement, phrases, repeated)
+        if reason is None:
+            reason = _counted_rules(text, lang, config, int(lengths[i]) - spaces[i], digits[i], symbols_[i],
+                                    ellipsis, letters[i], matching_by_lang[lang][i], non_ascii[i] == 0)
+        out.append(reason)
+    return out
+
+
+def _first_failure_rare(text: str, lang: str, config: FilterConfig, replacement: bool, phrases: bool,
+                        repeated: bool) -> str | None:
+    """The rules before terminal punctuation; a False flag skips a rule known not to fire."""
     n = len(text)
     if n < config.min_chars:
         return "too_short"
     if n > config.max_chars:
         return "too_long"
-    if "\uFFFD" in text:
+    if replacement and "\uFFFD" in text:
         return "replacement_character"
-    folded = text.casefold()
-    if any(map(folded.__contains__, _PHRASES)):
-        if "javascript" in folded:
-            return "javascript"
-        if "lorem ipsum" in folded:
-            return "lorem_ipsum"
-        return "policy"
-    if repeated_characters(text, lang, config):
+    if phrases:
+        folded = text.casefold()
+        if any(map(folded.__contains__, _PHRASES)):
+            if "javascript" in folded:
+                return "javascript"
+            if "lorem ipsum" in folded:
+                return "lorem_ipsum"
+            return "policy"
+    if repeated and repeated_characters(text, lang, config):
         return "repeated_characters"
     if lang not in NO_TERMINAL_PUNCTUATION_LANGUAGES:
         end = text.rstrip().rstrip(_CLOSERS)
         if not end or end[-1] not in TERMINAL_PUNCTUATION:
             return "no_terminal_punctuation"
-    visible = len("".join(text.split()))
+    return None
+
+
+def _counted_rules(text: str, lang: str, config: FilterConfig, visible: int, digit_count: int, symbol_count: int,
+                   page_has_ellipsis: bool, letters: int, matching: int, ascii_only: bool) -> str | None:
+    """digits, symbols and script from the sentence's character counts."""
     if not visible:
         return "digits"
-    if text.isascii():
-        ascii_part, non_ascii = text.encode("ascii"), ""
-        digit_count = n - len(ascii_part.translate(None, _ASCII_DIGITS))
-    else:
-        # Split once: ASCII characters are counted as bytes, the rest (few in most Latin-script
-        # text) through the Unicode tables.
-        ascii_part, non_ascii = text.encode("ascii", "ignore"), "".join(_NON_ASCII.findall(text))
-        digit_count = len(_DIGIT.findall(text))
     if digit_count / visible > config.max_digit_ratio:
         return "digits"
-    symbol_count = len(ascii_part) - len(ascii_part.translate(None, _ascii_symbols()))
-    if non_ascii:
-        symbol_count += len(non_ascii) - len(non_ascii.translate(_symbol_deletions()))
     ratio = symbol_count / visible
-    if "..." in text and lang not in ("zh", "ja"):
+    if page_has_ellipsis and "..." in text and lang not in ("zh", "ja"):
         ratio += 3 * text.count("...") / visible
     if ratio > config.max_symbol_ratio:
         return "symbols"
-    return _script_fast(ascii_part, non_ascii, lang, config)
-
-
-def _script_fast(ascii_part: bytes, non_ascii: str, lang: str, config: FilterConfig) -> str | None:
-    """`script` with ASCII letters (all Latin) counted as bytes and only non-ASCII characters looked up."""
-    wanted = expected_scripts(lang)
-    latin = "LATIN" in wanted
-    letters = len(ascii_part) - len(ascii_part.translate(None, _ASCII_LETTERS))
-    if not non_ascii:
-        if not letters:
-            return "no_letters"
-        return None if latin else "script_mismatch"
-    matching = letters if latin else 0
-    for ch, count in Counter(non_ascii).items():
-        found = letter_script(ch)
-        if found is not None:
-            letters += count
-            if found in wanted:
-                matching += count
     if not letters:
         return "no_letters"
+    if ascii_only:  # as `script`: ASCII letters are Latin, whatever min_script_ratio says
+        return None if matching else "script_mismatch"
     return "script_mismatch" if matching / letters < config.min_script_ratio else None
+
+
+def _has_run(codes: np.ndarray, starts: np.ndarray, run: int) -> bool:
+    """Does any sentence hold `run` equal characters in a row? (runs across sentences do not count)"""
+    if len(codes) < run:
+        return False
+    same = codes[1:] == codes[:-1]
+    same[starts[1:] - 1] = False  # the last character of a sentence and the first of the next
+    steps = run - 1
+    total = np.concatenate(([0], np.cumsum(same, dtype=np.int64)))
+    return bool((total[steps:] - total[:-steps] == steps).any())
+
+
+_DIGIT_FLAG, _SPACE_FLAG, _SYMBOL_FLAG, _NON_ASCII_FLAG = 1, 2, 4, 8
+
+
+class _CharTables:
+    """Per code point of planes 0-1: class flags and the letter's script id (0: not a letter)."""
+
+    def __init__(self):
+        size = UNICODE_PUNCTUATION_AND_SYMBOLS_END
+        symbol_points = _symbol_deletions()
+        classes = np.zeros(size, dtype=np.uint8)
+        scripts = np.zeros(size, dtype=np.uint16)
+        self.script_ids: dict[str, int] = {}
+        for cp in range(size):
+            ch = chr(cp)
+            flags = _NON_ASCII_FLAG if cp >= 128 else 0
+            if ch.isdecimal():  # re's \d
+                flags |= _DIGIT_FLAG
+            if ch.isspace():  # str.split()'s whitespace
+                flags |= _SPACE_FLAG
+            if cp in symbol_points:
+                flags |= _SYMBOL_FLAG
+            classes[cp] = flags
+            name = letter_script(ch) if ch.isalpha() else None
+            if name is not None:
+                scripts[cp] = self.script_ids.setdefault(name, len(self.script_ids) + 1)
+        self.classes = classes
+        self.scripts = scripts
+        self._wanted: dict[frozenset, np.ndarray] = {}
+
+    def wanted(self, lang: str, names: frozenset[str]) -> np.ndarray:
+        """Per script id: is it one of `names`? (index 0, not a letter, is False)"""
+        table = self._wanted.get(names)
+        if table is None:
+            table = np.zeros(len(self.script_ids) + 1, dtype=bool)
+            for name in names:
+                if name in self.script_ids:
+                    table[self.script_ids[name]] = True
+            self._wanted[names] = table
+        return table
+
+
+@lru_cache(maxsize=1)
+def _char_tables() -> _CharTables:
+    return _CharTables()
