@@ -169,3 +169,23 @@ def test_line_normalisation_equals_split_join(labse_data):
     for text in texts:
         expected = [line for line in (" ".join(raw.split()) for raw in text.split("\n")) if line]
         assert normalise_lines(text) == expected
+
+
+def test_clean_text_fast_path_equals_the_definition(web_lines, labse_data):
+    """clean_text skips collapsing whitespace for printable text without double/edge spaces."""
+    import unicodedata
+
+    from pipelines.io.documents import Document
+    from pipelines.io.readers import read_records
+    from pipelines.text.normalise import _CONTROL, clean_text
+
+    def definition(text):
+        return " ".join(_CONTROL.sub("", unicodedata.normalize("NFC", text)).split())
+
+    path = require_file(labse_data, "commoncrawl/CC-MAIN-2020-34-sample.warc.gz")
+    raw_lines = [line for r in read_records(str(path), "warc") if isinstance(r, Document) for line in r.body.split("\n")]
+    texts = [line for lines in web_lines for line in lines] + raw_lines
+    texts += [" a  b ", "a\u00a0b", "x\u2003y", "\u200b", "e\u0301", "tab\there", " lead", "trail ", "zero\u200bwidth"]
+    assert len(texts) > 20_000
+    for text in texts:
+        assert clean_text(text) == definition(text), repr(text)

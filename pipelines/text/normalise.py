@@ -13,7 +13,13 @@ _SPACES = re.compile(r"\s+")
 def clean_text(text: str) -> str:
     """NFC, control and invisible direction characters removed, whitespace collapsed to one space."""
     text = unicodedata.normalize("NFC", text)
-    if not text.isprintable():  # every _CONTROL character is non-printable: skip the regex otherwise
+    if text.isprintable():
+        # Every _CONTROL character and every whitespace character but " " is non-printable, so
+        # printable text only needs collapsing for double, leading or trailing spaces (most
+        # lines come from html_to_lines, which collapsed them already).
+        if "  " not in text and not text.startswith(" ") and not text.endswith(" "):
+            return text
+    else:
         text = _CONTROL.sub("", text)
     return " ".join(text.split())
 
