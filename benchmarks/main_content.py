@@ -25,6 +25,11 @@ The classifier rows are measured with the HTML feature (WARC input; ``clean_docu
 page's HTML) and without it (text only, as for WET input).
 
     .venv/bin/python benchmarks/main_content.py --data ../shared/data
+    .venv/bin/python benchmarks/main_content.py --data ../shared/data --speed-only [--model cc-model.bin]
+
+``--speed-only`` skips the quality table and its cross-validation trainings: only the speed part
+runs, with the CC model trained as above, or with ``--model`` (a model from ``labse-main-content
+train``) and no training at all.
 """
 from __future__ import annotations
 
@@ -64,37 +69,56 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="speed runs; the best is reported")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", dest="json_out", type=Path, default=None)
+    parser.add_argument("--speed-only", action="store_true", help="skip the quality part and the CV trainings")
+    parser.add_argument("--model", type=Path, default=None,
+                        help="with --speed-only: measure this model instead of training the CC one")
     args = parser.parse_args(argv)
+    if args.model and not args.speed_only:
+        parser.error("--model needs --speed-only (the quality part trains its own models)")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+    from pipelines.main_content import cli
+    from pipelines.main_content.labels import TeacherConfig
+    from pipelines.main_content.model import MainContentModel
+
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="main-content-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    # The demo's model: trained on the Common Crawl samples only.
+    data_dir, cc_model_path = work / "cc-data", args.model or work / "cc-model.bin"
+    if not args.model:
+        assert cli.main(["build-data", "--input", str(args.data / CC), "--output", str(data_dir)]) == 0
+        assert cli.main(["train", "--data", str(data_dir), "--output", str(cc_model_path)]) == 0
+    cc_model = MainContentModel.load(str(cc_model_path))
+    teacher = TeacherConfig()
+    quality = {} if args.speed_only else measure_quality(args, work, data_dir, cc_model, teacher)
+    speed = measure_speed(args, cc_model, cc_model_path, teacher)
+    report(quality, speed)
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"quality": quality, "speed": speed}, indent=2))
+    return 0
+
+
+def measure_quality(args, work: Path, data_dir: Path, cc_model, teacher) -> dict:
+    """Token F1 of every system's kept text vs the human and the teacher's text (module docstring)."""
     import justext
     import numpy as np
     from resiliparse.extract.html2text import extract_plain_text
 
-    from pipelines.main_content import cli
     from pipelines.main_content.build_data import BuildConfig, training_examples
     from pipelines.main_content.evaluate import html_pages, model_kept_text, token_f1
-    from pipelines.main_content.labels import TeacherConfig, label_page, teacher_extract
+    from pipelines.main_content.labels import label_page, teacher_extract
     from pipelines.main_content.model import MainContentModel
     from pipelines.main_content.train import TrainConfig, train_fasttext
     from pipelines.text.boilerplate import heuristic_main_content_scores
     from pipelines.text.html import html_to_lines
 
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="main-content-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
     truth = json.loads((args.data / TRUTH).read_text(encoding="utf-8"))
     articles = [(url, html) for url, html in html_pages(str(args.data / ARTICLES)) if url in truth]
     print(f"{len(articles)} article pages with human main text", file=sys.stderr, flush=True)
 
-    # The demo's model: trained on the Common Crawl samples only.
-    data_dir, cc_model_path = work / "cc-data", work / "cc-model.bin"
-    assert cli.main(["build-data", "--input", str(args.data / CC), "--output", str(data_dir)]) == 0
-    assert cli.main(["train", "--data", str(data_dir), "--output", str(cc_model_path)]) == 0
-    cc_model = MainContentModel.load(str(cc_model_path))
-
     # Teacher labels of the article pages (for CV training and the "vs teacher" column).
-    teacher = TeacherConfig()
     labelled = {url: label_page(url, html, teacher) for url, html in articles}
     cc_rows = [row for row in (data_dir / "train.txt").read_text(encoding="utf-8").splitlines() if row]
     cv_scores: dict[str, np.ndarray] = {}
@@ -151,11 +175,17 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_ms_per_page": 1000 * seconds / len(articles),
         }
         print(f"{name}: {quality[name]}", file=sys.stderr, flush=True)
+    return quality
 
-    # Speed, on the article pages plus the CC pages.
+
+def measure_speed(args, cc_model, cc_model_path: Path, teacher) -> dict:
+    """CPU-time speeds on the article pages plus the CC pages (module docstring)."""
     from pipelines.clean import CleanConfig, clean_document
     from pipelines.io.documents import KIND_HTML, Document
     from pipelines.io.readers import check_pattern_matches, read_records
+    from pipelines.main_content.labels import teacher_extract
+    from pipelines.main_content.model import html_main_flags
+    from pipelines.text.html import html_to_lines, parse_html, tree_to_lines
     from pipelines.text.langid import LanguageIdentifier
 
     docs = [r for pattern in (str(args.data / ARTICLES), str(args.data / CC))
@@ -165,8 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     n_lines = sum(map(len, line_lists))
     classify = best_cpu_seconds(lambda: [cc_model.score_lines(lines) for lines in line_lists], args.repeats)
     predict_only = best_cpu_seconds(lambda: [cc_model.raw_scores(lines) for lines in line_lists], args.repeats)
-    from pipelines.main_content.model import html_main_flags
-    from pipelines.text.html import parse_html, tree_to_lines
 
     def classify_page(html):  # as labse-clean does it: one parse for the lines and the HTML feature
         tree = parse_html(html)
@@ -195,28 +223,34 @@ def main(argv: list[str] | None = None) -> int:
     speed["ratio_extraction_text_only_vs_teacher"] = (speed["html_to_lines_plus_classifier_text_only_pages_per_cpu_s"]
                                                       / speed["teacher_pages_per_cpu_s"])
     speed["ratio_clean_stage_vs_teacher"] = speed["clean_document_with_classifier_pages_per_cpu_s"] / speed["teacher_pages_per_cpu_s"]
+    return speed
 
-    print("\n| system | token F1 vs human main text | token F1 vs teacher | CPU ms/page |")
-    print("| --- | --- | --- | --- |")
-    for name, q in quality.items():
-        # CV scores are computed during the folds, so the per-page time of those rows means nothing.
-        ms = "-" if "CV" in name else f"{q['cpu_ms_per_page']:.1f}"
-        print(f"| {name} | {q['f1_vs_human']:.3f} | {q['f1_vs_teacher']:.3f} | {ms} |")
+
+def report(quality: dict, speed: dict) -> None:
+    n_lines, pages = speed["lines"], speed["pages"]
+    if quality:
+        print_quality(quality)
     print(f"\nclassification: {speed['score_lines_lines_per_cpu_s']:,.0f} lines/s per core with page smoothing "
           f"({speed['featurise_plus_fasttext_lines_per_cpu_s']:,.0f} without), {n_lines} lines")
     print(f"HTML -> one parse -> lines + HTML feature -> classifier: "
           f"{speed['parse_lines_html_feature_classifier_pages_per_cpu_s']:.0f} pages/s per core; "
           f"teacher trafilatura.extract: {speed['teacher_pages_per_cpu_s']:.0f} pages/s per core; "
-          f"ratio {speed['ratio_extraction_vs_teacher']:.1f}x ({len(docs)} pages)")
+          f"ratio {speed['ratio_extraction_vs_teacher']:.1f}x ({pages} pages)")
     print(f"HTML -> lines -> classifier, text only (no HTML feature): "
           f"{speed['html_to_lines_plus_classifier_text_only_pages_per_cpu_s']:.0f} pages/s per core; "
           f"ratio {speed['ratio_extraction_text_only_vs_teacher']:.1f}x")
     print(f"labse-clean per-document stage with the classifier (lines, classifier, lid.176, sentences, filters): "
           f"{speed['clean_document_with_classifier_pages_per_cpu_s']:.0f} pages/s per core; "
           f"ratio vs teacher {speed['ratio_clean_stage_vs_teacher']:.1f}x")
-    if args.json_out:
-        args.json_out.write_text(json.dumps({"quality": quality, "speed": speed}, indent=2))
-    return 0
+
+
+def print_quality(quality: dict) -> None:
+    print("\n| system | token F1 vs human main text | token F1 vs teacher | CPU ms/page |")
+    print("| --- | --- | --- | --- |")
+    for name, q in quality.items():
+        # CV scores are computed during the folds, so the per-page time of those rows means nothing.
+        ms = "-" if "CV" in name else f"{q['cpu_ms_per_page']:.1f}"
+        print(f"| {name} | {q['f1_vs_human']:.3f} | {q['f1_vs_teacher']:.3f} | {ms} |")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """MainContentModel (contract 3): clear errors for bad files, featurisation, and a real trained model."""
+import bisect
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from pipelines.main_content import model as model_module
 from pipelines.main_content.model import (
     FEATURE_SET_TOKEN,
     MainContentModel,
@@ -157,3 +159,124 @@ def test_quantized_model_loads_validates_and_scores(tmp_path, tiny_model):
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(MainContentModelError, match="truncated"):
         MainContentModel.load(str(path))
+
+
+# Straightforward reference implementations of featurisation, fastText post-processing and page
+# smoothing (the code the trained models and the measured quality were made with). The fast
+# versions in model.py must give byte-identical strings and identical float32 scores.
+
+def _featurise_reference(lines, end, html_main=None):
+    m = model_module
+    n = len(lines)
+    if n == 0:
+        return []
+    tokens = [line.lower().split()[:m.MAX_LINE_TOKENS] for line in lines]
+    length_buckets = [bisect.bisect_right(m._CHAR_LENGTH_EDGES, len(line)) for line in lines]
+    prose = [len(line) >= m.PROSE_MIN_CHARS and line[-1] in m._SENTENCE_END for line in lines]
+    own = [" ".join(t) for t in tokens]
+    heads = [f"L{lb} W{bisect.bisect_right(m._TOKEN_COUNT_EDGES, len(toks))}"
+             for lb, toks in zip(length_buckets, tokens)]
+    ends = [m._end_class(line) if line else "E0" for line in lines]
+    as_prev = [f"pL{lb} p:" + " p:".join(toks[:m.CONTEXT_TOKENS]) if toks else f"pL{lb} "
+               for lb, toks in zip(length_buckets, tokens)]
+    as_next = [f"nL{lb} n:" + " n:".join(toks[:m.CONTEXT_TOKENS]) if toks else f"nL{lb} "
+               for lb, toks in zip(length_buckets, tokens)]
+    as_prev.insert(0, "pL_start")
+    as_next.append("nL_end")
+    distance = [min([abs(i - j) for j in range(n) if prose[j]], default=1 << 30) for i in range(n)]
+    prose_at = [i for i in range(n) if prose[i]]
+    first_prose, last_prose = (prose_at[0], prose_at[-1]) if prose_at else (n, -1)
+    prose_chars = sum(len(line) for line, is_prose in zip(lines, prose) if is_prose) or 1
+    html_tokens = ["RMx"] * n if html_main is None else ["RM1" if flag else "RM0" for flag in html_main]
+    features = []
+    for i in range(n):
+        d = distance[i]
+        span = "Sin" if first_prose <= i <= last_prose else ("Sbefore" if i < first_prose else "Safter")
+        nearby = sum(prose[max(0, i - 4):min(n, i + 5)])
+        chars_before = sum(len(lines[j]) for j in range(i) if prose[j])
+        features.append(
+            f"{m.FEATURE_SET_TOKEN} {heads[i]} P{i * m._POSITION_BUCKETS // n} {ends[i]} "
+            f"{m._DISTANCE_TOKENS[d] if d < 9 else 'D4'} {span} PD{min(nearby, 5)} "
+            f"PM{chars_before * 5 // prose_chars} {html_tokens[i]} {own[i]} "
+            f"{as_prev[i]} {as_next[i + 1]}{end}")
+    return features
+
+
+def _raw_scores_reference(model, lines, html_main):
+    labels, probs = model._model.f.multilinePredict(_featurise_reference(lines, "\n", html_main), 1, 0.0, "replace")
+    top = np.concatenate(probs).astype(np.float64)
+    is_main = np.array([label == ["__label__main"] for label in labels])
+    return np.clip(np.where(is_main, top, 1.0 - top), 0.0, 1.0)
+
+
+def _postprocess_scores_reference(raw, lines, window=2, region_pivot=0.5, region_min_share=0.3, outside_factor=0.5):
+    scores = np.asarray(raw, dtype=np.float64)
+    n = len(scores)
+    if window > 0 and n > 1:
+        padded = np.pad(scores, (window, window), mode="edge")
+        local = np.convolve(padded, np.ones(2 * window + 1) / (2 * window + 1), mode="valid")
+        scores = 0.5 * scores + 0.5 * local
+    weights = np.array([line.count(" ") + 1.0 for line in lines]) * (scores - region_pivot)
+    prefix = np.concatenate(([0.0], np.cumsum(weights)))
+    running_low = np.minimum.accumulate(prefix)
+    low_at = np.maximum.accumulate(np.where(prefix <= running_low, np.arange(n + 1), 0))
+    ending = prefix[1:] - running_low[:-1]
+    best = float(ending.max())
+    if best > 0:  # every run scoring >= share * best, best first, unless it overlaps a taken one
+        inside = np.zeros(n, dtype=bool)
+        candidates = np.flatnonzero(ending >= region_min_share * best)
+        chosen = []
+        for end in candidates[np.argsort(-ending[candidates], kind="stable")].tolist():
+            start = int(low_at[end])
+            if all(end < a or start > b for a, b in chosen):
+                chosen.append((start, end))
+                inside[start:end + 1] = True
+        scores = np.where(inside, scores, scores * outside_factor)
+    return np.clip(scores, 0.0, 1.0).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def sample_pages(labse_data):
+    """(lines, HTML flags) of every page of the real samples, as labse-clean gets them."""
+    from pipelines.main_content.evaluate import html_pages
+    from pipelines.text.html import parse_html, tree_to_lines
+
+    pages = []
+    for name in ("commoncrawl/CC-MAIN-2020-34-sample.warc.gz", "commoncrawl/web-pages-sample.warc.gz",
+                 "maincontent/article-pages.warc.gz"):
+        for _url, html in html_pages(str(require_file(labse_data, name))):
+            tree = parse_html(html)
+            lines = tree_to_lines(tree)
+            if lines:
+                pages.append((lines, html_main_flags(lines, tree)))
+    assert len(pages) >= 300
+    return pages
+
+
+ODD_LINES = ["", " ", "\t a  B\u00a0c ", "ΟΔΟΣ Σ.", "x" * 700, " ".join(["Tok"] * 40) + " !", "İstanbul ǅ ß 42",
+             "word " * 20 + "end.", "Menu »", "¿Qué?", "価格は100円です。"]
+
+
+def test_featurisation_equals_the_reference_on_every_sample_page(sample_pages):
+    for lines, flags in sample_pages:
+        assert featurise_document(lines) == _featurise_reference(lines, "")
+        assert featurise_document(lines, flags) == _featurise_reference(lines, "", flags)
+    for k in range(len(ODD_LINES)):  # whitespace, empty and very long lines, in every position
+        for lines in (ODD_LINES[k:] + ODD_LINES[:k], ODD_LINES[:k + 1], ODD_LINES[k:] * 3):
+            assert featurise_document(lines) == _featurise_reference(lines, "")
+
+
+@pytest.mark.parametrize("numpy_from_lines", [0, 100, 10 ** 9])  # all long, as shipped, all short
+def test_scores_equal_the_reference_on_every_sample_page(tiny_model, sample_pages, monkeypatch, numpy_from_lines):
+    monkeypatch.setattr(model_module, "_NUMPY_FROM_LINES", numpy_from_lines)
+    model = MainContentModel.load(str(tiny_model))
+    rng = np.random.default_rng(0)
+    for lines, flags in sample_pages:
+        raw = _raw_scores_reference(model, lines, flags)
+        np.testing.assert_array_equal(model.raw_scores(lines, flags), raw)
+        np.testing.assert_array_equal(model.score_lines_with_flags(lines, flags),
+                                      _postprocess_scores_reference(raw, lines))
+        # Random scores, some rounded so that runs tie: every branch of the region selection.
+        for scores in (rng.random(len(lines)), np.round(rng.random(len(lines)), 1)):
+            np.testing.assert_array_equal(postprocess_scores(scores, lines),
+                                          _postprocess_scores_reference(scores, lines))

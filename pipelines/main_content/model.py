@@ -17,11 +17,12 @@ or allocate wildly on a truncated or foreign file).
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import mmap
 import os
 import struct
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -99,63 +100,126 @@ def featurise_document(lines: Sequence[str], html_main: Sequence[bool] | None = 
     return _featurise(lines, "", html_main)
 
 
+# Lookup tables for _featurise, so the per-line work is a few list lookups (it runs on every line
+# labse-clean reads). They spell the same tokens as the docstring of featurise_document describes.
+_LONG_LINE = _CHAR_LENGTH_EDGES[-1] + 1  # a line this long or longer is in the last length bucket
+_LENGTH_BUCKET = [bisect.bisect_right(_CHAR_LENGTH_EDGES, length) for length in range(_LONG_LINE)]
+_LAST_LENGTH_BUCKET = len(_CHAR_LENGTH_EDGES)
+_TOKEN_COUNTS = MAX_LINE_TOKENS + 2  # split(None, MAX_LINE_TOKENS) gives up to that many tokens + the rest
+_HEADS = [f"{FEATURE_SET_TOKEN} L{length} W{bisect.bisect_right(_TOKEN_COUNT_EDGES, min(count, MAX_LINE_TOKENS))}"
+          for length in range(_LAST_LENGTH_BUCKET + 1) for count in range(_TOKEN_COUNTS)]
+_AS_PREV = [f"pL{length} p:" for length in range(_LAST_LENGTH_BUCKET + 1)]
+_AS_PREV_EMPTY = [f"pL{length} " for length in range(_LAST_LENGTH_BUCKET + 1)]
+_AS_NEXT = [f"nL{length} n:" for length in range(_LAST_LENGTH_BUCKET + 1)]
+_AS_NEXT_EMPTY = [f"nL{length} " for length in range(_LAST_LENGTH_BUCKET + 1)]
+_POSITION_TOKENS = [f"P{bucket}" for bucket in range(_POSITION_BUCKETS)]
+_NEARBY_TOKENS = [f"PD{min(count, 5)}" for count in range(10)]  # at most 9 lines are within 4 lines
+_PROSE_SHARE_TOKENS = [f"PM{fifth}" for fifth in range(6)]
+_NO_PROSE = ("D4", "Sbefore", "PD0", "PM0")
+_END_TOKENS = {"": "E0"}  # last character -> end class, filled as characters are met
+
+
+def _end_token(last: str) -> str:
+    token = _END_TOKENS.get(last)
+    if token is None:
+        token = _END_TOKENS[last] = _end_class(last)
+    return token
+
+
+def _distance_token(distance: int) -> str:
+    return _DISTANCE_TOKENS[distance] if distance < len(_DISTANCE_TOKENS) else "D4"
+
+
+def _distances_down(count: int) -> list[str]:
+    """Distance tokens of ``count`` lines just before a prose line: count, count - 1, ..., 1."""
+    return [_distance_token(distance) for distance in range(count, 0, -1)]
+
+
+@functools.lru_cache(maxsize=256)
+def _distances_between(gap: int) -> tuple[str, ...]:
+    """Distance tokens of ``gap`` lines between two prose lines (to the nearer one)."""
+    return tuple(_distance_token(min(k, gap + 1 - k)) for k in range(1, gap + 1))
+
+
 def _featurise(lines: Sequence[str], end: str, html_main: Sequence[bool] | None = None) -> list[str]:
     n = len(lines)
     if html_main is not None and len(html_main) != n:
         raise ValueError(f"{n} lines but {len(html_main)} HTML flags")
     if n == 0:
         return []
-    tokens = [line.lower().split()[:MAX_LINE_TOKENS] for line in lines]
-    length_buckets = [bisect.bisect_right(_CHAR_LENGTH_EDGES, len(line)) for line in lines]
-    prose = [len(line) >= PROSE_MIN_CHARS and line[-1] in _SENTENCE_END for line in lines]
-    own = [" ".join(t) for t in tokens]
-    heads = [f"L{lb} W{bisect.bisect_right(_TOKEN_COUNT_EDGES, len(toks))}"
-             for lb, toks in zip(length_buckets, tokens)]
-    ends = [_end_class(line) if line else "E0" for line in lines]
-    as_prev = [f"pL{lb} p:" + " p:".join(toks[:CONTEXT_TOKENS]) if toks else f"pL{lb} "
-               for lb, toks in zip(length_buckets, tokens)]
-    as_next = [f"nL{lb} n:" + " n:".join(toks[:CONTEXT_TOKENS]) if toks else f"nL{lb} "
-               for lb, toks in zip(length_buckets, tokens)]
+    # maxsplit: the first MAX_LINE_TOKENS tokens are all that is used (long prose lines have hundreds).
+    tokens = [line.lower().split(None, MAX_LINE_TOKENS) for line in lines]
+    length_buckets = [_LENGTH_BUCKET[length] if (length := len(line)) < _LONG_LINE else _LAST_LENGTH_BUCKET
+                      for line in lines]
+    heads = [_HEADS[bucket * _TOKEN_COUNTS + len(toks)] for bucket, toks in zip(length_buckets, tokens)]
+    own = [" ".join(toks) if len(toks) <= MAX_LINE_TOKENS else " ".join(toks[:MAX_LINE_TOKENS]) for toks in tokens]
+    known_end = _END_TOKENS.get
+    ends = [known_end(last) or _end_token(last) for last in [line[-1:] for line in lines]]
+    # CONTEXT_TOKENS == 2: the first two tokens of a line, prefixed, describe it to its neighbours.
+    as_prev = [f"{_AS_PREV[bucket]}{toks[0]} p:{toks[1]}" if len(toks) > 1
+               else (_AS_PREV[bucket] + toks[0] if toks else _AS_PREV_EMPTY[bucket])
+               for bucket, toks in zip(length_buckets, tokens)]
+    as_next = [f"{_AS_NEXT[bucket]}{toks[0]} n:{toks[1]}" if len(toks) > 1
+               else (_AS_NEXT[bucket] + toks[0] if toks else _AS_NEXT_EMPTY[bucket])
+               for bucket, toks in zip(length_buckets, tokens)]
     as_prev.insert(0, "pL_start")  # as_prev[i] is now the context line i gets from line i - 1
     as_next.append("nL_end")
-    # Distance to the nearest prose line: one pass from each side.
-    far = 1 << 30
-    distance = [far] * n
-    last = -far
-    for i in range(n):
-        if prose[i]:
-            last = i
-        distance[i] = i - last
-    last = far
-    for i in range(n - 1, -1, -1):
-        if prose[i]:
-            last = i
-        if last - i < distance[i]:
-            distance[i] = last - i
-    prose_at = [i for i in range(n) if prose[i]]
-    first_prose, last_prose = (prose_at[0], prose_at[-1]) if prose_at else (n, -1)
-    prose_before = [0] * (n + 1)
-    prose_chars_before = [0] * (n + 1)
-    for i in range(n):
-        prose_before[i + 1] = prose_before[i] + prose[i]
-        prose_chars_before[i + 1] = prose_chars_before[i] + (len(lines[i]) if prose[i] else 0)
-    prose_chars = prose_chars_before[n] or 1
+    del as_next[0]  # and as_next[i] the context it gets from line i + 1
+    positions: list[str] = []  # decile i * 10 // n, built bucket by bucket
+    done = 0
+    for bucket in range(_POSITION_BUCKETS):
+        upto = ((bucket + 1) * n + _POSITION_BUCKETS - 1) // _POSITION_BUCKETS
+        positions += [_POSITION_TOKENS[bucket]] * (upto - done)
+        done = upto
+    prose_at = [i for i, line in enumerate(lines) if len(line) >= PROSE_MIN_CHARS and line[-1] in _SENTENCE_END]
+    if prose_at:
+        distance, span, nearby, prose_share = _prose_context(lines, prose_at)
+    else:
+        distance, span, nearby, prose_share = ([token] * n for token in _NO_PROSE)
     html_tokens = ["RMx"] * n if html_main is None else ["RM1" if flag else "RM0" for flag in html_main]
-    features: list[str] = []
-    for i in range(n):
-        d = distance[i]
-        span = "Sin" if first_prose <= i <= last_prose else ("Sbefore" if i < first_prose else "Safter")
-        nearby = prose_before[min(n, i + 5)] - prose_before[max(0, i - 4)]
-        features.append(
-            f"{FEATURE_SET_TOKEN} {heads[i]} P{i * _POSITION_BUCKETS // n} {ends[i]} "
-            f"{_DISTANCE_TOKENS[d] if d < 9 else 'D4'} {span} PD{nearby if nearby < 5 else 5} "
-            f"PM{prose_chars_before[i] * 5 // prose_chars} {html_tokens[i]} {own[i]} "
-            f"{as_prev[i]} {as_next[i + 1]}{end}"
-        )
-    return features
+    return [f"{head} {position} {end_class} {d} {s} {pd} {pm} {rm} {words} {prev} {next_}{end}"
+            for head, position, end_class, d, s, pd, pm, rm, words, prev, next_
+            in zip(heads, positions, ends, distance, span, nearby, prose_share, html_tokens, own, as_prev, as_next)]
 
 
-def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = SMOOTH_WINDOW,
+def _prose_context(lines: Sequence[str], prose_at: list[int]) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Per line, the tokens placing it among the page's prose lines (at indices ``prose_at``, not empty).
+
+    Distance to the nearest prose line (``D``), before / inside / after the prose span (``S``), prose
+    lines within 4 lines (``PD``) and the fifth of the page's prose characters before it (``PM``).
+    All but ``PD`` are constant or ramps between consecutive prose lines, so they are built run by run.
+    """
+    n = len(lines)
+    first, last = prose_at[0], prose_at[-1]
+    distance = _distances_down(first)
+    distance.append("D0")
+    for before, after in zip(prose_at, prose_at[1:]):
+        distance += _distances_between(after - before - 1)
+        distance.append("D0")
+    distance += reversed(_distances_down(n - 1 - last))
+    span = ["Sbefore"] * first + ["Sin"] * (last - first + 1) + ["Safter"] * (n - 1 - last)
+    within = [0] * n
+    for at in prose_at:
+        for i in range(at - 4 if at > 4 else 0, at + 5 if at + 5 < n else n):
+            within[i] += 1
+    nearby = [_NEARBY_TOKENS[count] for count in within]
+    chars = [len(lines[at]) for at in prose_at]
+    total = sum(chars)
+    prose_share = [_PROSE_SHARE_TOKENS[0]] * (first + 1)  # a prose line's own characters count after it
+    chars_before = 0
+    for chars_at, before, after in zip(chars, prose_at, prose_at[1:]):
+        chars_before += chars_at
+        prose_share += [_PROSE_SHARE_TOKENS[chars_before * 5 // total]] * (after - before)
+    prose_share += [_PROSE_SHARE_TOKENS[5]] * (n - 1 - last)
+    return distance, span, nearby, prose_share
+
+
+# Pages shorter than this are smoothed in plain Python: numpy's per-call overhead (some 20 calls a
+# page) costs more than it saves on them (measured on the sample pages: break-even near 100 lines).
+_NUMPY_FROM_LINES = 100
+
+
+def postprocess_scores(raw: np.ndarray | Sequence[float], lines: Sequence[str], *, window: int = SMOOTH_WINDOW,
                        region_pivot: float = 0.5, region_min_share: float = REGION_MIN_SHARE,
                        outside_factor: float = OUTSIDE_REGION_FACTOR) -> np.ndarray:
     """Page-level smoothing of per-line probabilities (context is allowed by contract 3).
@@ -167,15 +231,69 @@ def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = S
        are the page's main regions; lines outside them are multiplied by ``outside_factor``. This
        removes prose-like boilerplate far from the article (cookie notices, teasers, disclaimers).
     """
-    scores = np.asarray(raw, dtype=np.float64)
+    scores = raw.tolist() if isinstance(raw, np.ndarray) else [float(score) for score in raw]
+    return _postprocess(scores, lines, window, region_pivot, region_min_share, outside_factor)
+
+
+# Pages shorter than this are smoothed in plain Python: numpy's per-call overhead (some 20 calls a
+# page) costs more than it saves on them (measured on the sample pages: break-even near 100 lines).
+_NUMPY_FROM_LINES = 100
+
+
+def _postprocess(scores: list[float], lines: Sequence[str], window: int = SMOOTH_WINDOW,
+                 region_pivot: float = 0.5, region_min_share: float = REGION_MIN_SHARE,
+                 outside_factor: float = OUTSIDE_REGION_FACTOR) -> np.ndarray:
+    """``postprocess_scores`` of float64 scores. Two implementations of the same float64 operations
+    in the same order, so with the same results: plain Python for short pages, numpy for long ones."""
+    if not scores:
+        return np.zeros(0, dtype=np.float32)
+    if len(scores) < _NUMPY_FROM_LINES and window == 2:
+        return np.array(_postprocess_short(scores, lines, region_pivot, region_min_share, outside_factor),
+                        dtype=np.float32)
+    return _postprocess_long(np.array(scores, dtype=np.float64), lines, window, region_pivot, region_min_share,
+                             outside_factor)
+
+
+def _postprocess_short(scores: list[float], lines: Sequence[str], region_pivot: float, region_min_share: float,
+                       outside_factor: float) -> list[float]:
+    """``postprocess_scores`` with window 2, in plain Python (the same operations as _postprocess_long)."""
     n = len(scores)
-    if n == 0:
-        return scores.astype(np.float32)
+    if n > 1:
+        share = 1.0 / 5  # np.ones(5) / 5, and summed left to right, as np.convolve does
+        first, last = scores[0], scores[-1]
+        padded = [first, first, *scores, last, last]
+        scores = [0.5 * s + 0.5 * (a * share + b * share + s * share + d * share + e * share)
+                  for a, b, s, d, e in zip(padded, padded[1:], padded[2:], padded[3:], padded[4:])]
+    # Kadane: the best run ending at line i starts right after the last lowest prefix sum before it.
+    ending: list[float] = []
+    starts: list[int] = []
+    prefix = low = 0.0
+    low_at = 0
+    for i, (spaces, score) in enumerate(zip(map(str.count, lines, itertools.repeat(" ")), scores), 1):
+        prefix += (spaces + 1) * (score - region_pivot)
+        ending.append(prefix - low)
+        starts.append(low_at)
+        if prefix <= low:
+            low, low_at = prefix, i
+    best = max(ending)
+    if best > 0:
+        inside = [False] * n
+        floor = region_min_share * best
+        for start, end in _main_regions((end, starts[end], score) for end, score in enumerate(ending) if score >= floor):
+            inside[start:end + 1] = [True] * (end + 1 - start)
+        scores = [score if keep else score * outside_factor for score, keep in zip(scores, inside)]
+    return [0.0 if score < 0.0 else (1.0 if score > 1.0 else score) for score in scores]
+
+
+def _postprocess_long(scores: np.ndarray, lines: Sequence[str], window: int, region_pivot: float,
+                      region_min_share: float, outside_factor: float) -> np.ndarray:
+    """``postprocess_scores`` in numpy (any window)."""
+    n = len(scores)
     if window > 0 and n > 1:
-        padded = np.pad(scores, (window, window), mode="edge")
+        padded = np.concatenate((scores[:1].repeat(window), scores, scores[-1:].repeat(window)))  # edge padding
         local = np.convolve(padded, np.ones(2 * window + 1) / (2 * window + 1), mode="valid")
         scores = 0.5 * scores + 0.5 * local
-    weights = np.fromiter(map(str.count, lines, itertools.repeat(" ")), dtype=np.float64, count=n)
+    weights = np.array(list(map(str.count, lines, itertools.repeat(" "))), dtype=np.float64)
     weights += 1.0
     weights *= scores - region_pivot
     # Kadane, vectorised: the best segment ending at i starts right after the lowest prefix sum.
@@ -184,20 +302,38 @@ def postprocess_scores(raw: np.ndarray, lines: Sequence[str], *, window: int = S
     is_new_low = prefix <= running_low
     low_at = np.maximum.accumulate(np.where(is_new_low, np.arange(n + 1), 0))
     ending = prefix[1:] - running_low[:-1]
-    starts = low_at[:-1]
     best = float(ending.max())
     if best > 0:
         inside = np.zeros(n, dtype=bool)
-        floor = region_min_share * best
-        candidates = np.flatnonzero(ending >= floor)
-        chosen: list[tuple[int, int]] = []
-        for end in candidates[np.argsort(-ending[candidates], kind="stable")].tolist():
-            start = int(starts[end])
-            if all(end < a or start > b for a, b in chosen):  # disjoint from every chosen run
-                chosen.append((start, end))
-                inside[start:end + 1] = True
+        candidates = np.flatnonzero(ending >= region_min_share * best)
+        for start, end in _main_regions(zip(candidates.tolist(), low_at[candidates].tolist(),
+                                            ending[candidates].tolist())):
+            inside[start:end + 1] = True
         scores = np.where(inside, scores, scores * outside_factor)
     return np.clip(scores, 0.0, 1.0).astype(np.float32)
+
+
+def _main_regions(candidates: Iterable[tuple[int, int, float]]) -> list[tuple[int, int]]:
+    """The main regions: the best run per start among the candidate runs, as (start, end) lines.
+
+    ``candidates``: (end, start, score) of the runs scoring at least the floor, by ascending end.
+    Runs that share a start are nested and the others disjoint, because the start (the last lowest
+    prefix sum) only moves forward, past the previous end. So taking runs best first and skipping
+    any that overlaps a taken one keeps exactly the best run of each start (the first on ties),
+    found here in one pass.
+    """
+    regions: list[tuple[int, int]] = []
+    group, group_best, group_end = -1, 0.0, -1
+    for end, start, score in candidates:
+        if start != group:
+            if group_end >= 0:
+                regions.append((group, group_end))
+            group, group_best, group_end = start, score, end
+        elif score > group_best:
+            group_best, group_end = score, end
+    if group_end >= 0:
+        regions.append((group, group_end))
+    return regions
 
 
 def training_lines(lines: Sequence[str], labels: Sequence[bool],
@@ -364,16 +500,19 @@ class MainContentModel:
         # fastText treats "\n" as end of input; lines from html_to_lines never contain one.
         if "\n" in "".join(lines):
             lines = [line.replace("\n", " ") for line in lines]
-        return postprocess_scores(self.raw_scores(lines, html_main), lines)
+        return _postprocess(self._main_probabilities(lines, html_main), lines)
 
     def raw_scores(self, lines: Sequence[str], html_main: Sequence[bool] | None = None) -> np.ndarray:
         """fastText's P(main) per line before page-level smoothing (one batched predict call)."""
+        return np.array(self._main_probabilities(lines, html_main), dtype=np.float64)
+
+    def _main_probabilities(self, lines: Sequence[str], html_main: Sequence[bool] | None) -> list[float]:
         if not lines:
-            return np.zeros(0, dtype=np.float64)
+            return []
         # fastText's own predict() re-checks every string in Python; ours never hold a newline, and
         # the trailing "\n" is what adds the end-of-sentence token the model was trained with.
         labels, probs = self._model.f.multilinePredict(_featurise(lines, "\n", html_main), 1, 0.0, "replace")
-        # k=1 with threshold 0 gives exactly one (label, probability) per line.
-        top = np.concatenate(probs).astype(np.float64)
-        is_main = np.fromiter(map(_MAIN_ONLY.__eq__, labels), dtype=bool, count=len(labels))
-        return np.clip(np.where(is_main, top, 1.0 - top), 0.0, 1.0)
+        # k=1 with threshold 0 gives exactly one (label, float32 probability) per line; fastText's
+        # probabilities can exceed 1 by its 1e-5 smoothing, hence the clipping.
+        return [0.0 if (p := top if is_main else 1.0 - top) < 0.0 else (1.0 if p > 1.0 else p)
+                for top, is_main in zip(map(np.ndarray.item, probs), map(_MAIN_ONLY.__eq__, labels))]
