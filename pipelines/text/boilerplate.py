@@ -70,7 +70,7 @@ def line_score(line: str) -> float:
 # (C substring search, several times faster than sre trying a 30-way alternation at every
 # position). `[^\S\n]` is `\s` that cannot cross a line boundary, so no match spans two lines.
 _COPYRIGHT_YEAR_DOC = re.compile(r"\(c\)[^\S\n]*\d{4}")
-_SEPARATORS_DOC = re.compile(r"[^\S\n][|·»›•/][^\S\n]|[^\S\n]-[^\S\n]|[^\S\n]–[^\S\n]")
+_SEPARATORS_DOC = re.compile(r"[^\S\n][|·»›•/\-–][^\S\n]")
 
 
 def _line_index(starts: list[int], offset: int) -> int:
@@ -104,16 +104,18 @@ def line_scores(lines: list[str]) -> list[float]:
     n = len(lines)
     if n == 0:
         return []
-    if any("\n" in line for line in lines):  # not a document's lines: score one by one
+    joined = "\n".join(lines)
+    if joined.count("\n") != n - 1:  # not a document's lines: score one by one
         return [line_score(line) for line in lines]
     scores: list[float | None] = [None] * n
-    folded_lines = "\n".join(lines).casefold().split("\n")  # casefold never adds or removes a "\n"
-    for i in _boilerplate_lines("\n".join(folded_lines), _line_starts(folded_lines)):
+    starts = _line_starts(lines)
+    folded = joined.casefold()  # casefold never adds or removes a "\n"
+    # Casefolding maps a character to one or more: the same total length means the same lines.
+    folded_starts = starts if len(folded) == len(joined) else _line_starts(folded.split("\n"))
+    for i in _boilerplate_lines(folded, folded_starts):
         scores[i] = 0.05
-    joined = "\n".join(lines)
     separators = list(_SEPARATORS_DOC.finditer(joined))
     if separators:
-        starts = _line_starts(lines)
         seen: dict[int, int] = {}
         for match in separators:
             i = _line_index(starts, match.start())
