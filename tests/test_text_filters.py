@@ -118,3 +118,34 @@ def test_heuristic_scores_prefer_article_text_over_navigation():
 
 def test_bracket_wrapped_spam_is_symbols():
     assert first_failure("】【随】【着】【经】【济】【社】【会】【的】【发】【展】【，】【以】【及】【女】【性】。", "zh") == "symbols"
+
+
+def test_gbk_mojibake_flags_the_real_garbled_page_and_no_real_cjk_text(labse_data):
+    """UTF-8 Chinese decoded as GBK (as sent by 003338.cn in the CC sample) is dropped; real Chinese
+    and Japanese sentences of the UDHR and Tatoeba are not."""
+    from pipelines.io.documents import Document
+    from pipelines.io.readers import read_records
+    from pipelines.text.html import html_to_lines
+    from pipelines.text.sentences import split_sentences
+    from tests.conftest import require_file
+
+    sample = require_file(labse_data, "commoncrawl/CC-MAIN-2020-34-sample.warc.gz")
+    page = next(d for d in read_records(str(sample), "warc")
+                if isinstance(d, Document) and d.url == "http://003338.cn/l41/481397.html")
+    lines = html_to_lines(page.body)
+    garbled = [s for line in lines for s in split_sentences(line, "zh") if "瑙勭殑" in s or "婢虫床" in s]
+    assert garbled
+    assert {first_failure(s, "zh") for s in garbled} <= {"gbk_mojibake", "too_short"}
+    assert "gbk_mojibake" in {first_failure(s, "zh") for s in garbled}
+    assert first_failure("我国卫生与健康领域有了“基本法”。", "zh") is None  # the page's own real Chinese
+
+    real = []
+    for relative, lang in (("udhr/cmn_hans.txt", "zh"), ("udhr/cmn_hant.txt", "zh"), ("udhr/jpn.txt", "ja"),
+                           ("tatoeba/tatoeba.cmn-eng.cmn", "zh"), ("tatoeba/tatoeba.yue-eng.yue", "zh"),
+                           ("tatoeba/tatoeba.wuu-eng.wuu", "zh"), ("tatoeba/tatoeba.jpn-eng.jpn", "ja")):
+        path = require_file(labse_data, relative)
+        real += [(line.strip(), lang) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(real) > 4000
+    from pipelines.text.filters import gbk_mojibake
+
+    assert [text for text, lang in real if gbk_mojibake(text, lang, FilterConfig())] == []

@@ -9,6 +9,7 @@ Rules follow C4 (TFDS `c4_utils.py`) and Gopher (Rae et al. 2021), applied per s
 - `digits`: mostly digits (tables, phone numbers, prices).
 - `repeated_characters`: a run of one character (`!!!!!!!!!!`, `----------`).
 - `replacement_character`: U+FFFD, the mark of a wrong charset.
+- `gbk_mojibake`: UTF-8 Chinese decoded as GBK upstream, in pages that are mojibake as sent.
 - `script`: the letters are mostly not in the script(s) of the sentence's language.
 """
 from __future__ import annotations
@@ -148,6 +149,25 @@ def replacement_character(text: str, lang: str, config: FilterConfig) -> str | N
     return "replacement_character" if "\uFFFD" in text else None
 
 
+_HAN_RUN = re.compile(r"[\u3400-\u9fff]{2,}")
+_HAN_PAIR = re.compile(r"[\u4e00-\u9fff]{2,}")
+
+
+def gbk_mojibake(text: str, lang: str, config: FilterConfig) -> str | None:
+    """UTF-8 Chinese that was decoded as GBK before it reached us ("澳洲" became "婢虫床"): a run
+    of Han characters whose GBK bytes, read as UTF-8, give two or more Han characters in a row.
+    Pages that are mojibake themselves (no charset decision can repair them) pass every other rule.
+    No real Chinese or Japanese line of the UDHR, Tatoeba or WARC samples matches."""
+    for match in _HAN_RUN.finditer(text):
+        try:
+            raw = match.group(0).encode("gbk")
+        except UnicodeEncodeError:
+            continue
+        if _HAN_PAIR.search(raw.decode("utf-8", "replace")):
+            return "gbk_mojibake"
+    return None
+
+
 # Scripts (the first word of a letter's Unicode name) per lid.176 language; unlisted languages are
 # written in Latin script.
 _SCRIPTS: dict[str, frozenset[str]] = {}
@@ -229,12 +249,12 @@ def script(text: str, lang: str, config: FilterConfig) -> str | None:
 SentenceFilter = Callable[[str, str, FilterConfig], "str | None"]
 # Cheapest first: the first reason found is the one counted.
 FILTERS: tuple[SentenceFilter, ...] = (
-    length, replacement_character, javascript, lorem_ipsum, policy, repeated_characters,
+    length, replacement_character, gbk_mojibake, javascript, lorem_ipsum, policy, repeated_characters,
     terminal_punctuation, digits, symbols, script,
 )
 # Every reason a filter can return, so counters and stats list them even at zero.
 REASONS = (
-    "too_short", "too_long", "replacement_character", "javascript", "lorem_ipsum", "policy",
+    "too_short", "too_long", "replacement_character", "gbk_mojibake", "javascript", "lorem_ipsum", "policy",
     "repeated_characters", "no_terminal_punctuation", "digits", "symbols", "no_letters", "script_mismatch",
 )
 
@@ -297,12 +317,13 @@ def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterCon
     folded = joined.casefold()
     phrases = any(map(folded.__contains__, _PHRASES))
     replacement = "\uFFFD" in joined
+    han = _HAN_RUN.search(joined) is not None
     repeated = _has_run(codes, starts, config.max_repeated_run + 1)
     ellipsis = "..." in joined
 
     out: list[str | None] = []
     for i, (text, lang) in enumerate(zip(texts, langs)):
-        reason = _first_failure_rare(text, lang, config, replacement, phrases, repeated)
+        reason = _first_failure_rare(text, lang, config, replacement, han, phrases, repeated)
         if reason is None:
             reason = _counted_rules(text, lang, config, int(lengths[i]) - spaces[i], digits[i], symbols_[i],
                                     ellipsis, letters[i], matching_by_lang[lang][i], non_ascii[i] == 0)
@@ -310,7 +331,7 @@ def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterCon
     return out
 
 
-def _first_failure_rare(text: str, lang: str, config: FilterConfig, replacement: bool, phrases: bool,
+def _first_failure_rare(text: str, lang: str, config: FilterConfig, replacement: bool, han: bool, phrases: bool,
                         repeated: bool) -> str | None:
     """The rules before terminal punctuation; a False flag skips a rule known not to fire."""
     n = len(text)
@@ -320,6 +341,8 @@ def _first_failure_rare(text: str, lang: str, config: FilterConfig, replacement:
         return "too_long"
     if replacement and "\uFFFD" in text:
         return "replacement_character"
+    if han and gbk_mojibake(text, lang, config):
+        return "gbk_mojibake"
     if phrases:
         folded = text.casefold()
         if any(map(folded.__contains__, _PHRASES)):
