@@ -96,11 +96,11 @@ def train_and_evaluate(name: str, spec: dict, args, vocab: Path, shards: str) ->
     run([PY, "-m", "labse_model.export", "--run", str(run_dir), "--output", str(model_dir), "--overwrite"],
         args.work / "logs" / f"{name}.export.log")
 
-    from labse_model.evaluate import load_encoder, multi30k_retrieval_accuracy, tatoeba_accuracy
+    from labse_model.evaluate import load_encoder, multi30k_retrieval_accuracies, tatoeba_accuracy
 
     encode = load_encoder(str(model_dir), device="cpu", batch_size=128)
-    multi30k = {lang: multi30k_retrieval_accuracy(encode, args.data, pair=(lang, "en"))["mean"]
-                for lang in ("de", "fr", "cs")}
+    accuracies = multi30k_retrieval_accuracies(encode, args.data, [(lang, "en") for lang in ("de", "fr", "cs")])
+    multi30k = {lang: accuracies[f"{lang}-en"]["mean"] for lang in ("de", "fr", "cs")}
     tatoeba = tatoeba_accuracy(encode, args.data / "tatoeba", ["deu", "fra", "ces"])
     result = {
         "run": name, **spec, "global_batch": global_batch, "steps": summary["step"],
