@@ -19,8 +19,9 @@ over pages. Systems, all in this one run on the same pages:
 Speed (CPU seconds of this process, best of several runs, so a busy shared machine slows the
 numbers less than wall time would): lines/s of ``MainContentModel.score_lines`` (featurise +
 one fastText call + page smoothing); pages/s of HTML -> lines -> classifier vs the teacher's
-``trafilatura.extract``; and pages/s of labse-clean's whole per-document text stage
-(``pipelines.clean.clean_document``: lines, classifier, lid.176, sentences, filters) vs the teacher.
+``trafilatura.extract``, and the CPU ms a page of its HTML feature (``html_main_flags``); and
+pages/s of labse-clean's whole per-document text stage (``pipelines.clean.clean_document``: lines,
+classifier, lid.176, sentences, filters) vs the teacher.
 The classifier rows are measured with the HTML feature (WARC input; ``clean_document`` passes the
 page's HTML) and without it (text only, as for WET input).
 
@@ -202,6 +203,10 @@ def measure_speed(args, cc_model, cc_model_path: Path, teacher) -> dict:
         return cc_model.score_lines_with_flags(lines, html_main_flags(lines, tree))
 
     pages_model = best_cpu_seconds(lambda: [classify_page(d.body) for d in docs], args.repeats)
+    trees = [parse_html(d.body) for d in docs]
+    tree_lines = [tree_to_lines(tree) for tree in trees]
+    html_feature = best_cpu_seconds(lambda: [html_main_flags(lines, tree) for lines, tree in zip(tree_lines, trees)],
+                                    args.repeats)
     pages_model_text = best_cpu_seconds(lambda: [cc_model.score_lines(html_to_lines(d.body)) for d in docs],
                                         args.repeats)
     pages_teacher = best_cpu_seconds(lambda: [teacher_extract(d.body, teacher) for d in docs], 2)
@@ -214,6 +219,7 @@ def measure_speed(args, cc_model, cc_model_path: Path, teacher) -> dict:
         "score_lines_lines_per_cpu_s": n_lines / classify,
         "featurise_plus_fasttext_lines_per_cpu_s": n_lines / predict_only,
         "parse_lines_html_feature_classifier_pages_per_cpu_s": len(docs) / pages_model,
+        "html_feature_cpu_ms_per_page": 1000 * html_feature / len(docs),
         "html_to_lines_plus_classifier_text_only_pages_per_cpu_s": len(docs) / pages_model_text,
         "clean_document_with_classifier_pages_per_cpu_s": len(docs) / pages_clean,
         "teacher_pages_per_cpu_s": len(docs) / pages_teacher,
@@ -235,7 +241,8 @@ def report(quality: dict, speed: dict) -> None:
     print(f"HTML -> one parse -> lines + HTML feature -> classifier: "
           f"{speed['parse_lines_html_feature_classifier_pages_per_cpu_s']:.0f} pages/s per core; "
           f"teacher trafilatura.extract: {speed['teacher_pages_per_cpu_s']:.0f} pages/s per core; "
-          f"ratio {speed['ratio_extraction_vs_teacher']:.1f}x ({pages} pages)")
+          f"ratio {speed['ratio_extraction_vs_teacher']:.1f}x ({pages} pages); of which the HTML feature "
+          f"(html_main_flags on the parsed page) {speed['html_feature_cpu_ms_per_page']:.2f} ms per page")
     print(f"HTML -> lines -> classifier, text only (no HTML feature): "
           f"{speed['html_to_lines_plus_classifier_text_only_pages_per_cpu_s']:.0f} pages/s per core; "
           f"ratio {speed['ratio_extraction_text_only_vs_teacher']:.1f}x")
