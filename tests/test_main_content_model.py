@@ -84,6 +84,8 @@ def test_postprocess_drops_prose_far_from_the_main_run():
     raw = np.array([0.95] * 10 + [0.05] * 30 + [0.7])
     out = postprocess_scores(raw, lines)
     assert out[:10].min() > 0.5 and out[-1] < 0.5
+    with pytest.raises(ValueError):
+        postprocess_scores(raw, lines[:-1])
 
 
 @pytest.mark.parametrize("content, message", [

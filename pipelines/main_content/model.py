@@ -232,6 +232,8 @@ def postprocess_scores(raw: np.ndarray | Sequence[float], lines: Sequence[str], 
        removes prose-like boilerplate far from the article (cookie notices, teasers, disclaimers).
     """
     scores = raw.tolist() if isinstance(raw, np.ndarray) else [float(score) for score in raw]
+    if len(scores) != len(lines):
+        raise ValueError(f"{len(scores)} scores but {len(lines)} lines")
     return _postprocess(scores, lines, window, region_pivot, region_min_share, outside_factor)
 
 
