@@ -240,19 +240,31 @@ def _global_window(value) -> WindowedValue:
     return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
 
 
-def local_model_path(path: str) -> str:
-    """`path` itself, or a local copy of a remote (gs://...) model: fastText reads local files only."""
+def load_main_content_model(path: str):
+    """The main-content model at `path`, local or remote (gs://...).
+
+    fastText reads local files only, so a remote model is copied to a temporary file, loaded (the
+    model then lives in memory) and the copy deleted at once.
+    """
+    from pipelines.main_content.model import MainContentModel, MainContentModelError
+
     if "://" not in path:
-        return path
+        return MainContentModel.load(path)
     import tempfile
 
     from apache_beam.io.filesystems import FileSystems
 
     fd, local = tempfile.mkstemp(prefix="main-content-", suffix=".bin")
-    with os.fdopen(fd, "wb") as out, FileSystems.open(path) as remote:
-        while chunk := remote.read(1 << 20):
-            out.write(chunk)
-    return local
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out, FileSystems.open(path) as remote:
+                while chunk := remote.read(1 << 20):
+                    out.write(chunk)
+        except Exception as exc:  # Beam filesystems raise their own error types
+            raise MainContentModelError(f"cannot copy main-content model {path!r}: {exc}") from exc
+        return MainContentModel.load(local)
+    finally:
+        os.unlink(local)
 
 
 class _CleanDocumentsFn(beam.DoFn):
@@ -270,9 +282,7 @@ class _CleanDocumentsFn(beam.DoFn):
         self.lid = LanguageIdentifier()
         self.main_content_model = None
         if self.config.main_content_model:
-            from pipelines.main_content.model import MainContentModel
-
-            self.main_content_model = MainContentModel.load(local_model_path(self.config.main_content_model))
+            self.main_content_model = load_main_content_model(self.config.main_content_model)
         self.counters = ReasonCounters()
 
     def start_bundle(self):
@@ -572,10 +582,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"labse-clean: error: {exc}", file=sys.stderr)
             return 2
     if args.main_content_model:
-        from pipelines.main_content.model import MainContentModel, MainContentModelError
+        from pipelines.main_content.model import MainContentModelError
 
         try:  # fail before the pipeline starts, not in every worker
-            MainContentModel.load(local_model_path(args.main_content_model))
+            load_main_content_model(args.main_content_model)
         except MainContentModelError as exc:
             print(f"labse-clean: error: --main-content-model: {exc}", file=sys.stderr)
             return 2

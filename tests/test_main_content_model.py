@@ -131,6 +131,25 @@ def test_labse_clean_refuses_a_truncated_model_before_the_pipeline(labse_data, t
     assert not (out / "stats.json").exists()
 
 
+def test_a_model_on_an_object_store_is_loaded_and_its_local_copy_removed(tiny_model, tmp_path, monkeypatch):
+    """labse-clean workers copy a gs://-style model to a temporary file for fastText, load it and
+    delete the copy at once; a missing remote model is a clear MainContentModelError."""
+    import tempfile
+
+    from pipelines.clean import load_main_content_model
+    from tests.object_store import ObjectStoreOnDisk
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    model = load_main_content_model(ObjectStoreOnDisk.PREFIX + str(tiny_model))
+    assert model.score_lines(NAV + ARTICLE + FOOTER).shape == (len(NAV + ARTICLE + FOOTER),)
+    assert list(scratch.iterdir()) == []
+    with pytest.raises(MainContentModelError, match="cannot copy main-content model"):
+        load_main_content_model(ObjectStoreOnDisk.PREFIX + str(tmp_path / "missing.bin"))
+    assert list(scratch.iterdir()) == []
+
+
 def test_cli_reports_a_bad_model_clearly(tmp_path, labse_data):
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"garbage")

@@ -9,13 +9,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from apache_beam.io.localfilesystem import LocalFileSystem
 
 from labse_model import tfrecord
 from labse_model.data import build_train_loader, iter_pairs
 from labse_model.tfrecord import TFRecordCorruptError, example_to_dict, index_records, iter_records
 from pipelines import tfrecords as tfr
 from tests.conftest import require_file
+from tests.object_store import ObjectStoreOnDisk
 
 MAX_LEN = 16
 SCORED_ROWS = 300  # from Multi30k val de-en, as contract-7 scored pairs
@@ -281,22 +281,6 @@ def test_gzip_shards_get_a_clear_message(tmp_path):
         index_records(tmp_path / "text.tfrecord")
 
 
-class _ObjectStoreOnDisk(LocalFileSystem):
-    """A `labsetest://` scheme stored in a local folder: shards take the object-store writer, without network."""
-
-    PREFIX = "labsetest://"
-
-    @classmethod
-    def scheme(cls):
-        return "labsetest"
-
-    def create(self, path, *args, **kwargs):
-        return super().create(path[len(self.PREFIX):], *args, **kwargs)
-
-    def delete(self, paths):
-        return super().delete([p[len(self.PREFIX):] for p in paths])
-
-
 def test_object_store_shard_is_written_or_removed(labse_data, tmp_path):
     """A shard that fails partway on an object store is deleted, not left behind as a short object."""
     de = read_lines(require_file(labse_data, "multi30k/val.de.gz"), 20)
@@ -304,7 +288,7 @@ def test_object_store_shard_is_written_or_removed(labse_data, tmp_path):
     facts = ("de-en", 3, 3, False, False)
     records = [(key, tfrecord.encode_example({"src_text": s, "tgt_text": t}), facts)
                for key, (s, t) in enumerate(zip(de, en))]
-    write = tfr._WriteShard(_ObjectStoreOnDisk.PREFIX + str(tmp_path), 1)
+    write = tfr._WriteShard(ObjectStoreOnDisk.PREFIX + str(tmp_path), 1)
 
     summary = next(write.process((0, records)))
     shard = tmp_path / tfr.shard_name(0, 1)
