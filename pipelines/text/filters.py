@@ -288,14 +288,14 @@ def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterCon
     This runs on every sentence of the corpus, so the character counting is done for all the
     sentences at once: their code points go through per-code-point tables (digit, whitespace,
     symbol, letter script) with numpy and are summed per sentence. The rules that rarely fire
-    (U+FFFD, the phrase rules, repeated characters) are tested on all sentences together first,
-    and per sentence only when that finds something.
+    (U+FFFD, GBK mojibake, the phrase rules, repeated characters) are first tested on all
+    sentences together, as a superset, and per sentence only when that finds something.
     """
     if not texts:
         return []
-    joined = "".join(texts)
-    if "\n" in joined or not all(texts):  # not sentences: the joined tests below would not hold
+    if not all(texts):  # per-sentence sums (reduceat) need every sentence non-empty
         return [first_failure_reference(text, lang, config) for text, lang in zip(texts, langs)]
+    joined = "".join(texts)
     codes = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
     tables = _char_tables()
     if int(codes.max()) >= len(tables.classes):  # beyond the tabled planes (rare): one by one
@@ -311,9 +311,10 @@ def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterCon
     letters = np.add.reduceat((scripts != 0).astype(np.int32), starts).tolist()
     matching_by_lang = {}
     for lang in set(langs):
-        wanted = tables.wanted(lang, expected_scripts(lang))
+        wanted = tables.wanted(expected_scripts(lang))
         matching_by_lang[lang] = np.add.reduceat(wanted[scripts].astype(np.int32), starts).tolist()
-    # Rare rules, tested on all sentences at once.
+    # Rare rules, tested on all sentences at once: a match here may span two sentences, so it
+    # only says that the per-sentence test is needed.
     folded = joined.casefold()
     phrases = any(map(folded.__contains__, _PHRASES))
     replacement = "\uFFFD" in joined
@@ -323,7 +324,7 @@ def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterCon
 
     out: list[str | None] = []
     for i, (text, lang) in enumerate(zip(texts, langs)):
-        reason = _first_failure_rare(text, lang, config, replacement, han, phrases, repeated)
+        reason = _rules_before_counting(text, lang, config, replacement, han, phrases, repeated)
         if reason is None:
             reason = _counted_rules(text, lang, config, int(lengths[i]) - spaces[i], digits[i], symbols_[i],
                                     ellipsis, letters[i], matching_by_lang[lang][i], non_ascii[i] == 0)
@@ -331,9 +332,10 @@ def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterCon
     return out
 
 
-def _first_failure_rare(text: str, lang: str, config: FilterConfig, replacement: bool, han: bool, phrases: bool,
-                        repeated: bool) -> str | None:
-    """The rules before terminal punctuation; a False flag skips a rule known not to fire."""
+def _rules_before_counting(text: str, lang: str, config: FilterConfig, replacement: bool, han: bool, phrases: bool,
+                           repeated: bool) -> str | None:
+    """The rules up to terminal punctuation, in FILTERS order; a False flag skips a rule known not
+    to fire on this sentence."""
     n = len(text)
     if n < config.min_chars:
         return "too_short"
@@ -419,7 +421,7 @@ class _CharTables:
         self.scripts = scripts
         self._wanted: dict[frozenset, np.ndarray] = {}
 
-    def wanted(self, lang: str, names: frozenset[str]) -> np.ndarray:
+    def wanted(self, names: frozenset[str]) -> np.ndarray:
         """Per script id: is it one of `names`? (index 0, not a letter, is False)"""
         table = self._wanted.get(names)
         if table is None:
