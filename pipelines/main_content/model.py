@@ -214,11 +214,6 @@ def _prose_context(lines: Sequence[str], prose_at: list[int]) -> tuple[list[str]
     return distance, span, nearby, prose_share
 
 
-# Pages shorter than this are smoothed in plain Python: numpy's per-call overhead (some 20 calls a
-# page) costs more than it saves on them (measured on the sample pages: break-even near 100 lines).
-_NUMPY_FROM_LINES = 100
-
-
 def postprocess_scores(raw: np.ndarray | Sequence[float], lines: Sequence[str], *, window: int = SMOOTH_WINDOW,
                        region_pivot: float = 0.5, region_min_share: float = REGION_MIN_SHARE,
                        outside_factor: float = OUTSIDE_REGION_FACTOR) -> np.ndarray:
