@@ -81,7 +81,40 @@ class _CompressedBuffer:
         self.start -= len(data)
 
 
-class GzipMember:
+class ForwardOnlyStream:
+    """A read-only byte stream that cannot rewind (compressed data, or a socket-like source).
+
+    Subclasses implement `read` and advance `_position` by what they return; `seek` moves forward
+    by reading and discarding, which is all a reader library needs to skip a payload.
+    """
+
+    _position = 0
+    _SKIP_CHUNK = 1 << 20
+
+    def read(self, size: int = -1) -> bytes:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self._position + offset if whence == 1 else -1
+        while self._position < target:
+            if not self.read(min(target - self._position, self._SKIP_CHUNK)):
+                break
+        return self._position
+
+    def close(self) -> None:  # the underlying file belongs to whoever opened it
+        pass
+
+
+class GzipMember(ForwardOnlyStream):
     """One gzip member as a read-only stream of its decompressed bytes.
 
     After the member has been read to its end, exactly one of these describes how it ended:
@@ -95,7 +128,7 @@ class GzipMember:
         self._z = zlib.decompressobj(wbits=31)
         self._out = bytearray()
         self.total_out = 0  # decompressed bytes produced so far
-        self._delivered = 0  # decompressed bytes handed to the caller (the stream position)
+        self._position = 0  # decompressed bytes handed to the caller
         self.complete = False
         self.truncated = False
         self.corrupt = False
@@ -148,34 +181,14 @@ class GzipMember:
                 self._pump()
             data = bytes(self._out)
             self._out.clear()
-            self._delivered += len(data)
+            self._position += len(data)
             return data
         while len(self._out) < size and not self.finished:
             self._pump()
         data = bytes(self._out[:size])
         del self._out[:size]
-        self._delivered += len(data)
+        self._position += len(data)
         return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._delivered
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        """Only forward seeks (skipping) are possible in a compressed stream."""
-        target = offset if whence == 0 else self._delivered + offset if whence == 1 else -1
-        while self._delivered < target:
-            if not self.read(min(target - self._delivered, _OUT_CHUNK)):
-                break
-        return self._delivered
-
-    def close(self) -> None:  # the underlying file belongs to the splitter
-        pass
 
     def drain(self) -> None:
         """Skip the rest of the member (to reach the next one)."""

@@ -34,7 +34,7 @@ from pipelines.io.documents import (
     ReadError,
     ReadResult,
 )
-from pipelines.io.gzip_members import GZIP_MAGIC, GzipGap, GzipMember, iter_gzip_members
+from pipelines.io.gzip_members import GZIP_MAGIC, ForwardOnlyStream, GzipGap, GzipMember, iter_gzip_members
 from pipelines.io.payload import (
     PayloadError,
     charset_from_content_type,
@@ -47,7 +47,7 @@ from pipelines.io.payload import (
 )
 
 
-class _Prefixed:
+class _Prefixed(ForwardOnlyStream):
     """A binary stream with some already-read bytes put back in front (for sniffing)."""
 
     def __init__(self, prefix: bytes, raw: BinaryIO):
@@ -66,25 +66,6 @@ class _Prefixed:
             data = self._raw.read(size)
         self._position += len(data)
         return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        target = offset if whence == 0 else self._position + offset if whence == 1 else -1
-        while self._position < target:
-            if not self.read(min(target - self._position, 1 << 20)):
-                break
-        return self._position
-
-    def close(self) -> None:
-        pass
 
 
 def read_warc_stream(
@@ -114,7 +95,7 @@ def read_warc_stream(
         yield from _resyncing_records(raw, stream, path, None, wet, limits, stats)
 
 
-class _Rewindable:
+class _Rewindable(ForwardOnlyStream):
     """A forward-only stream (a gzip member) that can seek back within its last `history` bytes,
     which is what resuming after a malformed record needs: FastWARC reads ahead of the record
     it reports, and the resync seeks back to the end of the last good record."""
@@ -151,27 +132,15 @@ class _Rewindable:
         self._position += len(data)
         return replay + data
 
-    def readable(self) -> bool:
-        return True
-
     def seekable(self) -> bool:
         return True
-
-    def tell(self) -> int:
-        return self._position
 
     def seek(self, offset: int, whence: int = 0) -> int:
         target = offset if whence == 0 else self._position + offset
         if target < self._history_start:
             raise OSError(f"cannot seek back to {target}: only the last {self._limit} bytes are kept")
         self._position = min(target, self._history_end())
-        while self._position < target:
-            if not self.read(min(target - self._position, 1 << 20)):
-                break
-        return self._position
-
-    def close(self) -> None:
-        pass
+        return super().seek(target)  # forward beyond the history: read on
 
 
 @dataclass(frozen=True)
