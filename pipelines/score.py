@@ -14,7 +14,6 @@ probability) and `SCORED_DIR/stats.json` (counts and the threshold per language 
 from __future__ import annotations
 
 import argparse
-import io
 import logging
 import os
 import sys
@@ -28,7 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.accounting import SumTallies
 from pipelines.io.atomic import write_json_atomic
-from pipelines.io.parquet import write_parquet_atomic
+from pipelines.io.parquet import iter_parquet_rows, write_parquet_atomic
 
 LOG = logging.getLogger("labse-score")
 PAIR_COLUMNS = ("src", "tgt", "src_lang", "tgt_lang", "cosine", "margin", "src_url", "src_doc_id",
@@ -43,14 +42,8 @@ BATCH = 512
 
 
 def _read_pairs_file(readable_file):
-    import pyarrow.parquet as pq
-
     with readable_file.open() as handle:
-        table = pq.read_table(io.BytesIO(handle.read()))
-    missing = [c for c in PAIR_COLUMNS if c not in table.column_names]
-    if missing:
-        raise ValueError(f"{readable_file.metadata.path}: not a pairs file, missing columns {missing}")
-    yield from table.select(list(PAIR_COLUMNS)).to_pylist()
+        yield from iter_parquet_rows(handle, readable_file.metadata.path, PAIR_COLUMNS)
 
 
 class ReadPairs(beam.PTransform):

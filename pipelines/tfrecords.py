@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -31,7 +32,7 @@ import os
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -39,6 +40,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from labse_model.tfrecord import TFRecordWriter, encode_example
 from pipelines.io.atomic import write_json_atomic
+from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 
 logger = logging.getLogger(__name__)
 
@@ -173,25 +175,16 @@ def _count(reason: str) -> None:
 class _ReadParquetPairs(beam.DoFn):
     """One Parquet file -> pair dicts, in record batches; unreadable files are counted, not fatal."""
 
-    COLUMNS = ("src", "tgt", "src_lang", "tgt_lang", "score")
-
     def process(self, path: str):
-        import pyarrow.parquet as pq
-
         try:
             with FileSystems.open(path, compression_type="uncompressed") as f:
-                parquet = pq.ParquetFile(f)
-                names = set(parquet.schema_arrow.names)
-                if not {"src", "tgt"} <= names:
-                    _count("parquet_without_src_tgt")
-                    logger.warning("%s: no src/tgt columns (has %s); skipped", path, sorted(names))
-                    yield beam.pvalue.TaggedOutput("dropped", "parquet_without_src_tgt")
-                    return
-                columns = [c for c in self.COLUMNS if c in names]
-                for batch in parquet.iter_batches(batch_size=4096, columns=columns):
-                    for row in batch.to_pylist():
-                        _count("input_pairs")
-                        yield row
+                for row in iter_parquet_rows(f, path, ("src", "tgt"), ("src_lang", "tgt_lang", "score")):
+                    _count("input_pairs")
+                    yield row
+        except MissingColumnsError as exc:
+            _count("parquet_without_src_tgt")
+            logger.warning("%s; skipped", exc)
+            yield beam.pvalue.TaggedOutput("dropped", "parquet_without_src_tgt")
         except Exception as exc:  # corrupt footer, truncated file, permission ...
             _count("parquet_unreadable")
             logger.error("%s: unreadable Parquet file (%s); skipped", path, exc)
@@ -215,18 +208,26 @@ class ReadParquetPairs(beam.PTransform):
 
 class _ReadParallelText(beam.DoFn):
     def process(self, spec: ParallelTextSpec):
+        unaligned = 0
+        # Line by line from both files at once: a parallel corpus can be larger than memory.
         with FileSystems.open(spec.src_path) as fs, FileSystems.open(spec.tgt_path) as ft:
-            src_lines = fs.read().decode("utf-8", "replace").splitlines()
-            tgt_lines = ft.read().decode("utf-8", "replace").splitlines()
-        if len(src_lines) != len(tgt_lines):
-            logger.warning("%s has %d lines, %s has %d: the extra lines are dropped",
-                           spec.src_path, len(src_lines), spec.tgt_path, len(tgt_lines))
-        for src, tgt in zip(src_lines, tgt_lines):
-            _count("input_pairs")
-            yield {"src": src, "tgt": tgt, "src_lang": spec.src_lang, "tgt_lang": spec.tgt_lang, "score": 1.0}
-        for _ in range(abs(len(src_lines) - len(tgt_lines))):
-            _count("unaligned_line")
-            yield beam.pvalue.TaggedOutput("dropped", "unaligned_line")
+            for src, tgt in itertools.zip_longest(_text_lines(fs), _text_lines(ft)):
+                if src is None or tgt is None:
+                    unaligned += 1
+                    _count("unaligned_line")
+                    yield beam.pvalue.TaggedOutput("dropped", "unaligned_line")
+                    continue
+                _count("input_pairs")
+                yield {"src": src, "tgt": tgt, "src_lang": spec.src_lang, "tgt_lang": spec.tgt_lang, "score": 1.0}
+        if unaligned:
+            logger.warning("%s and %s differ by %d lines: the extra lines are dropped",
+                           spec.src_path, spec.tgt_path, unaligned)
+
+
+def _text_lines(handle) -> Iterator[str]:
+    """The lines of a UTF-8 text file, without their line ends (undecodable bytes replaced)."""
+    for raw in iter(handle.readline, b""):
+        yield raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
 class ReadParallelText(beam.PTransform):

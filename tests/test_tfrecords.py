@@ -300,3 +300,28 @@ def test_object_store_shard_is_written_or_removed(labse_data, tmp_path):
     with pytest.raises(TypeError):
         next(write.process((0, broken)))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_parallel_text_streams_and_counts_unaligned_lines(labse_data, tmp_path):
+    """Line-aligned files are read line by line; lines one side has more of are dropped with a reason."""
+    de = read_lines(require_file(labse_data, "multi30k/val.de.gz"), 5)
+    en = read_lines(require_file(labse_data, "multi30k/val.en.gz"), 7)
+    (tmp_path / "de.txt").write_text("\n".join(de) + "\n", encoding="utf-8")
+    (tmp_path / "en.txt").write_text("\r\n".join(en), encoding="utf-8")  # CRLF, no final newline
+    spec = tfr.ParallelTextSpec("de", str(tmp_path / "de.txt"), "en", str(tmp_path / "en.txt"))
+    out = list(tfr._ReadParallelText().process(spec))
+    pairs = [o for o in out if isinstance(o, dict)]
+    assert [(p["src"], p["tgt"]) for p in pairs] == list(zip(de, en[:5]))
+    assert [o.value for o in out if not isinstance(o, dict)] == ["unaligned_line"] * 2
+
+
+def test_parquet_pairs_without_src_tgt_are_dropped_with_a_reason(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"src": ["Hallo Welt."], "other": ["x"]}), tmp_path / "bad.parquet")
+    pq.write_table(pa.table({"src": ["Hallo."], "tgt": ["Hello."], "score": [0.9]}), tmp_path / "good.parquet")
+    bad = list(tfr._ReadParquetPairs().process(str(tmp_path / "bad.parquet")))
+    assert [o.value for o in bad] == ["parquet_without_src_tgt"]
+    good = list(tfr._ReadParquetPairs().process(str(tmp_path / "good.parquet")))
+    assert good == [{"src": "Hallo.", "tgt": "Hello.", "score": 0.9}]

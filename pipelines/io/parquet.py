@@ -19,7 +19,7 @@ import json
 import math
 import uuid
 import zlib
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import apache_beam as beam
 import pyarrow as pa
@@ -66,6 +66,27 @@ def write_parquet_atomic(rows: list[dict], path: str, schema: pa.Schema = SENTEN
     if FileSystems.exists(path):
         FileSystems.delete([path])  # a retried bundle: same name, same content
     FileSystems.rename([tmp], [path])
+
+
+class MissingColumnsError(ValueError):
+    """A Parquet file lacks a column the reader needs."""
+
+
+def iter_parquet_rows(handle, path: str, required: Iterable[str], optional: Iterable[str] = (),
+                      batch_size: int = 4096) -> Iterator[dict]:
+    """Rows of one Parquet file as dicts of `required` and the `optional` columns it has, a batch
+    at a time (a 200,000-row shard is never held as Python objects at once). `handle`: a seekable
+    binary file (Beam's FileSystems.open / ReadableFile.open). Raises MissingColumnsError naming
+    `path` when a required column is missing."""
+    parquet = pq.ParquetFile(handle)
+    names = set(parquet.schema_arrow.names)
+    required = list(required)
+    missing = [c for c in required if c not in names]
+    if missing:
+        raise MissingColumnsError(f"{path}: Parquet file without the column(s) {missing} (has {sorted(names)})")
+    columns = required + [c for c in optional if c in names]
+    for batch in parquet.iter_batches(batch_size=batch_size, columns=columns):
+        yield from batch.to_pylist()
 
 
 def shard_of(row: dict, num_shards: int) -> int:

@@ -30,6 +30,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
+from pipelines.io.parquet import iter_parquet_rows
 from pipelines.mining.margin import MARGINS, STRATEGIES, greedy_unique, margin_scores
 from pipelines.mining.search import SearchConfig, knn
 
@@ -94,14 +95,7 @@ def registered_domain(url: str | None) -> str | None:
 
 # ------------------------------------------------------------------------------- reading
 def _records_from_parquet(handle, path: str, lang: str) -> Iterator[dict]:
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(io.BytesIO(handle.read()))
-    columns = set(table.column_names)
-    if "text" not in columns:
-        raise ValueError(f"{path}: Parquet without a `text` column")
-    wanted = [c for c in ("text", "url", "doc_id", "lang") if c in columns]
-    for row_number, row in enumerate(table.select(wanted).to_pylist()):
+    for row_number, row in enumerate(iter_parquet_rows(handle, path, ["text"], ("url", "doc_id", "lang"))):
         yield {"text": row.get("text"), "url": row.get("url") or "",
                "doc_id": row.get("doc_id") or f"{path}#{row_number}", "lang": row.get("lang") or lang}
 
