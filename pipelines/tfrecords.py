@@ -39,6 +39,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from labse_model.tfrecord import TFRecordWriter, encode_example
+from pipelines.accounting import ReasonCounters
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 
@@ -168,8 +169,11 @@ def shard_name(shard: int, num_shards: int) -> str:
 # ---------------------------------------------------------------------------------------------
 # Beam building blocks
 
-def _count(reason: str) -> None:
-    beam.metrics.Metrics.counter(COUNTER_NAMESPACE, reason).inc()
+_COUNTERS = ReasonCounters(COUNTER_NAMESPACE)  # one Beam counter object per reason and process
+
+
+def _count(reason: str, value: int = 1) -> None:
+    _COUNTERS.inc(reason, value)
 
 
 class _ReadParquetPairs(beam.DoFn):
@@ -350,7 +354,7 @@ class _WriteShard(beam.DoFn):
         except BaseException:
             writer.abort()
             raise
-        beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "written_pairs").inc(written)
+        _count("written_pairs", written)
         yield {
             "file": shard_name(shard, self.num_shards),
             "num_records": written,

@@ -14,8 +14,8 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 
+from pipelines.accounting import ReasonCounters
 from pipelines.io.documents import Document, Dropped, ReaderLimits, ReadError, ReadResult
 
 FORMATS = ("warc", "wet", "wikipedia")
@@ -78,19 +78,23 @@ class _ReadFileFn(beam.DoFn):
         self._fmt = fmt
         self._limits = limits
 
+    def setup(self):
+        self._counters = ReasonCounters(METRICS_NAMESPACE)
+
     def process(self, path: str) -> Iterator[ReadResult]:
         stats: Counter = Counter()
-        Metrics.counter(METRICS_NAMESPACE, "files").inc()
+        counters = self._counters
+        counters.inc("files")
         for result in read_records(path, self._fmt, limits=self._limits, stats=stats):
             if isinstance(result, Document):
-                Metrics.counter(METRICS_NAMESPACE, "documents").inc()
+                counters.inc("documents")
             elif isinstance(result, Dropped):
-                Metrics.counter(METRICS_NAMESPACE, f"dropped:{result.reason}").inc()
+                counters.inc(f"dropped:{result.reason}")
             else:
-                Metrics.counter(METRICS_NAMESPACE, f"errors:{result.reason}").inc()
+                counters.inc(f"errors:{result.reason}")
             yield result
         for note, count in stats.items():
-            Metrics.counter(METRICS_NAMESPACE, f"note:{note}").inc(count)
+            counters.inc(f"note:{note}", count)
 
 
 def _metadata_path(metadata) -> str:
