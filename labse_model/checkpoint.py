@@ -5,7 +5,7 @@ Layout (contract 9):
     RUN_DIR/checkpoints/step-00001000/
         model.safetensors      the SentenceEncoder's state dict (BERT + head), nothing pickled
         training_state.pt      optimizer, scheduler, step, data position   (torch.load weights_only=True)
-        rng-rank00000.pt       each rank's torch / CUDA / Python / NumPy RNG states
+        rng-rank00000.pt       each rank's torch / CUDA / Python / NumPy RNG states (and data position)
 
 A checkpoint is written into a hidden temporary folder beside the final one and renamed into place,
 so a `step-*` folder is always complete; a crash leaves at most a `.tmp-*` folder, which is ignored.
@@ -128,11 +128,13 @@ def save_checkpoint(
     world_size: int,
     barrier,
     keep_last: int | None = None,
+    rank_state: dict[str, Any] | None = None,
 ) -> Path | None:
     """Write one checkpoint from every rank (collective: all ranks must call it).
 
     Rank 0 writes the weights and the shared training state; every rank writes its own RNG
-    states. Returns the final folder on rank 0, None elsewhere.
+    states, and `rank_state` (the rank's own data position, if the task has one) beside them.
+    Returns the final folder on rank 0, None elsewhere.
     """
     final = checkpoint_dir(run_dir, step)
     staging = final.parent / f".tmp-{final.name}"
@@ -141,7 +143,8 @@ def save_checkpoint(
             shutil.rmtree(staging)
         staging.mkdir(parents=True)
     barrier()
-    torch.save(rng_state(), staging / f"rng-rank{rank:05d}.pt")
+    own_state = rng_state() if rank_state is None else {**rng_state(), "data": rank_state}
+    torch.save(own_state, staging / f"rng-rank{rank:05d}.pt")
     barrier()
     if rank != 0:
         barrier()

@@ -22,7 +22,6 @@ multilingual USE v3, the peer used in mining; 16 languages).  Python API for tra
 from __future__ import annotations
 
 import argparse
-import gzip
 import logging
 import os
 import sys
@@ -32,6 +31,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pipelines.io.atomic import write_json_atomic
+from pipelines.io.text_lines import read_lines
 
 __all__ = [
     "EncodeFn",
@@ -105,12 +105,6 @@ def tatoeba_languages(data_dir: str | os.PathLike) -> list[str]:
     return langs
 
 
-def _read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:  # type: ignore[operator]
-        return [line.rstrip("\n").rstrip("\r") for line in f]
-
-
 def load_tatoeba(data_dir: str | os.PathLike, lang: str) -> tuple[list[str], list[str]]:
     """(XXX sentences, English sentences), line-aligned."""
     data_dir = _tatoeba_dir(data_dir)
@@ -118,7 +112,7 @@ def load_tatoeba(data_dir: str | os.PathLike, lang: str) -> tuple[list[str], lis
     for path in (xx_path, en_path):
         if not path.is_file():
             raise FileNotFoundError(f"Tatoeba file missing: {path} (languages here: {', '.join(tatoeba_languages(data_dir)[:10])}, ...)")
-    xx, en = _read_lines(xx_path), _read_lines(en_path)
+    xx, en = read_lines(xx_path), read_lines(en_path)
     if len(xx) != len(en):
         raise ValueError(f"{xx_path} has {len(xx)} lines but {en_path} has {len(en)}")
     return xx, en
@@ -177,7 +171,7 @@ def load_multi30k(data_dir: str | os.PathLike, lang: str, split: str = "test_201
     data_dir = _multi30k_dir(data_dir)
     for name in (f"{split}.{lang}.gz", f"{split}.{lang}"):
         if (data_dir / name).is_file():
-            return _read_lines(data_dir / name)
+            return read_lines(data_dir / name)
     raise FileNotFoundError(f"Multi30k file missing: {data_dir / (split + '.' + lang + '.gz')}")
 
 

@@ -104,7 +104,7 @@ def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from labse_model.train import HelpFormatter
+    from labse_model.cli import HelpFormatter
 
     parser = argparse.ArgumentParser(
         prog="labse-export",

@@ -12,33 +12,32 @@ from __future__ import annotations
 
 import argparse
 import glob
-import gzip
 import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from labse_model import checkpoint as ckpt
+from labse_model.cli import HelpFormatter, configure_logging, run_distributed_command
 from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, TrainConfig, count_vocab
 from labse_model.distributed import (
     DistributedContext,
     all_gather_with_grad,
-    all_reduce_mean,
     barrier,
     init_distributed,
-    launched_by_torchrun,
     shutdown_distributed,
 )
-from labse_model.encoder import DualEncoder, SentenceEncoder
+from labse_model.encoder import DualEncoder
+from labse_model.loop import LoopParts, LoopSettings, restore_rng, run_loop, synchronize, wrap_ddp
 from labse_model.loss import BidirectionalAMSLoss
+from labse_model.optim import build_optimizer, build_scheduler
+from labse_model.run_log import RunLog
 from pipelines.io.atomic import write_text_atomic
 
 logger = logging.getLogger("labse_model.train")
@@ -49,15 +48,6 @@ RESUMABLE_OVERRIDES = ("max_steps", "eval_every", "save_every", "log_every", "nu
 
 # ----------------------------------------------------------------------------------------------
 # Command line
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except the empty ones (None, False) that say nothing."""
-
-    def _get_help_string(self, action):
-        if action.default is None or action.default is False:
-            return action.help
-        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,28 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def relaunch_with_torchrun(argv: list[str], nproc: int) -> int:
-    """Run this same command under torchrun with `nproc` processes on this host; its exit code."""
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-        "-m", "labse_model.train", *argv,
-    ]
-    logger.info("launching %d processes: %s", nproc, " ".join(command))
-    return subprocess.call(command)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.nproc_per_node > 1 and not launched_by_torchrun():
-        return relaunch_with_torchrun(argv, args.nproc_per_node)
-    try:
-        train(args)
-    except (ValueError, FileNotFoundError) as exc:
-        logger.error("%s", exc)
-        return 2
-    return 0
+    configure_logging()
+    return run_distributed_command("labse_model.train", argv, args.nproc_per_node, lambda: train(args))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -210,104 +183,13 @@ def resolve_weights(path: str) -> Path:
     return ckpt.find_checkpoint(candidate) / ckpt.MODEL_FILE
 
 
-def lr_lambda(warmup_steps: int, max_steps: int):
-    """Linear warm-up to the peak over `warmup_steps` (the first step already moves), then linear decay to 0."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return max(0.0, (max_steps - step) / max(1, max_steps - warmup_steps))
-
-    return factor
-
-
-def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    # No weight decay on biases and LayerNorm weights (the BERT convention).
-    decay, no_decay = [], []
-    for parameter in model.parameters():
-        (decay if parameter.ndim >= 2 else no_decay).append(parameter)
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=config.learning_rate,
-        betas=config.adam_betas,
-        eps=config.adam_eps,
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# Dev evaluation
-
-
-def _read_lines(path: str) -> list[str]:
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
-
-
-def load_dev_pairs(spec: str, vocab_path: str, max_pairs: int, max_seq_length: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids of held-out pairs: a TFRecord glob, or 'SRC_FILE:TGT_FILE' line-aligned text."""
-    if ":" in spec and not glob.glob(spec):
-        src_path, tgt_path = spec.split(":", 1)
-        for path in (src_path, tgt_path):
-            if not Path(path).is_file():
-                raise FileNotFoundError(f"--dev-data file not found: {path}")
-        sources, targets = _read_lines(src_path), _read_lines(tgt_path)
-        if len(sources) != len(targets):
-            raise ValueError(f"--dev-data files are not line-aligned: {len(sources)} vs {len(targets)} lines")
-        keep = [(s, t) for s, t in zip(sources, targets) if s.strip() and t.strip()][:max_pairs]
-        from vocab.tokenizer import hf_tokenizer
-
-        tokenizer = hf_tokenizer(vocab_path)
-        encode = lambda texts: tokenizer(texts, truncation=True, max_length=max_seq_length)["input_ids"]  # noqa: E731
-        return encode([s for s, _ in keep]), encode([t for _, t in keep])
-    from labse_model.data import iter_pairs
-
-    src_ids, tgt_ids = [], []
-    for pair in iter_pairs(spec):
-        src_ids.append(pair.src_ids[:max_seq_length])
-        tgt_ids.append(pair.tgt_ids[:max_seq_length])
-        if len(src_ids) >= max_pairs:
-            break
-    if not src_ids:
-        raise ValueError(f"--dev-data {spec!r} holds no pairs")
-    return src_ids, tgt_ids
-
-
-@torch.no_grad()
-def encode_ids(encoder: SentenceEncoder, sequences: list[list[int]], device: torch.device, batch_size: int = 128,
-               pad_id: int = 0) -> torch.Tensor:
-    from labse_model.data import pad_batch
-
-    was_training = encoder.training
-    encoder.eval()
-    out = []
-    for start in range(0, len(sequences), batch_size):
-        ids, mask = pad_batch(sequences[start : start + batch_size], pad_id)
-        out.append(encoder(ids.to(device), mask.to(device)).float().cpu())
-    encoder.train(was_training)
-    return torch.cat(out)
-
-
-def retrieval_accuracy(src: torch.Tensor, tgt: torch.Tensor) -> dict[str, float]:
-    """Top-1 retrieval accuracy of each source among all targets and back (pairs are row-aligned)."""
-    similarity = src @ tgt.T
-    gold = torch.arange(len(src))
-    s2t = (similarity.argmax(dim=1) == gold).float().mean().item()
-    t2s = (similarity.argmax(dim=0) == gold).float().mean().item()
-    return {"src2tgt": s2t, "tgt2src": t2s, "mean": (s2t + t2s) / 2}
+def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    return build_optimizer(model, learning_rate=config.learning_rate, weight_decay=config.weight_decay,
+                           betas=config.adam_betas, eps=config.adam_eps)
 
 
 # ----------------------------------------------------------------------------------------------
 # Training
-
-
-def _move(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext) -> RunConfig:
@@ -346,6 +228,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
 def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     from labse_model.data import build_train_loader, check_schema_vocab
+    from labse_model.dev_eval import encode_ids, load_dev_pairs, pair_retrieval_accuracy
 
     run_dir: Path = args.output
     config = prepare_run_dir(args, ctx)
@@ -357,8 +240,8 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
 
     torch.manual_seed(tc.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
     model = DualEncoder(mc).to(ctx.device)
-    optimizer = build_optimizer(model, tc)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(tc.warmup_steps, tc.max_steps))
+    optimizer = optimizer_for(model, tc)
+    scheduler = build_scheduler(optimizer, tc.warmup_steps, tc.max_steps)
 
     start_step = 0
     if args.resume:
@@ -368,13 +251,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         start_step = int(state["step"])
-        rng = ckpt.load_rng_state(checkpoint, ctx.rank) if state.get("world_size") == ctx.world_size else None
-        if rng is None:
-            logger.warning("checkpoint was written by %s processes, now %d: RNG streams are re-seeded",
-                           state.get("world_size"), ctx.world_size)
-            torch.manual_seed(tc.seed + 1_000_003 * start_step + ctx.rank)
-        else:
-            ckpt.set_rng_state(rng)
+        restore_rng(checkpoint, ctx, reseed=tc.seed + 1_000_003 * start_step)
         if ctx.is_main:
             logger.info("resumed %s at step %d", checkpoint, start_step)
     else:
@@ -391,22 +268,6 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         # Different dropout masks per rank, reproducible from the seed.
         torch.manual_seed(tc.seed + ctx.rank)
 
-    ddp_model: torch.nn.Module = model
-    if ctx.world_size > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
-        import inspect
-
-        # BERT's buffers (position ids) are constants: no need to sync them on every forward. The
-        # option was renamed in torch 2.13 (older torch on GPU hosts only knows broadcast_buffers).
-        no_buffer_sync = ({"forward_sync_buffers": False}
-                          if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
-                          else {"broadcast_buffers": False})
-        ddp_model = DistributedDataParallel(
-            model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None, **no_buffer_sync
-        )
-
-    loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale)
     loader = build_train_loader(
         args.data,
         global_batch_size=tc.global_batch_size,
@@ -426,104 +287,51 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         dev = load_dev_pairs(config.dev_data, str(run_dir / "vocab.txt"), args.dev_max_pairs, tc.max_seq_length)
         logger.info("dev set: %d pairs from %s", len(dev[0]), config.dev_data)
 
-    writer = None
-    metrics_path = run_dir / "metrics.jsonl"
-    if ctx.is_main:
-        writer = summary_writer(run_dir / "tensorboard", purge_step=start_step if args.resume else None)
-        _truncate_metrics(metrics_path, start_step)
-
-    use_autocast = ctx.device.type == "cuda" and tc.bf16
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_autocast else nullcontext
+    log = RunLog(run_dir, enabled=ctx.is_main, resumed_at_step=start_step if args.resume else None)
+    parts = LoopParts(
+        ctx=ctx, run_dir=run_dir, model=model.encoder, trained=wrap_ddp(model, ctx), optimizer=optimizer,
+        scheduler=scheduler, log=log,
+        settings=LoopSettings(max_grad_norm=tc.max_grad_norm, log_every=tc.log_every, save_every=tc.save_every,
+                              eval_every=tc.eval_every, keep_checkpoints=tc.keep_checkpoints, bf16=tc.bf16),
+    )
+    loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale)
     gather = tc.gather_negatives and ctx.world_size > 1
-    stop_at = tc.max_steps if args.stop_after_steps is None else min(tc.max_steps, start_step + args.stop_after_steps)
+    gather_seconds = [0.0]
+    checked_ids = [False]
 
-    from tqdm.auto import tqdm
-
-    progress = tqdm(total=tc.max_steps, initial=start_step, disable=not ctx.is_main, desc="train", unit="step",
-                    dynamic_ncols=True)
-    model.train()
-    step = start_step
-    timings = {"step": 0.0, "gather": 0.0, "steps": 0}
-    last_loss = float("nan")
-    dev_result: dict[str, float] | None = None
-    checked_ids = False
-
-    def save(at_step: int) -> None:
-        ckpt.save_checkpoint(
-            run_dir, at_step, model=model.encoder,
-            training_state={"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                            "data_position": at_step},
-            rank=ctx.rank, world_size=ctx.world_size, barrier=barrier,
-            keep_last=tc.keep_checkpoints or None,
-        )
-
-    def evaluate(at_step: int) -> dict[str, float] | None:
-        if dev is None:
-            return None
-        result = retrieval_accuracy(encode_ids(model.encoder, dev[0], ctx.device),
-                                    encode_ids(model.encoder, dev[1], ctx.device))
-        for name, value in result.items():
-            writer.add_scalar(f"dev/accuracy_{name}", value, at_step)
-        _append_metrics(metrics_path, {"step": at_step, **{f"dev_{k}": v for k, v in result.items()}})
-        progress.write(f"step {at_step}: dev retrieval accuracy {result['mean']:.4f} "
-                       f"(src->tgt {result['src2tgt']:.4f}, tgt->src {result['tgt2src']:.4f})")
-        return result
-
-    while step < stop_at:
-        batch = _move(next(loader), ctx.device)
+    def compute_loss(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if batch["src_input_ids"].shape[0] != local_batch:
             raise ValueError(f"data loader gave {batch['src_input_ids'].shape[0]} rows, expected {local_batch}")
-        if not checked_ids:
+        if not checked_ids[0]:
             top = max(int(batch["src_input_ids"].max()), int(batch["tgt_input_ids"].max()))
             if top >= mc.vocab_size:
                 raise ValueError(f"token id {top} >= vocabulary size {mc.vocab_size}: were the shards "
                                  f"tokenised with {args.vocab}?")
-            checked_ids = True
-        _sync(ctx.device)
+            checked_ids[0] = True
+        src, tgt = parts.trained(**batch)
+        if not gather:
+            return loss_fn(src, tgt), {}
+        synchronize(ctx.device)
         started = time.perf_counter()
-        with autocast():
-            src, tgt = ddp_model(**batch)
-        if gather:
-            _sync(ctx.device)
-            gather_started = time.perf_counter()
-            all_src, all_tgt = all_gather_with_grad(src), all_gather_with_grad(tgt)
-            _sync(ctx.device)
-            timings["gather"] += time.perf_counter() - gather_started
-            loss = loss_fn(src, tgt, all_src, all_tgt, label_offset=ctx.rank * local_batch)
-        else:
-            loss = loss_fn(src, tgt)
-        loss.backward()
-        grad_norm = (
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.max_grad_norm)
-            if tc.max_grad_norm > 0 else torch.tensor(float("nan"))
-        )
-        lr = scheduler.get_last_lr()[0]  # the rate this step used
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        _sync(ctx.device)
-        timings["step"] += time.perf_counter() - started
-        timings["steps"] += 1
-        step += 1
+        all_src, all_tgt = all_gather_with_grad(src), all_gather_with_grad(tgt)
+        synchronize(ctx.device)
+        gather_seconds[0] += time.perf_counter() - started
+        return loss_fn(src, tgt, all_src, all_tgt, label_offset=ctx.rank * local_batch), {}
 
-        if step % tc.log_every == 0 or step == stop_at:
-            # The mean of the ranks' losses is the global-batch loss (each is a mean over its rows).
-            last_loss = all_reduce_mean(loss.detach()).item()
-            if ctx.is_main:
-                writer.add_scalar("train/loss", last_loss, step)
-                writer.add_scalar("train/lr", lr, step)
-                writer.add_scalar("train/grad_norm", float(grad_norm), step)
-                writer.add_scalar("train/steps_per_second", timings["steps"] / max(timings["step"], 1e-9), step)
-                _append_metrics(metrics_path, {"step": step, "loss": last_loss, "lr": lr, "grad_norm": float(grad_norm)})
-                progress.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
-        progress.update(1)
-        if ctx.is_main and tc.eval_every and step % tc.eval_every == 0:
-            dev_result = evaluate(step)
-        if (tc.save_every and step % tc.save_every == 0) or step == stop_at:
-            save(step)
-    progress.close()
+    def evaluate(at_step: int) -> dict[str, float] | None:
+        if dev is None:
+            return None
+        result = pair_retrieval_accuracy(encode_ids(model.encoder, dev[0], ctx.device),
+                                         encode_ids(model.encoder, dev[1], ctx.device))
+        log.record(at_step, {f"dev_{k}": v for k, v in result.items()}, "dev")
+        return result
 
-    if ctx.is_main and dev is not None and (dev_result is None or not tc.eval_every or step % tc.eval_every):
+    stop_at = tc.max_steps if args.stop_after_steps is None else min(tc.max_steps, start_step + args.stop_after_steps)
+    result = run_loop(parts, loader, compute_loss, start_step=start_step, stop_at=stop_at,
+                      total_steps=tc.max_steps, evaluate=evaluate)
+    step = result.step
+    dev_result = result.last_eval
+    if ctx.is_main and dev is not None and result.last_eval_step != step:
         dev_result = evaluate(step)
     summary = {
         "step": step,
@@ -531,55 +339,20 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         "local_batch_size": local_batch,
         "global_batch_size": tc.global_batch_size,
         "gather_negatives": gather,
-        "final_loss": last_loss,
-        "steps_timed": timings["steps"],
-        "seconds_per_step": timings["step"] / max(1, timings["steps"]),
-        "steps_per_second": timings["steps"] / max(timings["step"], 1e-9),
-        "gather_forward_share": timings["gather"] / max(timings["step"], 1e-9),
+        "final_loss": result.last_loss,
+        "steps_timed": result.steps_timed,
+        "seconds_per_step": result.seconds / max(1, result.steps_timed),
+        "steps_per_second": result.steps_per_second,
+        "gather_forward_share": gather_seconds[0] / max(result.seconds, 1e-9),
         "dev_accuracy": dev_result,
         "finished": step >= tc.max_steps,
     }
     if ctx.is_main:
-        writer.close()
+        log.close()
         write_text_atomic(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
         logger.info("done at step %d: %s", step, json.dumps(summary))
     barrier()
     return summary
-
-
-def summary_writer(log_dir: Path, purge_step: int | None):
-    """A TensorBoard writer that does not import TensorFlow.
-
-    TensorBoard's file I/O uses real TensorFlow whenever it is importable (8 s and ~1 GB per rank
-    here) unless the module `tensorboard.compat.notf` exists; registering that empty marker module
-    selects TensorBoard's own pure-Python stub, which writes the same event files.
-    """
-    import types
-
-    if "tensorflow" not in sys.modules:
-        sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(str(log_dir), purge_step=purge_step)
-
-
-def _append_metrics(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-
-
-def _truncate_metrics(path: Path, keep_through_step: int) -> None:
-    """Drop log lines past the resumed step (written by the interrupted run after its checkpoint)."""
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line)["step"] <= keep_through_step]
-    write_text_atomic(path, "".join(line + "\n" for line in kept))
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 if __name__ == "__main__":

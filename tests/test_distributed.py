@@ -98,10 +98,10 @@ def _rank_gradients(rank: int, world: int, port: int, vocab_size: int, batch_pat
 
 def _step(model: DualEncoder, gradients: dict[str, torch.Tensor]) -> None:
     from labse_model.config import TrainConfig
-    from labse_model.train import build_optimizer
+    from labse_model.train import optimizer_for
 
     config = TrainConfig(learning_rate=1e-3)
-    optimizer = build_optimizer(model, config)
+    optimizer = optimizer_for(model, config)
     for name, parameter in model.named_parameters():
         parameter.grad = gradients[name].clone()
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -150,7 +150,8 @@ def test_labse_train_two_processes_equal_one_process_with_double_batch(labse_dat
     """`labse-train --nproc-per-node 2` (torchrun, gloo) x 8 pairs vs one process x 16, one step."""
     from safetensors.torch import load_file
 
-    from labse_model.train import main as train_main, read_metrics
+    from labse_model.run_log import read_metrics
+    from labse_model.train import main as train_main
 
     shards = write_shards(labse_data, vocab, tmp_path / "shards", pairs_per_lang=32)
     common = ["--data", shards, "--vocab", str(vocab), "--config", "tiny", "--global-batch-size", "16",

@@ -9,7 +9,9 @@ import torch
 from safetensors.torch import load_file
 
 from labse_model import checkpoint as ckpt
-from labse_model.train import lr_lambda, main as train_main, read_metrics
+from labse_model.optim import lr_lambda
+from labse_model.run_log import read_metrics
+from labse_model.train import main as train_main
 from model_helpers import build_vocab, write_shards
 
 

@@ -18,7 +18,6 @@ scorer never unpickles anything, and it records the embedder and margin it was t
 from __future__ import annotations
 
 import functools
-import gzip
 import json
 import logging
 import os
@@ -186,10 +185,9 @@ def fit_scorer(features: np.ndarray, labels: np.ndarray, kinds: Sequence[str],
 
 # ------------------------------------------------------------------------- training data
 def read_parallel_file(path: str | os.PathLike) -> list[str]:
-    path = str(path)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    from pipelines.io.text_lines import read_lines
+
+    return read_lines(path)
 
 
 def find_parallel_file(prefix: str, lang: str) -> str | None:

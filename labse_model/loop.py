@@ -1,0 +1,202 @@
+"""The optimisation loop shared by `labse-train` (dual encoder) and `labse-pretrain` (MLM + TLM).
+
+A task hands the loop its model, optimizer, schedule, batches and a `compute_loss(batch)`; the loop
+owns what every run does the same way: bf16 autocast on CUDA, backward, clipping, the optimizer and
+schedule steps, logging (all-reduced loss, learning rate, gradient norm, the task's own scalars),
+the progress bar, periodic evaluation and atomic checkpoints, and the exact resume from one.
+
+    result = run_loop(LoopParts(...), batches, compute_loss, start_step=s, stop_at=e, ...)
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterator
+
+import torch
+
+from labse_model import checkpoint as ckpt
+from labse_model.distributed import DistributedContext, all_reduce_mean, barrier
+from labse_model.run_log import RunLog
+
+logger = logging.getLogger("labse_model.loop")
+
+Batch = dict[str, torch.Tensor]
+# The loss to back-propagate and detached scalars to log beside it (averaged over ranks).
+LossFn = Callable[[Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    max_grad_norm: float
+    log_every: int
+    save_every: int
+    eval_every: int
+    keep_checkpoints: int
+    bf16: bool
+
+
+@dataclass
+class LoopParts:
+    """What the loop steps: `model` is what checkpoints hold, `trained` what is called (DDP or model)."""
+
+    ctx: DistributedContext
+    run_dir: Path
+    model: torch.nn.Module
+    trained: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    settings: LoopSettings
+    log: RunLog
+
+
+@dataclass
+class LoopResult:
+    step: int
+    last_loss: float = float("nan")
+    seconds: float = 0.0
+    steps_timed: int = 0
+    last_eval: dict[str, float] | None = None
+    last_eval_step: int | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.steps_timed / max(self.seconds, 1e-9)
+
+
+def autocast_context(device: torch.device, bf16: bool) -> Callable[[], ContextManager]:
+    """bf16 autocast on CUDA when asked; a no-op elsewhere (CPU runs stay in float32)."""
+    if device.type == "cuda" and bf16:
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall-clock timings measure the work and not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def move_batch(batch: Batch, device: torch.device) -> Batch:
+    return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
+
+
+def wrap_ddp(model: torch.nn.Module, ctx: DistributedContext) -> torch.nn.Module:
+    """DistributedDataParallel over `model` when there are several processes, else `model`."""
+    if ctx.world_size == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    # BERT's buffers (position ids) are constants: no need to sync them on every forward. The
+    # option was renamed in torch 2.13 (older torch on GPU hosts only knows broadcast_buffers).
+    no_buffer_sync = ({"forward_sync_buffers": False}
+                      if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+                      else {"broadcast_buffers": False})
+    return DistributedDataParallel(
+        model, device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None, **no_buffer_sync
+    )
+
+
+def save_checkpoint(parts: LoopParts, step: int, extra_state: dict[str, Any] | None = None,
+                    rank_state: dict[str, Any] | None = None) -> None:
+    """Checkpoint `parts.model` with the optimizer and schedule (collective: every rank calls it)."""
+    ckpt.save_checkpoint(
+        parts.run_dir, step, model=parts.model,
+        training_state={"optimizer": parts.optimizer.state_dict(), "scheduler": parts.scheduler.state_dict(),
+                        "data_position": step, **(extra_state or {})},
+        rank=parts.ctx.rank, world_size=parts.ctx.world_size, barrier=barrier,
+        keep_last=parts.settings.keep_checkpoints or None, rank_state=rank_state,
+    )
+
+
+def restore_rng(checkpoint: Path, ctx: DistributedContext, reseed: int) -> dict[str, Any] | None:
+    """Restore this rank's RNG streams from `checkpoint`; returns the rank's saved data state.
+
+    A checkpoint written by another number of processes has no stream for every rank: then the
+    streams are re-seeded from `reseed` (the run goes on, no longer bit-exact) and a warning says so.
+    """
+    state = ckpt.load_training_state(checkpoint)
+    saved = ckpt.load_rng_state(checkpoint, ctx.rank) if state.get("world_size") == ctx.world_size else None
+    if saved is None:
+        logger.warning("checkpoint was written by %s processes, now %d: RNG streams are re-seeded",
+                       state.get("world_size"), ctx.world_size)
+        torch.manual_seed(reseed + ctx.rank)
+        return None
+    ckpt.set_rng_state(saved)
+    return saved.get("data")
+
+
+def run_loop(
+    parts: LoopParts,
+    batches: Iterator[Batch],
+    compute_loss: LossFn,
+    *,
+    start_step: int,
+    stop_at: int,
+    total_steps: int,
+    evaluate: Callable[[int], dict[str, float] | None] | None = None,
+    checkpoint_state: Callable[[int], dict[str, Any]] | None = None,
+    rank_state: Callable[[], dict[str, Any]] | None = None,
+    log_values: Callable[[int], dict[str, float]] | None = None,
+    description: str = "train",
+) -> LoopResult:
+    """Optimise from `start_step` up to `stop_at` (exclusive of later steps); checkpoint at `stop_at`.
+
+    `evaluate(step)` runs on the main process every `eval_every` steps; `checkpoint_state(step)` and
+    `rank_state()` add the task's shared and per-rank state to each checkpoint (a data position, a
+    stage); `log_values(step)` adds constant scalars (such as the stage) to every logged line.
+    """
+    from tqdm.auto import tqdm
+
+    ctx, settings = parts.ctx, parts.settings
+    autocast = autocast_context(ctx.device, settings.bf16)
+    progress = tqdm(total=total_steps, initial=start_step, disable=not ctx.is_main, desc=description,
+                    unit="step", dynamic_ncols=True)
+    result = LoopResult(step=start_step)
+    parts.model.train()
+    step = start_step
+    while step < stop_at:
+        batch = move_batch(next(batches), ctx.device)
+        synchronize(ctx.device)
+        started = time.perf_counter()
+        with autocast():
+            loss, scalars = compute_loss(batch)
+        loss.backward()
+        grad_norm = (
+            torch.nn.utils.clip_grad_norm_(parts.model.parameters(), settings.max_grad_norm)
+            if settings.max_grad_norm > 0 else torch.tensor(float("nan"))
+        )
+        lr = parts.scheduler.get_last_lr()[0]  # the rate this step used
+        parts.optimizer.step()
+        parts.scheduler.step()
+        parts.optimizer.zero_grad(set_to_none=True)
+        synchronize(ctx.device)
+        result.seconds += time.perf_counter() - started
+        result.steps_timed += 1
+        step += 1
+        result.step = step
+
+        if step % settings.log_every == 0 or step == stop_at:
+            # The mean of the ranks' losses is the global-batch loss (each is a mean over its rows).
+            result.last_loss = all_reduce_mean(loss.detach().float()).item()
+            logged = {name: all_reduce_mean(value.detach().float()).item() for name, value in scalars.items()}
+            values = {"loss": result.last_loss, "lr": lr, "grad_norm": float(grad_norm), **logged,
+                      **(log_values(step) if log_values else {})}
+            parts.log.record(step, values, "train")
+            if ctx.is_main:
+                progress.set_postfix(loss=f"{result.last_loss:.4f}", lr=f"{lr:.2e}")
+        progress.update(1)
+        if evaluate is not None and ctx.is_main and settings.eval_every and step % settings.eval_every == 0:
+            result.last_eval, result.last_eval_step = evaluate(step), step
+            if result.last_eval:
+                progress.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in result.last_eval.items()))
+        if (settings.save_every and step % settings.save_every == 0) or step == stop_at:
+            save_checkpoint(parts, step, checkpoint_state(step) if checkpoint_state else None,
+                            rank_state() if rank_state else None)
+    progress.close()
+    return result
