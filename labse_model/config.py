@@ -160,3 +160,99 @@ class RunConfig:
     def load(cls, path: str | Path) -> "RunConfig":
         with open(path, encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle))
+
+
+@dataclass
+class PretrainConfig:
+    """Settings of one `labse-pretrain` run (MLM + TLM with progressive stacking).
+
+    Masking follows LaBSE (20% of the tokens, at most 80 a sequence) and BERT's 80/10/10 rule;
+    languages are sampled with exponent 0.3 as for LaBSE's vocabulary; the stage split 2:4:9 with
+    L/4, L/2, L layers is LaBSE's progressive stacking. Optimiser settings are BERT's.
+    """
+
+    global_batch_size: int = 256  # sequences per step over all processes, MLM and TLM together
+    max_steps: int = 1_000_000
+    stage_layers: tuple[int, ...] = ()  # () = LaBSE's L/4, L/2, L of the model's depth
+    stage_fractions: tuple[float, ...] = (2.0, 4.0, 9.0)
+    max_seq_length: int = 512
+    mask_prob: float = 0.2
+    max_predictions: int = 80
+    tlm_fraction: float = 0.0  # share of each batch that is translation pairs
+    lang_alpha: float = 0.3
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-6
+    warmup_steps: int = 10_000  # per stage: every stage starts a fresh optimizer (see labse_model.pretrain)
+    max_grad_norm: float = 1.0
+    seed: int = 42
+    heldout_rate: float = 0.01  # share of packed sequences never trained on
+    heldout_per_language: int = 64
+    eval_every: int = 1000
+    save_every: int = 1000
+    log_every: int = 10
+    keep_checkpoints: int = 3
+    shuffle_buffer: int = 10_000  # of the TLM pair reader
+    bf16: bool = True
+
+    def __post_init__(self) -> None:
+        self.stage_layers = tuple(int(n) for n in self.stage_layers)
+        self.stage_fractions = tuple(float(f) for f in self.stage_fractions)
+        self.adam_betas = tuple(self.adam_betas)
+        checks = [
+            (self.global_batch_size >= 1, "global_batch_size must be >= 1"),
+            (self.max_steps >= 1, "max_steps must be >= 1"),
+            (0 < self.mask_prob < 1, "mask_prob must be in (0, 1)"),
+            (self.max_predictions >= 1, "max_predictions must be >= 1"),
+            (0 <= self.tlm_fraction <= 1, "tlm_fraction must be in [0, 1]"),
+            (self.lang_alpha >= 0, "lang_alpha must be >= 0"),
+            (self.learning_rate > 0, "learning_rate must be > 0"),
+            (self.warmup_steps >= 0, "warmup_steps must be >= 0"),
+            (0 <= self.heldout_rate < 1, "heldout_rate must be in [0, 1)"),
+            (self.max_seq_length >= 5, "max_seq_length must be >= 5"),
+            (self.log_every >= 1, "log_every must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+
+@dataclass
+class PretrainRunConfig:
+    """Everything `PT_DIR/pretrain_config.json` records; `labse-train --init-from PT_DIR` reads it."""
+
+    model: ModelConfig
+    pretrain: PretrainConfig
+    vocab_sha256: str
+    mono: list[str] = field(default_factory=list)
+    pairs: str | None = None
+    world_size: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PretrainRunConfig":
+        return cls(model=ModelConfig(**data["model"]), pretrain=PretrainConfig(**data["pretrain"]),
+                   **{k: v for k, v in data.items() if k not in ("model", "pretrain")})
+
+    def save(self, path: str | Path) -> None:
+        from pipelines.io.atomic import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PretrainRunConfig":
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_dict(json.load(handle))
+
+
+def file_sha256(path: str | Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

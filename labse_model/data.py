@@ -282,6 +282,18 @@ class PairBatchStream(IterableDataset):
         return read_record_at(f, self.index.paths[shard], int(offset), self.check_crc)  # type: ignore[arg-type]
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
+        src, tgt = self.pairs(step)
+        src_ids, src_mask = pad_batch(src, self.pad_id)
+        tgt_ids, tgt_mask = pad_batch(tgt, self.pad_id)
+        return {
+            "src_input_ids": src_ids,
+            "src_attention_mask": src_mask,
+            "tgt_input_ids": tgt_ids,
+            "tgt_attention_mask": tgt_mask,
+        }
+
+    def pairs(self, step: int) -> tuple[list[list[int]], list[list[int]]]:
+        """This rank's (source ids, target ids) rows of the global batch at `step`, unpadded."""
         numbers = self.global_record_numbers(step)
         mine = numbers[self.rank * self.local_batch_size : (self.rank + 1) * self.local_batch_size]
         shards, offsets = self.index.locate(mine)
@@ -296,14 +308,7 @@ class PairBatchStream(IterableDataset):
                 raise TFRecordCorruptError(path, offset, "empty src_ids or tgt_ids")
             src[row] = _truncate(pair.src_ids, self.max_seq_length)
             tgt[row] = _truncate(pair.tgt_ids, self.max_seq_length)
-        src_ids, src_mask = pad_batch(src, self.pad_id)
-        tgt_ids, tgt_mask = pad_batch(tgt, self.pad_id)
-        return {
-            "src_input_ids": src_ids,
-            "src_attention_mask": src_mask,
-            "tgt_input_ids": tgt_ids,
-            "tgt_attention_mask": tgt_mask,
-        }
+        return src, tgt
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()

@@ -1,0 +1,493 @@
+"""labse-pretrain: MLM + TLM pre-training with progressive stacking, the first half of LaBSE's training.
+
+    labse-pretrain --mono clean_out/sentences --mono de:multi30k/train.de.gz \\
+                   --pairs 'shards/*.tfrecord*' --vocab vocab.txt --output runs/pt \\
+                   --config base --nproc-per-node 8
+    labse-train ... --init-from runs/pt --pooling cls
+
+The encoder is grown L/4 -> L/2 -> L layers (`labse_model.stacking`); every stage starts a fresh
+AdamW with its own warm-up, as TF Model Garden's progressive trainer builds a new optimizer per
+stage: the Adam moments of a layer say nothing about its copy stacked above it, and the copies
+start as exact duplicates whose first updates need the small steps of a warm-up. After the
+warm-up the learning rate follows one linear decay over the whole run, so the stages add up to
+BERT's schedule rather than each decaying to zero.
+
+The shared loop (`labse_model.loop`) does the rest as for `labse-train`: torchrun (gloo or NCCL),
+DDP, bf16 autocast on GPU, clipping, TensorBoard and `metrics.jsonl`, a progress bar, atomic
+checkpoints, and `--resume` that continues bit-exactly, also from a checkpoint at a stage boundary.
+Held-out masked-token loss and accuracy are logged every `--eval-every` steps and at the end of
+each stage.
+
+Output (`PT_DIR`):
+    encoder.safetensors      the BERT weights under SentenceEncoder's names (bert.*), nothing else
+    pretrain_config.json     model + pre-training settings, the vocab.txt sha256 (PretrainRunConfig)
+    vocab.txt                the vocabulary every later stage must tokenise with
+    pretrain_summary.json    per stage: layers, steps, held-out loss and accuracy, tokens/s
+    checkpoints/ metrics.jsonl tensorboard/   as for labse-train
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from labse_model import checkpoint as ckpt
+from labse_model.cli import HelpFormatter, configure_logging, run_distributed_command
+from labse_model.config import PRESETS, ModelConfig, PretrainConfig, PretrainRunConfig, count_vocab, file_sha256
+from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, init_distributed, shutdown_distributed
+from labse_model.loop import (
+    LoopParts,
+    LoopSettings,
+    autocast_context,
+    restore_rng,
+    run_loop,
+    wrap_ddp,
+)
+from labse_model.masking import MaskingSpec
+from labse_model.mlm import MaskedLanguageModel
+from labse_model.optim import build_optimizer
+from labse_model.run_log import RunLog
+from labse_model.stacking import Stage, build_model, default_stage_layers, grow, plan_stages
+from pipelines.io.atomic import atomic_path, write_text_atomic
+
+logger = logging.getLogger("labse_model.pretrain")
+
+CONFIG_FILE = "pretrain_config.json"
+ENCODER_FILE = "encoder.safetensors"
+SUMMARY_FILE = "pretrain_summary.json"
+# PretrainConfig fields a user may change when resuming; the others shape the run and must match.
+RESUMABLE_OVERRIDES = ("eval_every", "save_every", "log_every", "keep_checkpoints")
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = PretrainConfig()
+    parser = argparse.ArgumentParser(
+        prog="labse-pretrain",
+        description="Pre-train a BERT encoder with masked (MLM) and translation (TLM) language modelling and "
+        "progressive stacking, for `labse-train --init-from`.",
+        formatter_class=HelpFormatter,
+    )
+    data = parser.add_argument_group("data and run")
+    data.add_argument("--mono", action="append", required=True,
+                      help="monolingual text: labse-clean's sentences/ directory (lang=XX partitions), or "
+                      "LANG:GLOB of text files (one sentence a line, blank line between documents); repeatable")
+    data.add_argument("--pairs", default=None, help="glob of labse-tfrecords pair shards for TLM (quote it)")
+    data.add_argument("--vocab", required=True, help="the vocab.txt (the one labse-tfrecords used for --pairs)")
+    data.add_argument("--output", required=True, type=Path, help="PT_DIR: encoder, config, checkpoints, logs")
+    data.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
+    model = parser.add_argument_group("model")
+    model.add_argument("--config", choices=sorted(PRESETS), default="base", help="encoder size preset")
+    model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout")
+    model.add_argument("--stage-layers", type=_int_list, default=None,
+                       help="layers per stage, each a multiple of the last (default L/4,L/2,L; mini: 1,2,4); "
+                       "the full depth alone trains without stacking")
+    model.add_argument("--stage-fractions", type=_float_list, default=defaults.stage_fractions,
+                       help="relative length of each stage (LaBSE: 2,4,9)")
+    train = parser.add_argument_group("pre-training")
+    train.add_argument("--max-steps", type=int, default=defaults.max_steps, help="steps over all stages")
+    train.add_argument("--global-batch-size", type=int, default=defaults.global_batch_size,
+                       help="sequences per step over all processes, MLM and TLM together")
+    train.add_argument("--max-seq-length", type=int, default=None,
+                       help=f"tokens per sequence (default {defaults.max_seq_length}, or the config's positions if fewer)")
+    train.add_argument("--mask-prob", type=float, default=defaults.mask_prob, help="share of tokens to predict")
+    train.add_argument("--max-predictions", type=int, default=defaults.max_predictions, help="at most per sequence")
+    train.add_argument("--tlm-fraction", type=float, default=None,
+                       help="share of each batch that is TLM pairs (default 0.5 with --pairs, else 0)")
+    train.add_argument("--lang-alpha", type=float, default=defaults.lang_alpha,
+                       help="language sampling exponent: p ~ sentences ** alpha")
+    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak AdamW learning rate")
+    train.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
+    train.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up of each stage")
+    train.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="gradient clipping (0: off)")
+    train.add_argument("--seed", type=int, default=defaults.seed)
+    train.add_argument("--heldout-rate", type=float, default=defaults.heldout_rate,
+                       help="share of packed monolingual sequences held out for evaluation")
+    train.add_argument("--heldout-per-language", type=int, default=defaults.heldout_per_language,
+                       help="held-out sequences scored per language")
+    train.add_argument("--no-bf16", dest="bf16", action="store_false", help="disable bf16 autocast on GPU")
+    run = parser.add_argument_group("launch, logging and checkpoints")
+    run.add_argument("--nproc-per-node", type=int, default=1,
+                     help="processes on this host (GPUs, or CPU processes with gloo); >1 relaunches via torchrun")
+    run.add_argument("--eval-every", type=int, default=None, help=f"steps between held-out evaluations (default {defaults.eval_every})")
+    run.add_argument("--save-every", type=int, default=None, help=f"steps between checkpoints (default {defaults.save_every})")
+    run.add_argument("--log-every", type=int, default=None, help=f"steps between loss logs (default {defaults.log_every})")
+    run.add_argument("--keep-checkpoints", type=int, default=None,
+                     help=f"newest checkpoints to keep, 0 = all (default {defaults.keep_checkpoints})")
+    run.add_argument("--stop-after-steps", type=int, default=None,
+                     help="stop this invocation after N steps (checkpointing first); continue with --resume")
+    run.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    configure_logging()
+    return run_distributed_command("labse_model.pretrain", argv, args.nproc_per_node, lambda: pretrain(args))
+
+
+# ----------------------------------------------------------------------------------------------
+# Run configuration
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def make_run_config(args: argparse.Namespace, world_size: int) -> PretrainRunConfig:
+    model = ModelConfig.from_preset(args.config, count_vocab(args.vocab), hidden_dropout=args.dropout,
+                                    attention_dropout=args.dropout)
+    defaults = PretrainConfig()
+    settings = PretrainConfig(
+        global_batch_size=args.global_batch_size,
+        max_steps=args.max_steps,
+        stage_layers=args.stage_layers or default_stage_layers(model.num_layers),
+        stage_fractions=args.stage_fractions,
+        max_seq_length=_or(args.max_seq_length, min(defaults.max_seq_length, model.max_position_embeddings)),
+        mask_prob=args.mask_prob,
+        max_predictions=args.max_predictions,
+        tlm_fraction=_or(args.tlm_fraction, 0.5 if args.pairs else 0.0),
+        lang_alpha=args.lang_alpha,
+        learning_rate=args.lr,
+        weight_decay=args.weight_decay,
+        warmup_steps=args.warmup_steps,
+        max_grad_norm=args.max_grad_norm,
+        seed=args.seed,
+        heldout_rate=args.heldout_rate,
+        heldout_per_language=args.heldout_per_language,
+        eval_every=_or(args.eval_every, defaults.eval_every),
+        save_every=_or(args.save_every, defaults.save_every),
+        log_every=_or(args.log_every, defaults.log_every),
+        keep_checkpoints=_or(args.keep_checkpoints, defaults.keep_checkpoints),
+        bf16=args.bf16,
+    )
+    return PretrainRunConfig(model=model, pretrain=settings, vocab_sha256=file_sha256(args.vocab),
+                             mono=list(args.mono), pairs=args.pairs, world_size=world_size)
+
+
+def check_run_config(config: PretrainRunConfig, world_size: int) -> list[Stage]:
+    """Everything that can be wrong with the settings, found before any data is read."""
+    model, settings = config.model, config.pretrain
+    if settings.max_seq_length > model.max_position_embeddings:
+        raise ValueError(f"--max-seq-length {settings.max_seq_length} exceeds the {model.preset} config's "
+                         f"{model.max_position_embeddings} positions")
+    if settings.global_batch_size % world_size:
+        raise ValueError(f"--global-batch-size {settings.global_batch_size} does not divide over {world_size} processes")
+    if settings.tlm_fraction > 0 and not config.pairs:
+        raise ValueError("--tlm-fraction > 0 needs pair shards: give --pairs")
+    tlm_rows = round(settings.global_batch_size * settings.tlm_fraction)
+    if tlm_rows % world_size:
+        raise ValueError(f"{tlm_rows} TLM rows per step (--tlm-fraction {settings.tlm_fraction} of "
+                         f"{settings.global_batch_size}) do not divide over {world_size} processes")
+    if tlm_rows == settings.global_batch_size:
+        raise ValueError("--tlm-fraction 1 leaves no monolingual row: MLM needs at least one")
+    stages = plan_stages(settings.max_steps, settings.stage_layers, settings.stage_fractions, model.num_layers)
+    for stage in stages:
+        if settings.warmup_steps >= stage.end - stage.begin:
+            raise ValueError(f"--warmup-steps {settings.warmup_steps} is not shorter than stage {stage.index + 1} "
+                             f"({stage.end - stage.begin} steps): every stage warms up anew")
+    return stages
+
+
+def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int) -> PretrainRunConfig:
+    """The saved configuration, refusing a resume whose options would change the run's shape."""
+    saved = PretrainRunConfig.load(run_dir / CONFIG_FILE)
+    asked = make_run_config(args, world_size)
+    differences = [
+        f"{name}: run has {getattr(saved.pretrain, name)!r}, asked {getattr(asked.pretrain, name)!r}"
+        for name in (f.name for f in dataclasses.fields(PretrainConfig))
+        if name not in RESUMABLE_OVERRIDES and getattr(saved.pretrain, name) != getattr(asked.pretrain, name)
+    ]
+    if saved.model != asked.model:
+        differences.insert(0, f"model: run has {saved.model.preset} ({saved.model.num_layers} layers, vocabulary "
+                           f"{saved.model.vocab_size}), asked {asked.model.preset} ({asked.model.num_layers} layers, "
+                           f"vocabulary {asked.model.vocab_size})")
+    if saved.vocab_sha256 != asked.vocab_sha256:
+        differences.insert(0, "vocab.txt differs from the run's")
+    if differences:
+        raise ValueError(f"--resume: {run_dir} is a run with other settings; " + "; ".join(differences))
+    for name in RESUMABLE_OVERRIDES:
+        setattr(saved.pretrain, name, getattr(asked.pretrain, name))
+    saved.mono, saved.pairs, saved.world_size = asked.mono, asked.pairs, world_size
+    return saved
+
+
+def resolve_run_config(args: argparse.Namespace, ctx: DistributedContext) -> PretrainRunConfig:
+    """The run's configuration, new or resumed, checked; nothing is written yet."""
+    run_dir: Path = args.output
+    if args.resume:
+        if not (run_dir / CONFIG_FILE).is_file():
+            raise FileNotFoundError(f"--resume: {run_dir / CONFIG_FILE} not found (nothing to resume)")
+        ckpt.find_checkpoint(run_dir)
+        config = resumed_run_config(args, run_dir, ctx.world_size)
+    else:
+        if run_dir.exists() and any(run_dir.iterdir()):
+            raise ValueError(f"{run_dir} is not empty: pass --resume to continue it, or choose a new --output")
+        config = make_run_config(args, ctx.world_size)
+    check_run_config(config, ctx.world_size)
+    return config
+
+
+def write_run_dir(args: argparse.Namespace, config: PretrainRunConfig, ctx: DistributedContext) -> None:
+    barrier()  # every rank checked the settings and opened its data before rank 0 writes anything
+    if ctx.is_main:
+        run_dir: Path = args.output
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not args.resume:
+            with atomic_path(run_dir / "vocab.txt") as tmp:
+                shutil.copyfile(args.vocab, tmp)
+        config.save(run_dir / CONFIG_FILE)
+    barrier()
+
+
+# ----------------------------------------------------------------------------------------------
+# Pre-training
+
+
+def pretrain(args: argparse.Namespace) -> dict[str, Any]:
+    """Run (or resume) pre-training in this process; collective when launched by torchrun."""
+    if not Path(args.vocab).is_file():
+        raise FileNotFoundError(f"--vocab {args.vocab} not found")
+    if args.pairs and not glob.glob(args.pairs):
+        raise FileNotFoundError(f"--pairs {args.pairs!r} matches no files")
+    ctx = init_distributed(args.device)
+    try:
+        return _pretrain(args, ctx)
+    finally:
+        shutdown_distributed()
+
+
+def stage_schedule(optimizer: torch.optim.Optimizer, stage: Stage, warmup_steps: int, max_steps: int):
+    """A fresh warm-up at the stage's start, then the run-wide linear decay to 0 at `max_steps`."""
+
+    def factor(local_step: int) -> float:
+        warmup = min(1.0, (local_step + 1) / warmup_steps) if warmup_steps else 1.0
+        return warmup * max(0.0, (max_steps - stage.begin - local_step) / max_steps)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+@torch.no_grad()
+def heldout_scores(model: MaskedLanguageModel, batches: list[dict[str, torch.Tensor]], device: torch.device,
+                   bf16: bool) -> dict[str, float]:
+    """Masked-token cross-entropy and accuracy over the held-out set (eval mode, fixed masks)."""
+    from labse_model.loop import move_batch
+
+    was_training = model.training
+    model.eval()
+    autocast = autocast_context(device, bf16)
+    total_loss, correct, targets = 0.0, 0, 0
+    for batch in batches:
+        batch = move_batch(batch, device)
+        with autocast():
+            loss, right = model(**batch)
+        count = int(batch["mlm_labels"].numel())
+        total_loss += float(loss) * count
+        correct += int(right)
+        targets += count
+    model.train(was_training)
+    return {"heldout_mlm_loss": total_loss / max(1, targets), "heldout_mlm_accuracy": correct / max(1, targets)}
+
+
+def write_encoder(model: MaskedLanguageModel, path: Path) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {name: t.detach().to("cpu").contiguous() for name, t in model.encoder_state_dict().items()}
+    with atomic_path(path) as tmp:
+        save_file(tensors, tmp, metadata={"format": "pt"})
+
+
+def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
+    from labse_model.pretrain_data import (
+        Packer,
+        PretrainBatches,
+        TLMSource,
+        find_mono_corpora,
+        heldout_batches,
+        heldout_sequences,
+    )
+    from vocab.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, hf_tokenizer
+
+    run_dir: Path = args.output
+    config = resolve_run_config(args, ctx)
+    settings, model_config = config.pretrain, config.model
+    corpora = find_mono_corpora(config.mono)
+    stages = plan_stages(settings.max_steps, settings.stage_layers, settings.stage_fractions, model_config.num_layers)
+    local_rows = settings.global_batch_size // ctx.world_size
+    tlm_local = round(settings.global_batch_size * settings.tlm_fraction) // ctx.world_size
+    if ctx.is_main:
+        shares = ", ".join(f"{c.lang} {c.sentences:,}" for c in corpora)
+        logger.info("monolingual sentences: %s; stages %s", shares,
+                    ", ".join(f"{s.num_layers} layers to step {s.end}" for s in stages))
+
+    start_step, position, checkpoint = 0, None, None
+    layers = stages[0].num_layers
+    if args.resume:
+        checkpoint = ckpt.find_checkpoint(run_dir)
+        state = ckpt.load_training_state(checkpoint)
+        start_step, layers = int(state["step"]), int(state["num_layers"])
+    model = build_model(model_config, layers, settings.seed)
+    if checkpoint is not None:
+        ckpt.load_model_weights(model, checkpoint / ckpt.MODEL_FILE)
+        position = restore_rng(checkpoint, ctx, reseed=settings.seed + 1_000_003 * start_step)
+        if ctx.is_main:
+            logger.info("resumed %s at step %d (%d layers)", checkpoint, start_step, layers)
+    else:
+        torch.manual_seed(settings.seed + ctx.rank)  # different dropout masks per rank, from the seed
+    model.to(ctx.device)
+
+    tokenizer = hf_tokenizer(args.vocab)
+    packer = Packer(tokenizer, settings.max_seq_length, CLS_ID, SEP_ID)
+    spec = MaskingSpec(mask_prob=settings.mask_prob, max_predictions=settings.max_predictions, mask_id=MASK_ID,
+                       vocab_size=model_config.vocab_size, special_ids=tuple(range(len(SPECIAL_TOKENS))))
+    tlm = None
+    if tlm_local:
+        tlm = TLMSource.open(config.pairs, vocab_path=args.vocab,
+                             global_rows=tlm_local * ctx.world_size, rank=ctx.rank, world_size=ctx.world_size,
+                             seed=settings.seed, shuffle_buffer=settings.shuffle_buffer)
+    batches = PretrainBatches(corpora, packer, spec=spec, local_rows=local_rows, tlm_rows=tlm_local, tlm=tlm,
+                              lang_alpha=settings.lang_alpha, rank=ctx.rank, world_size=ctx.world_size,
+                              seed=settings.seed, heldout_rate=settings.heldout_rate,
+                              max_seq_length=settings.max_seq_length, pad_id=PAD_ID, start_step=start_step,
+                              position=position)
+    write_run_dir(args, config, ctx)  # only now: bad input above has written nothing
+
+    heldout = []
+    if ctx.is_main and settings.heldout_rate > 0:
+        sequences = heldout_sequences(corpora, Packer(tokenizer, settings.max_seq_length, CLS_ID, SEP_ID),
+                                      settings.heldout_rate, settings.heldout_per_language)
+        heldout = heldout_batches(sequences, spec, settings.seed, batch_rows=64, pad_id=PAD_ID)
+        logger.info("held-out set: %d sequences", len(sequences))
+
+    log = RunLog(run_dir, enabled=ctx.is_main, resumed_at_step=start_step if args.resume else None)
+    loop_settings = LoopSettings(max_grad_norm=settings.max_grad_norm, log_every=settings.log_every,
+                                 save_every=settings.save_every, eval_every=settings.eval_every,
+                                 keep_checkpoints=settings.keep_checkpoints, bf16=settings.bf16)
+    stop_at = settings.max_steps if args.stop_after_steps is None else min(settings.max_steps,
+                                                                            start_step + args.stop_after_steps)
+    previous = _read_summary(run_dir) if args.resume else {}
+    stage_results: dict[int, dict[str, Any]] = {int(k): v for k, v in previous.get("stages", {}).items()}
+    tokens = torch.zeros((), dtype=torch.float64)
+    step = start_step
+    for stage in stages:
+        if step >= stage.end or step >= stop_at:
+            continue
+        if model.config.num_layers != stage.num_layers:
+            model = grow(model, stage.num_layers, settings.seed + stage.index)
+            if ctx.is_main:
+                logger.info("stage %d: stacked %d -> %d layers", stage.index + 1, layers, stage.num_layers)
+        layers = stage.num_layers
+        optimizer = build_optimizer(model, learning_rate=settings.learning_rate, weight_decay=settings.weight_decay,
+                                    betas=settings.adam_betas, eps=settings.adam_eps)
+        scheduler = stage_schedule(optimizer, stage, settings.warmup_steps, settings.max_steps)
+        if checkpoint is not None and stage.begin < step:  # resumed inside this stage
+            state = ckpt.load_training_state(checkpoint)
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+        parts = LoopParts(ctx=ctx, run_dir=run_dir, model=model, trained=wrap_ddp(model, ctx), optimizer=optimizer,
+                          scheduler=scheduler, settings=loop_settings, log=log)
+
+        def compute_loss(batch, parts=parts, tokens=tokens):
+            tokens.add_(batch["attention_mask"].sum().item())
+            loss, correct = parts.trained(**batch)
+            return loss, {"mlm_accuracy": correct.float() / batch["mlm_labels"].numel()}
+
+        def evaluate(at_step: int, stage=stage) -> dict[str, float] | None:
+            if not heldout:
+                return None
+            scores = heldout_scores(model, heldout, ctx.device, settings.bf16)
+            log.record(at_step, {**scores, "stage": stage.index + 1}, "heldout")
+            return scores
+
+        stage_tokens_before = float(tokens)
+        result = run_loop(
+            parts, batches, compute_loss, start_step=step, stop_at=min(stage.end, stop_at),
+            total_steps=settings.max_steps, evaluate=evaluate,
+            checkpoint_state=lambda s, stage=stage: {"stage": stage.index, "num_layers": stage.num_layers},
+            rank_state=batches.position, log_values=lambda s, stage=stage: {"stage": stage.index + 1},
+            description=f"stage {stage.index + 1}/{len(stages)} ({stage.num_layers} layers)",
+        )
+        step = result.step
+        stage_tokens = all_reduce_mean(torch.tensor(float(tokens) - stage_tokens_before)).item() * ctx.world_size
+        record = stage_results.setdefault(stage.index, {"stage": stage.index + 1, "layers": stage.num_layers,
+                                                        "first_step": stage.begin + 1, "last_step": stage.end,
+                                                        "seconds": 0.0, "tokens": 0.0, "steps_timed": 0})
+        record["seconds"] += result.seconds
+        record["tokens"] += stage_tokens
+        record["steps_timed"] += result.steps_timed
+        record["tokens_per_second"] = record["tokens"] / max(record["seconds"], 1e-9)
+        record["final_loss"] = result.last_loss
+        if ctx.is_main and step == stage.end:
+            scores = result.last_eval if result.last_eval_step == step else evaluate(step)
+            if scores:
+                record.update(scores)
+                logger.info("stage %d (%d layers) done at step %d: held-out MLM loss %.4f, accuracy %.4f",
+                            stage.index + 1, stage.num_layers, step, scores["heldout_mlm_loss"],
+                            scores["heldout_mlm_accuracy"])
+        checkpoint = None  # only the first stage of this invocation resumes an optimizer
+
+    finished = step >= settings.max_steps
+    summary = {
+        "step": step,
+        "finished": finished,
+        "world_size": ctx.world_size,
+        "global_batch_size": settings.global_batch_size,
+        "tlm_rows_per_step": tlm_local * ctx.world_size,
+        "languages": {c.lang: c.sentences for c in corpora},
+        "sentences_cut": packer.sentences_cut,
+        "peak_memory_bytes": _peak_memory(ctx.device),
+        "stages": {str(k): v for k, v in sorted(stage_results.items())},
+    }
+    if ctx.is_main:
+        log.close()
+        if finished:
+            write_encoder(model, run_dir / ENCODER_FILE)
+        write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+        logger.info("done at step %d%s", step, f": encoder written to {run_dir / ENCODER_FILE}" if finished else "")
+    barrier()
+    return summary
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / SUMMARY_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _peak_memory(device: torch.device) -> int:
+    """Peak GPU memory allocated by torch, or this process's peak resident set size on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+if __name__ == "__main__":
+    sys.exit(main())
