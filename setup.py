@@ -64,6 +64,7 @@ setup(
             "labse-mine=pipelines.mine:main",
             "labse-score=pipelines.score:main",
             "labse-tfrecords=pipelines.tfrecords:main",
+            "labse-pretrain=labse_model.pretrain:main",
             "labse-train=labse_model.train:main",
             "labse-export=labse_model.export:main",
             "labse-eval=labse_model.evaluate:main",

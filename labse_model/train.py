@@ -11,6 +11,7 @@ global batch, and the gradients equal those of one process with the global batch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import logging
@@ -37,6 +38,7 @@ from labse_model.encoder import DualEncoder
 from labse_model.loop import LoopParts, LoopSettings, restore_rng, run_loop, synchronize, wrap_ddp
 from labse_model.loss import BidirectionalAMSLoss
 from labse_model.optim import build_optimizer, build_scheduler
+from labse_model.pretrain import is_pretrain_dir, load_pretrain_dir, load_pretrained_encoder
 from labse_model.run_log import RunLog
 from pipelines.io.atomic import write_text_atomic
 
@@ -73,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="start from these encoder weights (a run directory, a checkpoint folder or a "
                       "model.safetensors), e.g. a pre-trained encoder; optimizer and schedule start fresh")
     model = parser.add_argument_group("model")
-    model.add_argument("--config", choices=sorted(PRESETS), default="base", help="encoder size preset")
+    model.add_argument("--config", choices=sorted(PRESETS), default=None,
+                       help="encoder size preset (default base, or the architecture of --init-from PT_DIR)")
     model.add_argument("--pooling", choices=POOLING_MODES, default="cls",
                        help="[CLS] (LaBSE's head; needs a pre-trained encoder, see --init-from) or mean of the "
                        "tokens (learns from random weights; BENCHMARKS.md, model), then dense+tanh+L2")
@@ -124,9 +127,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def make_run_config(args: argparse.Namespace, world_size: int) -> RunConfig:
     vocab_size = count_vocab(args.vocab)
-    model = ModelConfig.from_preset(
-        args.config, vocab_size, hidden_dropout=args.dropout, attention_dropout=args.dropout, pooling=args.pooling
-    )
+    dropout = {"hidden_dropout": args.dropout, "attention_dropout": args.dropout}
+    if args.init_from and is_pretrain_dir(args.init_from):
+        pretrained = load_pretrain_dir(args.init_from, args.vocab).model
+        if args.config not in (None, pretrained.preset):
+            raise ValueError(f"--config {args.config} contradicts --init-from {args.init_from}, a pre-trained "
+                             f"{pretrained.preset} encoder: leave --config out")
+        model = dataclasses.replace(pretrained, pooling=args.pooling, **dropout)
+    else:
+        model = ModelConfig.from_preset(args.config or "base", vocab_size, pooling=args.pooling, **dropout)
     defaults = TrainConfig()
     train_config = TrainConfig(
         global_batch_size=args.global_batch_size,
@@ -150,7 +159,7 @@ def make_run_config(args: argparse.Namespace, world_size: int) -> RunConfig:
     )
     if train_config.max_seq_length > model.max_position_embeddings:
         raise ValueError(
-            f"--max-seq-length {train_config.max_seq_length} exceeds the {args.config} config's "
+            f"--max-seq-length {train_config.max_seq_length} exceeds the {model.preset} config's "
             f"{model.max_position_embeddings} positions"
         )
     return RunConfig(model=model, train=train_config, data=args.data, dev_data=args.dev_data, world_size=world_size)
@@ -255,7 +264,11 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         if ctx.is_main:
             logger.info("resumed %s at step %d", checkpoint, start_step)
     else:
-        if args.init_from:
+        if args.init_from and is_pretrain_dir(args.init_from):
+            fresh = load_pretrained_encoder(model.encoder, args.init_from)
+            if ctx.is_main:
+                logger.info("initialised BERT from the pre-trained %s; new: %s", args.init_from, ", ".join(fresh))
+        elif args.init_from:
             weights = resolve_weights(args.init_from)
             ckpt.load_model_weights(model.encoder, weights)
             if ctx.is_main:

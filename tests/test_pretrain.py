@@ -324,3 +324,39 @@ def test_bad_input_fails_before_any_work(inputs, tmp_path, caplog):
     assert pretrain_main(_args(vocab, shards, sentences, done, "--max-steps", "2", "--stage-layers", "2",
                                "--stage-fractions", "1")) == 2
     assert "not empty" in caplog.text
+
+
+def test_init_from_pretrain_dir_round_trip_is_strict(inputs, tmp_path, caplog):
+    from safetensors.torch import save_file
+
+    from labse_model.train import main as train_main
+
+    vocab, shards, sentences = inputs
+    pt = tmp_path / "pt"
+    assert pretrain_main(_args(vocab, shards, sentences, pt, "--max-steps", "2", "--stage-layers", "2",
+                               "--stage-fractions", "1")) == 0
+    train_args = ["--data", shards, "--vocab", str(vocab), "--global-batch-size", "8", "--max-steps", "1",
+                  "--lr", "0", "--warmup-steps", "0", "--save-every", "1", "--init-from", str(pt)]
+    assert train_main([*train_args, "--output", str(tmp_path / "ft")]) == 0
+    config = json.loads((tmp_path / "ft" / "config.json").read_text())
+    assert config["model"]["preset"] == "tiny" and config["model"]["num_layers"] == 2  # taken from PT_DIR
+    pretrained = load_file(pt / "encoder.safetensors")
+    tuned = load_file(ckpt.find_checkpoint(tmp_path / "ft") / ckpt.MODEL_FILE)
+    assert set(tuned) - set(pretrained) == {"head.weight", "head.bias"}
+    assert all(torch.equal(tuned[k], pretrained[k]) for k in pretrained)  # lr 0: the weights as loaded
+
+    caplog.clear()
+    assert train_main([*train_args, "--output", str(tmp_path / "mini"), "--config", "mini"]) == 2
+    assert "contradicts" in caplog.text
+    other_vocab = tmp_path / "vocab.txt"
+    other_vocab.write_text(vocab.read_text() + "zzzextra\n")
+    caplog.clear()
+    assert train_main([*train_args, "--output", str(tmp_path / "v"), "--vocab", str(other_vocab)]) == 2
+    assert "not the vocabulary" in caplog.text
+    # A missing or an unexpected weight is an error, never a silent random init.
+    for broken in ({k: v for k, v in pretrained.items() if "layer.1." not in k},
+                   {**pretrained, "bert.pooler.dense.weight": torch.zeros(64, 64)}):
+        save_file(broken, pt / "encoder.safetensors")
+        caplog.clear()
+        assert train_main([*train_args, "--output", str(tmp_path / f"b{len(broken)}")]) == 2
+        assert "does not match the encoder" in caplog.text
