@@ -1,9 +1,10 @@
-"""Demo step (`make demo`, last stage): TFRecords -> 2-process training -> export -> evaluation.
+"""Demo step (`make demo`, last stage): TFRecords -> pre-training -> 2-process training -> export -> evaluation.
 
 Runs the real commands: `labse-tfrecords` on Multi30k train (de/fr/cs-en) plus the mining stage's
-scored pairs, `labse-train --nproc-per-node 2` (torchrun, gloo, gathered negatives) on the demo's
-vocabulary, `labse-export` to `out/model`, then Tatoeba deu/fra/ces and Multi30k test_2016 de-en
-retrieval of the exported model. A few minutes on 2 CPU cores: the numbers show the plumbing works
+scored pairs, `labse-pretrain` (MLM on the cleaning stage's sentences and Multi30k train text, TLM
+on the shards, progressive stacking 1 -> 2 -> 4 layers), `labse-train --nproc-per-node 2 --init-from`
+it (torchrun, gloo, gathered negatives) on the demo's vocabulary, `labse-export` to `out/model`,
+then Tatoeba deu/fra/ces and Multi30k test_2016 de-en retrieval of the exported model. A few minutes on 2 CPU cores: the numbers show the plumbing works
 and training moves accuracy off chance, not LaBSE's quality.
 """
 from __future__ import annotations
@@ -23,12 +24,17 @@ DEMO_LR = 1e-3
 # 300 steps, without dropout. The LaBSE head (dense+tanh+L2) is kept. Measured here (the demo step
 # alone, 2 min 20 s): 300 steps in 92 s, Multi30k test_2016 de-en 68.3%; 150 steps gave 43.5%.
 DEMO_POOLING = "mean"
+# A short pre-training (BENCHMARKS.md, pre-training, has what longer ones give).
+DEMO_PRETRAIN_STEPS = 150
+DEMO_PRETRAIN_BATCH = 32
+DEMO_PRETRAIN_LR = 5e-4
 DEMO_DROPOUT = 0.0
 
 
 def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     from labse_model.evaluate import load_encoder, multi30k_retrieval_accuracy, tatoeba_accuracy
     from labse_model.export import main as export_main
+    from labse_model.pretrain import main as pretrain_main
     from labse_model.train import main as train_main
     from pipelines.tfrecords import main as tfrecords_main
 
@@ -59,7 +65,38 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         + f"), dropped {stats.get('dropped') or 'none'}, {time.perf_counter() - started:.0f} s"
     )
 
-    # 2. Training: 2 gloo processes, gathered negatives.
+    # 2. Pre-training: MLM on the demo's cleaned text and Multi30k train text, TLM on the shards,
+    # stacked 1 -> 2 -> 4 layers; the dual encoder then starts from it.
+    pretrained = out / "pretrain"
+    if pretrained.exists():
+        import shutil
+
+        shutil.rmtree(pretrained)
+    argv = ["--pairs", str(shards / "*.tfrecord*"), "--vocab", vocab, "--output", str(pretrained),
+            "--config", DEMO_CONFIG, "--stage-layers", "1,2,4", "--stage-fractions", "2,4,9",
+            "--max-steps", str(DEMO_PRETRAIN_STEPS), "--global-batch-size", str(DEMO_PRETRAIN_BATCH),
+            "--max-seq-length", "64", "--tlm-fraction", "0.5", "--lr", str(DEMO_PRETRAIN_LR),
+            "--warmup-steps", "10", "--log-every", "10", "--eval-every", "0", "--save-every", str(DEMO_PRETRAIN_STEPS),
+            "--heldout-rate", "0.01"]
+    clean = artifacts.get("clean_output")
+    if clean and (Path(clean) / "sentences").is_dir() and any((Path(clean) / "sentences").glob("lang=*")):
+        argv += ["--mono", str(Path(clean) / "sentences")]
+    for lang in ("de", "fr", "cs", "en"):
+        argv += ["--mono", f"{lang}:{data / 'multi30k' / f'train.{lang}.gz'}"]
+    started = time.perf_counter()
+    if pretrain_main(argv) != 0:
+        raise RuntimeError("labse-pretrain failed")
+    pt_summary = json.loads((pretrained / "pretrain_summary.json").read_text(encoding="utf-8"))
+    stages = list(pt_summary["stages"].values())
+    lines.append(
+        f"labse-pretrain: {DEMO_CONFIG} encoder, MLM on {len(pt_summary['languages'])} languages "
+        f"({'cleaned text + ' if clean else ''}Multi30k train) + TLM on the shards, "
+        f"{' -> '.join(str(s['layers']) for s in stages)} layers, {pt_summary['step']} steps x {DEMO_PRETRAIN_BATCH} "
+        f"sequences in {time.perf_counter() - started:.0f} s; held-out masked-token accuracy per stage "
+        + " / ".join(f"{s.get('heldout_mlm_accuracy', float('nan')) * 100:.1f}%" for s in stages)
+    )
+
+    # 3. Training: 2 gloo processes, gathered negatives, from the pre-trained encoder.
     run_dir = out / "train"
     if run_dir.exists():
         import shutil
@@ -68,7 +105,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     started = time.perf_counter()
     code = train_main([
         "--data", str(shards / "*.tfrecord*"), "--vocab", vocab, "--output", str(run_dir),
-        "--config", DEMO_CONFIG, "--pooling", DEMO_POOLING, "--dropout", str(DEMO_DROPOUT),
+        "--init-from", str(pretrained), "--pooling", DEMO_POOLING, "--dropout", str(DEMO_DROPOUT),
         "--nproc-per-node", "2", "--gather-negatives",
         "--global-batch-size", str(DEMO_BATCH), "--max-steps", str(DEMO_STEPS), "--lr", str(DEMO_LR),
         "--warmup-steps", str(DEMO_STEPS // 10), "--log-every", "10", "--save-every", str(DEMO_STEPS), "--eval-every", "0",
@@ -78,7 +115,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         raise RuntimeError(f"labse-train failed with exit code {code}")
     summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))
     lines.append(
-        f"labse-train: {DEMO_CONFIG} encoder ({DEMO_POOLING} pooling -> dense+tanh -> L2), 2 processes x {DEMO_BATCH // 2} pairs, gathered negatives "
+        f"labse-train: the pre-trained {DEMO_CONFIG} encoder ({DEMO_POOLING} pooling -> dense+tanh -> L2), 2 processes x {DEMO_BATCH // 2} pairs, gathered negatives "
         f"(softmax over {DEMO_BATCH}), {summary['step']} steps in {time.perf_counter() - started:.0f} s "
         f"({summary['steps_per_second']:.2f} steps/s, forward gather {summary['gather_forward_share'] * 100:.1f}% "
         f"of step time); final loss {summary['final_loss']:.3f}"
@@ -86,7 +123,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     if summary.get("dev_accuracy"):
         lines.append(f"dev (Multi30k val de-en, 500 pairs): retrieval accuracy {summary['dev_accuracy']['mean'] * 100:.1f}%")
 
-    # 3. Export and evaluation of the exported directory.
+    # 4. Export and evaluation of the exported directory.
     model_dir = out / "model"
     if export_main(["--run", str(run_dir), "--output", str(model_dir), "--overwrite"]) != 0:
         raise RuntimeError("labse-export failed")
