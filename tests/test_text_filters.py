@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines.text.boilerplate import heuristic_main_content_scores
-from pipelines.text.filters import REASONS, FilterConfig, first_failure, letter_script
+from pipelines.text.filters import REASONS, FilterConfig, first_failure
 from pipelines.text.normalise import clean_text, dedup_key, normalise_for_dedup
 from pipelines.text.sentences import split_sentences
 
@@ -79,9 +79,37 @@ def test_length_bounds_are_configurable():
     assert first_failure("Ein viel zu langer Satz für die Grenze.", "de", config) == "too_long"
 
 
-def test_letter_scripts():
-    assert [letter_script(c) for c in "aЖ中あカ한ก1 "] == ["LATIN", "CYRILLIC", "CJK", "HIRAGANA", "KATAKANA",
-                                                          "HANGUL", "THAI", None, None]
+def test_letters_are_in_their_languages_scripts():
+    from pipelines.text.filters import expected_scripts, in_scripts
+
+    for ch, lang in zip("aЖ中あカ한กß", ("en", "ru", "zh", "ja", "ja", "ko", "th", "de")):
+        assert in_scripts(ch, expected_scripts(lang)), (ch, lang)
+    for ch, lang in (("a", "ru"), ("Ж", "en"), ("あ", "zh"), ("1", "en"), (" ", "en"), (".", "en")):
+        assert not in_scripts(ch, expected_scripts(lang)), (ch, lang)
+    # Beyond the tabled planes (the per-character path counts these): CJK extension B is Han.
+    assert in_scripts("\U00020000", expected_scripts("zh")) and not in_scripts("\U00020000", expected_scripts("ru"))
+
+
+@pytest.mark.parametrize(
+    "text, lang",
+    [
+        ("コーヒーとケーキをください。", "ja"),  # ー: Script Common, Script_Extensions Hiragana and Katakana
+        ("ｺｰﾋｰを飲みます。", "ja"),  # its halfwidth form
+        ("人々は色々な国々へ行きます。", "ja"),  # 々: Han
+        ("我们日々进步，人人向上。", "zh"),
+        ("メーデー、メーデー！", "ja"),
+    ],
+)
+def test_prolonged_sound_and_iteration_marks_are_in_script(text, lang):
+    """ー and 々 are letters of Japanese and Chinese text, not off-script ones (their Unicode names
+    start with KATAKANA-HIRAGANA and IDEOGRAPHIC, which is how they were miscounted)."""
+    from pipelines.text.filters import Page, Sentence, first_failure_reference
+
+    counted = Sentence.counted(text, lang)
+    assert counted.letters and counted.in_script == counted.letters
+    assert Page.counted([text], [lang]).sentences[0].in_script == counted.letters
+    assert first_failure(text, lang) is None
+    assert first_failure_reference(text, lang) is None
 
 
 # ----------------------------------------------------------------------------- normalisation

@@ -10,7 +10,8 @@ Rules follow C4 (TFDS `c4_utils.py`) and Gopher (Rae et al. 2021), applied per s
 - `repeated_characters`: a run of one character (`!!!!!!!!!!`, `----------`).
 - `replacement_character`: U+FFFD, the mark of a wrong charset.
 - `gbk_mojibake`: UTF-8 Chinese decoded as GBK upstream, in pages that are mojibake as sent.
-- `script`: the letters are mostly not in the script(s) of the sentence's language.
+- `script`: the letters are mostly not in the script(s) of the sentence's language (by the
+  Unicode Script_Extensions property, through the `regex` package).
 
 Each rule is declared once (`@rule`: its reasons, its check, and for the rare ones a page-wide
 test), as datatrove's filters are: `first_failure_reference` runs the checks one sentence at a
@@ -29,6 +30,7 @@ from functools import cached_property, lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
+import regex
 
 
 @dataclass(frozen=True)
@@ -95,69 +97,61 @@ character_class = lru_cache(maxsize=65536)(_character_class)
 character_class.__doc__ = "DIGIT | SPACE | SYMBOL | LETTER flags of one character."
 
 
-# Scripts (the first word of a letter's Unicode name) per lid.176 language; unlisted languages are
-# written in Latin script.
+# Scripts (Unicode Script property values) per lid.176 language; unlisted languages are written
+# in Latin script.
 _SCRIPTS: dict[str, frozenset[str]] = {}
 for _langs, _scripts in [
-    ("ru uk bg be mk kk ky tg mn tt ba cv ce sah os av krc kv lez mhr mrj myv rue tyv xal bxr udm", {"CYRILLIC"}),
-    ("sr sh", {"CYRILLIC", "LATIN"}),
-    ("uz az tk", {"LATIN", "CYRILLIC"}),
-    ("ar arz fa ur ps ckb ug sd azb mzn lrc pnb ks", {"ARABIC"}),
-    ("ku", {"LATIN", "ARABIC"}),
-    ("hi mr ne sa new bh mai gom dty", {"DEVANAGARI"}),
-    ("bn as bpy", {"BENGALI"}),
-    ("he yi", {"HEBREW"}),
-    ("el", {"GREEK"}),
-    ("th", {"THAI"}),
-    ("lo", {"LAO"}),
-    ("km", {"KHMER"}),
-    ("my", {"MYANMAR"}),
-    ("ka xmf", {"GEORGIAN"}),
-    ("hy", {"ARMENIAN"}),
-    ("am ti", {"ETHIOPIC"}),
-    ("ta", {"TAMIL"}),
-    ("te", {"TELUGU"}),
-    ("kn", {"KANNADA"}),
-    ("ml", {"MALAYALAM"}),
-    ("gu", {"GUJARATI"}),
-    ("pa", {"GURMUKHI"}),
-    ("or", {"ORIYA"}),
-    ("si", {"SINHALA"}),
-    ("bo", {"TIBETAN"}),
-    ("dv", {"THAANA"}),
-    ("zh wuu yue", {"CJK"}),
-    ("ja", {"CJK", "HIRAGANA", "KATAKANA"}),
-    ("ko", {"HANGUL", "CJK"}),
+    ("ru uk bg be mk kk ky tg mn tt ba cv ce sah os av krc kv lez mhr mrj myv rue tyv xal bxr udm", {"Cyrillic"}),
+    ("sr sh", {"Cyrillic", "Latin"}),
+    ("uz az tk", {"Latin", "Cyrillic"}),
+    ("ar arz fa ur ps ckb ug sd azb mzn lrc pnb ks", {"Arabic"}),
+    ("ku", {"Latin", "Arabic"}),
+    ("hi mr ne sa new bh mai gom dty", {"Devanagari"}),
+    ("bn as bpy", {"Bengali"}),
+    ("he yi", {"Hebrew"}),
+    ("el", {"Greek"}),
+    ("th", {"Thai"}),
+    ("lo", {"Lao"}),
+    ("km", {"Khmer"}),
+    ("my", {"Myanmar"}),
+    ("ka xmf", {"Georgian"}),
+    ("hy", {"Armenian"}),
+    ("am ti", {"Ethiopic"}),
+    ("ta", {"Tamil"}),
+    ("te", {"Telugu"}),
+    ("kn", {"Kannada"}),
+    ("ml", {"Malayalam"}),
+    ("gu", {"Gujarati"}),
+    ("pa", {"Gurmukhi"}),
+    ("or", {"Oriya"}),
+    ("si", {"Sinhala"}),
+    ("bo", {"Tibetan"}),
+    ("dv", {"Thaana"}),
+    ("zh wuu yue", {"Han"}),
+    ("ja", {"Han", "Hiragana", "Katakana"}),
+    ("ko", {"Hangul", "Han"}),
 ]:
     for _lang in _langs.split():
         _SCRIPTS[_lang] = frozenset(_scripts)
-LATIN = frozenset({"LATIN"})
-
-
-@lru_cache(maxsize=65536)
-def letter_script(ch: str) -> str | None:
-    """The script of a letter (first word of its Unicode name, CJK for ideographs), None for non-letters."""
-    if not ch.isalpha():
-        return None
-    name = unicodedata.name(ch, "")
-    if not name:
-        return None
-    first = name.split(" ", 1)[0]
-    if first in ("CJK", "KANGXI"):
-        return "CJK"
-    if first == "HALFWIDTH" or first == "FULLWIDTH":
-        parts = name.split(" ")
-        return parts[1] if len(parts) > 1 else first
-    return first
+LATIN = frozenset({"Latin"})
 
 
 def expected_scripts(lang: str) -> frozenset[str]:
     return _SCRIPTS.get(lang, LATIN)
 
 
+@lru_cache(maxsize=None)
+def script_pattern(scripts: frozenset[str]) -> regex.Pattern:
+    """A run of characters of `scripts` by their Unicode Script_Extensions, not their Script: the
+    prolonged sound mark ー (Script Common) is written in Hiragana and Katakana, the iteration
+    mark 々 is Han, the tatweel ـ is Arabic."""
+    return regex.compile("[%s]+" % "".join(r"\p{Script_Extensions=%s}" % name for name in sorted(scripts)))
+
+
+@lru_cache(maxsize=65536)
 def in_scripts(ch: str, scripts: frozenset[str]) -> bool:
     """Is `ch` a letter of one of `scripts`?"""
-    return letter_script(ch) in scripts
+    return ch.isalpha() and script_pattern(scripts).match(ch) is not None
 
 
 # ----------------------------------------------------------------------------- sentences and pages
@@ -253,20 +247,22 @@ class _CharacterTables:
     def __init__(self):
         size = UNICODE_PUNCTUATION_AND_SYMBOLS_END
         self.classes = np.fromiter((_character_class(chr(cp)) for cp in range(size)), dtype=np.uint8, count=size)
-        names = [letter_script(chr(cp)) if flags & LETTER else None for cp, flags in enumerate(self.classes.tolist())]
-        self._script_ids = {name: i for i, name in enumerate(sorted({n for n in names if n is not None}), start=1)}
-        self._scripts = np.array([self._script_ids.get(name, 0) for name in names], dtype=np.uint16)
         self._in_scripts: dict[frozenset[str], np.ndarray] = {}
 
     def in_scripts(self, scripts: frozenset[str]) -> np.ndarray:
         table = self._in_scripts.get(scripts)
         if table is None:
-            wanted = np.zeros(len(self._script_ids) + 1, dtype=bool)
-            for name in scripts:
-                if name in self._script_ids:
-                    wanted[self._script_ids[name]] = True
-            table = self._in_scripts[scripts] = wanted[self._scripts]
+            table = np.zeros(len(self.classes), dtype=bool)
+            for run in script_pattern(scripts).finditer(_tabled_characters()):
+                table[run.start():run.end()] = True
+            table &= (self.classes & LETTER) != 0
+            self._in_scripts[scripts] = table
         return table
+
+
+@lru_cache(maxsize=1)
+def _tabled_characters() -> str:
+    return "".join(map(chr, range(UNICODE_PUNCTUATION_AND_SYMBOLS_END)))
 
 
 @lru_cache(maxsize=1)
