@@ -81,6 +81,7 @@ UNICODE_PUNCTUATION_AND_SYMBOLS_END = 0x20000
 
 
 def _character_class(ch: str) -> int:
+    """DIGIT | SPACE | SYMBOL | LETTER flags of one character."""
     flags = 0
     if ch.isdecimal():  # re's \d
         flags |= DIGIT
@@ -93,8 +94,9 @@ def _character_class(ch: str) -> int:
     return flags
 
 
+# Cached for the one-character-at-a-time path; the tables call the plain function (their 131,072
+# code points would only flush the cache).
 character_class = lru_cache(maxsize=65536)(_character_class)
-character_class.__doc__ = "DIGIT | SPACE | SYMBOL | LETTER flags of one character."
 
 
 # Scripts (Unicode Script property values) per lid.176 language; unlisted languages are written
@@ -297,6 +299,7 @@ class Rule:
 
 
 def rule(*reasons: str, page_test: PageTest | None = None) -> Callable[[Check], Rule]:
+    """Declares a filter: `@rule("reason", ...)` over its check function makes it a Rule."""
     def declare(check: Check) -> Rule:
         return Rule(check, reasons, page_test)
     return declare
@@ -344,7 +347,7 @@ policy = substring_rule("policy", POLICY_PHRASES, casefold=True)
 
 @lru_cache(maxsize=None)
 def _repeated_pattern(max_repeated_run: int) -> re.Pattern:
-    # `.` does not match a newline: no run spans two newline-joined sentences
+    # `.` does not match a newline, so a run of line breaks is not a run of repeated characters
     return re.compile(r"(.)\1{%d,}" % max_repeated_run)
 
 
