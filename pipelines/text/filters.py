@@ -197,8 +197,9 @@ class Page:
     page-wide tests read: the text of all sentences joined, its casefolded form, runs of one
     character."""
 
-    def __init__(self, texts: Sequence[str], langs: Sequence[str], codes: np.ndarray, tables: "_CharacterTables"):
-        self.text = "".join(texts)
+    def __init__(self, texts: Sequence[str], langs: Sequence[str], text: str, codes: np.ndarray,
+                 tables: "_CharacterTables"):
+        self.text = text
         lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
         self._starts = starts = np.zeros(len(texts), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
@@ -208,11 +209,11 @@ class Page:
         def per_sentence(flags: np.ndarray) -> list[int]:
             return np.add.reduceat(flags.astype(np.int32), starts).tolist()
 
-        spaces, digits, symbols, letters = (per_sentence(classes & flag != 0) for flag in (SPACE, DIGIT, SYMBOL, LETTER))
-        in_script = {lang: per_sentence(tables.in_scripts(expected_scripts(lang))[codes]) for lang in set(langs)}
-        self.sentences = [
-            Sentence(text, lang, len(text) - spaces[i], digits[i], symbols[i], letters[i], in_script[lang][i])
-            for i, (text, lang) in enumerate(zip(texts, langs))]
+        visible = (lengths - np.add.reduceat((classes & SPACE != 0).astype(np.int32), starts)).tolist()
+        digits, symbols, letters = (per_sentence(classes & flag != 0) for flag in (DIGIT, SYMBOL, LETTER))
+        by_lang = {lang: per_sentence(tables.in_scripts(expected_scripts(lang))[codes]) for lang in set(langs)}
+        in_script = by_lang[langs[0]] if len(by_lang) == 1 else [by_lang[lang][i] for i, lang in enumerate(langs)]
+        self.sentences = list(map(Sentence, texts, langs, visible, digits, symbols, letters, in_script))
 
     @classmethod
     def counted(cls, texts: Sequence[str], langs: Sequence[str]) -> "Page | None":
@@ -220,11 +221,12 @@ class Page:
         every sentence non-empty) or a code point beyond the tabled planes (rare)."""
         if not all(texts):
             return None
-        codes = np.frombuffer("".join(texts).encode("utf-32-le"), dtype=np.uint32)
+        text = "".join(texts)
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         tables = _character_tables()
         if int(codes.max()) >= len(tables.classes):
             return None
-        return cls(texts, langs, codes, tables)
+        return cls(texts, langs, text, codes, tables)
 
     @cached_property
     def folded(self) -> str:
@@ -415,12 +417,17 @@ FILTERS: tuple[Rule, ...] = (
 REASONS = tuple(reason for filter_rule in FILTERS for reason in filter_rule.reasons)
 
 
-def _first_reason(checks: Sequence[Check], sentence: Sentence, config: FilterConfig) -> str | None:
-    for check in checks:
-        reason = check(sentence, config)
-        if reason is not None:
-            return reason
-    return None
+def _first_reasons(checks: Sequence[Check], sentences: Sequence[Sentence], config: FilterConfig) -> list[str | None]:
+    reasons = []
+    for sentence in sentences:
+        for check in checks:
+            reason = check(sentence, config)
+            if reason is not None:
+                break
+        else:
+            reason = None
+        reasons.append(reason)
+    return reasons
 
 
 _DEFAULT_CONFIG = FilterConfig()
@@ -430,7 +437,7 @@ def first_failure_reference(text: str, lang: str, config: FilterConfig = _DEFAUL
     """The first rule's drop reason for one sentence, every rule run and every character counted
     one by one: the definition `first_failures` must agree with (tests compare the two on every
     sentence of the samples)."""
-    return _first_reason([filter_rule.check for filter_rule in FILTERS], Sentence.counted(text, lang), config)
+    return _first_reasons([filter_rule.check for filter_rule in FILTERS], [Sentence.counted(text, lang)], config)[0]
 
 
 def first_failure(text: str, lang: str, config: FilterConfig = _DEFAULT_CONFIG) -> str | None:
@@ -454,4 +461,4 @@ def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterCon
         return [first_failure_reference(text, lang, config) for text, lang in zip(texts, langs)]
     checks = [filter_rule.check for filter_rule in FILTERS
               if filter_rule.page_test is None or filter_rule.page_test(page, config)]
-    return [_first_reason(checks, sentence, config) for sentence in page.sentences]
+    return _first_reasons(checks, page.sentences, config)
