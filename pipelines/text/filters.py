@@ -1,4 +1,4 @@
-"""Sentence quality filters: each a pure function returning a drop reason, or None to keep.
+"""Sentence quality filters: each a rule that returns one of its drop reasons, or None to keep.
 
 Rules follow C4 (TFDS `c4_utils.py`) and Gopher (Rae et al. 2021), applied per sentence:
 - `length`: LaBSE kept sentences of 10 to 5,000 characters.
@@ -10,7 +10,15 @@ Rules follow C4 (TFDS `c4_utils.py`) and Gopher (Rae et al. 2021), applied per s
 - `repeated_characters`: a run of one character (`!!!!!!!!!!`, `----------`).
 - `replacement_character`: U+FFFD, the mark of a wrong charset.
 - `gbk_mojibake`: UTF-8 Chinese decoded as GBK upstream, in pages that are mojibake as sent.
-- `script`: the letters are mostly not in the script(s) of the sentence's language.
+- `script`: the letters are mostly not in the script(s) of the sentence's language (by the
+  Unicode Script_Extensions property, through the `regex` package).
+
+Each rule is declared once (`@rule`: its reasons, its check, and for the rare ones a page-wide
+test), as datatrove's filters are: `first_failure_reference` runs the checks one sentence at a
+time, counting characters one by one (the definition); `first_failures` runs the same checks on a
+page of sentences at once, with the counts taken from per-code-point tables built from the same
+character classes, and skips a rare rule for the whole page when its page-wide test says that no
+sentence can fail it. `REASONS` is derived from the rules.
 """
 from __future__ import annotations
 
@@ -18,10 +26,11 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
+import regex
 
 
 @dataclass(frozen=True)
@@ -60,11 +69,247 @@ POLICY_PHRASES = (
     "использует cookie", "隐私政策", "隱私權政策", "プライバシーポリシー",
 )
 
-_REPEATED = {}
+# ----------------------------------------------------------------------------- character classes
+# ASCII punctuation used as decoration or markup, and CJK lenticular brackets (spam that wraps
+# every character: 【随】【着】...), count as symbols too.
+_EXTRA_SYMBOLS = frozenset("#|•·*_~<>{}[]\\/@=+^`【】")
+DIGIT, SPACE, SYMBOL, LETTER = 1, 2, 4, 8
+# Planes 0-1 hold every S* and P* code point (tests/test_text_fast_paths.py checks the whole
+# range), so the per-code-point tables stop there; a page with a code point beyond is counted one
+# character at a time.
+UNICODE_PUNCTUATION_AND_SYMBOLS_END = 0x20000
 
 
-def length(text: str, lang: str, config: FilterConfig) -> str | None:
-    n = len(text)
+def _character_class(ch: str) -> int:
+    """DIGIT | SPACE | SYMBOL | LETTER flags of one character."""
+    flags = 0
+    if ch.isdecimal():  # re's \d
+        flags |= DIGIT
+    if ch.isspace():  # str.split()'s whitespace
+        flags |= SPACE
+    if ch in _EXTRA_SYMBOLS or unicodedata.category(ch)[0] == "S":
+        flags |= SYMBOL
+    if ch.isalpha():
+        flags |= LETTER
+    return flags
+
+
+# Cached for the one-character-at-a-time path; the tables call the plain function (their 131,072
+# code points would only flush the cache).
+character_class = lru_cache(maxsize=65536)(_character_class)
+
+
+# Scripts (Unicode Script property values) per lid.176 language; unlisted languages are written
+# in Latin script.
+_SCRIPTS: dict[str, frozenset[str]] = {}
+for _langs, _scripts in [
+    ("ru uk bg be mk kk ky tg mn tt ba cv ce sah os av krc kv lez mhr mrj myv rue tyv xal bxr udm", {"Cyrillic"}),
+    ("sr sh", {"Cyrillic", "Latin"}),
+    ("uz az tk", {"Latin", "Cyrillic"}),
+    ("ar arz fa ur ps ckb ug sd azb mzn lrc pnb ks", {"Arabic"}),
+    ("ku", {"Latin", "Arabic"}),
+    ("hi mr ne sa new bh mai gom dty", {"Devanagari"}),
+    ("bn as bpy", {"Bengali"}),
+    ("he yi", {"Hebrew"}),
+    ("el", {"Greek"}),
+    ("th", {"Thai"}),
+    ("lo", {"Lao"}),
+    ("km", {"Khmer"}),
+    ("my", {"Myanmar"}),
+    ("ka xmf", {"Georgian"}),
+    ("hy", {"Armenian"}),
+    ("am ti", {"Ethiopic"}),
+    ("ta", {"Tamil"}),
+    ("te", {"Telugu"}),
+    ("kn", {"Kannada"}),
+    ("ml", {"Malayalam"}),
+    ("gu", {"Gujarati"}),
+    ("pa", {"Gurmukhi"}),
+    ("or", {"Oriya"}),
+    ("si", {"Sinhala"}),
+    ("bo", {"Tibetan"}),
+    ("dv", {"Thaana"}),
+    ("zh wuu yue", {"Han"}),
+    ("ja", {"Han", "Hiragana", "Katakana"}),
+    ("ko", {"Hangul", "Han"}),
+]:
+    for _lang in _langs.split():
+        _SCRIPTS[_lang] = frozenset(_scripts)
+LATIN = frozenset({"Latin"})
+
+
+def expected_scripts(lang: str) -> frozenset[str]:
+    return _SCRIPTS.get(lang, LATIN)
+
+
+@lru_cache(maxsize=None)
+def script_pattern(scripts: frozenset[str]) -> regex.Pattern:
+    """A run of characters of `scripts` by their Unicode Script_Extensions, not their Script: the
+    prolonged sound mark ー (Script Common) is written in Hiragana and Katakana, the iteration
+    mark 々 is Han, the tatweel ـ is Arabic."""
+    return regex.compile("[%s]+" % "".join(r"\p{Script_Extensions=%s}" % name for name in sorted(scripts)))
+
+
+@lru_cache(maxsize=65536)
+def in_scripts(ch: str, scripts: frozenset[str]) -> bool:
+    """Is `ch` a letter of one of `scripts`?"""
+    return ch.isalpha() and script_pattern(scripts).match(ch) is not None
+
+
+# ----------------------------------------------------------------------------- sentences and pages
+class Sentence:
+    """A sentence, its language, and the character counts that the counting rules read."""
+
+    __slots__ = ("text", "lang", "visible", "digits", "symbols", "letters", "in_script")
+
+    def __init__(self, text: str, lang: str, visible: int, digits: int, symbols: int, letters: int, in_script: int):
+        self.text = text
+        self.lang = lang
+        self.visible = visible      # characters that are not whitespace
+        self.digits = digits
+        self.symbols = symbols
+        self.letters = letters
+        self.in_script = in_script  # letters in one of the language's scripts
+
+    @classmethod
+    def counted(cls, text: str, lang: str) -> "Sentence":
+        """Counted one character at a time: the definition the page tables must agree with."""
+        visible = digits = symbols = letters = in_script = 0
+        scripts = expected_scripts(lang)
+        for ch, n in Counter(text).items():
+            flags = character_class(ch)
+            if not flags & SPACE:
+                visible += n
+            if flags & DIGIT:
+                digits += n
+            if flags & SYMBOL:
+                symbols += n
+            if flags & LETTER:
+                letters += n
+                if in_scripts(ch, scripts):
+                    in_script += n
+        return cls(text, lang, visible, digits, symbols, letters, in_script)
+
+
+class Page:
+    """The sentences of one document, counted all at once: their code points go through the
+    per-code-point tables with numpy and are summed per sentence. Also what the rare rules'
+    page-wide tests read: the text of all sentences joined, its casefolded form, runs of one
+    character."""
+
+    def __init__(self, texts: Sequence[str], langs: Sequence[str], text: str, codes: np.ndarray,
+                 tables: "_CharacterTables"):
+        self.text = text
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        self._starts = starts = np.zeros(len(texts), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        self._codes = codes
+        classes = tables.classes[codes]
+
+        def per_sentence(flags: np.ndarray) -> list[int]:
+            return np.add.reduceat(flags.astype(np.int32), starts).tolist()
+
+        visible = (lengths - np.add.reduceat((classes & SPACE != 0).astype(np.int32), starts)).tolist()
+        digits, symbols, letters = (per_sentence(classes & flag != 0) for flag in (DIGIT, SYMBOL, LETTER))
+        by_lang = {lang: per_sentence(tables.in_scripts(expected_scripts(lang))[codes]) for lang in set(langs)}
+        in_script = by_lang[langs[0]] if len(by_lang) == 1 else [by_lang[lang][i] for i, lang in enumerate(langs)]
+        self.sentences = list(map(Sentence, texts, langs, visible, digits, symbols, letters, in_script))
+
+    @classmethod
+    def counted(cls, texts: Sequence[str], langs: Sequence[str]) -> "Page | None":
+        """None where the tables cannot count the page: an empty sentence (per-sentence sums need
+        every sentence non-empty) or a code point beyond the tabled planes (rare)."""
+        if not all(texts):
+            return None
+        text = "".join(texts)
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        tables = _character_tables()
+        if int(codes.max()) >= len(tables.classes):
+            return None
+        return cls(texts, langs, text, codes, tables)
+
+    @cached_property
+    def folded(self) -> str:
+        return self.text.casefold()
+
+    def has_run(self, run: int) -> bool:
+        """Does any sentence hold `run` equal characters in a row? (runs across sentences do not count)"""
+        codes = self._codes
+        if len(codes) < run:
+            return False
+        same = codes[1:] == codes[:-1]
+        same[self._starts[1:] - 1] = False  # the last character of a sentence and the first of the next
+        steps = run - 1
+        total = np.concatenate(([0], np.cumsum(same, dtype=np.int64)))
+        return bool((total[steps:] - total[:-steps] == steps).any())
+
+
+class _CharacterTables:
+    """Per code point of planes 0-1: its `character_class` flags; per set of scripts, whether it is
+    a letter of one of them (`in_scripts`)."""
+
+    def __init__(self):
+        size = UNICODE_PUNCTUATION_AND_SYMBOLS_END
+        self.classes = np.fromiter((_character_class(chr(cp)) for cp in range(size)), dtype=np.uint8, count=size)
+        self._in_scripts: dict[frozenset[str], np.ndarray] = {}
+
+    def in_scripts(self, scripts: frozenset[str]) -> np.ndarray:
+        table = self._in_scripts.get(scripts)
+        if table is None:
+            table = np.zeros(len(self.classes), dtype=bool)
+            for run in script_pattern(scripts).finditer(_tabled_characters()):
+                table[run.start():run.end()] = True
+            table &= (self.classes & LETTER) != 0
+            self._in_scripts[scripts] = table
+        return table
+
+
+@lru_cache(maxsize=1)
+def _tabled_characters() -> str:
+    return "".join(map(chr, range(UNICODE_PUNCTUATION_AND_SYMBOLS_END)))
+
+
+@lru_cache(maxsize=1)
+def _character_tables() -> _CharacterTables:
+    return _CharacterTables()
+
+
+# ----------------------------------------------------------------------------- rules
+Check = Callable[[Sentence, FilterConfig], "str | None"]
+PageTest = Callable[[Page, FilterConfig], bool]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One filter: `check` returns one of `reasons` for a sentence that fails, None to keep it.
+
+    `page_test`, for rules that rarely fire, is True whenever `check` could fail some sentence of
+    the page (it may also be True when none does): on a page where it is False, `first_failures`
+    skips the rule for every sentence.
+    """
+    check: Check
+    reasons: tuple[str, ...]
+    page_test: PageTest | None = None
+
+    @property
+    def name(self) -> str:
+        return self.check.__name__
+
+    def __call__(self, text: str, lang: str, config: FilterConfig = FilterConfig()) -> str | None:
+        """The rule on one sentence, for a REPL or a test."""
+        return self.check(Sentence.counted(text, lang), config)
+
+
+def rule(*reasons: str, page_test: PageTest | None = None) -> Callable[[Check], Rule]:
+    """Declares a filter: `@rule("reason", ...)` over its check function makes it a Rule."""
+    def declare(check: Check) -> Rule:
+        return Rule(check, reasons, page_test)
+    return declare
+
+
+@rule("too_short", "too_long")
+def length(sentence: Sentence, config: FilterConfig) -> str | None:
+    n = len(sentence.text)
     if n < config.min_chars:
         return "too_short"
     if n > config.max_chars:
@@ -72,93 +317,58 @@ def length(text: str, lang: str, config: FilterConfig) -> str | None:
     return None
 
 
-def terminal_punctuation(text: str, lang: str, config: FilterConfig) -> str | None:
-    if lang in NO_TERMINAL_PUNCTUATION_LANGUAGES:
+@rule("no_terminal_punctuation")
+def terminal_punctuation(sentence: Sentence, config: FilterConfig) -> str | None:
+    if sentence.lang in NO_TERMINAL_PUNCTUATION_LANGUAGES:
         return None
-    end = text.rstrip().rstrip(_CLOSERS)
+    end = sentence.text.rstrip().rstrip(_CLOSERS)
     if end and end[-1] in TERMINAL_PUNCTUATION:
         return None
     return "no_terminal_punctuation"
 
 
-def javascript(text: str, lang: str, config: FilterConfig) -> str | None:
-    return "javascript" if "javascript" in text.casefold() else None
+def substring_rule(reason: str, substrings: tuple[str, ...], casefold: bool) -> Rule:
+    """A rule that drops a sentence holding one of `substrings` (in its casefolded form if
+    `casefold`). A substring of a sentence is a substring of the page's joined text, and
+    casefolding goes character by character, so the same test on the page is its page test."""
+    def holds_one(text: str) -> bool:
+        return any(map(text.__contains__, substrings))
+
+    def check(sentence: Sentence, config: FilterConfig) -> str | None:
+        return reason if holds_one(sentence.text.casefold() if casefold else sentence.text) else None
+
+    check.__name__ = check.__qualname__ = reason
+    return Rule(check, (reason,), lambda page, config: holds_one(page.folded if casefold else page.text))
 
 
-def lorem_ipsum(text: str, lang: str, config: FilterConfig) -> str | None:
-    return "lorem_ipsum" if "lorem ipsum" in text.casefold() else None
+replacement_character = substring_rule("replacement_character", ("\uFFFD",), casefold=False)
+javascript = substring_rule("javascript", ("javascript",), casefold=True)
+lorem_ipsum = substring_rule("lorem_ipsum", ("lorem ipsum",), casefold=True)
+policy = substring_rule("policy", POLICY_PHRASES, casefold=True)
 
 
-def policy(text: str, lang: str, config: FilterConfig) -> str | None:
-    folded = text.casefold()
-    return "policy" if any(phrase in folded for phrase in POLICY_PHRASES) else None
+@lru_cache(maxsize=None)
+def _repeated_pattern(max_repeated_run: int) -> re.Pattern:
+    # `.` does not match a newline, so a run of line breaks is not a run of repeated characters
+    return re.compile(r"(.)\1{%d,}" % max_repeated_run)
 
 
-# ASCII punctuation used as decoration or markup, and CJK lenticular brackets (spam that wraps
-# every character: 【随】【着】...), count as symbols too.
-_EXTRA_SYMBOLS = frozenset("#|•·*_~<>{}[]\\/@=+^`【】")
-
-
-@lru_cache(maxsize=1)
-def _symbol_deletions() -> dict[int, None]:
-    # Unicode symbols (S*) plus the ASCII/CJK marks above, built once per process;
-    # `len(text) - len(text.translate(table))` counts them in C. Planes 0-1 hold every S* and
-    # P* code point (tests/test_text_fast_paths.py checks the whole range), so the scan stops
-    # there: 8x less start-up work per worker.
-    return {cp: None for cp in range(UNICODE_PUNCTUATION_AND_SYMBOLS_END)
-            if chr(cp) in _EXTRA_SYMBOLS or unicodedata.category(chr(cp))[0] == "S"}
-
-
-UNICODE_PUNCTUATION_AND_SYMBOLS_END = 0x20000
-
-
-_DIGIT = re.compile(r"\d")
-_ASCII_LETTER = re.compile(r"[A-Za-z]")
-
-
-def symbols(text: str, lang: str, config: FilterConfig) -> str | None:
-    visible = len("".join(text.split()))
-    if not visible:
-        return "symbols"
-    ratio = (len(text) - len(text.translate(_symbol_deletions()))) / visible
-    if "..." in text and lang not in ("zh", "ja"):
-        # Gopher: ellipses stand for cut-off teasers ("Read more..."); count each as symbols.
-        ratio += 3 * text.count("...") / visible
-    return "symbols" if ratio > config.max_symbol_ratio else None
-
-
-def digits(text: str, lang: str, config: FilterConfig) -> str | None:
-    visible = len("".join(text.split()))
-    if not visible:
-        return "digits"
-    return "digits" if len(_DIGIT.findall(text)) / visible > config.max_digit_ratio else None
-
-
-def _repeated_pattern(config: FilterConfig) -> re.Pattern:
-    pattern = _REPEATED.get(config.max_repeated_run)
-    if pattern is None:  # `.` does not match a newline: no run spans two newline-joined sentences
-        pattern = _REPEATED.setdefault(config.max_repeated_run, re.compile(r"(.)\1{%d,}" % config.max_repeated_run))
-    return pattern
-
-
-def repeated_characters(text: str, lang: str, config: FilterConfig) -> str | None:
-    return "repeated_characters" if _repeated_pattern(config).search(text) else None
-
-
-def replacement_character(text: str, lang: str, config: FilterConfig) -> str | None:
-    return "replacement_character" if "\uFFFD" in text else None
+@rule("repeated_characters", page_test=lambda page, config: page.has_run(config.max_repeated_run + 1))
+def repeated_characters(sentence: Sentence, config: FilterConfig) -> str | None:
+    return "repeated_characters" if _repeated_pattern(config.max_repeated_run).search(sentence.text) else None
 
 
 _HAN_RUN = re.compile(r"[\u3400-\u9fff]{2,}")
 _HAN_PAIR = re.compile(r"[\u4e00-\u9fff]{2,}")
 
 
-def gbk_mojibake(text: str, lang: str, config: FilterConfig) -> str | None:
+@rule("gbk_mojibake", page_test=lambda page, config: _HAN_RUN.search(page.text) is not None)
+def gbk_mojibake(sentence: Sentence, config: FilterConfig) -> str | None:
     """UTF-8 Chinese that was decoded as GBK before it reached us ("澳洲" became "婢虫床"): a run
     of Han characters whose GBK bytes, read as UTF-8, give two or more Han characters in a row.
     Pages that are mojibake themselves (no charset decision can repair them) pass every other rule.
     No real Chinese or Japanese line of the UDHR, Tatoeba or WARC samples matches."""
-    for match in _HAN_RUN.finditer(text):
+    for match in _HAN_RUN.finditer(sentence.text):
         try:
             raw = match.group(0).encode("gbk")
         except UnicodeEncodeError:
@@ -168,116 +378,72 @@ def gbk_mojibake(text: str, lang: str, config: FilterConfig) -> str | None:
     return None
 
 
-# Scripts (the first word of a letter's Unicode name) per lid.176 language; unlisted languages are
-# written in Latin script.
-_SCRIPTS: dict[str, frozenset[str]] = {}
-for _langs, _scripts in [
-    ("ru uk bg be mk kk ky tg mn tt ba cv ce sah os av krc kv lez mhr mrj myv rue tyv xal bxr udm", {"CYRILLIC"}),
-    ("sr sh", {"CYRILLIC", "LATIN"}),
-    ("uz az tk", {"LATIN", "CYRILLIC"}),
-    ("ar arz fa ur ps ckb ug sd azb mzn lrc pnb ks", {"ARABIC"}),
-    ("ku", {"LATIN", "ARABIC"}),
-    ("hi mr ne sa new bh mai gom dty", {"DEVANAGARI"}),
-    ("bn as bpy", {"BENGALI"}),
-    ("he yi", {"HEBREW"}),
-    ("el", {"GREEK"}),
-    ("th", {"THAI"}),
-    ("lo", {"LAO"}),
-    ("km", {"KHMER"}),
-    ("my", {"MYANMAR"}),
-    ("ka xmf", {"GEORGIAN"}),
-    ("hy", {"ARMENIAN"}),
-    ("am ti", {"ETHIOPIC"}),
-    ("ta", {"TAMIL"}),
-    ("te", {"TELUGU"}),
-    ("kn", {"KANNADA"}),
-    ("ml", {"MALAYALAM"}),
-    ("gu", {"GUJARATI"}),
-    ("pa", {"GURMUKHI"}),
-    ("or", {"ORIYA"}),
-    ("si", {"SINHALA"}),
-    ("bo", {"TIBETAN"}),
-    ("dv", {"THAANA"}),
-    ("zh wuu yue", {"CJK"}),
-    ("ja", {"CJK", "HIRAGANA", "KATAKANA"}),
-    ("ko", {"HANGUL", "CJK"}),
-]:
-    for _lang in _langs.split():
-        _SCRIPTS[_lang] = frozenset(_scripts)
-LATIN = frozenset({"LATIN"})
-
-
-@lru_cache(maxsize=65536)
-def letter_script(ch: str) -> str | None:
-    """The script of a letter (first word of its Unicode name, CJK for ideographs), None for non-letters."""
-    if not ch.isalpha():
-        return None
-    name = unicodedata.name(ch, "")
-    if not name:
-        return None
-    first = name.split(" ", 1)[0]
-    if first in ("CJK", "KANGXI"):
-        return "CJK"
-    if first == "HALFWIDTH" or first == "FULLWIDTH":
-        parts = name.split(" ")
-        return parts[1] if len(parts) > 1 else first
-    return first
-
-
-def expected_scripts(lang: str) -> frozenset[str]:
-    return _SCRIPTS.get(lang, LATIN)
-
-
-def script(text: str, lang: str, config: FilterConfig) -> str | None:
-    wanted = expected_scripts(lang)
-    if text.isascii():  # the common case, decided without looking at characters one by one
-        if not _ASCII_LETTER.search(text):
-            return "no_letters"
-        return None if "LATIN" in wanted else "script_mismatch"
-    letters = matching = 0
-    for ch, n in Counter(text).items():
-        found = letter_script(ch)
-        if found is not None:
-            letters += n
-            if found in wanted:
-                matching += n
-    if not letters:
-        return "no_letters"
-    return "script_mismatch" if matching / letters < config.min_script_ratio else None
-
-
-SentenceFilter = Callable[[str, str, FilterConfig], "str | None"]
-# Cheapest first: the first reason found is the one counted.
-FILTERS: tuple[SentenceFilter, ...] = (
-    length, replacement_character, gbk_mojibake, javascript, lorem_ipsum, policy, repeated_characters,
-    terminal_punctuation, digits, symbols, script,
-)
-# Every reason a filter can return, so counters and stats list them even at zero.
-REASONS = (
-    "too_short", "too_long", "replacement_character", "gbk_mojibake", "javascript", "lorem_ipsum", "policy",
-    "repeated_characters", "no_terminal_punctuation", "digits", "symbols", "no_letters", "script_mismatch",
-)
-
-
-def first_failure_reference(text: str, lang: str, config: FilterConfig = FilterConfig()) -> str | None:
-    """`first_failure` written as the plain loop over FILTERS: the definition the fast version
-    must agree with (tests compare the two on every sentence of the samples)."""
-    for rule in FILTERS:
-        reason = rule(text, lang, config)
-        if reason is not None:
-            return reason
+@rule("digits")
+def digits(sentence: Sentence, config: FilterConfig) -> str | None:
+    if not sentence.visible or sentence.digits / sentence.visible > config.max_digit_ratio:
+        return "digits"
     return None
 
 
+@rule("symbols")
+def symbols(sentence: Sentence, config: FilterConfig) -> str | None:
+    visible = sentence.visible
+    if not visible:
+        return "symbols"
+    ratio = sentence.symbols / visible
+    text = sentence.text
+    if "..." in text and sentence.lang not in ("zh", "ja"):
+        # Gopher: ellipses stand for cut-off teasers ("Read more..."); count each as symbols.
+        ratio += 3 * text.count("...") / visible
+    return "symbols" if ratio > config.max_symbol_ratio else None
+
+
+@rule("no_letters", "script_mismatch")
+def script(sentence: Sentence, config: FilterConfig) -> str | None:
+    if not sentence.letters:
+        return "no_letters"
+    if sentence.text.isascii():  # ASCII letters are Latin, whatever min_script_ratio says
+        return None if sentence.in_script else "script_mismatch"
+    return "script_mismatch" if sentence.in_script / sentence.letters < config.min_script_ratio else None
+
+
+# Cheapest first: the first reason found is the one counted.
+FILTERS: tuple[Rule, ...] = (
+    length, replacement_character, gbk_mojibake, javascript, lorem_ipsum, policy, repeated_characters,
+    terminal_punctuation, digits, symbols, script,
+)
+# Every reason a rule can return, in the order the rules run. stats.json lists only the reasons
+# that occurred (a tally drops zero counts).
+REASONS = tuple(reason for filter_rule in FILTERS for reason in filter_rule.reasons)
+
+
+def _first_reasons(checks: Sequence[Check], sentences: Sequence[Sentence], config: FilterConfig) -> list[str | None]:
+    reasons = []
+    for sentence in sentences:
+        for check in checks:
+            reason = check(sentence, config)
+            if reason is not None:
+                break
+        else:
+            reason = None
+        reasons.append(reason)
+    return reasons
+
+
 _DEFAULT_CONFIG = FilterConfig()
-_PHRASES = ("javascript", "lorem ipsum") + POLICY_PHRASES
+
+
+def first_failure_reference(text: str, lang: str, config: FilterConfig = _DEFAULT_CONFIG) -> str | None:
+    """The first rule's drop reason for one sentence, every rule run and every character counted
+    one by one: the definition `first_failures` must agree with (tests compare the two on every
+    sentence of the samples)."""
+    return _first_reasons([filter_rule.check for filter_rule in FILTERS], [Sentence.counted(text, lang)], config)[0]
 
 
 def first_failure(text: str, lang: str, config: FilterConfig = _DEFAULT_CONFIG) -> str | None:
     """The first filter's drop reason for a sentence in language `lang`, or None when it passes all.
 
-    Same result as running FILTERS in order (`first_failure_reference`). For many sentences use
-    `first_failures`, which this calls.
+    Same result as `first_failure_reference`. For many sentences use `first_failures`, which this calls.
     """
     return first_failures([text], [lang], config)[0]
 
@@ -285,154 +451,14 @@ def first_failure(text: str, lang: str, config: FilterConfig = _DEFAULT_CONFIG) 
 def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterConfig = _DEFAULT_CONFIG) -> list[str | None]:
     """`first_failure` for each of many sentences (one document's); equal to calling it one by one.
 
-    This runs on every sentence of the corpus, so the character counting is done for all the
-    sentences at once: their code points go through per-code-point tables (digit, whitespace,
-    symbol, letter script) with numpy and are summed per sentence. The rules that rarely fire
-    (U+FFFD, GBK mojibake, the phrase rules, repeated characters) are first tested on all
-    sentences together, as a superset, and per sentence only when that finds something.
+    This runs on every sentence of the corpus, so the characters of all the sentences are counted
+    at once (`Page`), and a rare rule whose page test finds nothing is skipped for all of them.
     """
     if not texts:
         return []
-    if not all(texts):  # per-sentence sums (reduceat) need every sentence non-empty
+    page = Page.counted(texts, langs)
+    if page is None:
         return [first_failure_reference(text, lang, config) for text, lang in zip(texts, langs)]
-    joined = "".join(texts)
-    codes = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
-    tables = _char_tables()
-    if int(codes.max()) >= len(tables.classes):  # beyond the tabled planes (rare): one by one
-        return [first_failure_reference(text, lang, config) for text, lang in zip(texts, langs)]
-    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-    starts = np.zeros(len(texts), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    classes = tables.classes[codes]
-    counts = {flag: np.add.reduceat((classes & flag).astype(bool).astype(np.int32), starts).tolist()
-              for flag in (_DIGIT_FLAG, _SPACE_FLAG, _SYMBOL_FLAG, _NON_ASCII_FLAG)}
-    digits, spaces, symbols_, non_ascii = (counts[f] for f in (_DIGIT_FLAG, _SPACE_FLAG, _SYMBOL_FLAG, _NON_ASCII_FLAG))
-    scripts = tables.scripts[codes]
-    letters = np.add.reduceat((scripts != 0).astype(np.int32), starts).tolist()
-    matching_by_lang = {}
-    for lang in set(langs):
-        wanted = tables.wanted(expected_scripts(lang))
-        matching_by_lang[lang] = np.add.reduceat(wanted[scripts].astype(np.int32), starts).tolist()
-    # Rare rules, tested on all sentences at once: a match here may span two sentences, so it
-    # only says that the per-sentence test is needed.
-    folded = joined.casefold()
-    phrases = any(map(folded.__contains__, _PHRASES))
-    replacement = "\uFFFD" in joined
-    han = _HAN_RUN.search(joined) is not None
-    repeated = _has_run(codes, starts, config.max_repeated_run + 1)
-    ellipsis = "..." in joined
-
-    out: list[str | None] = []
-    for i, (text, lang) in enumerate(zip(texts, langs)):
-        reason = _rules_before_counting(text, lang, config, replacement, han, phrases, repeated)
-        if reason is None:
-            reason = _counted_rules(text, lang, config, int(lengths[i]) - spaces[i], digits[i], symbols_[i],
-                                    ellipsis, letters[i], matching_by_lang[lang][i], non_ascii[i] == 0)
-        out.append(reason)
-    return out
-
-
-def _rules_before_counting(text: str, lang: str, config: FilterConfig, replacement: bool, han: bool, phrases: bool,
-                           repeated: bool) -> str | None:
-    """The rules up to terminal punctuation, in FILTERS order; a False flag skips a rule known not
-    to fire on this sentence."""
-    n = len(text)
-    if n < config.min_chars:
-        return "too_short"
-    if n > config.max_chars:
-        return "too_long"
-    if replacement and "\uFFFD" in text:
-        return "replacement_character"
-    if han and gbk_mojibake(text, lang, config):
-        return "gbk_mojibake"
-    if phrases:
-        folded = text.casefold()
-        if any(map(folded.__contains__, _PHRASES)):
-            if "javascript" in folded:
-                return "javascript"
-            if "lorem ipsum" in folded:
-                return "lorem_ipsum"
-            return "policy"
-    if repeated and repeated_characters(text, lang, config):
-        return "repeated_characters"
-    if lang not in NO_TERMINAL_PUNCTUATION_LANGUAGES:
-        end = text.rstrip().rstrip(_CLOSERS)
-        if not end or end[-1] not in TERMINAL_PUNCTUATION:
-            return "no_terminal_punctuation"
-    return None
-
-
-def _counted_rules(text: str, lang: str, config: FilterConfig, visible: int, digit_count: int, symbol_count: int,
-                   page_has_ellipsis: bool, letters: int, matching: int, ascii_only: bool) -> str | None:
-    """digits, symbols and script from the sentence's character counts."""
-    if not visible:
-        return "digits"
-    if digit_count / visible > config.max_digit_ratio:
-        return "digits"
-    ratio = symbol_count / visible
-    if page_has_ellipsis and "..." in text and lang not in ("zh", "ja"):
-        ratio += 3 * text.count("...") / visible
-    if ratio > config.max_symbol_ratio:
-        return "symbols"
-    if not letters:
-        return "no_letters"
-    if ascii_only:  # as `script`: ASCII letters are Latin, whatever min_script_ratio says
-        return None if matching else "script_mismatch"
-    return "script_mismatch" if matching / letters < config.min_script_ratio else None
-
-
-def _has_run(codes: np.ndarray, starts: np.ndarray, run: int) -> bool:
-    """Does any sentence hold `run` equal characters in a row? (runs across sentences do not count)"""
-    if len(codes) < run:
-        return False
-    same = codes[1:] == codes[:-1]
-    same[starts[1:] - 1] = False  # the last character of a sentence and the first of the next
-    steps = run - 1
-    total = np.concatenate(([0], np.cumsum(same, dtype=np.int64)))
-    return bool((total[steps:] - total[:-steps] == steps).any())
-
-
-_DIGIT_FLAG, _SPACE_FLAG, _SYMBOL_FLAG, _NON_ASCII_FLAG = 1, 2, 4, 8
-
-
-class _CharTables:
-    """Per code point of planes 0-1: class flags and the letter's script id (0: not a letter)."""
-
-    def __init__(self):
-        size = UNICODE_PUNCTUATION_AND_SYMBOLS_END
-        symbol_points = _symbol_deletions()
-        classes = np.zeros(size, dtype=np.uint8)
-        scripts = np.zeros(size, dtype=np.uint16)
-        self.script_ids: dict[str, int] = {}
-        for cp in range(size):
-            ch = chr(cp)
-            flags = _NON_ASCII_FLAG if cp >= 128 else 0
-            if ch.isdecimal():  # re's \d
-                flags |= _DIGIT_FLAG
-            if ch.isspace():  # str.split()'s whitespace
-                flags |= _SPACE_FLAG
-            if cp in symbol_points:
-                flags |= _SYMBOL_FLAG
-            classes[cp] = flags
-            name = letter_script(ch) if ch.isalpha() else None
-            if name is not None:
-                scripts[cp] = self.script_ids.setdefault(name, len(self.script_ids) + 1)
-        self.classes = classes
-        self.scripts = scripts
-        self._wanted: dict[frozenset, np.ndarray] = {}
-
-    def wanted(self, names: frozenset[str]) -> np.ndarray:
-        """Per script id: is it one of `names`? (index 0, not a letter, is False)"""
-        table = self._wanted.get(names)
-        if table is None:
-            table = np.zeros(len(self.script_ids) + 1, dtype=bool)
-            for name in names:
-                if name in self.script_ids:
-                    table[self.script_ids[name]] = True
-            self._wanted[names] = table
-        return table
-
-
-@lru_cache(maxsize=1)
-def _char_tables() -> _CharTables:
-    return _CharTables()
+    checks = [filter_rule.check for filter_rule in FILTERS
+              if filter_rule.page_test is None or filter_rule.page_test(page, config)]
+    return _first_reasons(checks, page.sentences, config)
