@@ -55,6 +55,10 @@ LOG = logging.getLogger(__name__)
 
 LOCK_SUFFIX = ".lock"
 SUCCESS_MARKER = "_SUCCESS"
+# A stage whose Parquet shards sit directly in its output directory (labse-mine, labse-score) names
+# its stats `_stats.json`: a plain `stats.json` there breaks `pyarrow.dataset.dataset(DIR)`
+# ("Parquet magic bytes not found"), while names starting with `_` are skipped by pyarrow.
+STATS_BESIDE_SHARDS = "_stats.json"
 EXIT_USAGE = 2  # what every CLI returns for a refused output or a bad argument
 # How long the object-store lock waits before reading its lock object back (see the module doc).
 OBJECT_STORE_LOCK_SETTLE_SECONDS = 2.0

@@ -137,7 +137,7 @@ def input_pattern(path: str) -> str:
     return path.rstrip("/") + "/*"
 
 
-def _is_sidecar(name: str) -> bool:
+def is_sidecar(name: str) -> bool:
     """Hidden/temporary files and a stage's own metadata (stats.json, errors) are not sentences."""
     return name.startswith((".", "_")) or name.endswith((".json", ".jsonl", ".crc", ".tmp"))
 
@@ -158,7 +158,7 @@ class ReadSentences(beam.PTransform):
         files = (
             pbegin
             | "Match" >> fileio.MatchFiles(pattern, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
-            | "SkipSidecars" >> beam.Filter(lambda m: not _is_sidecar(m.path.rsplit("/", 1)[-1]))
+            | "SkipSidecars" >> beam.Filter(lambda m: not is_sidecar(m.path.rsplit("/", 1)[-1]))
             | "Open" >> fileio.ReadMatches(compression=CompressionTypes.AUTO)
         )
         return files | "Parse" >> beam.ParDo(_ReadSentenceFile(self.lang, self.side)).with_outputs(
