@@ -66,8 +66,13 @@ class _ReadPairsFile(beam.DoFn):
         self.errored = beam.metrics.Metrics.counter("labse.score", "files.errored")
 
     def process(self, readable_file):
+        from pipelines.io.readers import local_file_problem
+
         path = readable_file.metadata.path
         try:
+            problem = local_file_problem(path)
+            if problem is not None:  # a named pipe would block the open forever
+                raise OSError(problem[1])
             with readable_file.open() as handle:
                 yield from iter_parquet_rows(handle, path, PAIR_COLUMNS)
         except MissingColumnsError as error:

@@ -201,7 +201,12 @@ class _ReadParquetPairs(beam.DoFn):
     """One Parquet file -> pair dicts, in record batches; unreadable files are counted, not fatal."""
 
     def process(self, path: str):
+        from pipelines.io.readers import local_file_problem
+
         try:
+            problem = local_file_problem(path)
+            if problem is not None:  # a named pipe would block the open forever
+                raise OSError(problem[1])
             with FileSystems.open(path, compression_type="uncompressed") as f:
                 for row in iter_parquet_rows(f, path, ("src", "tgt"), ("src_lang", "tgt_lang", "score")):
                     _count("input_pairs")

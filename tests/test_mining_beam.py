@@ -283,3 +283,13 @@ def test_overwrite_replaces_the_previous_run(two_sides, tmp_path):
     assert mine_cli.main(two_sides + ["--output", str(out), "--overwrite"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_stats.json", "part-00000-of-00001.parquet"]
     assert ds.dataset(str(out), format="parquet").to_table().num_rows == 1  # the documented read
+
+
+@pytest.mark.slow
+def test_a_named_pipe_among_the_inputs_is_an_error_not_a_hang(two_sides, tmp_path):
+    os.mkfifo(tmp_path / "de" / "pipe.txt")
+    out = tmp_path / "pairs"
+    assert mine_cli.main(two_sides + ["--output", str(out)]) == 0
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
+    assert [(e["file"].rsplit("/", 1)[-1], e["reason"]) for e in stats["errors"]] == [("pipe.txt", "unreadable_file")]
+    assert "named pipe" in stats["errors"][0]["detail"] and stats["src"]["read"] == 1

@@ -1,6 +1,7 @@
 """Pair features, the quality scorer (trained on real Multi30k) and labse-score."""
 import gzip
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -311,13 +312,15 @@ def test_labse_score_counts_unreadable_and_wrong_schema_files_and_goes_on(scorer
     pairs = _pairs_dir(tmp_path / "pairs", rows)
     (pairs / "part-00001-of-00003.parquet").write_bytes(b"PAR1 this is not Parquet")
     pq.write_table(pa.table({"text": ["a sentence"]}), pairs / "part-00002-of-00003.parquet")
+    os.mkfifo(pairs / "part-00003-of-00003.parquet")  # opening it would block forever
     out = tmp_path / "scored"
     assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir),
                            "--keep-fraction", "1"]) == 0
     stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
-    assert stats["pairs_read"] == 30 and stats["files_errored"] == {"missing_columns": 1, "unreadable_file": 1}
+    assert stats["pairs_read"] == 30 and stats["files_errored"] == {"missing_columns": 1, "unreadable_file": 2}
     assert [(e["file"].rsplit("/", 1)[-1], e["reason"]) for e in stats["errors"]] == [
-        ("part-00001-of-00003.parquet", "unreadable_file"), ("part-00002-of-00003.parquet", "missing_columns")]
+        ("part-00001-of-00003.parquet", "unreadable_file"), ("part-00002-of-00003.parquet", "missing_columns"),
+        ("part-00003-of-00003.parquet", "unreadable_file")]
     # the documented read of the output directory works: _stats.json and _SUCCESS are skipped
     assert ds.dataset(str(out), format="parquet").to_table().num_rows == len(_read_scored(out)) == 30
     assert json.loads((out / "_SUCCESS").read_text())["stats"]["pairs_read"] == 30

@@ -388,3 +388,8 @@ def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_
     assert tfr.main(["--pairs", str(scored), "--vocab", str(vocab), "--output", remote]) == 2
     assert "--overwrite" in _one_line_error(capsys)
     assert (tmp_path / "remote" / "pairs-00000-of-00001.tfrecord").read_bytes() == b"an earlier run"
+
+
+def test_a_named_pipe_named_like_parquet_is_counted_unreadable_not_a_hang(tmp_path):
+    os.mkfifo(tmp_path / "pipe.parquet")
+    assert [o.value for o in tfr._ReadParquetPairs().process(str(tmp_path / "pipe.parquet"))] == ["parquet_unreadable"]

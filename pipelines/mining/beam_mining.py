@@ -113,8 +113,13 @@ class _ReadSentenceFile(beam.DoFn):
 
     def process(self, readable_file):
         path = readable_file.metadata.path
+        from pipelines.io.readers import local_file_problem
+
         reader = _records_from_parquet if path.endswith(".parquet") else _records_from_text
         try:
+            problem = local_file_problem(path)
+            if problem is not None:  # a named pipe would block the open forever
+                raise OSError(problem[1])
             with readable_file.open() as handle:
                 for record in reader(handle, path, self.lang):
                     self.read.inc()
