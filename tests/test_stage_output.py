@@ -167,3 +167,11 @@ def test_object_store_lock_checks_before_and_after(tmp_path, monkeypatch):
         with output_lock(out):
             pass
     assert json.loads(lock_file.read_text())["token"] == "theirs"  # their lock is left alone
+
+
+def test_the_module_imports_without_beam_torch_or_tensorflow():
+    """labse_model imports it on GPU hosts, where Apache Beam is not installed."""
+    code = ("import sys, pipelines.io.stage_output\n"
+            "heavy = [m for m in ('apache_beam', 'torch', 'tensorflow', 'pyarrow') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
