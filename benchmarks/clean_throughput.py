@@ -244,7 +244,7 @@ def train_model(data: Path, workdir: Path) -> Path:
 
     data_dir, model = workdir / "main-content-data", workdir / "main-content.bin"
     print("training a main-content model (not timed) ...", file=sys.stderr, flush=True)
-    if main_content(["build-data", "--input", str(data / "commoncrawl/*.warc.gz"), "--output", str(data_dir)]) != 0:
+    if main_content(["build-data", "--input", str(data / "commoncrawl/*.warc.gz"), "--output", str(data_dir), "--overwrite"]) != 0:
         raise RuntimeError("labse-main-content build-data failed")
     if main_content(["train", "--data", str(data_dir), "--output", str(model)]) != 0:
         raise RuntimeError("labse-main-content train failed")

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     # The demo's model: trained on the Common Crawl samples only.
     data_dir, cc_model_path = work / "cc-data", args.model or work / "cc-model.bin"
     if not args.model:
-        assert cli.main(["build-data", "--input", str(args.data / CC), "--output", str(data_dir)]) == 0
+        assert cli.main(["build-data", "--input", str(args.data / CC), "--output", str(data_dir), "--overwrite"]) == 0
         assert cli.main(["train", "--data", str(data_dir), "--output", str(cc_model_path)]) == 0
     cc_model = MainContentModel.load(str(cc_model_path))
     teacher = TeacherConfig()

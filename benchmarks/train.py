@@ -56,7 +56,7 @@ def run(command: list[str], log: Path) -> float:
 def build_inputs(data: Path, work: Path, vocab_size: int) -> tuple[Path, str]:
     vocab = work / "vocab" / "vocab.txt"
     if not vocab.is_file():
-        argv = [PY, "-m", "vocab.cli", "--output", str(vocab), "--vocab-size", str(vocab_size)]
+        argv = [PY, "-m", "vocab.cli", "--output", str(vocab), "--vocab-size", str(vocab_size), "--overwrite"]
         for lang in ("en", "de", "fr", "cs"):
             argv += ["--input-text", f"{lang}={data / 'multi30k' / f'train.{lang}.gz'}"]
         vocab.parent.mkdir(parents=True, exist_ok=True)

@@ -62,13 +62,25 @@ def bert_with_labse_pooler(encoder: SentenceEncoder):
 
 def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = None,
                                 max_seq_length: int | None = None, overwrite: bool = False) -> Path:
-    """Write the sentence-transformers directory atomically (staged beside `output`, then renamed)."""
+    """Write the sentence-transformers directory atomically (staged beside `output`, then renamed),
+    holding the output lock (`OUTPUT.lock`, `pipelines.io.stage_output`) so two exports never race.
+    The staged rename is the completion: a directory at `output` is always whole."""
+    from pipelines.io.stage_output import output_lock
+
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise FileExistsError(f"{output} is an existing file, not a directory: choose a directory for --output")
+    with output_lock(output):
+        return _export_locked(run_dir, output, step, max_seq_length, overwrite)
+
+
+def _export_locked(run_dir: Path, output: Path, step: int | None, max_seq_length: int | None,
+                   overwrite: bool) -> Path:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
 
     from vocab.tokenizer import hf_tokenizer
 
-    output = Path(output)
     if output.exists() and any(output.iterdir()) and not overwrite:
         raise FileExistsError(f"{output} exists and is not empty (pass --overwrite to replace it)")
     encoder, config, checkpoint = load_encoder(run_dir, step)
@@ -120,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from pipelines.io.stage_output import OutputLockedError
+
     try:
         export_sentence_transformer(args.run, args.output, args.step, args.max_seq_length, args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+    except (FileNotFoundError, FileExistsError, ValueError, OutputLockedError) as exc:
         logger.error("%s", exc)
         return 2
     print(args.output)

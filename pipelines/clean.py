@@ -35,7 +35,15 @@ from pipelines.accounting import (
     build_stats,
     identity_violations,
 )
-from pipelines.io.atomic import write_json_atomic
+from pipelines.io.stage_output import (
+    OutputExistsError,
+    OutputLockedError,
+    mark_complete,
+    output_lock,
+    prepare_output,
+    usage_error,
+    write_stats_json,
+)
 from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document, Dropped, ReadError, ReadResult
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, WriteErrors, WriteSentenceShards, sentence_order
 from pipelines.text.boilerplate import heuristic_main_content_scores
@@ -424,7 +432,8 @@ class _WriteStats(beam.DoFn):
     def process(self, tally: Tally, per_language: dict, error_files: list) -> Iterator[dict]:
         stats = build_stats(settle_documents(tally), per_language, self.config)
         stats["error_files"] = sorted(str(f).rsplit("/", 1)[-1] for f in error_files)
-        write_json_atomic(self.output_dir.rstrip("/") + "/stats.json", stats)
+        write_stats_json(self.output_dir.rstrip("/") + "/stats.json", stats)
+        mark_complete(self.output_dir, stats, stage="labse-clean")  # the last write of the stage
         yield stats
 
 
@@ -527,22 +536,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _prepare_output(output: str, overwrite: bool) -> None:
-    from apache_beam.io.filesystems import FileSystems
-
-    previous = [p for p in (f"{output}/stats.json", f"{output}/sentences", f"{output}/errors") if FileSystems.exists(p)]
-    if previous and not overwrite:
-        raise FileExistsError(f"{output} already holds a cleaning run ({', '.join(previous)}); "
-                              "pass --overwrite to replace it or choose another --output")
-    if previous:
-        FileSystems.delete(previous)
-
-
 def run(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_args: list[str] | None = None,
         overwrite: bool = False) -> dict:
     """Build and run the pipeline; returns the stats written to `output/stats.json`."""
     output = output.rstrip("/")
-    _prepare_output(output, overwrite)
+    with output_lock(output):  # before looking at the output: no check-then-act race between runs
+        prepare_output(output, overwrite=overwrite)
+        return _run_pipeline(inputs, output, config, beam_args)
+
+
+def _run_pipeline(inputs: list[tuple[str, str]], output: str, config: CleanConfig,
+                  beam_args: list[str] | None) -> dict:
     run_config = {
         "inputs": [{"pattern": p, "format": f} for p, f in inputs],
         "output": output,
@@ -600,9 +604,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         stats = run(inputs, args.output, config, beam_args, overwrite=args.overwrite)
-    except FileExistsError as exc:
-        print(f"labse-clean: error: {exc}", file=sys.stderr)
-        return 2
+    except (OutputExistsError, OutputLockedError) as exc:
+        return usage_error("labse-clean", str(exc))
     print(summarise(stats))
     problems = identity_violations(stats)
     if problems:

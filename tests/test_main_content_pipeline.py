@@ -106,3 +106,16 @@ def test_demo_step_trains_a_model_and_reports_held_out_quality(labse_data, tmp_p
     f1_with_html = float(held_out.split("text: ")[1].split(" ")[0])
     assert f1_with_html > 0.8  # no filter scores 0.65 on these pages
     assert any(line.startswith("test split vs teacher") for line in lines)
+
+
+def test_build_data_output_is_complete_and_guarded(built, tmp_path, capsys):
+    """build-data marks its output complete; a rerun needs --overwrite; train refuses incomplete data."""
+    pattern, out = built
+    assert json.loads((out / "_SUCCESS").read_text())["stats"]["documents_read"] == 161
+    assert cli.main(["build-data", "--input", pattern, "--output", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    (partial / "train.txt").write_text((out / "train.txt").read_text())  # build-data interrupted: no _SUCCESS
+    assert cli.main(["train", "--data", str(partial), "--output", str(tmp_path / "m.bin")]) == 2
+    assert "rerun the stage" in capsys.readouterr().err and not (tmp_path / "m.bin").exists()

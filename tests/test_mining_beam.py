@@ -1,6 +1,7 @@
 """labse-mine end to end on real Multi30k sentences (Beam DirectRunner)."""
 import gzip
 import json
+import os
 import random
 
 import numpy as np
@@ -12,13 +13,14 @@ from pipelines import mine as mine_cli
 from pipelines.mining.beam_mining import registered_domain
 from pipelines.mining.embedders import load_embedder
 from pipelines.mining.margin import MarginConfig, mine
+from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock
 from tests.conftest import require_file
 
 N = 200
 
 
 def read_rows(directory):
-    """Rows of every Parquet shard in a pairs directory (stats.json sits beside them)."""
+    """Rows of every Parquet shard in a pairs directory (_stats.json and _SUCCESS sit beside them)."""
     files = sorted(directory.glob("*.parquet"))
     assert files, f"no Parquet shards in {directory}"
     return pa.concat_tables([pq.read_table(f) for f in files])
@@ -62,7 +64,7 @@ def mined_val(tmp_path_factory, val_pairs):
                         "--src-blocks", "2", "--tgt-shards", "3"])
     assert rc == 0
     rows = read_rows(root / "pairs").to_pylist()
-    stats = json.loads((root / "pairs" / "stats.json").read_text())
+    stats = json.loads((root / "pairs" / STATS_BESIDE_SHARDS).read_text())
     return rows, stats
 
 
@@ -118,6 +120,7 @@ def test_parquet_input_same_site_multiprocess_and_provenance(tmp_path, val_pairs
     src_rows.append({"text": "Ein Satz ohne Adresse.", "lang": "de", "url": None, "doc_id": "nourl"})
     _write_parquet(tmp_path / "clean" / "sentences" / "lang=de" / "part-0.parquet", src_rows)
     _write_parquet(tmp_path / "clean" / "sentences" / "lang=en" / "part-0.parquet", tgt_rows)
+    mark_complete(tmp_path / "clean", {}, stage="labse-clean")  # a finished labse-clean output
     out = tmp_path / "pairs"
     rc = mine_cli.main([
         "--src", str(tmp_path / "clean" / "sentences" / "lang=de"),
@@ -126,7 +129,7 @@ def test_parquet_input_same_site_multiprocess_and_provenance(tmp_path, val_pairs
         "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
     assert rc == 0
     rows = read_rows(out).to_pylist()
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
     assert stats["src"]["dropped"] == {"empty_text": 1, "no_site": 1}
     assert rows, "same-site mining found nothing"
     for row in rows:
@@ -157,7 +160,7 @@ def test_empty_and_one_sided_inputs_give_empty_outputs(tmp_path, case):
                           "--output", str(out)] + extra) == 0
     table = read_rows(out)
     assert table.num_rows == 0 and "margin" in table.column_names
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
     assert stats["pairs"] == 0
     if case == "empty_source":
         assert stats["src"]["read"] == 0 and stats["tgt"]["embedded"] == 2
@@ -203,3 +206,90 @@ def test_beam_strategies_equal_in_memory_strategies(val_pairs):
             got = mined["pairs"] | f"Texts_{strategy}" >> beam.Map(lambda r: (r["src"], r["tgt"]))
             assert_that(got, equal_to([(src[i], tgt[j]) for i, j in zip(expected.src, expected.tgt)]),
                         label=f"Check_{strategy}")
+
+
+# ------------------------------------------------------------------ refused before any work starts
+@pytest.fixture
+def two_sides(tmp_path):
+    (tmp_path / "de").mkdir()
+    (tmp_path / "en").mkdir()
+    (tmp_path / "de" / "s.txt").write_text("Ein Hund rennt.\n", encoding="utf-8")
+    (tmp_path / "en" / "s.txt").write_text("A dog runs.\n", encoding="utf-8")
+    return ["--src", str(tmp_path / "de"), "--tgt", str(tmp_path / "en"), "--src-lang", "de", "--tgt-lang", "en"]
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-mine: error:") and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("option", [["--k", "0"], ["--src-blocks", "0"], ["--min-margin", "nan"]])
+def test_bad_numbers_are_refused(two_sides, tmp_path, capsys, option):
+    assert mine_cli.main(two_sides + ["--output", str(tmp_path / "pairs")] + option) == 2
+    assert option[0] in _one_line_error(capsys) and not (tmp_path / "pairs").exists()
+
+
+def test_an_embedder_directory_that_is_not_a_model_is_refused(two_sides, tmp_path, capsys):
+    (tmp_path / "not-a-model").mkdir()
+    (tmp_path / "not-a-model" / "notes.txt").write_text("hello")
+    assert mine_cli.main(two_sides + ["--output", str(tmp_path / "pairs"), "--embedder",
+                                      str(tmp_path / "not-a-model")]) == 2
+    assert "not a sentence-transformers directory" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("tgt", ["same_dir", "same_file", "link"])
+def test_the_same_file_on_both_sides_is_refused(tmp_path, capsys, tgt):
+    (tmp_path / "de").mkdir()
+    (tmp_path / "de" / "s.txt").write_text("Ein Hund rennt.\n", encoding="utf-8")
+    os.symlink(tmp_path / "de" / "s.txt", tmp_path / "alias.txt")
+    other = {"same_dir": tmp_path / "de", "same_file": tmp_path / "de" / "s.txt", "link": tmp_path / "alias.txt"}[tgt]
+    assert mine_cli.main(["--src", str(tmp_path / "de"), "--tgt", str(other), "--src-lang", "de", "--tgt-lang", "en",
+                          "--output", str(tmp_path / "pairs")]) == 2
+    assert "same file" in _one_line_error(capsys)
+
+
+def test_an_incomplete_clean_output_is_refused(tmp_path, capsys):
+    _write_parquet(tmp_path / "clean" / "sentences" / "lang=de" / "part-0.parquet",
+                   [{"text": "Ein Hund rennt.", "url": "", "doc_id": "1"}])
+    _write_parquet(tmp_path / "clean" / "sentences" / "lang=en" / "part-0.parquet",
+                   [{"text": "A dog runs.", "url": "", "doc_id": "2"}])
+    # labse-clean was interrupted: shards, but no _SUCCESS
+    assert mine_cli.main(["--src", str(tmp_path / "clean" / "sentences" / "lang=de"),
+                          "--tgt", str(tmp_path / "clean" / "sentences" / "lang=en"), "--src-lang", "de",
+                          "--tgt-lang", "en", "--output", str(tmp_path / "pairs")]) == 2
+    assert "rerun the stage" in _one_line_error(capsys)
+
+
+def test_an_existing_or_locked_output_is_refused(two_sides, tmp_path, capsys):
+    out = tmp_path / "pairs"
+    out.mkdir()
+    (out / "part-00000-of-00001.parquet").write_bytes(b"an earlier run")
+    assert mine_cli.main(two_sides + ["--output", str(out)]) == 2
+    assert "--overwrite" in _one_line_error(capsys)
+    with output_lock(out):
+        assert mine_cli.main(two_sides + ["--output", str(out), "--overwrite"]) == 2
+        assert "lock file" in _one_line_error(capsys)
+    assert (out / "part-00000-of-00001.parquet").read_bytes() == b"an earlier run"
+
+
+@pytest.mark.slow
+def test_overwrite_replaces_the_previous_run(two_sides, tmp_path):
+    import pyarrow.dataset as ds
+
+    out = tmp_path / "pairs"
+    out.mkdir()
+    (out / "part-00007-of-00009.parquet").write_bytes(b"an earlier run")
+    assert mine_cli.main(two_sides + ["--output", str(out), "--overwrite"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "_stats.json", "part-00000-of-00001.parquet"]
+    assert ds.dataset(str(out), format="parquet").to_table().num_rows == 1  # the documented read
+
+
+@pytest.mark.slow
+def test_a_named_pipe_among_the_inputs_is_an_error_not_a_hang(two_sides, tmp_path):
+    os.mkfifo(tmp_path / "de" / "pipe.txt")
+    out = tmp_path / "pairs"
+    assert mine_cli.main(two_sides + ["--output", str(out)]) == 0
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
+    assert [(e["file"].rsplit("/", 1)[-1], e["reason"]) for e in stats["errors"]] == [("pipe.txt", "unreadable_file")]
+    assert "named pipe" in stats["errors"][0]["detail"] and stats["src"]["read"] == 1

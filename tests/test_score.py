@@ -1,6 +1,7 @@
 """Pair features, the quality scorer (trained on real Multi30k) and labse-score."""
 import gzip
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -23,6 +24,7 @@ from pipelines.mining.scorer import (
     train_scorer_from_prefix,
 )
 from pipelines.text.langid import LanguageIdentifier
+from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock, write_stats_json
 from tests.conftest import require_file
 
 
@@ -164,12 +166,34 @@ def test_scorer_json_round_trip_and_bad_files(scorer_dir, tmp_path):
         QualityScorer.load(tmp_path / "bad")
 
 
+@pytest.mark.parametrize("field, value", [("coef", float("nan")), ("mean", float("inf")), ("scale", 0.0),
+                                          ("intercept", float("nan"))])
+def test_a_scorer_with_non_finite_coefficients_is_refused_when_it_loads(scorer_dir, tmp_path, capsys, field,
+                                                                        value):
+    payload = json.loads((scorer_dir / "scorer.json").read_text())
+    if field == "intercept":
+        payload["sanity"]["intercept"] = value
+    else:
+        payload["sanity"][field][3] = value
+    (tmp_path / "nan").mkdir()
+    (tmp_path / "nan" / "scorer.json").write_text(json.dumps(payload))  # json writes NaN / Infinity
+    with pytest.raises(ScorerError, match=str(tmp_path / "nan")):
+        QualityScorer.load(tmp_path / "nan")
+    pairs = _pairs_dir(tmp_path / "pairs", [])
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(tmp_path / "o"), "--model", str(tmp_path / "nan")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-score: error:") and len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
 def _pairs_dir(path, rows):
     path.mkdir(parents=True)
     schema = pa.schema([(c, pa.float32() if c in ("cosine", "margin") else pa.string())
                         for c in score_cli.PAIR_COLUMNS])
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path / "part-00000-of-00001.parquet")
-    (path / "stats.json").write_text("{}")
+    # a complete labse-mine output: its stats and, last, its completion marker
+    write_stats_json(path / STATS_BESIDE_SHARDS, {"pairs": len(rows)})
+    mark_complete(path, {"pairs": len(rows)}, stage="labse-mine")
     return path
 
 
@@ -196,7 +220,7 @@ def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, la
     assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir),
                            "--keep-precision", "0.9"]) == 0
     kept = _read_scored(out)
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
     assert set(kept[0]) == {"src", "tgt", "src_lang", "tgt_lang", "cosine", "margin", "score", "src_url",
                             "src_doc_id", "tgt_url", "tgt_doc_id"}
     precision = sum(truth[r["src"]] == r["tgt"] for r in kept) / len(kept)
@@ -219,7 +243,7 @@ def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, la
     assert score_cli.main(["--pairs", str(pairs), "--output", str(out_rated), "--model", str(scorer_dir),
                            "--keep-precision", "0.95", "--labelled", str(sample)]) == 0
     assert priors == [120]  # the prior is estimated once per language pair, from all its pairs
-    rated_stats = json.loads((out_rated / "stats.json").read_text())["per_language_pair"]["de-en"]
+    rated_stats = json.loads((out_rated / STATS_BESIDE_SHARDS).read_text())["per_language_pair"]["de-en"]
     assert rated_stats["method"] == "precision:labelled" and rated_stats["labelled_pairs"] == 60
     assert rated_stats["estimated_precision"] >= 0.95
     # the threshold: precision on the rated pairs, their scores re-calibrated with the prior of all pairs
@@ -240,7 +264,7 @@ def test_labse_score_on_empty_pairs(scorer_dir, tmp_path):
     out = tmp_path / "scored"
     assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir)]) == 0
     assert _read_scored(out) == []
-    stats = json.loads((out / "stats.json").read_text())
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
     assert stats["pairs_read"] == 0 and stats["pairs_kept"] == 0 and stats["per_language_pair"] == {}
 
 
@@ -248,3 +272,70 @@ def test_labse_score_refuses_a_missing_model(tmp_path, capsys):
     assert score_cli.main(["--pairs", str(tmp_path), "--output", str(tmp_path / "o"),
                            "--model", str(tmp_path / "nope")]) == 2
     assert "no scorer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", [["--keep-precision", "1.5"], ["--keep-precision", "0"],
+                                    ["--keep-precision", "nan"], ["--keep-fraction", "-0.1"]])
+def test_keep_options_outside_their_range_are_refused_before_any_work(tmp_path, capsys, option):
+    pairs = _pairs_dir(tmp_path / "pairs", [])
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(tmp_path / "o"), "--model",
+                           str(tmp_path / "no-model")] + option) == 2
+    err = capsys.readouterr().err.strip()
+    assert option[0] in err and len(err.splitlines()) == 1 and not (tmp_path / "o").exists()
+
+
+def test_labse_score_refuses_incomplete_pairs_an_existing_output_and_a_locked_one(scorer_dir, tmp_path, capsys):
+    pairs = _pairs_dir(tmp_path / "pairs", [])
+    (pairs / "_SUCCESS").unlink()  # labse-mine interrupted, or still running
+    argv = ["--pairs", str(pairs), "--output", str(tmp_path / "scored"), "--model", str(scorer_dir)]
+    assert score_cli.main(argv) == 2
+    assert "rerun the stage" in capsys.readouterr().err
+    mark_complete(pairs, {})
+    (tmp_path / "scored").mkdir()
+    (tmp_path / "scored" / "part-00000-of-00001.parquet").write_bytes(b"an earlier run")
+    assert score_cli.main(argv) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    with output_lock(tmp_path / "scored"):
+        assert score_cli.main(argv + ["--overwrite"]) == 2
+        assert "lock file" in capsys.readouterr().err
+    assert (tmp_path / "scored" / "part-00000-of-00001.parquet").read_bytes() == b"an earlier run"
+
+
+@pytest.mark.slow
+def test_labse_score_counts_unreadable_and_wrong_schema_files_and_goes_on(scorer_dir, labse_data, tmp_path):
+    import pyarrow.dataset as ds
+
+    de = _read(require_file(labse_data, "multi30k/val.de.gz"), 30)
+    en = _read(require_file(labse_data, "multi30k/val.en.gz"), 30)
+    rows = [{"src": s, "tgt": t, "src_lang": "de", "tgt_lang": "en", "cosine": 0.8, "margin": 1.2, "src_url": "",
+             "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": str(i)} for i, (s, t) in enumerate(zip(de, en))]
+    pairs = _pairs_dir(tmp_path / "pairs", rows)
+    (pairs / "part-00001-of-00003.parquet").write_bytes(b"PAR1 this is not Parquet")
+    pq.write_table(pa.table({"text": ["a sentence"]}), pairs / "part-00002-of-00003.parquet")
+    os.mkfifo(pairs / "part-00003-of-00003.parquet")  # opening it would block forever
+    out = tmp_path / "scored"
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir),
+                           "--keep-fraction", "1"]) == 0
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
+    assert stats["pairs_read"] == 30 and stats["files_errored"] == {"missing_columns": 1, "unreadable_file": 2}
+    assert [(e["file"].rsplit("/", 1)[-1], e["reason"]) for e in stats["errors"]] == [
+        ("part-00001-of-00003.parquet", "unreadable_file"), ("part-00002-of-00003.parquet", "missing_columns"),
+        ("part-00003-of-00003.parquet", "unreadable_file")]
+    # the documented read of the output directory works: _stats.json and _SUCCESS are skipped
+    assert ds.dataset(str(out), format="parquet").to_table().num_rows == len(_read_scored(out)) == 30
+    assert json.loads((out / "_SUCCESS").read_text())["stats"]["pairs_read"] == 30
+
+
+@pytest.mark.slow
+def test_stats_are_strict_json_when_nothing_can_be_kept(scorer_dir, tmp_path):
+    rows = [{"src": "Ein Hund rennt.", "tgt": "A dog runs.", "src_lang": "de", "tgt_lang": "en", "cosine": 0.8,
+             "margin": 1.2, "src_url": "", "src_doc_id": "1", "tgt_url": "", "tgt_doc_id": "1"}]
+    out = tmp_path / "scored"
+    assert score_cli.main(["--pairs", str(_pairs_dir(tmp_path / "pairs", rows)), "--output", str(out),
+                           "--model", str(scorer_dir), "--keep-fraction", "0"]) == 0
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text(), parse_constant=refuse)
+    assert stats["per_language_pair"]["de-en"]["threshold"] is None and stats["pairs_kept"] == 0

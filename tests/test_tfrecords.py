@@ -15,6 +15,7 @@ from labse_model.data import build_train_loader, iter_pairs
 from labse_model.tfrecord import TFRecordCorruptError, example_to_dict, index_records, iter_records
 from pipelines import tfrecords as tfr
 from tests.conftest import require_file
+from pipelines.io.stage_output import mark_complete
 from tests.object_store import ObjectStoreOnDisk
 
 MAX_LEN = 16
@@ -78,6 +79,7 @@ def built(labse_data, tmp_path_factory):
         })
         pq.write_table(table, scored / f"part-{part}.parquet")
     (scored / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
+    mark_complete(scored, {}, stage="labse-score")  # a finished labse-score output
 
     out = root / "shards"
     argv = [
@@ -180,8 +182,8 @@ def test_same_seed_same_shards_in_process_runner(built, tmp_path, monkeypatch):
     for path in sorted(built["out"].glob("*.tfrecord")):
         assert (tmp_path / "again" / path.name).read_bytes() == path.read_bytes()
     # And the output directory is protected against mixing runs.
-    with pytest.raises(SystemExit, match="overwrite"):
-        tfr.main(argv)
+    assert tfr.main(argv) == 2
+    assert (tmp_path / "again" / "_SUCCESS").is_file()
 
 
 def test_train_loader_reads_beam_shards(built):
@@ -325,3 +327,69 @@ def test_parquet_pairs_without_src_tgt_are_dropped_with_a_reason(tmp_path):
     assert [o.value for o in bad] == ["parquet_without_src_tgt"]
     good = list(tfr._ReadParquetPairs().process(str(tmp_path / "good.parquet")))
     assert good == [{"src": "Hallo.", "tgt": "Hello.", "score": 0.9}]
+
+
+# ------------------------------------------------------------------ refused before any work starts
+@pytest.fixture
+def small_inputs(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    scored = tmp_path / "scored"
+    scored.mkdir()
+    pq.write_table(pa.table({"src": ["Hallo Welt."], "tgt": ["Hello world."], "score": [0.9]}),
+                   scored / "part-00000-of-00001.parquet")
+    mark_complete(scored, {})
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "H", "##a", "##l", "##o"]) + "\n")
+    return scored, vocab
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-tfrecords: error:") and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("tokens, message", [
+    (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "Hallo", "##a", "Hallo"], "appears twice (lines 6 and 8)"),
+    (["[PAD]", "[CLS]", "[SEP]", "[MASK]", "Hallo"], "lacks ['[UNK]']"),
+])
+def test_a_vocabulary_with_duplicates_or_without_unk_is_refused_before_the_pipeline(small_inputs, tmp_path, capsys,
+                                                                                    tokens, message):
+    scored, vocab = small_inputs
+    vocab.write_text("\n".join(tokens) + "\n")
+    assert tfr.main(["--pairs", str(scored), "--vocab", str(vocab), "--output", str(tmp_path / "out")]) == 2
+    assert message in _one_line_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_incomplete_pairs_are_refused(small_inputs, tmp_path, capsys):
+    scored, vocab = small_inputs
+    (scored / "_SUCCESS").unlink()  # labse-score interrupted, or still running
+    for location in (str(scored), str(scored / "*.parquet")):
+        assert tfr.main(["--pairs", location, "--vocab", str(vocab), "--output", str(tmp_path / "out")]) == 2
+        assert "rerun the stage" in _one_line_error(capsys)
+    # a folder of complete outputs, searched recursively: each lies in a complete output
+    (tmp_path / "all").mkdir()
+    scored.rename(tmp_path / "all" / "de-en")
+    mark_complete(tmp_path / "all" / "de-en", {})
+    assert tfr.check_pairs_complete(str(tmp_path / "all"), tfr.find_parquet_files(str(tmp_path / "all"))) is None
+
+
+def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_path, capsys, monkeypatch):
+    from pipelines.io import stage_output
+
+    monkeypatch.setattr(stage_output, "OBJECT_STORE_LOCK_SETTLE_SECONDS", 0)
+    scored, vocab = small_inputs
+    (tmp_path / "remote").mkdir()
+    (tmp_path / "remote" / "pairs-00000-of-00001.tfrecord").write_bytes(b"an earlier run")
+    remote = ObjectStoreOnDisk.PREFIX + str(tmp_path / "remote")
+    assert tfr.main(["--pairs", str(scored), "--vocab", str(vocab), "--output", remote]) == 2
+    assert "--overwrite" in _one_line_error(capsys)
+    assert (tmp_path / "remote" / "pairs-00000-of-00001.tfrecord").read_bytes() == b"an earlier run"
+
+
+def test_a_named_pipe_named_like_parquet_is_counted_unreadable_not_a_hang(tmp_path):
+    os.mkfifo(tmp_path / "pipe.parquet")
+    assert [o.value for o in tfr._ReadParquetPairs().process(str(tmp_path / "pipe.parquet"))] == ["parquet_unreadable"]

@@ -1,6 +1,7 @@
 """vocab.count (Beam) and labse-vocab end to end on small real inputs (Parquet + text)."""
 import gzip
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import require_file
+from pipelines.io.stage_output import mark_complete, output_lock
 from vocab.count import count_batch, is_heldout, parse_count
 from vocab.pretokenize import pretokenize
 from vocab.tokenizer import SPECIAL_TOKENS, load_vocab
@@ -47,6 +49,7 @@ def test_labse_vocab_end_to_end_parquet_and_text(labse_data, tmp_path):
         (sentences / f"lang={lang}").mkdir(parents=True)
         table = pa.table({"text": lines, "lang": [lang] * len(lines), "lang_score": [0.9] * len(lines)})
         pq.write_table(table, sentences / f"lang={lang}" / "part-00000-of-00001.parquet")
+    mark_complete(tmp_path / "clean", {}, stage="labse-clean")  # a finished labse-clean output
     english = multi30k_lines(labse_data, "en", 600)
     text_file = tmp_path / "en.txt"
     text_file.write_text("\n".join(english) + "\n", encoding="utf-8")
@@ -107,3 +110,58 @@ def test_cli_names_inputs_that_match_nothing(tmp_path, capsys):
     assert main(["--input", str(tmp_path / "sentences"), "--output", str(tmp_path / "v.txt")]) == 2
     assert "no file matches" in capsys.readouterr().err
     assert main(["--input-text", f"de={tmp_path}/missing*.txt", "--output", str(tmp_path / "v.txt")]) == 2
+
+
+def _clean_output(root, complete=True):
+    (root / "sentences" / "lang=de").mkdir(parents=True)
+    pq.write_table(pa.table({"text": ["Ein Hund rennt."], "lang": ["de"]}),
+                   root / "sentences" / "lang=de" / "part-00000-of-00001.parquet")
+    if complete:
+        mark_complete(root, {}, stage="labse-clean")
+    return root / "sentences"
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-vocab: error:") and len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("option", [["--holdout-rate", "2"], ["--holdout-rate", "1"], ["--smoothing", "nan"],
+                                    ["--vocab-size", "0"]])
+def test_bad_settings_are_refused_before_counting(tmp_path, capsys, monkeypatch, option):
+    from vocab import cli
+
+    monkeypatch.setattr(cli, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    sentences = _clean_output(tmp_path / "clean")
+    assert cli.main(["--input", str(sentences), "--output", str(tmp_path / "v.txt")] + option) == 2
+    assert option[0] in _one_line_error(capsys)
+
+
+def test_an_incomplete_clean_output_is_refused(tmp_path, capsys, monkeypatch):
+    from vocab import cli
+
+    monkeypatch.setattr(cli, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    sentences = _clean_output(tmp_path / "clean", complete=False)  # labse-clean interrupted
+    assert cli.main(["--input", str(sentences), "--output", str(tmp_path / "v.txt")]) == 2
+    assert "rerun the stage" in _one_line_error(capsys)
+
+
+def test_an_existing_or_locked_vocabulary_is_refused_unless_overwrite(tmp_path, capsys, monkeypatch):
+    from vocab import cli
+
+    sentences = _clean_output(tmp_path / "clean")
+    (tmp_path / "v.work" / "counts").mkdir(parents=True)
+    (tmp_path / "v.work" / "counts" / "counts-00000-of-00009.tsv").write_text("de\tHund\t99\n")  # an earlier run
+    argv = ["--input", str(sentences), "--output", str(tmp_path / "v.txt")]
+    monkeypatch.setattr(cli, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    assert cli.main(argv) == 2
+    assert "--overwrite" in _one_line_error(capsys)
+    with output_lock(tmp_path / "v.txt"):
+        assert cli.main(argv + ["--overwrite"]) == 2
+        assert "v.txt.lock" in _one_line_error(capsys)
+    counted = []
+    monkeypatch.setattr(cli, "run_counting", lambda work, **k: counted.append(os.listdir(tmp_path)) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cli.main(argv + ["--overwrite"])
+    assert "v.work" not in counted[0]  # the old counts were removed before counting began

@@ -10,13 +10,16 @@ learner builds exactly --vocab-size tokens (`vocab.learn`); the report measures 
 subwords per word and whole words per language on the held-out sentences (`vocab.report`).
 
 Outputs next to --output (vocab.txt): `vocab.report.json`, `vocab.report.png`, `vocab.stats.json`
-(configuration, tallies, weights, learner search), and `vocab.work/` (counts TSV, held-out, tally).
+(configuration, tallies, weights, learner search; written last), and `vocab.work/` (counts TSV,
+held-out, tally). The output is locked while it is built (`vocab.txt.lock`) and refused if any of
+these exist, unless `--overwrite`. `--input` must be a complete labse-clean output (`_SUCCESS`).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from collections import defaultdict
@@ -24,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from pipelines.io.stage_output import OutputExistsError, OutputLockedError, usage_error
 from vocab.learn import LearnerConfig, LearnResult, VocabSizeError, learn, write_vocab
 
 log = logging.getLogger("labse.vocab")
@@ -38,6 +42,23 @@ class VocabConfig:
     holdout_rate: float = 0.01
     heldout_per_language: int = 2000
     max_token_length: int = 50
+
+    def problems(self) -> list[str]:
+        """What is wrong with these settings (as CLI options), checked before any work starts."""
+        found = []
+        if not 0.0 <= self.holdout_rate < 1.0:
+            found.append(f"--holdout-rate must be in [0, 1), got {self.holdout_rate}")
+        if not (math.isfinite(self.smoothing) and self.smoothing >= 0.0):
+            found.append(f"--smoothing must be a finite number >= 0, got {self.smoothing}")
+        if not (math.isfinite(self.char_min_count) and self.char_min_count > 0.0):
+            found.append(f"--char-min-count must be a finite number > 0, got {self.char_min_count}")
+        for name in ("vocab_size", "max_token_length"):
+            if getattr(self, name) < 1:
+                found.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("num_unused", "heldout_per_language"):
+            if getattr(self, name) < 0:
+                found.append(f"--{name.replace('_', '-')} must be at least 0, got {getattr(self, name)}")
+        return found
 
     def learner(self) -> LearnerConfig:
         return LearnerConfig(
@@ -130,9 +151,12 @@ def weighted_counts(work_dir: str, weights: Mapping[str, float]) -> tuple[list[s
 
 
 def _check_inputs(sentences_dir: str | None, text_files: Mapping[str, str] | None) -> None:
-    """Fail before starting Beam, with the path, when an input matches no file."""
+    """Fail before starting Beam, with the path, when an input matches no file or is a labse-clean
+    output that is not complete (interrupted, or still running)."""
     from apache_beam.io.filesystems import FileSystems
 
+    from pipelines.io.parquet import clean_output_root
+    from pipelines.io.stage_output import require_complete
     from vocab.count import ReadSentenceParquet
 
     patterns = []
@@ -143,6 +167,9 @@ def _check_inputs(sentences_dir: str | None, text_files: Mapping[str, str] | Non
     for option, pattern in patterns:
         if not FileSystems.match([pattern])[0].metadata_list:
             raise ValueError(f"{option}: no file matches {pattern}")
+    root = clean_output_root(sentences_dir) if sentences_dir else None
+    if root is not None:
+        require_complete(root, f"--input {sentences_dir}: labse-clean output")
 
 
 def build(
@@ -153,23 +180,40 @@ def build(
     config: VocabConfig | None = None,
     beam_args: Sequence[str] = (),
     work_dir: str | None = None,
+    overwrite: bool = False,
 ) -> BuildResult:
     """Count (Beam), smooth, learn, report: writes `output` (vocab.txt) and the files beside it.
 
     `work_dir` receives the Beam outputs (default: `vocab.work/` beside `output`); on Dataflow it
-    must be a bucket path the workers can write (gs://...).
+    must be a bucket path the workers can write (gs://...). The output is locked while it is built
+    (`vocab.txt.lock`); if vocab.txt, its report, stats or work directory exist, it is refused
+    (OutputExistsError) unless `overwrite`, which removes them first: leftover count shards of an
+    earlier run would otherwise be summed with the new ones.
     """
-    from pipelines.io.atomic import write_json_atomic
-    from vocab.report import build_report, write_report
-    from vocab.smoothing import language_weights, smoothed_shares
+    from pipelines.io.stage_output import output_lock, prepare_output_files
 
     config = config or VocabConfig()
+    problems = config.problems()
+    if problems:
+        raise ValueError("; ".join(problems))
     if not sentences_dir and not text_files:
         raise ValueError("give sentences_dir (labse-clean output) and/or text_files {lang: path}")
     _check_inputs(sentences_dir, text_files)
     paths = side_paths(output)
     if work_dir:
         paths["work"] = work_dir.rstrip("/")
+    with output_lock(output):  # before looking at the outputs: two runs never mix
+        prepare_output_files([output, paths["report"], paths["png"], paths["stats"], paths["work"]],
+                             overwrite=overwrite)
+        return _build(output, paths, sentences_dir, text_files, config, beam_args)
+
+
+def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_files: Mapping[str, str] | None,
+           config: VocabConfig, beam_args: Sequence[str]) -> BuildResult:
+    from pipelines.io.stage_output import write_stats_json
+    from vocab.report import build_report, write_report
+    from vocab.smoothing import language_weights, smoothed_shares
+
     started = time.perf_counter()
     log.info("counting words with Beam into %s", paths["work"])
     run_counting(paths["work"], sentences_dir=sentences_dir, text_files=text_files, config=config, beam_args=beam_args)
@@ -201,7 +245,7 @@ def build(
                     "report": round(time.perf_counter() - learned, 1)},
         "outputs": {"vocab": output, **paths},
     }
-    write_json_atomic(paths["stats"], stats)
+    write_stats_json(paths["stats"], stats)  # the last file: a run without it did not finish
     return BuildResult(output, paths["report"], paths["stats"], report, stats)
 
 
@@ -237,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heldout-per-language", type=int, default=defaults.heldout_per_language)
     parser.add_argument("--max-token-length", type=int, default=defaults.max_token_length,
                         help="words longer than this (in characters) are not learned from")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace vocab.txt and the files beside it from an earlier run (else they are refused)")
     return parser
 
 
@@ -252,12 +298,14 @@ def main(argv: list[str] | None = None) -> int:
         char_min_count=args.char_min_count, holdout_rate=args.holdout_rate,
         heldout_per_language=args.heldout_per_language, max_token_length=args.max_token_length,
     )
+    problems = config.problems()
+    if problems:  # before anything is read
+        return usage_error("labse-vocab", "; ".join(problems))
     try:
         result = build(args.output, sentences_dir=args.input, text_files=dict(args.input_text) or None,
-                       config=config, beam_args=beam_args, work_dir=args.work_dir)
-    except (VocabSizeError, ValueError) as error:
-        print(f"labse-vocab: error: {error}", file=sys.stderr)
-        return 2
+                       config=config, beam_args=beam_args, work_dir=args.work_dir, overwrite=args.overwrite)
+    except (VocabSizeError, ValueError, OutputExistsError, OutputLockedError) as error:
+        return usage_error("labse-vocab", str(error))
     overall = result.report["overall"]
     print(f"wrote {result.vocab_path} ({result.report['vocab_size']} tokens); held-out: "
           f"[UNK] {overall['unk_share']:.4f}, subwords/word {overall['subwords_per_word']:.3f}; "
@@ -269,7 +317,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     """Demo step: a 32k vocabulary from the demo's cleaned text plus Multi30k train (en/de/fr/cs)."""
     out_dir = out / "vocab"
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = ["--output", str(out_dir / "vocab.txt"), "--vocab-size", "32000", "--char-min-count", "2"]
+    argv = ["--output", str(out_dir / "vocab.txt"), "--vocab-size", "32000", "--char-min-count", "2", "--overwrite"]
     clean = artifacts.get("clean_output")
     sentences = Path(clean) / "sentences" if clean else None
     if sentences is not None and any(sentences.glob("lang=*/*.parquet")):

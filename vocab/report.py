@@ -59,7 +59,9 @@ def build_report(vocab_path: str, heldout: Mapping[str, Sequence[str]], extra: M
 
 
 def write_report(report: dict, json_path: str | Path, png_path: str | Path | None = None) -> None:
-    write_bytes_atomic(Path(json_path), json.dumps(report, indent=1, ensure_ascii=False).encode("utf-8"))
+    from pipelines.io.stage_output import strict_json
+
+    write_bytes_atomic(Path(json_path), strict_json(report, indent=1).encode("utf-8"))
     if png_path is not None and report["languages"]:
         plot_report(report, Path(png_path))
 

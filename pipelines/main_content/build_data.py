@@ -30,7 +30,15 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.accounting import ReasonCounters, SumTallies, Tally
-from pipelines.io.atomic import write_json_atomic
+from pipelines.io.stage_output import (
+    OutputExistsError,
+    OutputLockedError,
+    mark_complete,
+    output_lock,
+    prepare_output,
+    usage_error,
+    write_stats_json,
+)
 from pipelines.main_content.labels import LabelledPage, TeacherConfig, balance_page, label_page, split_of
 from pipelines.main_content.model import LABEL_BOILERPLATE, LABEL_MAIN, featurise_document
 
@@ -194,7 +202,8 @@ class _WriteStats(beam.DoFn):
 
     def process(self, tally: Tally, per_language: list, *written) -> Iterator[dict]:
         stats = build_stats(tally, dict(per_language), self.config)
-        write_json_atomic(f"{self.output}/stats.json", stats)
+        write_stats_json(f"{self.output}/stats.json", stats)
+        mark_complete(self.output, stats, stage="labse-main-content build-data")  # the last write
         yield stats
 
 
@@ -279,19 +288,24 @@ def build_parser() -> argparse.ArgumentParser:
                              "serves text-only input (default %(default)s)")
     parser.add_argument("--teacher-balanced", action="store_true",
                         help="run trafilatura in its balanced mode instead of favor_precision")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run's output in --output (without it an existing output is refused)")
     return parser
 
 
 def run(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
-        beam_args: list[str] | None = None) -> dict:
-    """Build and run the pipeline; returns the stats written to ``output/stats.json``."""
+        beam_args: list[str] | None = None, overwrite: bool = False) -> dict:
+    """Build and run the pipeline (holding the output lock; an existing output is refused with
+    OutputExistsError unless `overwrite`); returns the stats written to ``output/stats.json``."""
     from apache_beam.io.filesystems import FileSystems
 
     from pipelines.io.readers import ReadDocuments
 
-    with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
-        _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
-             | "Build" >> BuildTrainingData(output, config))
+    with output_lock(output):
+        prepare_output(output, overwrite=overwrite)
+        with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
+            _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
+                 | "Build" >> BuildTrainingData(output, config))
     with FileSystems.open(f"{output.rstrip('/')}/stats.json") as handle:
         return json.loads(handle.read().decode("utf-8"))
 
@@ -320,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
                          html_feature_dropout=args.html_feature_dropout,
                          teacher=TeacherConfig(favor_precision=not args.teacher_balanced))
     logger.info("labelling %d file(s) matching %s into %s", len(files), args.input, args.output)
-    stats = run(args.input, args.output, config, beam_args)
+    try:
+        stats = run(args.input, args.output, config, beam_args, overwrite=args.overwrite)
+    except (OutputExistsError, OutputLockedError) as exc:
+        return usage_error("labse-main-content build-data", str(exc))
     print(json.dumps({k: stats[k] for k in ("documents_read", "documents_kept", "documents_dropped",
                                             "documents_errored", "pages", "lines", "train_examples")}, indent=1))
     return 0

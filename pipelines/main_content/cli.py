@@ -55,7 +55,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     stage = out / "main_content"
     data_dir, model_path = stage / "data", stage / "model.bin"
     started = time.perf_counter()
-    argv = ["build-data", "--input", str(data / DEMO_INPUT), "--output", str(data_dir)]
+    argv = ["build-data", "--input", str(data / DEMO_INPUT), "--output", str(data_dir), "--overwrite"]
     print("labse-main-content " + " ".join(argv), flush=True)
     if main(argv) != 0:
         raise RuntimeError("labse-main-content build-data failed")

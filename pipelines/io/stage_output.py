@@ -1,0 +1,373 @@
+"""Stage outputs: one lock, one overwrite rule, one completion marker and strict stats JSON,
+shared by every stage (the Beam pipelines and the trainer).
+
+A stage that writes OUT does, in this order:
+
+    with output_lock(OUT):                     # 1. exclusive: a second run into OUT fails at once
+        prepare_output(OUT, overwrite=...)     # 2. refuse an existing output unless overwrite
+        ... write the data ...                 # 3. shards, each written atomically
+        write_stats_json(OUT + "/stats.json", stats)
+        mark_complete(OUT, stats)              # 4. OUT/_SUCCESS, atomically, the very last write
+
+and the stage that reads OUT calls `require_complete(OUT, "...")` before any work.
+
+Choices (README, section "Reliability"):
+- The lock is a file BESIDE the output, `OUT.lock`, never inside it: nothing inside OUT changes
+  for readers (pyarrow datasets, `*.parquet` / `*.tfrecord` globs), `--overwrite` can remove OUT
+  whole while the lock is held, and a file output (vocab.txt) locks the same way (vocab.txt.lock).
+  Locally it is `fcntl.flock` (released by the kernel when the process dies, so a crash never
+  leaves a stale lock); the file holds the holder (pid, host, command, start time) for the error
+  message and is removed on release. Object stores (gs://, s3://, through Beam's FileSystems)
+  have no lock and Beam exposes no create-if-absent, so the lock there is best effort: the lock
+  object must be absent before, we write it with a random token, wait
+  OBJECT_STORE_LOCK_SETTLE_SECONDS and read it back: another token means another run won.
+  Two runs starting within the same moment can still both pass, and a run that crashed leaves its
+  lock object behind (the error names it: delete it when that run is gone).
+- The completion marker is `OUT/_SUCCESS` (Hadoop's and Spark's name) holding JSON: the stage,
+  the completion time and the stage's stats. pyarrow's datasets skip names starting with `_` or
+  `.` by default, so it never breaks `pyarrow.dataset.dataset(OUT...)`. With `--overwrite` the
+  old marker is removed FIRST, so an interrupted replacement is never taken for complete.
+- Non-finite numbers in stats are written as JSON `null` (with a warning naming each key):
+  JSON has no NaN or Infinity, and an infinite value can be legitimate (an infinite threshold
+  keeps nothing), so refusing would throw away a finished run; the inputs that made NaN
+  (scorer coefficients, options) are validated before a stage starts instead.
+
+No Beam, TensorFlow or torch import at module level: `labse_model` uses this on GPU hosts.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import os
+import shutil
+import socket
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
+
+from pipelines.io.atomic import write_bytes_atomic
+
+LOG = logging.getLogger(__name__)
+
+LOCK_SUFFIX = ".lock"
+SUCCESS_MARKER = "_SUCCESS"
+# A stage whose Parquet shards sit directly in its output directory (labse-mine, labse-score) names
+# its stats `_stats.json`: a plain `stats.json` there breaks `pyarrow.dataset.dataset(DIR)`
+# ("Parquet magic bytes not found"), while names starting with `_` are skipped by pyarrow.
+STATS_BESIDE_SHARDS = "_stats.json"
+EXIT_USAGE = 2  # what every CLI returns for a refused output or a bad argument
+# How long the object-store lock waits before reading its lock object back (see the module doc).
+OBJECT_STORE_LOCK_SETTLE_SECONDS = 2.0
+
+
+class OutputLockedError(RuntimeError):
+    """Another run holds the lock on an output; the message names that run and the lock file."""
+
+    def __init__(self, output: str, lock_path: str, holder: Mapping[str, Any] | None):
+        self.output, self.lock_path, self.holder = output, lock_path, dict(holder or {})
+        super().__init__(f"{output} is being written by another run ({describe_holder(self.holder)}); "
+                         f"lock file {lock_path}")
+
+
+class OutputExistsError(FileExistsError):
+    """An output that already holds something (or is a file where a directory belongs)."""
+
+
+class IncompleteOutputError(ValueError):
+    """A stage's output without its completion marker: interrupted, or still being written."""
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    return "://" in str(path)
+
+
+def _strip(path: str | os.PathLike) -> str:
+    text = str(path)
+    return text.rstrip("/") or text
+
+
+def lock_path_of(output: str | os.PathLike) -> str:
+    return _strip(output) + LOCK_SUFFIX
+
+
+def marker_path_of(output: str | os.PathLike) -> str:
+    return _strip(output) + "/" + SUCCESS_MARKER
+
+
+# --------------------------------------------------------------------------- holder of a lock
+def holder_info() -> dict[str, Any]:
+    """Who takes a lock: enough for a person to find (or rule out) the other run."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": " ".join(sys.argv) or sys.executable,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "token": uuid.uuid4().hex,
+    }
+
+
+def describe_holder(holder: Mapping[str, Any]) -> str:
+    if not holder:
+        return "holder unknown: the lock was just taken"
+    return (f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started {holder.get('started', '?')}, "
+            f"command: {holder.get('command', '?')}")
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        holder = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+# --------------------------------------------------------------------------- locks
+@contextmanager
+def output_lock(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """Hold an exclusive lock on the output `path` (a directory or a file) for the `with` block.
+
+    Take it BEFORE looking at what the output holds (`prepare_output`), so that the check and the
+    writes that follow cannot interleave with another run's. A second run fails at once with
+    OutputLockedError; nothing waits. Yields the holder info written into the lock.
+    """
+    if is_remote(path):
+        with _object_store_lock(_strip(path)) as holder:
+            yield holder
+    else:
+        with _local_lock(_strip(path)) as holder:
+            yield holder
+
+
+@contextmanager
+def _local_lock(output: str) -> Iterator[dict[str, Any]]:
+    import fcntl
+
+    lock_path = lock_path_of(output)
+    parent = os.path.dirname(os.path.abspath(lock_path))
+    os.makedirs(parent, exist_ok=True)
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _json_object(os.pread(fd, 65536, 0))
+            os.close(fd)
+            raise OutputLockedError(output, lock_path, holder) from None
+        # The previous holder unlinks the file when it releases; if it did so between our open
+        # and our flock, we hold a lock on a file nobody else will see: take the new one instead.
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    holder = holder_info()
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder) + "\n").encode("utf-8"), 0)
+        yield holder
+    finally:
+        # Unlink while still holding the lock, then release: a waiter that opened the old file
+        # sees it is gone (the samestat check above) and creates a fresh one.
+        try:
+            os.unlink(lock_path)
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _read_object(path: str) -> bytes:
+    with _filesystems().open(path, compression_type="uncompressed") as handle:
+        return handle.read()
+
+
+@contextmanager
+def _object_store_lock(output: str) -> Iterator[dict[str, Any]]:
+    filesystems = _filesystems()
+    lock_path = lock_path_of(output)
+    if filesystems.exists(lock_path):  # checked before ...
+        raise OutputLockedError(output, lock_path, _json_object(_read_object(lock_path)))
+    holder = holder_info()
+    with filesystems.create(lock_path, mime_type="application/json") as handle:
+        handle.write((json.dumps(holder) + "\n").encode("utf-8"))
+    time.sleep(OBJECT_STORE_LOCK_SETTLE_SECONDS)
+    current = _json_object(_read_object(lock_path))  # ... and after: the last writer won
+    if current.get("token") != holder["token"]:
+        raise OutputLockedError(output, lock_path, current)
+    try:
+        yield holder
+    finally:
+        try:
+            if _json_object(_read_object(lock_path)).get("token") == holder["token"]:
+                filesystems.delete([lock_path])
+        except Exception as error:  # never mask the stage's own error with a clean-up failure
+            LOG.warning("lock %s not removed (%s): delete it by hand", lock_path, error)
+
+
+# --------------------------------------------------------------------------- existing outputs
+def _entries(path: str) -> list[str]:
+    """What the output `path` holds: names inside a local directory, object paths below a prefix."""
+    if is_remote(path):
+        filesystems = _filesystems()
+        try:
+            results = filesystems.match([path + "/**"])
+        except Exception:  # BeamIOError when nothing is there
+            return []
+        return sorted(m.path for r in results for m in r.metadata_list)
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
+def _refusal(path: str, entries: Sequence[str]) -> OutputExistsError:
+    shown = ", ".join(e.rsplit("/", 1)[-1] if is_remote(path) else e for e in entries[:5])
+    more = f" and {len(entries) - 5} more" if len(entries) > 5 else ""
+    return OutputExistsError(f"{path} already holds output ({shown}{more}); pass --overwrite to replace it "
+                             "or choose another --output")
+
+
+def remove_output(path: str | os.PathLike) -> None:
+    """Delete an output (a directory and everything below it, or a file), completion marker first."""
+    path = _strip(path)
+    marker = marker_path_of(path)
+    if is_remote(path):
+        filesystems = _filesystems()
+        if filesystems.exists(marker):
+            filesystems.delete([marker])
+        entries = _entries(path)
+        if entries:
+            filesystems.delete(entries)
+        if filesystems.exists(path):
+            filesystems.delete([path])
+        return
+    if os.path.lexists(marker):
+        os.unlink(marker)
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def prepare_output(path: str | os.PathLike, *, overwrite: bool) -> None:
+    """The one rule for a stage's output directory, local or on an object store.
+
+    An existing non-empty output is refused (OutputExistsError, CLIs exit 2) unless `overwrite`,
+    which removes it (its completion marker first). A path naming an existing file is refused
+    either way: a directory belongs there, and a file is never removed on a guess. Locally the
+    directory exists afterwards. Call it while holding `output_lock(path)`.
+    """
+    path = _strip(path)
+    if not is_remote(path) and os.path.lexists(path) and not os.path.isdir(path):
+        raise OutputExistsError(f"{path} is an existing file, not a directory: choose a directory for --output")
+    entries = _entries(path)
+    if entries and not overwrite:
+        raise _refusal(path, entries)
+    if entries:
+        LOG.info("--overwrite: removing the previous output %s (%d entries)", path, len(entries))
+        remove_output(path)
+    if not is_remote(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def prepare_output_files(paths: Sequence[str | os.PathLike], *, overwrite: bool) -> None:
+    """`prepare_output` for a stage whose output is a set of files beside each other (labse-vocab:
+    vocab.txt, its report, stats and work directory): refuse if any exists, unless `overwrite`."""
+    filesystems = _filesystems() if any(is_remote(p) for p in paths) else None
+    existing = [str(p) for p in paths
+                if (filesystems.exists(str(p)) if is_remote(p) else os.path.lexists(p))]
+    if not existing:
+        return
+    if not overwrite:
+        raise _refusal(", ".join(existing), [e.rsplit("/", 1)[-1] for e in existing])
+    for path in existing:
+        remove_output(path)
+
+
+# --------------------------------------------------------------------------- strict JSON
+def _finite_or_null(value: Any, key: str, bad: list[str]) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        bad.append(f"{key}={value}")
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite_or_null(v, f"{key}.{k}" if key else str(k), bad) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_null(v, f"{key}[{i}]", bad) for i, v in enumerate(value)]
+    if hasattr(value, "item") and hasattr(value, "dtype"):  # numpy scalars
+        return _finite_or_null(value.item(), key, bad)
+    return value
+
+
+def strict_json(payload: Any, *, indent: int | None = 2) -> str:
+    """JSON that every parser reads: non-finite floats become null (a warning names them), and
+    `allow_nan=False` makes sure none slips through."""
+    bad: list[str] = []
+    clean = _finite_or_null(payload, "", bad)
+    if bad:
+        LOG.warning("non-finite numbers written as null: %s", ", ".join(bad))
+    return json.dumps(clean, indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def write_stats_json(path: str | os.PathLike, stats: Mapping[str, Any]) -> None:
+    """A stage's stats file, strict JSON, written atomically (local or object store)."""
+    write_bytes_atomic(path, (strict_json(stats) + "\n").encode("utf-8"))
+
+
+# --------------------------------------------------------------------------- completion
+def mark_complete(path: str | os.PathLike, stats: Mapping[str, Any], *, stage: str | None = None) -> None:
+    """Write `path/_SUCCESS` (strict JSON: stage, completion time, the stats), atomically.
+
+    The LAST write of a stage: everything a reader needs must exist before it.
+    """
+    payload = {
+        "complete": True,
+        "stage": stage or os.path.basename(sys.argv[0] or "") or "unknown",
+        "completed_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "stats": dict(stats),
+    }
+    write_bytes_atomic(marker_path_of(path), (strict_json(payload) + "\n").encode("utf-8"))
+
+
+def read_completion(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The completion marker of the output `path` as a dict ({} for an empty Hadoop-style
+    `_SUCCESS`), or None when there is none."""
+    marker = marker_path_of(path)
+    if is_remote(marker):
+        filesystems = _filesystems()
+        if not filesystems.exists(marker):
+            return None
+        raw = _read_object(marker)
+    else:
+        try:
+            with open(marker, "rb") as handle:
+                raw = handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+    return _json_object(raw) if raw.strip() else {}
+
+
+def require_complete(path: str | os.PathLike, what: str) -> dict[str, Any]:
+    """Raise IncompleteOutputError unless the output `path` carries its completion marker.
+
+    `what` names the input for the message, e.g. "--pairs (labse-mine output)". Returns the marker.
+    """
+    marker = read_completion(path)
+    if marker is None:
+        raise IncompleteOutputError(
+            f"{what} {_strip(path)} is not a complete stage output (no {SUCCESS_MARKER}): the run that writes "
+            "it was interrupted or is still running: rerun the stage")
+    return marker
+
+
+def usage_error(prog: str, message: str) -> int:
+    """One line on stderr, the exit status for a refused argument or output."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
