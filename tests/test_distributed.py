@@ -5,6 +5,7 @@ controls showing the check can fail), and the real `labse-train` command under t
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -123,8 +124,11 @@ def test_gathered_gradients_equal_one_big_batch(labse_data, vocab, tmp_path):
 
 
 @pytest.mark.slow
-def test_labse_train_two_processes_equal_one_process_with_double_batch(labse_data, vocab, tmp_path):
-    """`labse-train --nproc-per-node 2` (torchrun, gloo) x 8 pairs vs one process x 16, one step."""
+@pytest.mark.parametrize("grad_cache_chunk", [0, 3], ids=["uncached", "grad-cache"])
+def test_labse_train_two_processes_equal_one_process_with_double_batch(labse_data, vocab, tmp_path,
+                                                                       grad_cache_chunk):
+    """`labse-train --nproc-per-node 2` (torchrun, gloo) x 8 pairs vs one process x 16, one step;
+    the two processes also with gradient caching (chunks of 3, 3 and 2 under DDP's no_sync)."""
     from safetensors.torch import load_file
 
     from labse_model.run_log import read_metrics
@@ -137,10 +141,11 @@ def test_labse_train_two_processes_equal_one_process_with_double_batch(labse_dat
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "labse_model.train", *common, "--output", str(tmp_path / "two"),
-         "--nproc-per-node", "2"],
+         "--nproc-per-node", "2", "--grad-cache-chunk", str(grad_cache_chunk)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "two" / "train_summary.json").read_text())["grad_cache_chunk"] == grad_cache_chunk
     assert train_main([*common, "--output", str(tmp_path / "one")]) == 0
 
     two, one = read_metrics(tmp_path / "two")[0], read_metrics(tmp_path / "one")[0]
