@@ -251,6 +251,9 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     if tc.global_batch_size % ctx.world_size:
         raise ValueError(f"--global-batch-size {tc.global_batch_size} does not divide over {ctx.world_size} processes")
     local_batch = tc.global_batch_size // ctx.world_size
+    if tc.grad_cache_chunk >= local_batch and ctx.is_main:
+        logger.warning("--grad-cache-chunk %d is not smaller than the %d pairs per process: one chunk, so "
+                       "gradient caching saves no memory and only adds a forward", tc.grad_cache_chunk, local_batch)
 
     torch.manual_seed(tc.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
     model = DualEncoder(mc).to(ctx.device)
