@@ -119,12 +119,17 @@ class TrainConfig:
     num_workers: int = 0
     keep_checkpoints: int = 3  # newest checkpoints kept; 0 keeps all
     bf16: bool = True  # bf16 autocast on CUDA; ignored on CPU
+    # Gradient caching (labse_model.grad_cache): encode each rank's batch C pairs at a time, so the
+    # softmax spans the global batch while activation memory is that of C pairs. 0 = off.
+    grad_cache_chunk: int = 0
 
     def __post_init__(self) -> None:
         if self.global_batch_size < 2:
             raise ValueError("global_batch_size must be >= 2 (in-batch negatives need at least one negative)")
         if self.scale <= 0:
             raise ValueError("scale must be > 0")
+        if self.grad_cache_chunk < 0:
+            raise ValueError("grad_cache_chunk must be >= 0 (0 turns gradient caching off)")
         self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives a list
 
 

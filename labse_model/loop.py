@@ -6,6 +6,10 @@ schedule steps, logging (all-reduced loss, learning rate, gradient norm, the tas
 the progress bar, periodic evaluation and atomic checkpoints, and the exact resume from one.
 
     result = run_loop(LoopParts(...), batches, compute_loss, start_step=s, stop_at=e, ...)
+
+A task whose step must run its own backward passes (gradient caching re-encodes the batch in
+chunks, labse_model.grad_cache) wraps it as `BackpropagatedStep(step)`: the loop then neither
+autocasts nor back-propagates, and clips, steps and logs as for a plain loss.
 """
 from __future__ import annotations
 
@@ -28,6 +32,25 @@ logger = logging.getLogger("labse_model.loop")
 Batch = dict[str, torch.Tensor]
 # The loss to back-propagate and detached scalars to log beside it (averaged over ranks).
 LossFn = Callable[[Batch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class BackpropagatedStep:
+    """A step that has already back-propagated its loss into the parameters' `.grad` when it returns
+    `(detached loss, scalars)`; it applies autocast itself, where it wants it."""
+
+    run: LossFn
+
+
+def forward_backward(compute_loss: LossFn | BackpropagatedStep, batch: Batch,
+                     autocast: Callable[[], ContextManager]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Fill the parameters' `.grad` for `batch`; returns the loss and the scalars to log."""
+    if isinstance(compute_loss, BackpropagatedStep):
+        return compute_loss.run(batch)
+    with autocast():
+        loss, scalars = compute_loss(batch)
+    loss.backward()
+    return loss, scalars
 
 
 @dataclass(frozen=True)
@@ -134,7 +157,7 @@ def restore_rng(checkpoint: Path, ctx: DistributedContext, reseed: int) -> dict[
 def run_loop(
     parts: LoopParts,
     batches: Iterator[Batch],
-    compute_loss: LossFn,
+    compute_loss: LossFn | BackpropagatedStep,
     *,
     start_step: int,
     stop_at: int,
@@ -164,9 +187,7 @@ def run_loop(
         batch = move_batch(next(batches), ctx.device)
         synchronize(ctx.device)
         started = time.perf_counter()
-        with autocast():
-            loss, scalars = compute_loss(batch)
-        loss.backward()
+        loss, scalars = forward_backward(compute_loss, batch, autocast)
         grad_norm = (
             torch.nn.utils.clip_grad_norm_(parts.model.parameters(), settings.max_grad_norm)
             if settings.max_grad_norm > 0 else torch.tensor(float("nan"))

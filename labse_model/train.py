@@ -35,7 +35,17 @@ from labse_model.distributed import (
     shutdown_distributed,
 )
 from labse_model.encoder import DualEncoder
-from labse_model.loop import LoopParts, LoopSettings, restore_rng, run_loop, synchronize, wrap_ddp
+from labse_model.grad_cache import grad_cached_step
+from labse_model.loop import (
+    BackpropagatedStep,
+    LoopParts,
+    LoopSettings,
+    autocast_context,
+    restore_rng,
+    run_loop,
+    synchronize,
+    wrap_ddp,
+)
 from labse_model.loss import BidirectionalAMSLoss
 from labse_model.optim import build_optimizer, build_scheduler
 from labse_model.pretrain import is_pretrain_dir, load_pretrain_dir, load_pretrained_encoder
@@ -98,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=defaults.seed)
     train.add_argument("--shuffle-buffer", type=int, default=defaults.shuffle_buffer)
     train.add_argument("--no-bf16", dest="bf16", action="store_false", help="disable bf16 autocast on GPU")
+    train.add_argument("--grad-cache-chunk", type=int, default=defaults.grad_cache_chunk, metavar="C",
+                       help="gradient caching: encode each process's batch C pairs at a time (activation "
+                       "memory of C pairs, negatives of the whole global batch, one extra forward); 0 = off")
     run = parser.add_argument_group("launch, logging and checkpoints")
     run.add_argument("--nproc-per-node", type=int, default=1,
                      help="processes on this host (GPUs, or CPU processes with gloo); >1 relaunches via torchrun")
@@ -156,6 +169,7 @@ def make_run_config(args: argparse.Namespace, world_size: int) -> RunConfig:
         num_workers=_or(args.num_workers, defaults.num_workers),
         keep_checkpoints=_or(args.keep_checkpoints, defaults.keep_checkpoints),
         bf16=args.bf16,
+        grad_cache_chunk=args.grad_cache_chunk,
     )
     if train_config.max_seq_length > model.max_position_embeddings:
         raise ValueError(
@@ -246,6 +260,9 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     if tc.global_batch_size % ctx.world_size:
         raise ValueError(f"--global-batch-size {tc.global_batch_size} does not divide over {ctx.world_size} processes")
     local_batch = tc.global_batch_size // ctx.world_size
+    if tc.grad_cache_chunk >= local_batch and ctx.is_main:
+        logger.warning("--grad-cache-chunk %d is not smaller than the %d pairs per process: one chunk, so "
+                       "gradient caching saves no memory and only adds a forward", tc.grad_cache_chunk, local_batch)
 
     torch.manual_seed(tc.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
     model = DualEncoder(mc).to(ctx.device)
@@ -312,7 +329,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     gather_seconds = [0.0]
     checked_ids = [False]
 
-    def compute_loss(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def check_batch(batch: dict[str, torch.Tensor]) -> None:
         if batch["src_input_ids"].shape[0] != local_batch:
             raise ValueError(f"data loader gave {batch['src_input_ids'].shape[0]} rows, expected {local_batch}")
         if not checked_ids[0]:
@@ -321,15 +338,28 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
                 raise ValueError(f"token id {top} >= vocabulary size {mc.vocab_size}: were the shards "
                                  f"tokenised with {args.vocab}?")
             checked_ids[0] = True
-        src, tgt = parts.trained(**batch)
+
+    def embedding_loss(src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """The loss of this rank's embeddings, against every rank's when negatives are gathered."""
         if not gather:
-            return loss_fn(src, tgt), {}
+            return loss_fn(src, tgt)
         synchronize(ctx.device)
         started = time.perf_counter()
         all_src, all_tgt = all_gather_with_grad(src), all_gather_with_grad(tgt)
         synchronize(ctx.device)
         gather_seconds[0] += time.perf_counter() - started
-        return loss_fn(src, tgt, all_src, all_tgt, label_offset=ctx.rank * local_batch), {}
+        return loss_fn(src, tgt, all_src, all_tgt, label_offset=ctx.rank * local_batch)
+
+    def compute_loss(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        check_batch(batch)
+        return embedding_loss(*parts.trained(**batch)), {}
+
+    def grad_cached_loss(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        check_batch(batch)
+        return grad_cached_step(parts.trained, batch, tc.grad_cache_chunk, embedding_loss,
+                                autocast=autocast_context(ctx.device, tc.bf16)), {}
+
+    train_step = BackpropagatedStep(grad_cached_loss) if tc.grad_cache_chunk else compute_loss
 
     def evaluate(at_step: int) -> dict[str, float] | None:
         if dev is None:
@@ -340,7 +370,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         return result
 
     stop_at = tc.max_steps if args.stop_after_steps is None else min(tc.max_steps, start_step + args.stop_after_steps)
-    result = run_loop(parts, loader, compute_loss, start_step=start_step, stop_at=stop_at,
+    result = run_loop(parts, loader, train_step, start_step=start_step, stop_at=stop_at,
                       total_steps=tc.max_steps, evaluate=evaluate)
     step = result.step
     dev_result = result.last_eval
@@ -352,6 +382,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         "local_batch_size": local_batch,
         "global_batch_size": tc.global_batch_size,
         "gather_negatives": gather,
+        "grad_cache_chunk": tc.grad_cache_chunk,
         "final_loss": result.last_loss,
         "steps_timed": result.steps_timed,
         "seconds_per_step": result.seconds / max(1, result.steps_timed),

@@ -77,3 +77,46 @@ def write_shards(root: Path, vocab: Path, out: Path, pairs_per_lang: int = 128, 
             for record in records[shard::num_shards]:
                 writer.write(record)
     return str(out / "*.tfrecord")
+
+
+def tiny_dual_encoder(vocab_size: int, dtype=None, seed: int = 0, dropout: float = 0.0):
+    """The `tiny` DualEncoder with seeded weights, float64 unless `dtype` says otherwise (exactness tests)."""
+    import torch
+
+    from labse_model.config import ModelConfig
+    from labse_model.encoder import DualEncoder
+
+    torch.manual_seed(seed)
+    config = ModelConfig.from_preset("tiny", vocab_size, hidden_dropout=dropout, attention_dropout=dropout)
+    return DualEncoder(config).to(torch.float64 if dtype is None else dtype)
+
+
+def multi30k_batch(root: Path, vocab: Path, pairs: int) -> dict:
+    """The first `pairs` Multi30k train de-en pairs as a padded trainer batch."""
+    tokenizer = hf_tokenizer(vocab)
+    src = tokenizer(read_multi30k(root, "train", "de", pairs), padding=True, return_tensors="pt")
+    tgt = tokenizer(read_multi30k(root, "train", "en", pairs), padding=True, return_tensors="pt")
+    return {"src_input_ids": src["input_ids"], "src_attention_mask": src["attention_mask"],
+            "tgt_input_ids": tgt["input_ids"], "tgt_attention_mask": tgt["attention_mask"]}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def set_torchrun_environment(rank: int, world: int, port: int) -> None:
+    """What torchrun would set, for a process started by `torch.multiprocessing.spawn`."""
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+
+
+def max_relative_difference(a: dict, b: dict) -> float:
+    """Largest absolute difference over the tensors of `b`, relative to the largest entry of `b`."""
+    scale = max(t.abs().max().item() for t in b.values())
+    return max((a[name] - b[name]).abs().max().item() for name in b) / scale

@@ -29,18 +29,23 @@ def _args(vocab: Path, shards: str, output: Path, *extra: str) -> list[str]:
             "--log-every", "1", "--save-every", "3", "--scale", "20", *extra]
 
 
-def test_resume_continues_exactly(inputs, labse_data, tmp_path):
+# Gradient caching in chunks of 3 (3 + 3 + a ragged 2 per batch of 8) re-encodes each chunk from a
+# saved RNG state: a resume must still be bit-exact, and the run must record the setting.
+@pytest.mark.parametrize("grad_cache_chunk", [0, 3], ids=["uncached", "grad-cache"])
+def test_resume_continues_exactly(inputs, labse_data, tmp_path, grad_cache_chunk):
     vocab, shards = inputs
     dev = f"{labse_data}/multi30k/val.de.gz:{labse_data}/multi30k/val.en.gz"
     interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"
+    chunking = ("--grad-cache-chunk", str(grad_cache_chunk))
 
-    assert train_main(_args(vocab, shards, interrupted, "--stop-after-steps", "3")) == 0
+    assert train_main(_args(vocab, shards, interrupted, "--stop-after-steps", "3", *chunking)) == 0
     assert [step for step, _ in ckpt.list_checkpoints(interrupted)] == [3]
     # A crash while writing a checkpoint leaves only a hidden staging folder, which is ignored.
     (interrupted / "checkpoints" / ".tmp-step-00000004").mkdir()
+    # The chunk size is not passed again: a resume takes it from the run's config.json.
     assert train_main(_args(vocab, shards, interrupted, "--resume", "--dev-data", dev, "--dev-max-pairs", "64",
                             "--eval-every", "3")) == 0
-    assert train_main(_args(vocab, shards, straight)) == 0
+    assert train_main(_args(vocab, shards, straight, *chunking)) == 0
 
     def losses(run: Path) -> dict[int, float]:
         return {m["step"]: m["loss"] for m in read_metrics(run) if "loss" in m}
@@ -56,11 +61,13 @@ def test_resume_continues_exactly(inputs, labse_data, tmp_path):
     config = json.loads((interrupted / "config.json").read_text())
     assert config["model"]["num_layers"] == 2 and config["model"]["vocab_size"] == 2000
     assert config["train"]["margin"] == 0.3 and config["train"]["scale"] == 20.0
+    assert config["train"]["grad_cache_chunk"] == grad_cache_chunk
     assert (interrupted / "vocab.txt").read_text() == vocab.read_text()
     state = ckpt.load_training_state(ckpt.find_checkpoint(interrupted))
     assert state["step"] == 6 and state["data_position"] == 6
     summary = json.loads((interrupted / "train_summary.json").read_text())
     assert summary["finished"] and 0.0 <= summary["dev_accuracy"]["mean"] <= 1.0
+    assert summary["grad_cache_chunk"] == grad_cache_chunk
     dev_rows = [m for m in read_metrics(interrupted) if "dev_mean" in m]
     assert [m["step"] for m in dev_rows] == [3, 6] or [m["step"] for m in dev_rows] == [6]
     assert list((interrupted / "tensorboard").glob("events.out.tfevents.*"))
