@@ -22,7 +22,8 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
-POOLING_MODES = ("cls", "mean")
+# Token pooling before the head: Sentence-BERT's three (sentence-transformers' Pooling modes of the same names).
+POOLING_MODES = ("cls", "mean", "max")
 
 
 def count_vocab(vocab_path: str | Path) -> int:
@@ -33,7 +34,7 @@ def count_vocab(vocab_path: str | Path) -> int:
 
 @dataclass
 class ModelConfig:
-    """A BERT encoder shared by both sides of the dual encoder, plus LaBSE's dense+tanh head."""
+    """A BERT encoder shared by both sides of the dual encoder, token pooling, LaBSE's dense+tanh head."""
 
     vocab_size: int
     num_layers: int = 12
@@ -51,7 +52,8 @@ class ModelConfig:
     # the same for every sentence (dev cosine 0.9997) and the only signal it picks up in hundreds of
     # steps is sentence length (top principal component, r = 0.87 with length; dev retrieval stays
     # at ~1%), while "mean" (masked mean of the last layer) reached 41% after 100 steps in the
-    # same run. Use "mean" to train from scratch without a pre-training stage.
+    # same run. Use "mean" to train from scratch without a pre-training stage. "max" is the
+    # element-wise max over real tokens, Sentence-BERT's third option.
     pooling: str = "cls"
 
     @classmethod

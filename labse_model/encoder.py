@@ -2,8 +2,9 @@
 
 This is the released LaBSE's head (sentence-transformers/LaBSE is Transformer, Pooling cls,
 Dense tanh, Normalize), so `labse-export` maps it one to one onto sentence-transformers modules.
-`ModelConfig.pooling = "mean"` swaps [CLS] for the masked token mean in front of the same head:
-trained from random weights, [CLS] learns little beyond sentence length (BENCHMARKS.md, model).
+`ModelConfig.pooling = "mean"` (or "max") swaps [CLS] for the masked token mean (or max) in front of
+the same head: trained from random weights, [CLS] learns little beyond sentence length
+(BENCHMARKS.md, model).
 """
 from __future__ import annotations
 
@@ -38,9 +39,17 @@ class SentenceEncoder(nn.Module):
 
 
 def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """[CLS] vector, or the mean over real tokens (sentence-transformers' mean pooling, [CLS]/[SEP] included)."""
+    """[CLS] vector, or the mean or the element-wise max over real tokens ([CLS]/[SEP] included).
+
+    The same arithmetic as sentence-transformers' Pooling modes "cls", "mean" and "max", so the
+    exported model reproduces the trainer's embeddings.
+    """
     if mode == "cls":
         return hidden[:, 0]
+    if mode == "max":
+        # Padding positions must never win the max: -inf, as sentence-transformers fills them. Every
+        # row holds at least [CLS] and [SEP], so no row is all -inf.
+        return hidden.masked_fill(attention_mask.unsqueeze(-1) == 0, float("-inf")).max(dim=1).values
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
 

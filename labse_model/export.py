@@ -3,7 +3,7 @@
     labse-export --run runs/labse --output models/labse [--step 50000]
 
 The directory has the released LaBSE's layout: Transformer (BertModel weights, vocab.txt, a cased
-tokenizer saved with its normaliser) -> Pooling (cls, or mean for runs trained with `--pooling mean`)
+tokenizer saved with its normaliser) -> Pooling (cls, mean or max: the run's `--pooling`)
 -> Dense (tanh) -> Normalize, so
 
     SentenceTransformer("models/labse").encode(sentences)
@@ -83,7 +83,7 @@ def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = 
         tokenizer.save_pretrained(hf_dir)
         transformer = Transformer(hf_dir, max_seq_length=max_seq_length, do_lower_case=False)
         hidden = config.model.hidden_size
-        pooling = Pooling(hidden, pooling_mode=config.model.pooling)  # "cls" or "mean", as trained
+        pooling = Pooling(hidden, pooling_mode=config.model.pooling)  # "cls", "mean" or "max", as trained
         dense = Dense(hidden, hidden, bias=True, activation_function=torch.nn.Tanh(),
                       init_weight=encoder.head.weight.detach().clone(), init_bias=encoder.head.bias.detach().clone())
         model = SentenceTransformer(modules=[transformer, pooling, dense, Normalize()], device="cpu")
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="labse-export",
         description="Export a labse-train checkpoint as a sentence-transformers directory "
-        "(Transformer -> Pooling cls/mean, as trained -> Dense tanh -> Normalize) that loads offline.",
+        "(Transformer -> Pooling cls/mean/max, as trained -> Dense tanh -> Normalize) that loads offline.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--run", required=True, type=Path, help="the labse-train run directory")

@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     model = parser.add_argument_group("model")
     model.add_argument("--config", choices=sorted(PRESETS), default="base", help="encoder size preset")
     model.add_argument("--pooling", choices=POOLING_MODES, default="cls",
-                       help="[CLS] (LaBSE's head; needs a pre-trained encoder, see --init-from) or mean of the "
-                       "tokens (learns from random weights; BENCHMARKS.md, model), then dense+tanh+L2")
+                       help="[CLS] (LaBSE's head; needs a pre-trained encoder, see --init-from), or the mean or "
+                       "max over the tokens (learn from random weights; BENCHMARKS.md, model), then dense+tanh+L2")
     model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout (0 disables)")
     train = parser.add_argument_group("training (defaults: the paper's where it gives them)")
     defaults = TrainConfig()
