@@ -55,6 +55,10 @@ class ModelConfig:
     # same run. Use "mean" to train from scratch without a pre-training stage. "max" is the
     # element-wise max over real tokens, Sentence-BERT's third option.
     pooling: str = "cls"
+    # LaBSE's dense+tanh layer after pooling. False: the pooled vector goes straight to the L2
+    # normalisation, as in sentence-transformers models without a Dense module (kept so that such a
+    # model, given to --init-from, trains and exports as it was published).
+    dense_head: bool = True
 
     @classmethod
     def from_preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":

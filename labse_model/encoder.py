@@ -4,7 +4,8 @@ This is the released LaBSE's head (sentence-transformers/LaBSE is Transformer, P
 Dense tanh, Normalize), so `labse-export` maps it one to one onto sentence-transformers modules.
 `ModelConfig.pooling = "mean"` (or "max") swaps [CLS] for the masked token mean (or max) in front of
 the same head: trained from random weights, [CLS] learns little beyond sentence length
-(BENCHMARKS.md, model).
+(BENCHMARKS.md, model). `ModelConfig.dense_head = False` drops the dense+tanh layer (pooling -> L2), the
+layout of sentence-transformers models without a Dense module, so they can be fine-tuned as published.
 """
 from __future__ import annotations
 
@@ -26,12 +27,16 @@ class SentenceEncoder(nn.Module):
         # BERT's own pooler is dense+tanh on [CLS] too, but it is built for NSP; LaBSE's head is a
         # separate dense layer, and keeping it out of BertModel keeps the export mapping explicit.
         self.bert = BertModel(config.to_bert_config(), add_pooling_layer=False)
-        self.head = nn.Linear(config.hidden_size, config.hidden_size)
-        self.bert._init_weights(self.head)
+        self.head: nn.Linear | None = None
+        if config.dense_head:
+            self.head = nn.Linear(config.hidden_size, config.hidden_size)
+            self.bert._init_weights(self.head)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        pooled = torch.tanh(self.head(pool_tokens(hidden, attention_mask, self.config.pooling)))
+        pooled = pool_tokens(hidden, attention_mask, self.config.pooling)
+        if self.head is not None:
+            pooled = torch.tanh(self.head(pooled))
         if pooled.dtype in (torch.float16, torch.bfloat16):
             # Normalise in float32: under bf16 autocast the norm of a 768-vector loses digits.
             pooled = pooled.float()
