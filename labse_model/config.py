@@ -7,6 +7,7 @@ text; TF Model Garden's LaBSE config uses 100; `TrainConfig.scale` explains why 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,12 @@ def count_vocab(vocab_path: str | Path) -> int:
     """Number of entries in a WordPiece `vocab.txt` (one token per line, ids are line numbers)."""
     with open(vocab_path, encoding="utf-8") as handle:
         return sum(1 for _ in handle)
+
+
+def vocab_sha256(vocab_path: str | Path) -> str:
+    """Hex sha256 of a vocab.txt's bytes: the fingerprint labse-tfrecords records in schema.json."""
+    with open(vocab_path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
 
 
 @dataclass
@@ -144,6 +151,7 @@ class RunConfig:
     dev_data: str | None = None
     vocab: str = "vocab.txt"  # relative to the run directory
     world_size: int = 1
+    init_from: str | None = None  # the --init-from starting point; its vocabulary is the run's
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
