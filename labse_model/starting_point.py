@@ -127,14 +127,18 @@ def load_starting_point(path: str | Path) -> StartingPoint:
         return _from_pretrain(path)
     if (path / ckpt.MODEL_FILE).is_file() and (path / ckpt.STATE_FILE).is_file():
         return _from_run_weights(path / ckpt.MODEL_FILE)
-    if (path / "checkpoints").is_dir():
-        return _from_run_weights(ckpt.find_checkpoint(path) / ckpt.MODEL_FILE)
+    if (path / "checkpoints").is_dir() or _is_run_config(path / "config.json"):
+        return _from_run_weights(ckpt.find_checkpoint(path) / ckpt.MODEL_FILE)  # names a run without checkpoints
     if (path / "config.json").is_file():
         return _from_huggingface(path)
     raise ValueError(
         f"--init-from {path}: not a labse-train run or checkpoint, a labse-pretrain output ({PRETRAIN_WEIGHTS}), "
         "a Hugging Face BERT directory (config.json) or a sentence-transformers directory (modules.json)"
     )
+
+
+def _is_run_config(path: Path) -> bool:
+    return path.is_file() and {"model", "train"} <= set(_read_json(path))
 
 
 def _from_run_weights(weights_file: Path) -> StartingPoint:
