@@ -143,9 +143,7 @@ def _is_run_config(path: Path) -> bool:
 
 def _from_run_weights(weights_file: Path) -> StartingPoint:
     """A labse-train checkpoint's model.safetensors; the run around it, if any, gives config and vocabulary."""
-    from safetensors.torch import load_file
-
-    weights = load_file(str(weights_file), device="cpu")
+    weights = read_tensors(weights_file)
     checkpoint = weights_file.parent
     run_dir = checkpoint.parent.parent
     is_in_run = (ckpt.STEP_DIR.match(checkpoint.name) and checkpoint.parent.name == "checkpoints"
@@ -157,13 +155,10 @@ def _from_run_weights(weights_file: Path) -> StartingPoint:
 
 
 def _from_pretrain(path: Path) -> StartingPoint:
-    from safetensors.torch import load_file
-
     for name in (PRETRAIN_WEIGHTS, PRETRAIN_CONFIG, VOCAB_FILE):
         if not (path / name).is_file():
             raise FileNotFoundError(f"--init-from {path}: labse-pretrain output without {name}")
-    with open(path / PRETRAIN_CONFIG, encoding="utf-8") as handle:
-        pretrain_config = json.load(handle)
+    pretrain_config = _read_json(path / PRETRAIN_CONFIG)
     model = _model_config_from_dict(pretrain_config.get("model"), path / PRETRAIN_CONFIG)
     recorded = pretrain_config.get("vocab_sha256")
     if recorded != vocab_sha256(path / VOCAB_FILE):
@@ -171,8 +166,8 @@ def _from_pretrain(path: Path) -> StartingPoint:
                          f"({PRETRAIN_CONFIG} records sha256 {recorded})")
     _check_vocab(path / VOCAB_FILE, model.vocab_size, path)
     # Pre-training has no sentence head: LaBSE's dense layer is new at fine-tuning.
-    return StartingPoint("pretrain", path, model, False, load_file(str(path / PRETRAIN_WEIGHTS), device="cpu"),
-                         path / VOCAB_FILE, fresh_prefixes=(HEAD_PREFIX,))
+    return StartingPoint("pretrain", path, model, False, read_tensors(path / PRETRAIN_WEIGHTS), path / VOCAB_FILE,
+                         fresh_prefixes=(HEAD_PREFIX,))
 
 
 def _model_config_from_dict(data, where: Path) -> ModelConfig:
