@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = make_runs(args.scale, args.alt_scale)
     results = []
     for name in (args.runs.split(",") if args.runs else runs):
-        for pooling in poolings:
-            for seed in seeds:
+        for seed in seeds:  # seed outermost: each finished seed is a complete comparison of the poolings
+            for pooling in poolings:
                 started = time.perf_counter()
                 results.append(train_and_evaluate(name, runs[name], pooling, seed, args, vocab, shards))
                 print(f"{name} {pooling} seed {seed}: done in {time.perf_counter() - started:.0f} s", flush=True)
