@@ -285,6 +285,10 @@ def _model_config_from_bert(directory: Path) -> ModelConfig:
     if config.get("model_type") != "bert":
         raise ValueError(f"{directory}/config.json: model_type {config.get('model_type')!r}; only BERT encoders "
                          "can be represented by this trainer")
+    absent = [name for name in ("vocab_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
+                                "intermediate_size", "max_position_embeddings") if name not in config]
+    if absent:
+        raise ValueError(f"{directory}/config.json lacks {absent}: not a BERT config")
     different = {name: config[name] for name, value in FIXED_BERT_SETTINGS.items()
                  if name in config and config[name] not in (value, None)}
     if different:
