@@ -7,7 +7,6 @@ text; TF Model Garden's LaBSE config uses 100; `TrainConfig.scale` explains why 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +30,6 @@ def count_vocab(vocab_path: str | Path) -> int:
     """Number of entries in a WordPiece `vocab.txt` (one token per line, ids are line numbers)."""
     with open(vocab_path, encoding="utf-8") as handle:
         return sum(1 for _ in handle)
-
-
-def vocab_sha256(vocab_path: str | Path) -> str:
-    """Hex sha256 of a vocab.txt's bytes: the fingerprint labse-tfrecords records in schema.json."""
-    with open(vocab_path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
 
 
 @dataclass
@@ -174,3 +167,13 @@ class RunConfig:
     def load(cls, path: str | Path) -> "RunConfig":
         with open(path, encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle))
+
+
+def file_sha256(path: str | Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

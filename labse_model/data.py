@@ -55,7 +55,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .config import vocab_sha256
+from .config import file_sha256
 from .tfrecord import TFRecordCorruptError, decode_pair, index_records, read_record_at
 
 __all__ = [
@@ -124,7 +124,7 @@ def check_schema_vocab(schema: dict | None, vocab_path: str | os.PathLike, init_
     """
     if not schema or "vocab" not in schema:
         return
-    digest = vocab_sha256(vocab_path)
+    digest = file_sha256(vocab_path)
     if digest != schema["vocab"].get("sha256"):
         remedy = "train with the vocab.txt given to labse-tfrecords"
         if init_from:

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, count_vocab, vocab_sha256
+from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, count_vocab, file_sha256
 
 logger = logging.getLogger("labse_model.starting_point")
 
@@ -161,7 +161,7 @@ def _from_pretrain(path: Path) -> StartingPoint:
     pretrain_config = _read_json(path / PRETRAIN_CONFIG)
     model = _model_config_from_dict(pretrain_config.get("model"), path / PRETRAIN_CONFIG)
     recorded = pretrain_config.get("vocab_sha256")
-    if recorded != vocab_sha256(path / VOCAB_FILE):
+    if recorded != file_sha256(path / VOCAB_FILE):
         raise ValueError(f"--init-from {path}: {VOCAB_FILE} is not the vocabulary the encoder was pre-trained with "
                          f"({PRETRAIN_CONFIG} records sha256 {recorded})")
     _check_vocab(path / VOCAB_FILE, model.vocab_size, path)
@@ -404,7 +404,7 @@ def check_run_vocab(start: StartingPoint, vocab: str | Path) -> None:
     """--vocab must be the starting point's vocabulary: the shards' ids index its embeddings."""
     if start.vocab is None:
         return
-    if vocab_sha256(vocab) != vocab_sha256(start.vocab):
+    if file_sha256(vocab) != file_sha256(start.vocab):
         raise ValueError(f"--vocab {vocab} is not the vocabulary of --init-from {start.source} ({start.vocab}): "
                          f"the shards must be made by labse-tfrecords --vocab {start.vocab}, and --vocab must be "
                          "that file")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from labse_model.config import ModelConfig, vocab_sha256
+from labse_model.config import ModelConfig, file_sha256
 from labse_model.encoder import SentenceEncoder
 from labse_model.export import load_encoder, main as export_main
 from labse_model.starting_point import load_starting_point
@@ -229,7 +229,7 @@ def write_pretrain_dir(path: Path, vocab: Path, config: ModelConfig) -> tuple[Pa
     import dataclasses
 
     (path / "pretrain_config.json").write_text(json.dumps({"model": dataclasses.asdict(config),
-                                                           "vocab_sha256": vocab_sha256(vocab)}))
+                                                           "vocab_sha256": file_sha256(vocab)}))
     return path, bert
 
 
@@ -332,7 +332,7 @@ def test_init_from_contradictions_are_clear_errors(labse_data, vocab, shards, tm
 
     # Shards whose schema names another vocabulary: the schema check says where the vocabulary comes from.
     schema_dir = Path(shards).parent
-    (schema_dir / "schema.json").write_text(json.dumps({"version": 1, "vocab": {"sha256": vocab_sha256(other_vocab)}}))
+    (schema_dir / "schema.json").write_text(json.dumps({"version": 1, "vocab": {"sha256": file_sha256(other_vocab)}}))
     try:
         assert train_main(_train_args(vocab, shards, tmp_path / "d", source)) == 2
     finally:
