@@ -17,6 +17,8 @@ Usage (BENCHMARKS.md, section model, has the exact commands and results):
 The runs use mean pooling before LaBSE's dense+tanh head and no dropout (--pooling, --dropout): from
 random weights the [CLS] vector only learns sentence length at this compute and every run stays at
 chance, which hides the comparisons (BENCHMARKS.md, model).
+`--pooling mean,max --seeds 1,2,3` repeats every run for each pooling and seed (the seed sets the
+initial weights and the data order), e.g. to compare mean and max pooling with their seed spread.
 Finished runs are skipped when the script is re-run (delete --work to start over).
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -72,9 +75,10 @@ def build_inputs(data: Path, work: Path, vocab_size: int) -> tuple[Path, str]:
     return vocab, str(shards / "*.tfrecord*")
 
 
-def train_and_evaluate(name: str, spec: dict, args, vocab: Path, shards: str) -> dict:
-    run_dir = args.work / "runs" / name
-    result_path = args.work / "results" / f"{name}.json"
+def train_and_evaluate(name: str, spec: dict, pooling: str, seed: int, args, vocab: Path, shards: str) -> dict:
+    tag = f"{name}-{pooling}-seed{seed}"
+    run_dir = args.work / "runs" / tag
+    result_path = args.work / "results" / f"{tag}.json"
     if result_path.is_file():
         return json.loads(result_path.read_text())
     if run_dir.exists():
@@ -86,15 +90,15 @@ def train_and_evaluate(name: str, spec: dict, args, vocab: Path, shards: str) ->
             "--config", args.config, "--global-batch-size", str(global_batch), "--max-steps", str(args.steps),
             "--lr", str(args.lr), "--warmup-steps", str(args.warmup), "--margin", str(spec["margin"]),
             "--nproc-per-node", str(spec["nproc"]), "--save-every", str(args.steps), "--eval-every", "0",
-            "--log-every", "10", "--seed", "1", "--max-seq-length", str(args.max_seq_length),
-            "--pooling", args.pooling, "--dropout", str(args.dropout)]
+            "--log-every", "10", "--seed", str(seed), "--max-seq-length", str(args.max_seq_length),
+            "--pooling", pooling, "--dropout", str(args.dropout)]
     argv += ["--gather-negatives" if spec["gather"] else "--no-gather-negatives"]
     argv += ["--scale", str(spec["scale"])]
-    wall = run(argv, args.work / "logs" / f"{name}.train.log")
+    wall = run(argv, args.work / "logs" / f"{tag}.train.log")
     summary = json.loads((run_dir / "train_summary.json").read_text())
-    model_dir = args.work / "models" / name
+    model_dir = args.work / "models" / tag
     run([PY, "-m", "labse_model.export", "--run", str(run_dir), "--output", str(model_dir), "--overwrite"],
-        args.work / "logs" / f"{name}.export.log")
+        args.work / "logs" / f"{tag}.export.log")
 
     from labse_model.evaluate import load_encoder, multi30k_retrieval_accuracies, tatoeba_accuracy
 
@@ -103,7 +107,7 @@ def train_and_evaluate(name: str, spec: dict, args, vocab: Path, shards: str) ->
     multi30k = {lang: accuracies[f"{lang}-en"]["mean"] for lang in ("de", "fr", "cs")}
     tatoeba = tatoeba_accuracy(encode, args.data / "tatoeba", ["deu", "fra", "ces"])
     result = {
-        "run": name, **spec, "global_batch": global_batch, "steps": summary["step"],
+        "run": name, **spec, "pooling": pooling, "seed": seed, "global_batch": global_batch, "steps": summary["step"],
         "train_wall_s": wall, "steps_per_s": summary["steps_per_second"],
         "gather_forward_share": summary["gather_forward_share"], "final_loss": summary["final_loss"],
         "multi30k": multi30k, "multi30k_mean": sum(multi30k.values()) / 3,
@@ -124,15 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="global batch (pairs per step)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--pooling", choices=("cls", "mean"), default="mean",
-                        help="token pooling before the dense+tanh head: from random weights [CLS] only learns "
-                        "sentence length at this compute (BENCHMARKS.md, model), so the comparisons use mean")
+    parser.add_argument("--pooling", default="mean",
+                        help="comma-separated token poolings (cls, mean, max) before the dense+tanh head, each run "
+                        "for every one: from random weights [CLS] only learns sentence length at this compute "
+                        "(BENCHMARKS.md, model), so the comparisons use mean")
+    parser.add_argument("--seeds", default="1", help="comma-separated seeds (initial weights, data order), each run for every one")
     parser.add_argument("--dropout", type=float, default=0.0, help="no dropout: 300 steps never revisit a pair")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--scale", type=float, default=20.0, help="logit scale of the comparison runs")
     parser.add_argument("--alt-scale", type=float, default=100.0, help="the other scale tried with 2x32-gather")
     parser.add_argument("--runs", default=None, help="comma-separated subset of the run names (default: all)")
     args = parser.parse_args(argv)
+    poolings = args.pooling.split(",")
+    if set(poolings) - {"cls", "mean", "max"}:
+        parser.error(f"--pooling {args.pooling!r}: choose among cls, mean, max")
+    seeds = [int(seed) for seed in args.seeds.split(",")]
     args.data = args.data.resolve()
     args.work = args.work.resolve()
     (args.work / "logs").mkdir(parents=True, exist_ok=True)
@@ -141,26 +151,38 @@ def main(argv: list[str] | None = None) -> int:
     runs = make_runs(args.scale, args.alt_scale)
     results = []
     for name in (args.runs.split(",") if args.runs else runs):
-        started = time.perf_counter()
-        results.append(train_and_evaluate(name, runs[name], args, vocab, shards))
-        print(f"{name}: done in {time.perf_counter() - started:.0f} s", flush=True)
+        for seed in seeds:  # seed outermost: each finished seed is a complete comparison of the poolings
+            for pooling in poolings:
+                started = time.perf_counter()
+                results.append(train_and_evaluate(name, runs[name], pooling, seed, args, vocab, shards))
+                print(f"{name} {pooling} seed {seed}: done in {time.perf_counter() - started:.0f} s", flush=True)
 
-    print(f"\n{args.config} encoder, {args.pooling} pooling, dropout {args.dropout:g}, {args.steps} steps x "
+    print(f"\n{args.config} encoder, dropout {args.dropout:g}, {args.steps} steps x "
           f"{args.batch} pairs, lr {args.lr}; accuracies are the "
           "mean of both retrieval directions")
-    print("| run | processes x batch | negatives per row | margin | scale | steps/s | gather share (fwd) | "
-          "final loss | Multi30k test de/fr/cs-en | Tatoeba deu/fra/ces |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| run | pooling | seed | processes x batch | negatives per row | margin | scale | steps/s | "
+          "gather share (fwd) | final loss | Multi30k test de/fr/cs-en | Tatoeba deu/fra/ces |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         per_rank = r["global_batch"] // r["nproc"]
         negatives = r["global_batch"] if (r["gather"] or r["nproc"] == 1) else per_rank
         m30 = "/".join(f"{v * 100:.1f}" for v in r["multi30k"].values())
         tat = "/".join(f"{v * 100:.1f}" for v in r["tatoeba"].values())
-        print(f"| {r['run']} | {r['nproc']} x {per_rank} | {negatives} | {r['margin']} | "
+        print(f"| {r['run']} | {r['pooling']} | {r['seed']} | {r['nproc']} x {per_rank} | {negatives} | {r['margin']} | "
               f"{r['scale']:g} | {r['steps_per_s']:.2f} | {r['gather_forward_share'] * 100:.1f}% | "
               f"{r['final_loss']:.3f} | {m30} (mean {r['multi30k_mean'] * 100:.1f}) | {tat} "
               f"(mean {r['tatoeba_mean'] * 100:.1f}) |")
-    by_name = {r["run"]: r for r in results}
+    if len(seeds) > 1:
+        print("\nOver the seeds (Multi30k / Tatoeba mean %: mean, min-max):")
+        for name in dict.fromkeys(r["run"] for r in results):
+            for pooling in poolings:
+                group = [r for r in results if r["run"] == name and r["pooling"] == pooling]
+                summary = [f"{key} {statistics.mean(vals):.1f}, {min(vals):.1f}-{max(vals):.1f}"
+                           for key in ("multi30k_mean", "tatoeba_mean")
+                           for vals in [[r[key] * 100 for r in group]]]
+                print(f"- {name} {pooling}, {len(group)} seeds: " + "; ".join(summary))
+    # The ratios compare runs of the first pooling and seed.
+    by_name = {r["run"]: r for r in results if r["pooling"] == poolings[0] and r["seed"] == seeds[0]}
     if {"2x32-gather", "2x32-gather-m0"} <= set(by_name):
         print(f"\n(a) margin 0.3 / margin 0, Multi30k mean accuracy ratio: "
               f"{by_name['2x32-gather']['multi30k_mean'] / max(by_name['2x32-gather-m0']['multi30k_mean'], 1e-9):.2f}")

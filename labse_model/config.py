@@ -22,7 +22,8 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
-POOLING_MODES = ("cls", "mean")
+# Token pooling before the head: Sentence-BERT's three (sentence-transformers' Pooling modes of the same names).
+POOLING_MODES = ("cls", "mean", "max")
 
 
 def count_vocab(vocab_path: str | Path) -> int:
@@ -33,7 +34,7 @@ def count_vocab(vocab_path: str | Path) -> int:
 
 @dataclass
 class ModelConfig:
-    """A BERT encoder shared by both sides of the dual encoder, plus LaBSE's dense+tanh head."""
+    """A BERT encoder shared by both sides of the dual encoder, token pooling, LaBSE's dense+tanh head."""
 
     vocab_size: int
     num_layers: int = 12
@@ -51,8 +52,13 @@ class ModelConfig:
     # the same for every sentence (dev cosine 0.9997) and the only signal it picks up in hundreds of
     # steps is sentence length (top principal component, r = 0.87 with length; dev retrieval stays
     # at ~1%), while "mean" (masked mean of the last layer) reached 41% after 100 steps in the
-    # same run. Use "mean" to train from scratch without a pre-training stage.
+    # same run. Use "mean" to train from scratch without a pre-training stage. "max" is the
+    # element-wise max over real tokens, Sentence-BERT's third option.
     pooling: str = "cls"
+    # LaBSE's dense+tanh layer after pooling. False: the pooled vector goes straight to the L2
+    # normalisation, as in sentence-transformers models without a Dense module (kept so that such a
+    # model, given to --init-from, trains and exports as it was published).
+    dense_head: bool = True
 
     @classmethod
     def from_preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":
@@ -143,6 +149,7 @@ class RunConfig:
     dev_data: str | None = None
     vocab: str = "vocab.txt"  # relative to the run directory
     world_size: int = 1
+    init_from: str | None = None  # the --init-from starting point; its vocabulary is the run's
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,6 +55,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from .config import file_sha256
 from .tfrecord import TFRecordCorruptError, decode_pair, index_records, read_record_at
 
 __all__ = [
@@ -116,18 +117,22 @@ def load_schema(shard_paths: list[str]) -> dict | None:
     return None
 
 
-def check_schema_vocab(schema: dict | None, vocab_path: str | os.PathLike) -> None:
-    """Raise if the shards were tokenised with another vocabulary than `vocab_path` (ids would be garbage)."""
+def check_schema_vocab(schema: dict | None, vocab_path: str | os.PathLike, init_from: str | None = None) -> None:
+    """Raise if the shards were tokenised with another vocabulary than `vocab_path` (ids would be garbage).
+
+    `init_from`: the run starts from that model, whose vocabulary `vocab_path` is; the message then says so.
+    """
     if not schema or "vocab" not in schema:
         return
-    import hashlib
-
-    with open(vocab_path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
+    digest = file_sha256(vocab_path)
     if digest != schema["vocab"].get("sha256"):
+        remedy = "train with the vocab.txt given to labse-tfrecords"
+        if init_from:
+            remedy = (f"the run starts from --init-from {init_from}, which tokenises with that vocabulary: make the "
+                      f"shards with labse-tfrecords --vocab {vocab_path}")
         raise ValueError(
             f"the shards were written with a different vocabulary (sha256 {schema['vocab'].get('sha256', '?')[:12]}…) "
-            f"than {vocab_path} (sha256 {digest[:12]}…): train with the vocab.txt given to labse-tfrecords"
+            f"than {vocab_path} (sha256 {digest[:12]}…): {remedy}"
         )
 
 

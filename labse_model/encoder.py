@@ -2,8 +2,10 @@
 
 This is the released LaBSE's head (sentence-transformers/LaBSE is Transformer, Pooling cls,
 Dense tanh, Normalize), so `labse-export` maps it one to one onto sentence-transformers modules.
-`ModelConfig.pooling = "mean"` swaps [CLS] for the masked token mean in front of the same head:
-trained from random weights, [CLS] learns little beyond sentence length (BENCHMARKS.md, model).
+`ModelConfig.pooling = "mean"` (or "max") swaps [CLS] for the masked token mean (or max) in front of
+the same head: trained from random weights, [CLS] learns little beyond sentence length
+(BENCHMARKS.md, model). `ModelConfig.dense_head = False` drops the dense+tanh layer (pooling -> L2), the
+layout of sentence-transformers models without a Dense module, so they can be fine-tuned as published.
 """
 from __future__ import annotations
 
@@ -25,12 +27,16 @@ class SentenceEncoder(nn.Module):
         # BERT's own pooler is dense+tanh on [CLS] too, but it is built for NSP; LaBSE's head is a
         # separate dense layer, and keeping it out of BertModel keeps the export mapping explicit.
         self.bert = BertModel(config.to_bert_config(), add_pooling_layer=False)
-        self.head = nn.Linear(config.hidden_size, config.hidden_size)
-        self.bert._init_weights(self.head)
+        self.head: nn.Linear | None = None
+        if config.dense_head:
+            self.head = nn.Linear(config.hidden_size, config.hidden_size)
+            self.bert._init_weights(self.head)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        pooled = torch.tanh(self.head(pool_tokens(hidden, attention_mask, self.config.pooling)))
+        pooled = pool_tokens(hidden, attention_mask, self.config.pooling)
+        if self.head is not None:
+            pooled = torch.tanh(self.head(pooled))
         if pooled.dtype in (torch.float16, torch.bfloat16):
             # Normalise in float32: under bf16 autocast the norm of a 768-vector loses digits.
             pooled = pooled.float()
@@ -38,9 +44,17 @@ class SentenceEncoder(nn.Module):
 
 
 def pool_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str) -> torch.Tensor:
-    """[CLS] vector, or the mean over real tokens (sentence-transformers' mean pooling, [CLS]/[SEP] included)."""
+    """[CLS] vector, or the mean or the element-wise max over real tokens ([CLS]/[SEP] included).
+
+    The same arithmetic as sentence-transformers' Pooling modes "cls", "mean" and "max", so the
+    exported model reproduces the trainer's embeddings.
+    """
     if mode == "cls":
         return hidden[:, 0]
+    if mode == "max":
+        # Padding positions must never win the max: -inf, as sentence-transformers fills them. Every
+        # row holds at least [CLS] and [SEP], so no row is all -inf.
+        return hidden.masked_fill(attention_mask.unsqueeze(-1) == 0, float("-inf")).max(dim=1).values
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
 

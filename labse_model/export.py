@@ -3,8 +3,8 @@
     labse-export --run runs/labse --output models/labse [--step 50000]
 
 The directory has the released LaBSE's layout: Transformer (BertModel weights, vocab.txt, a cased
-tokenizer saved with its normaliser) -> Pooling (cls, or mean for runs trained with `--pooling mean`)
--> Dense (tanh) -> Normalize, so
+tokenizer saved with its normaliser) -> Pooling (cls, mean or max: the run's `--pooling`)
+-> Dense (tanh) -> Normalize (no Dense for a run started from a model without one), so
 
     SentenceTransformer("models/labse").encode(sentences)
 
@@ -46,17 +46,23 @@ def load_encoder(run_dir: Path, step: int | None = None) -> tuple[SentenceEncode
     return encoder, config, checkpoint
 
 
-def bert_with_labse_pooler(encoder: SentenceEncoder):
-    """A `transformers.BertModel` holding the encoder's weights, its pooler = LaBSE's dense head."""
+def bert_for_export(encoder: SentenceEncoder):
+    """A `transformers.BertModel` holding the encoder's weights, its pooler = LaBSE's dense head.
+
+    An encoder without a dense head (`ModelConfig.dense_head = False`) is saved without a pooler:
+    there is nothing to put there.
+    """
     from transformers import BertModel
 
-    bert = BertModel(encoder.bert.config, add_pooling_layer=True)
+    has_head = encoder.head is not None
+    bert = BertModel(encoder.bert.config, add_pooling_layer=has_head)
     missing, unexpected = bert.load_state_dict(encoder.bert.state_dict(), strict=False)
     if unexpected or set(missing) - {"pooler.dense.weight", "pooler.dense.bias"}:
         raise RuntimeError(f"BERT weights do not map: missing {missing}, unexpected {unexpected}")
-    with torch.no_grad():
-        bert.pooler.dense.weight.copy_(encoder.head.weight)
-        bert.pooler.dense.bias.copy_(encoder.head.bias)
+    if has_head:
+        with torch.no_grad():
+            bert.pooler.dense.weight.copy_(encoder.head.weight)
+            bert.pooler.dense.bias.copy_(encoder.head.bias)
     return bert.eval()
 
 
@@ -90,15 +96,18 @@ def _export_locked(run_dir: Path, output: Path, step: int | None, max_seq_length
 
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.hf-") as hf_dir:
-        bert_with_labse_pooler(encoder).save_pretrained(hf_dir, safe_serialization=True)
+        bert_for_export(encoder).save_pretrained(hf_dir, safe_serialization=True)
         tokenizer = hf_tokenizer(Path(run_dir) / "vocab.txt", model_max_length=max_seq_length)
         tokenizer.save_pretrained(hf_dir)
         transformer = Transformer(hf_dir, max_seq_length=max_seq_length, do_lower_case=False)
         hidden = config.model.hidden_size
-        pooling = Pooling(hidden, pooling_mode=config.model.pooling)  # "cls" or "mean", as trained
-        dense = Dense(hidden, hidden, bias=True, activation_function=torch.nn.Tanh(),
-                      init_weight=encoder.head.weight.detach().clone(), init_bias=encoder.head.bias.detach().clone())
-        model = SentenceTransformer(modules=[transformer, pooling, dense, Normalize()], device="cpu")
+        pooling = Pooling(hidden, pooling_mode=config.model.pooling)  # "cls", "mean" or "max", as trained
+        head = []
+        if encoder.head is not None:
+            head = [Dense(hidden, hidden, bias=True, activation_function=torch.nn.Tanh(),
+                          init_weight=encoder.head.weight.detach().clone(),
+                          init_bias=encoder.head.bias.detach().clone())]
+        model = SentenceTransformer(modules=[transformer, pooling, *head, Normalize()], device="cpu")
         staging = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.staging-"))
         try:
             model.save(str(staging))
@@ -121,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="labse-export",
         description="Export a labse-train checkpoint as a sentence-transformers directory "
-        "(Transformer -> Pooling cls/mean, as trained -> Dense tanh -> Normalize) that loads offline.",
+        "(Transformer -> Pooling cls/mean/max, as trained -> Dense tanh, unless the model has none -> Normalize) "
+        "that loads offline.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--run", required=True, type=Path, help="the labse-train run directory")

@@ -475,45 +475,6 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     return summary
 
 
-# ----------------------------------------------------------------------------------------------
-# Reading PT_DIR (for `labse-train --init-from PT_DIR`)
-
-
-def is_pretrain_dir(path: str | Path) -> bool:
-    return (Path(path) / CONFIG_FILE).is_file()
-
-
-def load_pretrain_dir(path: str | Path, vocab_path: str | Path) -> PretrainRunConfig:
-    """The finished pre-training run in `path`, checked against the vocabulary the trainer was given."""
-    path = Path(path)
-    config = PretrainRunConfig.load(path / CONFIG_FILE)
-    if not (path / ENCODER_FILE).is_file():
-        raise FileNotFoundError(f"{path / ENCODER_FILE} not found: the pre-training run has not finished "
-                                "(continue it with labse-pretrain --resume)")
-    if file_sha256(vocab_path) != config.vocab_sha256:
-        raise ValueError(f"--vocab {vocab_path} is not the vocabulary {path} was pre-trained with: tokenise the "
-                         f"shards with {path / 'vocab.txt'} (labse-tfrecords --vocab) and train with it")
-    return config
-
-
-def load_pretrained_encoder(encoder: torch.nn.Module, path: str | Path) -> list[str]:
-    """Load PT_DIR/encoder.safetensors into a SentenceEncoder's BERT, strictly; returns the fresh keys.
-
-    The pre-trained weights are exactly the BERT's: a missing or unexpected key is an error. The
-    dense head LaBSE puts on the pooled vector is new at fine-tuning and keeps its fresh init.
-    """
-    from safetensors.torch import load_file
-
-    tensors = load_file(str(Path(path) / ENCODER_FILE), device="cpu")
-    expected = {name for name in encoder.state_dict() if name.startswith("bert.")}
-    missing, unexpected = sorted(expected - set(tensors)), sorted(set(tensors) - expected)
-    if missing or unexpected:
-        raise ValueError(f"{path}/{ENCODER_FILE} does not match the encoder: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}")
-    result = encoder.load_state_dict(tensors, strict=False)
-    return sorted(result.missing_keys)
-
-
 def _read_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / SUMMARY_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

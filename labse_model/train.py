@@ -11,7 +11,6 @@ global batch, and the gradients equal those of one process with the global batch
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import glob
 import json
 import logging
@@ -48,8 +47,8 @@ from labse_model.loop import (
 )
 from labse_model.loss import BidirectionalAMSLoss
 from labse_model.optim import build_optimizer, build_scheduler
-from labse_model.pretrain import is_pretrain_dir, load_pretrain_dir, load_pretrained_encoder
 from labse_model.run_log import RunLog
+from labse_model.starting_point import StartingPoint, check_run_vocab, load_starting_point, model_config_for_run
 from pipelines.io.atomic import write_text_atomic
 
 logger = logging.getLogger("labse_model.train")
@@ -82,14 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--dev-max-pairs", type=int, default=1000, help="pairs of --dev-data to use")
     data.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
     data.add_argument("--init-from", default=None,
-                      help="start from these encoder weights (a run directory, a checkpoint folder or a "
-                      "model.safetensors), e.g. a pre-trained encoder; optimizer and schedule start fresh")
+                      help="start from this model: a labse-train run directory, checkpoint folder or "
+                      "model.safetensors; a labse-pretrain output; a Hugging Face BERT directory; or a "
+                      "sentence-transformers directory (e.g. LaBSE). Its architecture, pooling, head and "
+                      "vocab.txt (which --vocab must be) are taken; optimizer and schedule start fresh")
     model = parser.add_argument_group("model")
     model.add_argument("--config", choices=sorted(PRESETS), default=None,
-                       help="encoder size preset (default base, or the architecture of --init-from PT_DIR)")
-    model.add_argument("--pooling", choices=POOLING_MODES, default="cls",
-                       help="[CLS] (LaBSE's head; needs a pre-trained encoder, see --init-from) or mean of the "
-                       "tokens (learns from random weights; BENCHMARKS.md, model), then dense+tanh+L2")
+                       help="encoder size preset (default base; with --init-from, the starting point's)")
+    model.add_argument("--pooling", choices=POOLING_MODES, default=None,
+                       help="[CLS] (LaBSE's head; needs a pre-trained encoder, see --init-from), or the mean or "
+                       "max over the tokens (learn from random weights; BENCHMARKS.md, model), then dense+tanh+L2 "
+                       "(default cls; with --init-from, the starting point's where it has one)")
     model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout (0 disables)")
     train = parser.add_argument_group("training (defaults: the paper's where it gives them)")
     defaults = TrainConfig()
@@ -138,17 +140,15 @@ def main(argv: list[str] | None = None) -> int:
 # Run configuration
 
 
-def make_run_config(args: argparse.Namespace, world_size: int) -> RunConfig:
+def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPoint | None = None) -> RunConfig:
     vocab_size = count_vocab(args.vocab)
-    dropout = {"hidden_dropout": args.dropout, "attention_dropout": args.dropout}
-    if args.init_from and is_pretrain_dir(args.init_from):
-        pretrained = load_pretrain_dir(args.init_from, args.vocab).model
-        if args.config not in (None, pretrained.preset):
-            raise ValueError(f"--config {args.config} contradicts --init-from {args.init_from}, a pre-trained "
-                             f"{pretrained.preset} encoder: leave --config out")
-        model = dataclasses.replace(pretrained, pooling=args.pooling, **dropout)
+    if start is None:
+        model = ModelConfig.from_preset(args.config or "base", vocab_size, hidden_dropout=args.dropout,
+                                        attention_dropout=args.dropout, pooling=args.pooling or "cls")
     else:
-        model = ModelConfig.from_preset(args.config or "base", vocab_size, pooling=args.pooling, **dropout)
+        check_run_vocab(start, args.vocab)
+        model = model_config_for_run(start, args.config, args.pooling, args.dropout, vocab_size)
+        start.check_matches(model)  # before the run directory is written
     defaults = TrainConfig()
     train_config = TrainConfig(
         global_batch_size=args.global_batch_size,
@@ -173,10 +173,11 @@ def make_run_config(args: argparse.Namespace, world_size: int) -> RunConfig:
     )
     if train_config.max_seq_length > model.max_position_embeddings:
         raise ValueError(
-            f"--max-seq-length {train_config.max_seq_length} exceeds the {model.preset} config's "
+            f"--max-seq-length {train_config.max_seq_length} exceeds the model's "
             f"{model.max_position_embeddings} positions"
         )
-    return RunConfig(model=model, train=train_config, data=args.data, dev_data=args.dev_data, world_size=world_size)
+    return RunConfig(model=model, train=train_config, data=args.data, dev_data=args.dev_data, world_size=world_size,
+                     init_from=args.init_from)
 
 
 def _or(value, default):
@@ -196,16 +197,6 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
     return config
 
 
-def resolve_weights(path: str) -> Path:
-    """model.safetensors from a file, a checkpoint folder, or a run directory (its latest checkpoint)."""
-    candidate = Path(path)
-    if candidate.is_file():
-        return candidate
-    if (candidate / ckpt.MODEL_FILE).is_file():
-        return candidate / ckpt.MODEL_FILE
-    return ckpt.find_checkpoint(candidate) / ckpt.MODEL_FILE
-
-
 def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
     return build_optimizer(model, learning_rate=config.learning_rate, weight_decay=config.weight_decay,
                            betas=config.adam_betas, eps=config.adam_eps)
@@ -215,7 +206,7 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
 # Training
 
 
-def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext) -> RunConfig:
+def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: StartingPoint | None) -> RunConfig:
     run_dir: Path = args.output
     if args.resume:
         if not (run_dir / "config.json").is_file():
@@ -227,10 +218,10 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext) -> RunCon
         return config
     if ckpt.list_checkpoints(run_dir):
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or choose a new --output")
-    config = make_run_config(args, ctx.world_size)
+    config = make_run_config(args, ctx.world_size, start)
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(args.vocab, run_dir / ".vocab.txt.tmp")
+        shutil.copyfile(args.vocab, run_dir / ".vocab.txt.tmp")  # the starting point's vocab.txt (same sha256)
         os.replace(run_dir / ".vocab.txt.tmp", run_dir / "vocab.txt")
         config.save(run_dir / "config.json")
     return config
@@ -254,7 +245,8 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     from labse_model.dev_eval import encode_ids, load_dev_pairs, pair_retrieval_accuracy
 
     run_dir: Path = args.output
-    config = prepare_run_dir(args, ctx)
+    start = load_starting_point(args.init_from) if args.init_from and not args.resume else None
+    config = prepare_run_dir(args, ctx, start)
     barrier()
     tc, mc = config.train, config.model
     if tc.global_batch_size % ctx.world_size:
@@ -281,15 +273,9 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         if ctx.is_main:
             logger.info("resumed %s at step %d", checkpoint, start_step)
     else:
-        if args.init_from and is_pretrain_dir(args.init_from):
-            fresh = load_pretrained_encoder(model.encoder, args.init_from)
-            if ctx.is_main:
-                logger.info("initialised BERT from the pre-trained %s; new: %s", args.init_from, ", ".join(fresh))
-        elif args.init_from:
-            weights = resolve_weights(args.init_from)
-            ckpt.load_model_weights(model.encoder, weights)
-            if ctx.is_main:
-                logger.info("initialised the encoder from %s", weights)
+        if start is not None:
+            start.load_into(model.encoder)  # after the fresh init, so parts the source lacks stay fresh
+            start = None  # the source's tensors are copied; free them
         elif config.model.pooling == "cls" and ctx.is_main:
             # Measured (BENCHMARKS.md, model): from random weights the [CLS] vector learns only sentence
             # length and retrieval stays near chance, while mean pooling learns within a few hundred steps.
@@ -310,7 +296,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         start_step=start_step,
         max_seq_length=tc.max_seq_length,
     )
-    check_schema_vocab(loader.schema, run_dir / "vocab.txt")  # ids from another vocabulary are garbage
+    check_schema_vocab(loader.schema, run_dir / "vocab.txt", config.init_from)  # ids from another vocabulary are garbage
 
     dev = None
     if config.dev_data and ctx.is_main:

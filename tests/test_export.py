@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from labse_model.checkpoint import save_model_weights
+from labse_model.encoder import pool_tokens
 from labse_model.export import load_encoder, main as export_main
 from labse_model.train import main as train_main
 from model_helpers import build_vocab, tatoeba_lines, write_shards
@@ -90,44 +91,49 @@ def test_export_refuses_to_overwrite_and_names_missing_runs(run_dir, tmp_path, c
     assert "available steps: [2]" in caplog.text
 
 
-def test_mean_pooling_run_exports_mean_pooling(labse_data, run_dir, tmp_path, monkeypatch):
-    """A `--pooling mean` run exports Pooling(mean) and still gives the trainer's embeddings."""
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_token_pooling_run_exports_its_pooling_mode(labse_data, run_dir, tmp_path, monkeypatch, pooling):
+    """A `--pooling mean|max` run exports that Pooling mode and still gives the trainer's embeddings."""
     import json
     import shutil
 
     from sentence_transformers import SentenceTransformer
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    mean_run = tmp_path / "mean_run"
-    shutil.copytree(run_dir, mean_run)
-    config = json.loads((mean_run / "config.json").read_text())
-    config["model"]["pooling"] = "mean"  # same weights, pooled the other way
-    (mean_run / "config.json").write_text(json.dumps(config))
+    pooled_run = tmp_path / f"{pooling}_run"
+    shutil.copytree(run_dir, pooled_run)
+    config = json.loads((pooled_run / "config.json").read_text())
+    config["model"]["pooling"] = pooling  # same weights, pooled another way
+    (pooled_run / "config.json").write_text(json.dumps(config))
     output = tmp_path / "model"
-    assert export_main(["--run", str(mean_run), "--output", str(output)]) == 0
+    assert export_main(["--run", str(pooled_run), "--output", str(output)]) == 0
     pooling_config = json.loads((output / "1_Pooling" / "config.json").read_text())
-    assert pooling_config["pooling_mode"] == "mean"
+    assert pooling_config["pooling_mode"] == pooling
 
     sentences = [line for lang in LANGS for line in tatoeba_lines(labse_data, lang, 2)]
     exported = torch.tensor(SentenceTransformer(str(output), device="cpu").encode(sentences, batch_size=8))
-    encoder, config_obj, _ = load_encoder(mean_run)
-    assert config_obj.model.pooling == "mean"
-    batch = hf_tokenizer(mean_run / "vocab.txt")(sentences, padding=True, truncation=True,
-                                                 max_length=config_obj.train.max_seq_length, return_tensors="pt")
+    encoder, config_obj, _ = load_encoder(pooled_run)
+    assert config_obj.model.pooling == pooling
+    batch = hf_tokenizer(pooled_run / "vocab.txt")(sentences, padding=True, truncation=True,
+                                                   max_length=config_obj.train.max_seq_length, return_tensors="pt")
     with torch.no_grad():
         trained = encoder(batch["input_ids"], batch["attention_mask"])
-        cls_pooled = torch.nn.functional.normalize(
-            torch.tanh(encoder.head(encoder.bert(**{k: batch[k] for k in ("input_ids", "attention_mask")})
-                                    .last_hidden_state[:, 0])), dim=-1)
+        hidden = encoder.bert(**{k: batch[k] for k in ("input_ids", "attention_mask")}).last_hidden_state
     assert ((exported * trained).sum(dim=-1)).min().item() >= 0.9999
-    assert ((trained * cls_pooled).sum(dim=-1)).max().item() < 0.9999  # mean pooling is really used
+    # The pooling really is the one named: every other mode gives other embeddings. Batches are padded
+    # to the longest sentence, so padding positions would change a max or mean that did not mask them.
+    assert batch["attention_mask"].min().item() == 0
+    for other in {"cls", "mean", "max"} - {pooling}:
+        other_pooled = torch.nn.functional.normalize(
+            torch.tanh(encoder.head(pool_tokens(hidden, batch["attention_mask"], other))), dim=-1)
+        assert ((trained * other_pooled).sum(dim=-1)).max().item() < 0.9999, other
 
 
 def test_unknown_pooling_is_refused():
     from labse_model.config import ModelConfig
 
     with pytest.raises(ValueError, match="pooling"):
-        ModelConfig.from_preset("tiny", 100, pooling="max")
+        ModelConfig.from_preset("tiny", 100, pooling="weightedmean")
 
 
 def test_export_refuses_a_file_as_output_and_a_locked_output(run_dir, tmp_path, caplog):
