@@ -7,12 +7,26 @@ import subprocess
 import sys
 from typing import Callable, Sequence
 
-from labse_model.distributed import launched_by_torchrun
+from contextlib import nullcontext
+from pathlib import Path
+from typing import ContextManager
+
+from labse_model.distributed import DistributedContext, launched_by_torchrun
+from pipelines.io.stage_output import OutputLockedError, output_lock
 
 logger = logging.getLogger("labse_model.cli")
 
 # Errors a user can fix from the command line: one line on stderr and exit status 2, no traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError)
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, OutputLockedError)
+
+
+def run_dir_lock(run_dir: Path, ctx: DistributedContext) -> ContextManager:
+    """The run directory's exclusive lock (`RUN_DIR.lock`), held by rank 0 for the whole run.
+
+    A second run into the same directory fails at once naming the holder, instead of both
+    writing interleaved logs and checkpoints.
+    """
+    return output_lock(run_dir) if ctx.is_main else nullcontext()
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

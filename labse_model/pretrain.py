@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import HelpFormatter, configure_logging, run_distributed_command
+from labse_model.cli import HelpFormatter, configure_logging, run_dir_lock, run_distributed_command
 from labse_model.config import PRESETS, ModelConfig, PretrainConfig, PretrainRunConfig, count_vocab, file_sha256
 from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, init_distributed, shutdown_distributed
 from labse_model.loop import (
@@ -279,7 +279,8 @@ def pretrain(args: argparse.Namespace) -> dict[str, Any]:
         raise FileNotFoundError(f"--pairs {args.pairs!r} matches no files")
     ctx = init_distributed(args.device)
     try:
-        return _pretrain(args, ctx)
+        with run_dir_lock(args.output, ctx):
+            return _pretrain(args, ctx)
     finally:
         shutdown_distributed()
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import HelpFormatter, configure_logging, run_distributed_command
+from labse_model.cli import HelpFormatter, configure_logging, run_dir_lock, run_distributed_command
 from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, TrainConfig, count_vocab
 from labse_model.distributed import (
     DistributedContext,
@@ -235,7 +235,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         raise FileNotFoundError(f"--vocab {args.vocab} not found")
     ctx = init_distributed(args.device)
     try:
-        return _train(args, ctx)
+        with run_dir_lock(args.output, ctx):
+            return _train(args, ctx)
     finally:
         shutdown_distributed()
 

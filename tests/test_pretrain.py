@@ -360,3 +360,19 @@ def test_init_from_pretrain_dir_round_trip_is_strict(inputs, tmp_path, caplog):
         caplog.clear()
         assert train_main([*train_args, "--output", str(tmp_path / f"b{len(broken)}")]) == 2
         assert "does not match the encoder" in caplog.text
+
+
+def test_a_second_run_into_a_locked_output_fails_at_once(inputs, tmp_path, caplog):
+    from labse_model.train import main as train_main
+    from pipelines.io.stage_output import output_lock
+
+    vocab, shards, sentences = inputs
+    run = tmp_path / "run"
+    with output_lock(run):  # another run holds it
+        assert pretrain_main(_args(vocab, shards, sentences, run)) == 2
+        assert "run.lock" in caplog.text
+        caplog.clear()
+        assert train_main(["--data", shards, "--vocab", str(vocab), "--output", str(run), "--config", "tiny",
+                           "--global-batch-size", "8", "--max-steps", "1"]) == 2
+        assert "run.lock" in caplog.text
+    assert not (run / "checkpoints").exists()
