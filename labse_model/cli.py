@@ -66,3 +66,30 @@ def run_distributed_command(module: str, argv: Sequence[str], nproc_per_node: in
         logger.error("%s", exc)
         return 2
     return 0
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, defaults, evaluation: str) -> argparse._ArgumentGroup:
+    """The launch, logging and checkpoint options both trainers take; `defaults` is their config."""
+    run = parser.add_argument_group("launch, logging and checkpoints")
+    run.add_argument("--nproc-per-node", type=int, default=1,
+                     help="processes on this host (GPUs, or CPU processes with gloo); >1 relaunches via torchrun")
+    run.add_argument("--eval-every", type=int, default=None,
+                     help=f"steps between {evaluation} (default {defaults.eval_every})")
+    run.add_argument("--save-every", type=int, default=None, help=f"steps between checkpoints (default {defaults.save_every})")
+    run.add_argument("--log-every", type=int, default=None, help=f"steps between loss logs (default {defaults.log_every})")
+    run.add_argument("--keep-checkpoints", type=int, default=None,
+                     help=f"newest checkpoints to keep, 0 = all (default {defaults.keep_checkpoints})")
+    run.add_argument("--stop-after-steps", type=int, default=None,
+                     help="stop this invocation after N steps (checkpointing first), e.g. to fit a job time "
+                     "limit; continue later with --resume. The schedule still follows --max-steps")
+    run.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    return run
+
+
+def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] | None,
+                 run: Callable[[argparse.Namespace], object]) -> int:
+    """Parse, set up logging, and run `run(args)` here or under torchrun (`--nproc-per-node`)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    configure_logging()
+    return run_distributed_command(module, argv, args.nproc_per_node, lambda: run(args))

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import HelpFormatter, configure_logging, run_dir_lock, run_distributed_command
+from labse_model.cli import HelpFormatter, add_run_arguments, command_main, run_dir_lock
 from labse_model.config import PRESETS, ModelConfig, PretrainConfig, PretrainRunConfig, count_vocab, file_sha256
 from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, init_distributed, shutdown_distributed
 from labse_model.loop import (
@@ -132,25 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--heldout-per-language", type=int, default=defaults.heldout_per_language,
                        help="held-out sequences scored per language")
     train.add_argument("--no-bf16", dest="bf16", action="store_false", help="disable bf16 autocast on GPU")
-    run = parser.add_argument_group("launch, logging and checkpoints")
-    run.add_argument("--nproc-per-node", type=int, default=1,
-                     help="processes on this host (GPUs, or CPU processes with gloo); >1 relaunches via torchrun")
-    run.add_argument("--eval-every", type=int, default=None, help=f"steps between held-out evaluations (default {defaults.eval_every})")
-    run.add_argument("--save-every", type=int, default=None, help=f"steps between checkpoints (default {defaults.save_every})")
-    run.add_argument("--log-every", type=int, default=None, help=f"steps between loss logs (default {defaults.log_every})")
-    run.add_argument("--keep-checkpoints", type=int, default=None,
-                     help=f"newest checkpoints to keep, 0 = all (default {defaults.keep_checkpoints})")
-    run.add_argument("--stop-after-steps", type=int, default=None,
-                     help="stop this invocation after N steps (checkpointing first); continue with --resume")
-    run.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    add_run_arguments(parser, defaults, "held-out evaluations")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    configure_logging()
-    return run_distributed_command("labse_model.pretrain", argv, args.nproc_per_node, lambda: pretrain(args))
+    return command_main("labse_model.pretrain", build_parser(), argv, pretrain)
 
 
 # ----------------------------------------------------------------------------------------------

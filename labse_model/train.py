@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import HelpFormatter, configure_logging, run_dir_lock, run_distributed_command
+from labse_model.cli import HelpFormatter, add_run_arguments, command_main, run_dir_lock
 from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, TrainConfig, count_vocab
 from labse_model.distributed import (
     DistributedContext,
@@ -113,27 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--grad-cache-chunk", type=int, default=defaults.grad_cache_chunk, metavar="C",
                        help="gradient caching: encode each process's batch C pairs at a time (activation "
                        "memory of C pairs, negatives of the whole global batch, one extra forward); 0 = off")
-    run = parser.add_argument_group("launch, logging and checkpoints")
-    run.add_argument("--nproc-per-node", type=int, default=1,
-                     help="processes on this host (GPUs, or CPU processes with gloo); >1 relaunches via torchrun")
+    run = add_run_arguments(parser, defaults, "dev evaluations")
     run.add_argument("--num-workers", type=int, default=None, help="DataLoader workers per process (default 0)")
-    run.add_argument("--eval-every", type=int, default=None, help=f"steps between dev evaluations (default {defaults.eval_every})")
-    run.add_argument("--save-every", type=int, default=None, help=f"steps between checkpoints (default {defaults.save_every})")
-    run.add_argument("--log-every", type=int, default=None, help=f"steps between loss logs (default {defaults.log_every})")
-    run.add_argument("--keep-checkpoints", type=int, default=None,
-                     help=f"newest checkpoints to keep, 0 = all (default {defaults.keep_checkpoints})")
-    run.add_argument("--stop-after-steps", type=int, default=None,
-                     help="stop this invocation after N steps (checkpointing first), e.g. to fit a job time "
-                     "limit; continue later with --resume. The schedule still follows --max-steps")
-    run.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    configure_logging()
-    return run_distributed_command("labse_model.train", argv, args.nproc_per_node, lambda: train(args))
+    return command_main("labse_model.train", build_parser(), argv, train)
 
 
 # ----------------------------------------------------------------------------------------------
