@@ -55,6 +55,7 @@ BATCH = 512
 
 
 MAX_LISTED_ERRORS = 100
+KEPT_PREFIX = "kept_by_language_pair."  # tally key of the rows written per language pair
 
 
 class _ReadPairsFile(beam.DoFn):
@@ -170,6 +171,8 @@ def decide_threshold(language_pair: str, raw_scores: list[float], ratings: Seque
         threshold = threshold_for_precision(adjusted, None, keep_precision)
     decision.update(threshold.as_dict())
     decision["train_prior"] = 0.5
+    # the kept count written to _stats.json is the number of rows written (see _finalise)
+    decision["kept_predicted"] = decision.pop("kept")
     return decision
 
 
@@ -248,18 +251,29 @@ class _WriteShard(beam.DoFn):
         (shard, num_shards), rows = keyed
         rows = sorted(rows, key=lambda r: (-r["score"], r["src"], r["tgt"]))
         write_parquet_atomic(rows, f"{self.output}/part-{shard:05d}-of-{num_shards:05d}.parquet", SCORED_SCHEMA)
-        yield {"files.written": 1}
+        # the kept counts are taken here, from the rows just written, so `pairs_kept` and each
+        # language pair's `kept` in _stats.json are the same number as the rows in the shards
+        tally = {"files.written": 1, "pairs.kept": len(rows)}
+        for row in rows:
+            key = f"{KEPT_PREFIX}{_language_pair(row)}"
+            tally[key] = tally.get(key, 0) + 1
+        yield tally
 
 
 def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config: dict):
     if not tally.get("files.written"):
         write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", SCORED_SCHEMA)
+    per_language_pair = {}
+    for decision in sorted(decisions, key=lambda d: d["language_pair"]):
+        # the threshold decision predicts a count; what was written is the number reported
+        written = tally.get(f"{KEPT_PREFIX}{decision['language_pair']}", 0)
+        per_language_pair[decision["language_pair"]] = {**decision, "kept": written}
     stats = {
         "pairs_read": tally.get("pairs.read", 0),
         "pairs_dropped": {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith("pairs.dropped.")},
         "pairs_scored": tally.get("pairs.scored", 0),
         "pairs_kept": tally.get("pairs.kept", 0),
-        "per_language_pair": {d["language_pair"]: d for d in sorted(decisions, key=lambda d: d["language_pair"])},
+        "per_language_pair": per_language_pair,
         "files_written": max(1, tally.get("files.written", 0)),
         "files_errored": {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith("files.errored.")},
         "errors": sorted(errors, key=lambda e: e["file"])[:MAX_LISTED_ERRORS],
@@ -295,7 +309,6 @@ def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_preci
     tallies = [
         _count(rows, "CountRead", "pairs.read"),
         _count(scored["scored"], "CountScored", "pairs.scored"),
-        _count(kept, "CountKeptRows", "pairs.kept"),
         scored["dropped"] | "DroppedNames" >> beam.Map(lambda r: {f"pairs.dropped.{r}": 1})
         | "DroppedSum" >> beam.CombineGlobally(SumTallies()),
         read.errors | "ErrorNames" >> beam.Map(lambda e: {f"files.errored.{e['reason']}": 1})

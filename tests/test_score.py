@@ -255,7 +255,8 @@ def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, la
     expected = thresholds.threshold_for_precision(good / (good + bad), [truth[r["src"]] == r["tgt"] for r in rows[::2]],
                                                   0.95)
     assert rated_stats["estimated_good_share"] == pytest.approx(prior)
-    assert rated_stats["kept"] == expected.kept and rated_stats["threshold"] == pytest.approx(expected.value)
+    assert rated_stats["kept_predicted"] == expected.kept and rated_stats["threshold"] == pytest.approx(expected.value)
+    assert rated_stats["kept"] == len(_read_scored(out_rated))
 
 
 @pytest.mark.slow
@@ -339,3 +340,44 @@ def test_stats_are_strict_json_when_nothing_can_be_kept(scorer_dir, tmp_path):
 
     stats = json.loads((out / STATS_BESIDE_SHARDS).read_text(), parse_constant=refuse)
     assert stats["per_language_pair"]["de-en"]["threshold"] is None and stats["pairs_kept"] == 0
+
+
+# -------------------------------------------------------------- issue 13: one kept count, the rows written
+def test_kept_counts_in_stats_are_the_rows_written_not_the_threshold_prediction(tmp_path):
+    """The decision predicts a count from the scores it saw; _stats.json reports the rows the shards got."""
+    tally = {"pairs.read": 9, "pairs.scored": 9, "files.written": 2, "pairs.kept": 5,
+             f"{score_cli.KEPT_PREFIX}de-en": 3, f"{score_cli.KEPT_PREFIX}fr-en": 2}
+    decisions = [{"language_pair": "fr-en", "kept_predicted": 2, "threshold": 0.5},
+                 {"language_pair": "de-en", "kept_predicted": 4, "threshold": 0.4},
+                 {"language_pair": "cs-en", "kept_predicted": 0, "threshold": float("inf")}]
+    (stats,) = score_cli._finalise(None, tally, decisions, [], str(tmp_path), {})
+    assert stats["pairs_kept"] == 5
+    assert {lp: d["kept"] for lp, d in stats["per_language_pair"].items()} == {"cs-en": 0, "de-en": 3, "fr-en": 2}
+    assert stats["per_language_pair"]["de-en"]["kept_predicted"] == 4
+    assert json.loads((tmp_path / STATS_BESIDE_SHARDS).read_text())["pairs_kept"] == 5
+
+
+@pytest.mark.slow
+def test_pairs_kept_equals_the_per_language_pair_kept_and_the_rows_written(scorer_dir, labse_data, embedder, tmp_path):
+    rows = []
+    for lang in ("de", "fr"):
+        src = _read(require_file(labse_data, f"multi30k/val.{lang}.gz"), 90)
+        en = _read(require_file(labse_data, "multi30k/val.en.gz"), 90)
+        src_pool, tgt_pool = embedder.encode(src), embedder.encode(en)
+        partner = list(range(60)) + [(i + 17) % 90 for i in range(60, 90)]  # 60 true pairs, 30 wrong
+        cosine, margin = pair_margins(src_pool, tgt_pool[partner], src_pool, tgt_pool, 4, "ratio")
+        rows += [{"src": src[i], "tgt": en[j], "src_lang": lang, "tgt_lang": "en", "cosine": float(c),
+                  "margin": float(m), "src_url": "", "src_doc_id": f"{lang}{i}", "tgt_url": "", "tgt_doc_id": f"e{j}"}
+                 for i, (j, c, m) in enumerate(zip(partner, cosine, margin))]
+    out = tmp_path / "scored"
+    assert score_cli.main(["--pairs", str(_pairs_dir(tmp_path / "pairs", rows)), "--output", str(out),
+                           "--model", str(scorer_dir), "--keep-precision", "0.8"]) == 0
+    written = _read_scored(out)
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
+    per_pair = stats["per_language_pair"]
+    assert stats["pairs_kept"] == sum(d["kept"] for d in per_pair.values()) == len(written) > 0
+    for lp, decision in per_pair.items():
+        assert decision["kept"] == sum(f"{r['src_lang']}-{r['tgt_lang']}" == lp for r in written)
+        # (scores are compared in float64, then written as float32)
+        assert all(r["score"] >= decision["threshold"] - 1e-6 for r in written
+                   if f"{r['src_lang']}-{r['tgt_lang']}" == lp)
