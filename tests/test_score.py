@@ -342,6 +342,95 @@ def test_stats_are_strict_json_when_nothing_can_be_kept(scorer_dir, tmp_path):
     assert stats["per_language_pair"]["de-en"]["threshold"] is None and stats["pairs_kept"] == 0
 
 
+# ------------------------------------------------------------------ the keep threshold's estimate
+def _gaussian_mixture(n, prior, rng, separation=2.5):
+    """Scores of good ~ N(separation, 1) and bad ~ N(0, 1) pairs, with their exact log likelihood ratio."""
+    good = rng.random(n) < prior
+    x = np.where(good, rng.normal(separation, 1.0, n), rng.normal(0.0, 1.0, n))
+    return good, separation * x - separation ** 2 / 2
+
+
+@pytest.mark.parametrize("prior", [0.03, 0.15, 0.26, 0.5, 0.85, 0.97])
+def test_estimated_share_and_precision_on_synthetic_mixtures_of_known_prior(prior):
+    """With the true likelihood ratio, the share of good pairs is recovered from unlabelled scores
+    (within 0.015 on 20,000 pairs) and the expected-precision threshold lands at the asked precision
+    (within 0.01 plus three binomial standard deviations of the kept set), or keeps every pair when
+    their share already exceeds it."""
+    from pipelines.mining.calibration import estimate_share
+
+    good, log_lr = _gaussian_mixture(20_000, prior, np.random.default_rng(int(prior * 100)))
+    posteriors, share = estimate_share(log_lr)
+    assert share == pytest.approx(good.mean(), abs=0.015)
+    assert posteriors.mean() == pytest.approx(share, abs=1e-6)  # the EM fixed point
+    for asked in (0.8, 0.9):
+        threshold = thresholds.threshold_for_precision(posteriors, None, asked)
+        kept = posteriors >= threshold.value
+        if prior > asked:
+            assert kept.all()
+            continue
+        tolerance = 0.01 + 3 * np.sqrt(asked * (1 - asked) / kept.sum())
+        assert good[kept].mean() == pytest.approx(asked, abs=tolerance), (prior, asked, kept.sum())
+
+
+def test_estimated_share_at_the_edges():
+    from pipelines.mining.calibration import estimate_share
+
+    assert estimate_share([])[1] == 0.0
+    assert estimate_share([-3.0, -1.0, 0.5])[1] == 0.0       # mean LR <= 1: nothing looks better than chance
+    assert estimate_share([3.0, 1.0, -0.5])[1] == 1.0        # mean 1/LR <= 1
+    posteriors, share = estimate_share([40.0] * 5 + [-40.0] * 15)  # far apart: no overflow, exact share
+    assert share == pytest.approx(0.25) and posteriors.tolist() == pytest.approx([1.0] * 5 + [0.0] * 15)
+
+
+def _synthetic_pool(n, prior, density, rng):
+    """Pairs shaped like a mined set's: a good pair's cosine is its own, the margin denominator (kNN
+    means) grows with the set's density, so good pairs' margins and the ranker's output fall with it."""
+    from pipelines.mining.calibration import sigmoid
+
+    good = rng.random(n) < prior
+    denominator = rng.normal(density, 0.02, n)
+    cosine = np.where(good, rng.normal(0.74, 0.06, n), denominator + np.abs(rng.normal(0.06, 0.04, n)))
+    margin = cosine / denominator
+    return {"ranker": sigmoid(25 * (margin - 1.12) + rng.normal(0, 1.0, n)),
+            "sanity": sigmoid(np.where(good, rng.normal(3, 1, n), rng.normal(1, 1.5, n))),
+            "cosine": cosine, "margin": margin, "label": good.astype(int)}
+
+
+def test_calibration_learns_the_likelihood_ratio_not_the_pools_priors():
+    """Fitted on pools of known shares and densities, the calibration estimates the share of good pairs
+    of new sets (other shares, densities between the pools') and keeps them at the asked precision."""
+    from pipelines.mining.calibration import Calibration, estimate_share, fit_calibration
+
+    rng = np.random.default_rng(0)
+    pools = [_synthetic_pool(3000, p, d, rng) for p in (0.1, 0.3, 0.6, 0.9) for d in (0.5, 0.55, 0.6)]
+    calibration = fit_calibration(pools)
+    assert calibration.z_range[0] < 0.51 and calibration.z_range[1] > 0.59
+    for pool in calibration.pools:  # in-sample: every pool's own share
+        assert pool["estimated_good_share"] == pytest.approx(pool["good_share"], abs=0.02)
+    for prior, density in ((0.05, 0.52), (0.2, 0.58), (0.5, 0.53), (0.8, 0.57)):
+        new = _synthetic_pool(4000, prior, density, rng)
+        z = calibration.set_statistic(new["cosine"], new["margin"])
+        log_lr = calibration.log_likelihood_ratio(new["ranker"], new["sanity"], new["cosine"], new["margin"], z)
+        posteriors, share = estimate_share(log_lr)
+        assert share == pytest.approx(new["label"].mean(), abs=0.02), (prior, density)
+        kept = posteriors >= thresholds.threshold_for_precision(posteriors, None, 0.8).value
+        assert new["label"][kept].mean() == pytest.approx(0.8, abs=0.04), (prior, density)
+    # saved as plain JSON and read back to the same numbers
+    again = Calibration.from_dict(json.loads(json.dumps(calibration.to_dict())))
+    args = (new["ranker"], new["sanity"], new["cosine"], new["margin"], 0.55)
+    np.testing.assert_allclose(again.log_likelihood_ratio(*args), calibration.log_likelihood_ratio(*args))
+
+
+def test_expected_f1_threshold():
+    probabilities = np.array([0.95] * 10 + [0.5] * 4 + [0.02] * 86)
+    threshold = thresholds.threshold_for_expected_f1(probabilities)
+    # keeping the ten: 2 * 9.5 / (10 + 13.22); adding the four 0.5s: 2 * 11.5 / (14 + 13.22) is higher
+    assert threshold.value == 0.5 and threshold.kept == 14 and threshold.method == "f1:expected"
+    assert threshold.estimated_precision == pytest.approx(11.5 / 14)
+    assert thresholds.threshold_for_expected_f1([]).kept == 0
+    assert thresholds.threshold_for_expected_f1([0.0, 0.0]).value == float("inf")
+
+
 # -------------------------------------------------------------- issue 13: one kept count, the rows written
 def test_kept_counts_in_stats_are_the_rows_written_not_the_threshold_prediction(tmp_path):
     """The decision predicts a count from the scores it saw; _stats.json reports the rows the shards got."""

@@ -1,8 +1,10 @@
-"""Score thresholds per language pair: keep a target fraction, or reach a target precision.
+"""Score thresholds per language pair: keep a target fraction, reach a target precision, or
+maximise the expected F1.
 
 The precision target works from a labelled sample (labels 0/1 from raters, as in LaBSE, where the
 threshold was set so that 80% of kept pairs were rated good) or, without one, from the scorer's
-calibrated probabilities: the expected precision of the kept set is the mean probability in it.
+calibrated probabilities (`calibration.py`): the expected precision of the kept set is the mean
+probability in it.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ class Threshold:
     kept: int
     total: int
     estimated_precision: float | None
-    method: str             # "fraction", "precision:labelled", "precision:expected"
+    method: str             # "fraction", "precision:labelled", "precision:expected", "f1:expected"
 
     def as_dict(self) -> dict:
         return {"threshold": self.value, "kept": self.kept, "total": self.total,
@@ -58,6 +60,27 @@ def threshold_for_precision(scores: Sequence[float], labels: Sequence[float] | N
         return Threshold(float("inf"), 0, len(scores), None, method)
     last = int(ok[-1])
     return Threshold(float(sorted_scores[last]), last + 1, len(scores), float(precision[last]), method)
+
+
+def threshold_for_expected_f1(probabilities: Sequence[float]) -> Threshold:
+    """The threshold whose kept set has the highest expected F1, from calibrated probabilities.
+
+    Keeping the n most probable pairs, E[correct] = sum of their probabilities and E[good pairs in
+    the set] = sum of all probabilities; F1 = 2 correct / (kept + good) is approximated by the ratio
+    of those expectations (tight for sets of hundreds of pairs). `estimated_precision` is the
+    expected precision of the kept set. Only cuts between distinct probabilities.
+    """
+    p = np.asarray(probabilities, dtype=np.float64)
+    if len(p) == 0 or p.sum() <= 0:
+        return Threshold(float("inf"), 0, len(p), None, "f1:expected")
+    order = np.argsort(-p, kind="stable")
+    sorted_p = p[order]
+    correct = np.cumsum(sorted_p)
+    kept = np.arange(1, len(p) + 1)
+    f1 = 2 * correct / (kept + p.sum())
+    boundary = np.append(sorted_p[1:] < sorted_p[:-1], True)
+    best = int(np.flatnonzero(boundary)[np.argmax(f1[boundary])])
+    return Threshold(float(sorted_p[best]), best + 1, len(p), float(correct[best] / (best + 1)), "f1:expected")
 
 
 def adapt_to_prior(probabilities: Sequence[float], train_prior: float = 0.5, iterations: int = 100,
