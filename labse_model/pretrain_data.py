@@ -64,11 +64,10 @@ _LANGUAGE_STREAM, _MASK_STREAM, _SIDE_STREAM, _HELDOUT_STREAM = 1, 2, 3, 4
 
 @dataclass(frozen=True)
 class MonoCorpus:
-    """One language's monolingual input files and its sentence count."""
+    """One language's monolingual input files, each with its format (Parquet or text), and its sentence count."""
 
     lang: str
-    files: tuple[str, ...]
-    format: str
+    files: tuple[tuple[str, str], ...]  # (path, PARQUET or TEXT)
     sentences: int
 
 
@@ -100,15 +99,16 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
     directory holding it), or `LANG:GLOB` of text files. Missing inputs and empty languages are
     errors that name the spec, raised before any training work.
     """
-    files: dict[str, list[str]] = {}
-    formats: dict[str, str] = {}
+    files: dict[str, dict[str, str]] = {}
     counts: dict[str, int] = {}
 
-    def add(lang: str, paths: list[str], fmt: str, rows: list[int], origin: str) -> None:
-        if formats.setdefault(lang, fmt) != fmt:
-            raise ValueError(f"language {lang!r} is given both as Parquet and as text files ({origin}): use one")
-        files.setdefault(lang, []).extend(paths)
-        counts[lang] = counts.get(lang, 0) + sum(rows)
+    def add(lang: str, paths: list[str], fmt: str, rows: list[int]) -> None:
+        # One language may come from several specs (a cleaned crawl and a text corpus): their files merge.
+        known = files.setdefault(lang, {})
+        for path, count in zip(paths, rows):
+            if path not in known:
+                known[path] = fmt
+                counts[lang] = counts.get(lang, 0) + count
 
     for spec in specs:
         match = _LANG_SPEC.match(spec)
@@ -120,7 +120,7 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             rows = [_count_text_sentences(p) for p in paths]
             if sum(rows) == 0:
                 raise ValueError(f"--mono {spec!r}: the files hold no sentence")
-            add(lang, paths, TEXT, rows, spec)
+            add(lang, paths, TEXT, rows)
             continue
         root = spec
         if os.path.isdir(os.path.join(root, "sentences")):
@@ -136,10 +136,10 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             if sum(rows) == 0:
                 raise ValueError(f"--mono {spec!r}: the partition {os.path.join(root, partition)} holds no sentence "
                                  "(an interrupted or filtered run?); remove it or rerun labse-clean")
-            add(_PARTITION.match(partition).group(1), paths, PARQUET, rows, spec)
+            add(_PARTITION.match(partition).group(1), paths, PARQUET, rows)
     if not files:
         raise ValueError("no monolingual input: give --mono")
-    return [MonoCorpus(lang, tuple(sorted(set(files[lang]))), formats[lang], counts[lang]) for lang in sorted(files)]
+    return [MonoCorpus(lang, tuple(sorted(files[lang].items())), counts[lang]) for lang in sorted(files)]
 
 
 def language_probabilities(corpora: list[MonoCorpus], alpha: float) -> np.ndarray:
@@ -271,8 +271,8 @@ class LanguageStream:
             kept_in_epoch, whole_epoch = 0, file_index == 0 and row == 0
             order = self.file_order(epoch)
             while file_index < len(order):
-                path = order[file_index]
-                for sequence in self.packer.pack(path, self.corpus.format, row):
+                path, fmt = order[file_index]
+                for sequence in self.packer.pack(path, fmt, row):
                     ordinal += 1
                     if (ordinal - 1) % ranks != owner or is_heldout(path, sequence.first_row, self.heldout_rate):
                         continue
@@ -302,8 +302,8 @@ def heldout_sequences(corpora: list[MonoCorpus], packer: Packer, rate: float, pe
     found: list[list[int]] = []
     for corpus in corpora:
         taken = 0
-        for path in corpus.files:
-            for sequence in packer.pack(path, corpus.format):
+        for path, fmt in corpus.files:
+            for sequence in packer.pack(path, fmt):
                 if sequence.first_row >= max_rows_per_language or taken >= per_language:
                     break
                 if is_heldout(path, sequence.first_row, rate):

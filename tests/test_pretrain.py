@@ -157,7 +157,7 @@ def test_language_stream_resumes_from_its_position(inputs):
         return LanguageStream(de, packer, rank=rank, world_size=world_size, seed=3, heldout_rate=0.1,
                               position=position)
 
-    epoch = [seq.ids for path in de.files for seq in packer.pack(path, de.format)
+    epoch = [seq.ids for path, fmt in de.files for seq in packer.pack(path, fmt)
              if not is_heldout(path, seq.first_row, 0.1)]
     assert len(epoch) > 20
     total = len(epoch) + 15  # past the end of the first epoch
@@ -176,8 +176,27 @@ def test_language_stream_resumes_from_its_position(inputs):
     assert a and b and not a & b and a | b <= {tuple(ids) for ids in epoch}
 
 
+def test_one_language_from_parquet_and_text_merges(inputs, tmp_path):
+    """A cleaned crawl (Parquet) and a text corpus of the same language form one corpus, each file read
+    in its own format."""
+    vocab, _, sentences = inputs
+    text = tmp_path / "de.txt"
+    text.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    parquet_only = {c.lang: c for c in find_mono_corpora([str(sentences)])}
+    corpora = {c.lang: c for c in find_mono_corpora([str(sentences), f"de:{text}"])}
+    de = corpora["de"]
+    assert de.sentences == parquet_only["de"].sentences + 2
+    assert (str(text), "text") in de.files and sum(fmt == "parquet" for _, fmt in de.files) == 2
+    assert corpora["en"] == parquet_only["en"]
+    packer = Packer(hf_tokenizer(vocab), max_seq_length=48, cls_id=CLS_ID, sep_id=SEP_ID)
+    stream = LanguageStream(de, packer, rank=0, world_size=1, seed=3, heldout_rate=0.0)
+    seen = {tuple(stream.next_sequence()) for _ in range(200)}
+    from_text = tuple(next(packer.pack(str(text), "text")).ids)
+    assert from_text in seen  # the text file is read as text, next to the Parquet files
+
+
 def test_language_sampling_exponent():
-    corpora = [MonoCorpus("en", ("a",), "text", 1_000_000), MonoCorpus("lv", ("b",), "text", 1_000)]
+    corpora = [MonoCorpus("en", (("a", "text"),), 1_000_000), MonoCorpus("lv", (("b", "text"),), 1_000)]
     p = language_probabilities(corpora, 0.3)
     assert p[1] / p[0] == pytest.approx((1_000 / 1_000_000) ** 0.3)
     assert language_probabilities(corpora, 1.0)[1] == pytest.approx(1_000 / 1_001_000)
