@@ -215,7 +215,10 @@ class Packer:
         current: list[int] = []
         first_row, document, last_row = start_row, None, start_row - 1
         for rows in _iter_rows(path, fmt, start_row):
-            encoded = self.tokenizer([text for _, _, text in rows], add_special_tokens=False)["input_ids"]
+            # verbose=False: sentences over the model's 512 tokens are expected here (cut below and counted
+            # in `sentences_cut`), so the tokenizer's per-call length warning is noise.
+            encoded = self.tokenizer([text for _, _, text in rows], add_special_tokens=False,
+                                     verbose=False)["input_ids"]
             for (row, doc, _), ids in zip(rows, encoded):
                 last_row = row
                 if not ids:
