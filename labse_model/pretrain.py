@@ -49,7 +49,9 @@ from labse_model.loop import (
     LoopSettings,
     autocast_context,
     restore_rng,
+    resume_point,
     run_loop,
+    set_aside_later_checkpoints,
     wrap_ddp,
 )
 from labse_model.masking import MaskingSpec
@@ -232,7 +234,7 @@ def resolve_run_config(args: argparse.Namespace, ctx: DistributedContext) -> Pre
     if args.resume:
         if not (run_dir / CONFIG_FILE).is_file():
             raise FileNotFoundError(f"--resume: {run_dir / CONFIG_FILE} not found (nothing to resume)")
-        ckpt.find_checkpoint(run_dir)
+        ckpt.find_checkpoint(run_dir, args.resume_step)  # fail early and clearly when there is none
         config = resumed_run_config(args, run_dir, ctx.world_size)
     else:
         if run_dir.exists() and any(run_dir.iterdir()):
@@ -335,18 +337,17 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         logger.info("monolingual sentences: %s; stages %s", shares,
                     ", ".join(f"{s.num_layers} layers to step {s.end}" for s in stages))
 
-    start_step, position, checkpoint = 0, None, None
+    start_step, position, resumed = 0, None, None
     layers = stages[0].num_layers
     if args.resume:
-        checkpoint = ckpt.find_checkpoint(run_dir)
-        state = ckpt.load_training_state(checkpoint)
-        start_step, layers = int(state["step"]), int(state["num_layers"])
+        resumed = resume_point(run_dir, ctx, args.resume_step, required_state=("num_layers",))
+        start_step, layers = resumed.step, int(resumed.state["num_layers"])
     model = build_model(model_config, layers, settings.seed)
-    if checkpoint is not None:
-        ckpt.load_model_weights(model, checkpoint / ckpt.MODEL_FILE)
-        position = restore_rng(checkpoint, ctx, reseed=settings.seed + 1_000_003 * start_step)
+    if resumed is not None:
+        resumed.restore_model(model)
+        position = restore_rng(resumed, ctx, reseed=settings.seed + 1_000_003 * start_step)
         if ctx.is_main:
-            logger.info("resumed %s at step %d (%d layers)", checkpoint, start_step, layers)
+            logger.info("resumed %s at step %d (%d layers)", resumed.path, start_step, layers)
     else:
         torch.manual_seed(settings.seed + ctx.rank)  # different dropout masks per rank, from the seed
     model.to(ctx.device)
@@ -366,6 +367,8 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
                               max_seq_length=settings.max_seq_length, pad_id=PAD_ID, start_step=start_step,
                               position=position)
     write_run_dir(args, config, ctx)  # only now: bad input above has written nothing
+    if resumed is not None:
+        set_aside_later_checkpoints(run_dir, ctx, resumed)
 
     heldout = []
     if ctx.is_main and settings.heldout_rate > 0:
@@ -395,10 +398,9 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         optimizer = build_optimizer(model, learning_rate=settings.learning_rate, weight_decay=settings.weight_decay,
                                     betas=settings.adam_betas, eps=settings.adam_eps)
         scheduler = stage_schedule(optimizer, stage, settings.warmup_steps, settings.max_steps)
-        if checkpoint is not None and stage.begin < step:  # resumed inside this stage
-            state = ckpt.load_training_state(checkpoint)
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
+        if resumed is not None and stage.begin < step:  # resumed inside this stage
+            optimizer.load_state_dict(resumed.state["optimizer"])
+            scheduler.load_state_dict(resumed.state["scheduler"])
         parts = LoopParts(ctx=ctx, run_dir=run_dir, model=model, trained=wrap_ddp(model, ctx), optimizer=optimizer,
                           scheduler=scheduler, settings=loop_settings, log=log)
 
@@ -439,7 +441,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
                 logger.info("stage %d (%d layers) done at step %d: held-out MLM loss %.4f, accuracy %.4f",
                             stage.index + 1, stage.num_layers, step, scores["heldout_mlm_loss"],
                             scores["heldout_mlm_accuracy"])
-        checkpoint = None  # only the first stage of this invocation resumes an optimizer
+        resumed = None  # only the first stage of this invocation resumes an optimizer
 
     finished = step >= settings.max_steps
     summary = {

@@ -41,7 +41,9 @@ from labse_model.loop import (
     LoopSettings,
     autocast_context,
     restore_rng,
+    resume_point,
     run_loop,
+    set_aside_later_checkpoints,
     synchronize,
     wrap_ddp,
 )
@@ -197,7 +199,7 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: St
     if args.resume:
         if not (run_dir / "config.json").is_file():
             raise FileNotFoundError(f"--resume: {run_dir / 'config.json'} not found (nothing to resume)")
-        ckpt.find_checkpoint(run_dir)  # fail early and clearly when there is none
+        ckpt.find_checkpoint(run_dir, args.resume_step)  # fail early and clearly when there is none
         config = resumed_run_config(args, run_dir, ctx.world_size)
         if ctx.is_main:
             config.save(run_dir / "config.json")  # records overrides such as a longer --max-steps
@@ -248,17 +250,16 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     optimizer = optimizer_for(model, tc)
     scheduler = build_scheduler(optimizer, tc.warmup_steps, tc.max_steps)
 
-    start_step = 0
+    start_step, resumed = 0, None
     if args.resume:
-        checkpoint = ckpt.find_checkpoint(run_dir)
-        ckpt.load_model_weights(model.encoder, checkpoint / ckpt.MODEL_FILE)
-        state = ckpt.load_training_state(checkpoint)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        start_step = int(state["step"])
-        restore_rng(checkpoint, ctx, reseed=tc.seed + 1_000_003 * start_step)
+        resumed = resume_point(run_dir, ctx, args.resume_step)
+        resumed.restore_model(model.encoder)
+        optimizer.load_state_dict(resumed.state["optimizer"])
+        scheduler.load_state_dict(resumed.state["scheduler"])
+        start_step = resumed.step
+        restore_rng(resumed, ctx, reseed=tc.seed + 1_000_003 * start_step)
         if ctx.is_main:
-            logger.info("resumed %s at step %d", checkpoint, start_step)
+            logger.info("resumed %s at step %d", resumed.path, start_step)
     else:
         if start is not None:
             start.load_into(model.encoder)  # after the fresh init, so parts the source lacks stay fresh
@@ -290,6 +291,8 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         dev = load_dev_pairs(config.dev_data, str(run_dir / "vocab.txt"), args.dev_max_pairs, tc.max_seq_length)
         logger.info("dev set: %d pairs from %s", len(dev[0]), config.dev_data)
 
+    if resumed is not None:
+        set_aside_later_checkpoints(run_dir, ctx, resumed)
     log = RunLog(run_dir, enabled=ctx.is_main, resumed_at_step=start_step if args.resume else None)
     parts = LoopParts(
         ctx=ctx, run_dir=run_dir, model=model.encoder, trained=wrap_ddp(model, ctx), optimizer=optimizer,

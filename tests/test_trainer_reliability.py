@@ -1,0 +1,240 @@
+"""The trainers, labse-export and --init-from meet damaged checkpoints, bad numbers and absent devices.
+
+Issue 15, items 6-8: a corrupt latest checkpoint is named and skipped for the newest one that
+loads (or the command stops with one line when a step was asked for), nothing is ever unpickled,
+and bad options are refused before any work starts, each as one line with exit status 2.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from labse_model import checkpoint as ckpt
+from labse_model.export import main as export_main
+from labse_model.run_log import read_metrics
+from labse_model.starting_point import load_starting_point
+from labse_model.train import main as train_main
+from model_helpers import build_vocab, write_shards
+
+
+@pytest.fixture(scope="module")
+def inputs(labse_data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("reliability_inputs")
+    vocab = build_vocab(labse_data, root / "vocab")
+    return vocab, write_shards(labse_data, vocab, root / "shards", pairs_per_lang=32)
+
+
+def _args(vocab: Path, shards: str, output: Path, *extra: str) -> list[str]:
+    # Dropout on (the default): a resume must restore RNG streams, so a wrong fallback shows in the losses.
+    return ["--data", shards, "--vocab", str(vocab), "--output", str(output), "--config", "tiny",
+            "--global-batch-size", "8", "--max-steps", "6", "--lr", "2e-3", "--warmup-steps", "2",
+            "--log-every", "1", "--save-every", "3", "--keep-checkpoints", "0", *extra]
+
+
+@pytest.fixture(scope="module")
+def finished_run(inputs, tmp_path_factory) -> Path:
+    """A finished 6-step run with checkpoints at steps 3 and 6; tests damage copies of it."""
+    vocab, shards = inputs
+    run = tmp_path_factory.mktemp("reliability_run") / "run"
+    assert train_main(_args(vocab, shards, run)) == 0
+    assert [step for step, _ in ckpt.list_checkpoints(run)] == [3, 6]
+    return run
+
+
+def _copy(run: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    return copy
+
+
+def _losses(run: Path) -> dict[int, float]:
+    return {m["step"]: m["loss"] for m in read_metrics(run) if "loss" in m}
+
+
+class _RunsCodeWhenUnpickled:
+    """Unpickling this calls open(marker, "w"): the file appears if the loader ever unpickles it."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+# How a file in the latest checkpoint gets damaged: a crash or a full disk truncates it, a bad copy
+# fills it with garbage, or someone replaces the training state by a pickle that runs code.
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def fill_with_garbage(path: Path) -> None:
+    path.write_bytes(os.urandom(path.stat().st_size))
+
+
+def replace_with_code_pickle(path: Path) -> None:
+    torch.save({"step": 6, "optimizer": _RunsCodeWhenUnpickled(path.parent / "PWNED")}, path)
+
+
+DAMAGES = {
+    "model-truncated": (ckpt.MODEL_FILE, truncate),
+    "model-garbage": (ckpt.MODEL_FILE, fill_with_garbage),
+    "state-truncated": (ckpt.STATE_FILE, truncate),
+    "state-code-pickle": (ckpt.STATE_FILE, replace_with_code_pickle),
+    "rng-garbage": ("rng-rank00000.pt", fill_with_garbage),
+}
+
+
+def _errors(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+def _warnings_about(caplog, text: str) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if record.levelno == logging.WARNING and text in record.getMessage()]
+
+
+def _assert_never_unpickled_or_advised(run: Path, caplog, capsys) -> None:
+    assert not list(run.rglob("PWNED")), "the pickled code ran"
+    captured = capsys.readouterr()
+    for text in (caplog.text, captured.err, captured.out):
+        assert "weights_only=False" not in text and "weights_only` set to `False" not in text
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 6: corrupt checkpoints
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_resume_skips_a_corrupt_latest_checkpoint_and_continues_exactly(inputs, finished_run, tmp_path, caplog,
+                                                                        capsys, damage):
+    vocab, shards = inputs
+    run = _copy(finished_run, tmp_path)
+    name, spoil = DAMAGES[damage]
+    damaged = run / "checkpoints" / "step-00000006" / name
+    spoil(damaged)
+    original = _losses(finished_run)
+
+    assert train_main(_args(vocab, shards, run, "--resume")) == 0
+
+    fallback = _warnings_about(caplog, "the newest checkpoint that loads")
+    assert len(fallback) == 1 and "\n" not in fallback[0]
+    assert str(damaged) in fallback[0] and "step-00000003" in fallback[0]
+    assert not _errors(caplog)
+    _assert_never_unpickled_or_advised(run, caplog, capsys)
+    # The damaged checkpoint is kept aside, out of every reader's way; the run rewrote steps 4-6
+    # from step 3 exactly as the uninterrupted run had (the resume is bit-exact from any checkpoint).
+    assert (run / "checkpoints" / "step-00000006.corrupt" / name).read_bytes() != \
+        (finished_run / "checkpoints" / "step-00000006" / name).read_bytes()
+    assert [step for step, _ in ckpt.list_checkpoints(run)] == [3, 6]
+    assert _losses(run) == original
+
+
+def test_a_code_pickle_is_refused_in_one_line_that_never_advises_unsafe_loading(finished_run, tmp_path, caplog,
+                                                                               capsys):
+    run = _copy(finished_run, tmp_path)
+    state = run / "checkpoints" / "step-00000006" / ckpt.STATE_FILE
+    replace_with_code_pickle(state)
+    with pytest.raises(ckpt.CorruptCheckpointError) as raised:
+        ckpt.load_training_state(state.parent)
+    message = str(raised.value)
+    assert message.startswith(str(state)) and "not a valid or trusted checkpoint" in message
+    assert "\n" not in message and "weights_only" not in message
+    _assert_never_unpickled_or_advised(run, caplog, capsys)
+
+
+def test_an_explicit_step_that_is_corrupt_stops_with_one_line(inputs, finished_run, tmp_path, caplog, capsys):
+    vocab, shards = inputs
+    run = _copy(finished_run, tmp_path)
+    state = run / "checkpoints" / "step-00000006" / ckpt.STATE_FILE
+    replace_with_code_pickle(state)
+
+    assert train_main(_args(vocab, shards, run, "--resume", "--resume-step", "6")) == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and "\n" not in errors[0]
+    assert str(state) in errors[0] and "not a valid or trusted checkpoint" in errors[0]
+    _assert_never_unpickled_or_advised(run, caplog, capsys)
+    assert [step for step, _ in ckpt.list_checkpoints(run)] == [3, 6]  # nothing renamed, nothing trained
+    assert _losses(run) == _losses(finished_run)
+
+    caplog.clear()
+    assert train_main(_args(vocab, shards, run, "--resume-step", "3")) == 2
+    assert _errors(caplog) == ["--resume-step needs --resume"]
+
+
+def test_no_checkpoint_that_loads_is_one_line_naming_each(inputs, finished_run, tmp_path, caplog):
+    vocab, shards = inputs
+    run = _copy(finished_run, tmp_path)
+    for step in ("step-00000003", "step-00000006"):
+        truncate(run / "checkpoints" / step / ckpt.MODEL_FILE)
+    assert train_main(_args(vocab, shards, run, "--resume")) == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and "\n" not in errors[0] and errors[0].startswith(f"no checkpoint of {run} loads")
+    assert "step-00000003" in errors[0] and "step-00000006" in errors[0]
+
+
+def test_resume_from_an_earlier_step_sets_the_later_checkpoints_aside(inputs, finished_run, tmp_path, caplog):
+    vocab, shards = inputs
+    run = _copy(finished_run, tmp_path)
+    assert train_main(_args(vocab, shards, run, "--resume", "--resume-step", "3")) == 0
+    assert _losses(run) == _losses(finished_run)
+    assert (run / "checkpoints" / "step-00000006.superseded" / ckpt.MODEL_FILE).is_file()
+    assert [step for step, _ in ckpt.list_checkpoints(run)] == [3, 6]
+    assert _warnings_about(caplog, "step-00000006.superseded")
+
+
+def test_export_skips_a_corrupt_latest_checkpoint_unless_the_step_is_named(finished_run, tmp_path, caplog):
+    run = _copy(finished_run, tmp_path)
+    damaged = run / "checkpoints" / "step-00000006" / ckpt.MODEL_FILE
+    fill_with_garbage(damaged)
+
+    assert export_main(["--run", str(run), "--output", str(tmp_path / "model")]) == 0
+    fallback = _warnings_about(caplog, "the newest checkpoint that loads")
+    assert len(fallback) == 1 and str(damaged) in fallback[0] and "--step N" in fallback[0]
+    assert (tmp_path / "model" / "modules.json").is_file()
+    assert (run / "checkpoints" / "step-00000006").is_dir()  # export only reads the run
+
+    caplog.clear()
+    assert export_main(["--run", str(run), "--output", str(tmp_path / "model6"), "--step", "6"]) == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and str(damaged) in errors[0] and "not a valid safetensors file" in errors[0]
+    assert not (tmp_path / "model6").exists()
+
+
+def test_init_from_skips_a_corrupt_latest_checkpoint_and_names_damaged_weights(inputs, finished_run, tmp_path,
+                                                                               caplog, capsys):
+    vocab, shards = inputs
+    run = _copy(finished_run, tmp_path)
+    damaged = run / "checkpoints" / "step-00000006" / ckpt.MODEL_FILE
+    truncate(damaged)
+
+    start = load_starting_point(run)
+    assert start.source == run / "checkpoints" / "step-00000003" / ckpt.MODEL_FILE
+    assert len(_warnings_about(caplog, "the newest checkpoint that loads")) == 1
+
+    # A weights file named directly is used or refused, never replaced by another.
+    new_run = tmp_path / "from_damaged"
+    train_args = ["--data", shards, "--vocab", str(vocab), "--output", str(new_run), "--global-batch-size", "8",
+                  "--max-steps", "1", "--init-from", str(damaged)]
+    caplog.clear()
+    assert train_main(train_args) == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and str(damaged) in errors[0] and not new_run.exists()
+
+    # A Hugging Face directory whose pytorch_model.bin is a code pickle.
+    bert_dir = tmp_path / "bert"
+    bert_dir.mkdir()
+    (bert_dir / "config.json").write_text('{"model_type": "bert"}')
+    torch.save({"embeddings.word_embeddings.weight": _RunsCodeWhenUnpickled(bert_dir / "PWNED")},
+               bert_dir / "pytorch_model.bin")
+    caplog.clear()
+    assert train_main([*train_args[:-1], str(bert_dir)]) == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and str(bert_dir / "pytorch_model.bin") in errors[0]
+    assert "not a valid or trusted checkpoint" in errors[0]
+    _assert_never_unpickled_or_advised(bert_dir, caplog, capsys)
