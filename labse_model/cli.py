@@ -94,11 +94,18 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults, evaluation: str
 
 
 def check_run_arguments(args: argparse.Namespace) -> None:
-    """The options `add_run_arguments` adds, checked before any work: ValueError naming the option."""
+    """The options `add_run_arguments` adds, checked before any work: ValueError naming the option.
+
+    --eval-every, --save-every, --log-every and --keep-checkpoints are checked by the config
+    dataclasses they end up in."""
+    if args.nproc_per_node < 1:
+        raise ValueError(f"--nproc-per-node must be an integer >= 1, got {args.nproc_per_node}")
+    if args.stop_after_steps is not None and args.stop_after_steps < 1:
+        raise ValueError(f"--stop-after-steps must be an integer >= 1, got {args.stop_after_steps}")
     if args.resume_step is not None and not args.resume:
         raise ValueError("--resume-step needs --resume")
     if args.resume_step is not None and args.resume_step < 1:
-        raise ValueError(f"--resume-step must be >= 1, got {args.resume_step}")
+        raise ValueError(f"--resume-step must be an integer >= 1, got {args.resume_step}")
 
 
 def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] | None,

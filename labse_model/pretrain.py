@@ -42,7 +42,15 @@ import torch
 
 from labse_model import checkpoint as ckpt
 from labse_model.cli import HelpFormatter, add_run_arguments, command_main, run_dir_lock
-from labse_model.config import PRESETS, ModelConfig, PretrainConfig, PretrainRunConfig, count_vocab, file_sha256
+from labse_model.config import (
+    PRESETS,
+    ModelConfig,
+    PretrainConfig,
+    PretrainRunConfig,
+    check_dropout,
+    count_vocab,
+    file_sha256,
+)
 from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, init_distributed, shutdown_distributed
 from labse_model.loop import (
     LoopParts,
@@ -139,7 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("labse_model.pretrain", build_parser(), argv, pretrain)
+    return command_main("labse_model.pretrain", build_parser(), argv, pretrain, check=check_arguments)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every numeric option, checked before any work starts (PretrainConfig's rules; the preset
+    gives the depth and positions that some defaults derive from)."""
+    preset = PRESETS[args.config]
+    pretrain_settings(args, preset["num_layers"], preset["max_position_embeddings"])
+    check_dropout(args.dropout)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,13 +169,21 @@ def _or(value, default):
 def make_run_config(args: argparse.Namespace, world_size: int) -> PretrainRunConfig:
     model = ModelConfig.from_preset(args.config, count_vocab(args.vocab), hidden_dropout=args.dropout,
                                     attention_dropout=args.dropout)
+    settings = pretrain_settings(args, model.num_layers, model.max_position_embeddings)
+    return PretrainRunConfig(model=model, pretrain=settings, vocab_sha256=file_sha256(args.vocab),
+                             mono=list(args.mono), pairs=args.pairs, world_size=world_size)
+
+
+def pretrain_settings(args: argparse.Namespace, num_layers: int, max_positions: int) -> PretrainConfig:
+    """The PretrainConfig the options ask for, for a model of `num_layers` and `max_positions`;
+    ValueError naming any setting out of range."""
     defaults = PretrainConfig()
-    settings = PretrainConfig(
+    return PretrainConfig(
         global_batch_size=args.global_batch_size,
         max_steps=args.max_steps,
-        stage_layers=args.stage_layers or default_stage_layers(model.num_layers),
+        stage_layers=args.stage_layers or default_stage_layers(num_layers),
         stage_fractions=args.stage_fractions,
-        max_seq_length=_or(args.max_seq_length, min(defaults.max_seq_length, model.max_position_embeddings)),
+        max_seq_length=_or(args.max_seq_length, min(defaults.max_seq_length, max_positions)),
         mask_prob=args.mask_prob,
         max_predictions=args.max_predictions,
         tlm_fraction=_or(args.tlm_fraction, 0.5 if args.pairs else 0.0),
@@ -177,8 +201,6 @@ def make_run_config(args: argparse.Namespace, world_size: int) -> PretrainRunCon
         keep_checkpoints=_or(args.keep_checkpoints, defaults.keep_checkpoints),
         bf16=args.bf16,
     )
-    return PretrainRunConfig(model=model, pretrain=settings, vocab_sha256=file_sha256(args.vocab),
-                             mono=list(args.mono), pairs=args.pairs, world_size=world_size)
 
 
 def check_run_config(config: PretrainRunConfig, world_size: int) -> list[Stage]:
@@ -222,8 +244,8 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
         differences.insert(0, "vocab.txt differs from the run's")
     if differences:
         raise ValueError(f"--resume: {run_dir} is a run with other settings; " + "; ".join(differences))
-    for name in RESUMABLE_OVERRIDES:
-        setattr(saved.pretrain, name, getattr(asked.pretrain, name))
+    saved.pretrain = dataclasses.replace(saved.pretrain,
+                                         **{name: getattr(asked.pretrain, name) for name in RESUMABLE_OVERRIDES})
     saved.mono, saved.pairs, saved.world_size = asked.mono, asked.pairs, world_size
     return saved
 

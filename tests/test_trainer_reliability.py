@@ -238,3 +238,111 @@ def test_init_from_skips_a_corrupt_latest_checkpoint_and_names_damaged_weights(i
     assert len(errors) == 1 and str(bert_dir / "pytorch_model.bin") in errors[0]
     assert "not a valid or trusted checkpoint" in errors[0]
     _assert_never_unpickled_or_advised(bert_dir, caplog, capsys)
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 7: numbers out of range are refused before any work starts
+
+
+def _assert_refused_before_any_work(status: int, caplog, tmp_path: Path, expected: str) -> None:
+    """Exit 2 with one error line about the option. The data, vocabulary and output named on the
+    command line do not exist: an error about them would mean work started before the check."""
+    assert status == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert expected in errors[0], errors[0]
+    assert not list(tmp_path.iterdir())  # no run directory, no lock file
+
+
+NO_INPUTS = ["--data", "/no/such/shards/*.tfrecord", "--vocab", "/no/such/vocab.txt"]
+
+BAD_TRAIN_OPTIONS = [
+    (("--max-steps", "-1"), "max_steps must be an integer >= 1, got -1"),
+    (("--max-steps", "0"), "max_steps must be an integer >= 1"),
+    (("--global-batch-size", "0"), "global_batch_size must be an integer >= 2"),
+    (("--lr", "nan"), "learning_rate (--lr) must be a finite number"),
+    (("--lr", "inf"), "learning_rate (--lr) must be a finite number"),
+    (("--lr", "-0.001"), "learning_rate (--lr) must be a finite number in [0, inf)"),
+    (("--weight-decay", "-0.1"), "weight_decay must be"),
+    (("--warmup-steps", "-1"), "warmup_steps must be an integer >= 0"),
+    (("--max-grad-norm", "nan"), "max_grad_norm must be"),
+    (("--dropout", "1"), "--dropout must be a finite number in [0, 1)"),
+    (("--dropout", "nan"), "--dropout must be"),
+    (("--margin", "inf"), "margin must be a finite number"),
+    (("--margin", "-0.3"), "margin must be a finite number in [0, inf)"),
+    (("--scale", "0"), "scale must be a finite number in (0, inf)"),
+    (("--scale", "nan"), "scale must be"),
+    (("--max-seq-length", "1"), "max_seq_length must be an integer >= 2"),
+    (("--seed", "-1"), "seed must be an integer in [0, 2**63)"),
+    (("--shuffle-buffer", "-1"), "shuffle_buffer must be"),
+    (("--grad-cache-chunk", "-2"), "grad_cache_chunk must be"),
+    (("--log-every", "0"), "log_every must be an integer >= 1"),
+    (("--save-every", "-1"), "save_every must be"),
+    (("--eval-every", "-1"), "eval_every must be"),
+    (("--keep-checkpoints", "-1"), "keep_checkpoints must be"),
+    (("--num-workers", "-1"), "num_workers must be"),
+    (("--dev-max-pairs", "0"), "--dev-max-pairs must be an integer >= 1"),
+    (("--nproc-per-node", "0"), "--nproc-per-node must be an integer >= 1"),
+    (("--stop-after-steps", "0"), "--stop-after-steps must be an integer >= 1"),
+    (("--resume", "--resume-step", "0"), "--resume-step must be an integer >= 1"),
+    (("--resume", "--max-steps", "-5"), "max_steps must be an integer >= 1"),  # checked on resume too
+]
+
+
+@pytest.mark.parametrize("option,expected", BAD_TRAIN_OPTIONS, ids=[" ".join(o) for o, _ in BAD_TRAIN_OPTIONS])
+def test_train_refuses_numbers_out_of_range_before_any_work(tmp_path, caplog, option, expected):
+    status = train_main([*NO_INPUTS, "--output", str(tmp_path / "run"), "--config", "tiny", *option])
+    _assert_refused_before_any_work(status, caplog, tmp_path, expected)
+
+
+BAD_PRETRAIN_OPTIONS = [
+    (("--max-steps", "-1"), "max_steps must be an integer >= 1, got -1"),
+    (("--global-batch-size", "0"), "global_batch_size must be an integer >= 1"),
+    (("--lr", "0"), "learning_rate (--lr) must be a finite number in (0, inf)"),
+    (("--lr", "nan"), "learning_rate (--lr) must be"),
+    (("--warmup-steps", "-1"), "warmup_steps must be"),
+    (("--dropout", "1.5"), "--dropout must be"),
+    (("--mask-prob", "0"), "mask_prob must be a finite number in (0, 1)"),
+    (("--mask-prob", "nan"), "mask_prob must be"),
+    (("--max-predictions", "0"), "max_predictions must be"),
+    (("--tlm-fraction", "1.5"), "tlm_fraction must be a finite number in [0, 1]"),
+    (("--lang-alpha", "-1"), "lang_alpha must be"),
+    (("--lang-alpha", "inf"), "lang_alpha must be"),
+    (("--stage-layers", "1,0", "--stage-fractions", "1,1"), "stage_layers entry must be an integer >= 1"),
+    (("--stage-fractions", "1,inf"), "stage_fractions entry must be a finite number in (0, inf)"),
+    (("--heldout-rate", "1"), "heldout_rate must be a finite number in [0, 1)"),
+    (("--heldout-per-language", "0"), "heldout_per_language must be"),
+    (("--max-seq-length", "4"), "max_seq_length must be an integer >= 5"),
+    (("--max-grad-norm", "-1"), "max_grad_norm must be"),
+    (("--seed", "-1"), "seed must be"),
+    (("--log-every", "0"), "log_every must be"),
+    (("--nproc-per-node", "-2"), "--nproc-per-node must be"),
+]
+
+
+@pytest.mark.parametrize("option,expected", BAD_PRETRAIN_OPTIONS,
+                         ids=[" ".join(o) for o, _ in BAD_PRETRAIN_OPTIONS])
+def test_pretrain_refuses_numbers_out_of_range_before_any_work(tmp_path, caplog, option, expected):
+    from labse_model.pretrain import main as pretrain_main
+
+    status = pretrain_main(["--mono", "/no/such/sentences", "--vocab", "/no/such/vocab.txt", "--output",
+                            str(tmp_path / "pt"), "--config", "tiny", "--stage-layers", "1,2", "--stage-fractions",
+                            "1,1", *option])
+    _assert_refused_before_any_work(status, caplog, tmp_path, expected)
+
+
+def test_a_run_config_with_a_bad_number_is_refused_naming_the_file(inputs, finished_run, tmp_path, caplog):
+    import json
+
+    vocab, shards = inputs
+    run = _copy(finished_run, tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    config["train"]["learning_rate"] = float("nan")  # json writes NaN, which Python's json reads back
+    (run / "config.json").write_text(json.dumps(config))
+
+    assert train_main(_args(vocab, shards, run, "--resume")) == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and str(run / "config.json") in errors[0] and "learning_rate (--lr)" in errors[0]
+    caplog.clear()
+    assert export_main(["--run", str(run), "--output", str(tmp_path / "model")]) == 2
+    assert len(_errors(caplog)) == 1 and str(run / "config.json") in _errors(caplog)[0]
