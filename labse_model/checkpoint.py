@@ -179,8 +179,9 @@ def read_torch_file(path: Path) -> Any:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The exception's first sentence: torch's messages go on with general advice over many lines."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
+    return f"{type(exc).__name__}: {text[0].split('. ')[0][:160]}" if text else type(exc).__name__
 
 
 def read_checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor]:

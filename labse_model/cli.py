@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import ContextManager
 
 from labse_model.checkpoint import CorruptCheckpointError
-from labse_model.distributed import DistributedContext, launched_by_torchrun
+from labse_model.distributed import (
+    DistributedContext,
+    launched_by_torchrun,
+    processes_on_this_host,
+    resolve_device,
+)
 from pipelines.io.stage_output import OutputLockedError, output_lock
 
 logger = logging.getLogger("labse_model.cli")
@@ -89,7 +94,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults, evaluation: str
     run.add_argument("--resume-step", type=int, default=None, metavar="N",
                      help="with --resume: continue from the checkpoint of step N, not the newest one that loads; "
                      "the later checkpoints are renamed step-N.superseded and no longer used")
-    run.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    run.add_argument("--device", default=None,
+                     help="cpu, cuda (each process takes cuda:LOCAL_RANK) or cuda:N (one process); "
+                     "default: cuda when available")
     return run
 
 
@@ -97,7 +104,7 @@ def check_run_arguments(args: argparse.Namespace) -> None:
     """The options `add_run_arguments` adds, checked before any work: ValueError naming the option.
 
     --eval-every, --save-every, --log-every and --keep-checkpoints are checked by the config
-    dataclasses they end up in."""
+    dataclasses they end up in. --device is checked against this host's GPUs (`resolve_device`)."""
     if args.nproc_per_node < 1:
         raise ValueError(f"--nproc-per-node must be an integer >= 1, got {args.nproc_per_node}")
     if args.stop_after_steps is not None and args.stop_after_steps < 1:
@@ -106,6 +113,7 @@ def check_run_arguments(args: argparse.Namespace) -> None:
         raise ValueError("--resume-step needs --resume")
     if args.resume_step is not None and args.resume_step < 1:
         raise ValueError(f"--resume-step must be an integer >= 1, got {args.resume_step}")
+    resolve_device(args.device, *processes_on_this_host(args.nproc_per_node))
 
 
 def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] | None,

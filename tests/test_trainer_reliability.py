@@ -346,3 +346,49 @@ def test_a_run_config_with_a_bad_number_is_refused_naming_the_file(inputs, finis
     caplog.clear()
     assert export_main(["--run", str(run), "--output", str(tmp_path / "model")]) == 2
     assert len(_errors(caplog)) == 1 and str(run / "config.json") in _errors(caplog)[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 8: a device this host does not have is refused before any work starts
+
+NO_GPU = "no CUDA GPU is available on this host"
+
+
+@pytest.mark.parametrize("device,expected", [
+    ("cuda:7", NO_GPU), ("cuda", NO_GPU), ("tpu", "the trainers run on cpu, cuda"),
+    ("mps", "the trainers run on cpu, cuda"), ("cuda:x", "the trainers run on cpu, cuda"),
+])
+def test_a_device_this_cpu_host_lacks_is_refused_before_any_work(tmp_path, caplog, monkeypatch, device, expected):
+    from labse_model.pretrain import main as pretrain_main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this host has no GPU, whatever torch sees
+    status = train_main([*NO_INPUTS, "--output", str(tmp_path / "run"), "--config", "tiny", "--device", device])
+    _assert_refused_before_any_work(status, caplog, tmp_path, f"--device {device}: {expected}")
+    caplog.clear()
+    status = pretrain_main(["--mono", "/no/such/sentences", "--vocab", "/no/such/vocab.txt", "--output",
+                            str(tmp_path / "pt"), "--config", "tiny", "--stage-layers", "1,2", "--stage-fractions",
+                            "1,1", "--device", device])
+    _assert_refused_before_any_work(status, caplog, tmp_path, f"--device {device}: {expected}")
+
+
+@pytest.mark.parametrize("options,expected", [
+    (("--device", "cuda:7"), "--device cuda:7: this host has 1 GPU (cuda:0 to cuda:0)"),
+    (("--device", "cuda", "--nproc-per-node", "2"), "2 processes on this host need one GPU each with --device cuda"),
+    (("--nproc-per-node", "2"), "2 processes on this host need one GPU each with the default device"),
+    (("--device", "cuda:0", "--nproc-per-node", "2"), "--device cuda:0 names one GPU for 2 processes"),
+])
+def test_a_gpu_this_one_gpu_host_lacks_is_refused_before_any_work(tmp_path, caplog, monkeypatch, options, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    status = train_main([*NO_INPUTS, "--output", str(tmp_path / "run"), "--config", "tiny", *options])
+    _assert_refused_before_any_work(status, caplog, tmp_path, expected)
+
+
+def test_the_one_gpu_of_a_one_gpu_host_passes_the_device_check(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for device in ("cuda:0", "cuda", "cpu"):
+        caplog.clear()
+        status = train_main([*NO_INPUTS, "--output", str(tmp_path / "run"), "--device", device])
+        # Past the device check, the first thing train() looks at is the missing data.
+        _assert_refused_before_any_work(status, caplog, tmp_path, "matches no files")
