@@ -11,13 +11,22 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import ContextManager
 
-from labse_model.distributed import DistributedContext, launched_by_torchrun
+from labse_model.checkpoint import CorruptCheckpointError
+from labse_model.distributed import (
+    DistributedContext,
+    launched_by_torchrun,
+    processes_on_this_host,
+    resolve_device,
+)
 from pipelines.io.stage_output import OutputLockedError, output_lock
 
 logger = logging.getLogger("labse_model.cli")
 
 # Errors a user can fix from the command line: one line on stderr and exit status 2, no traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, OutputLockedError)
+# CorruptCheckpointError is a ValueError too; it is named for the reader: a damaged checkpoint or
+# weights file is reported as one line naming the file (labse_model.checkpoint).
+USER_ERRORS: tuple[type[BaseException], ...] = (CorruptCheckpointError, ValueError, FileNotFoundError,
+                                                FileExistsError, PermissionError, OutputLockedError)
 
 
 def run_dir_lock(run_dir: Path, ctx: DistributedContext) -> ContextManager:
@@ -82,14 +91,47 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults, evaluation: str
     run.add_argument("--stop-after-steps", type=int, default=None,
                      help="stop this invocation after N steps (checkpointing first), e.g. to fit a job time "
                      "limit; continue later with --resume. The schedule still follows --max-steps")
-    run.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    run.add_argument("--resume-step", type=int, default=None, metavar="N",
+                     help="with --resume: continue from the checkpoint of step N, not the newest one that loads; "
+                     "the later checkpoints are renamed step-N.superseded and no longer used")
+    run.add_argument("--device", default=None,
+                     help="cpu, cuda (each process takes cuda:LOCAL_RANK) or cuda:N (one process); "
+                     "default: cuda when available")
     return run
 
 
+def check_run_arguments(args: argparse.Namespace) -> None:
+    """The options `add_run_arguments` adds, checked before any work: ValueError naming the option.
+
+    --eval-every, --save-every, --log-every and --keep-checkpoints are checked by the config
+    dataclasses they end up in. --device is checked against this host's GPUs (`resolve_device`)."""
+    if args.nproc_per_node < 1:
+        raise ValueError(f"--nproc-per-node must be an integer >= 1, got {args.nproc_per_node}")
+    if args.stop_after_steps is not None and args.stop_after_steps < 1:
+        raise ValueError(f"--stop-after-steps must be an integer >= 1, got {args.stop_after_steps}")
+    if args.resume_step is not None and not args.resume:
+        raise ValueError("--resume-step needs --resume")
+    if args.resume_step is not None and args.resume_step < 1:
+        raise ValueError(f"--resume-step must be an integer >= 1, got {args.resume_step}")
+    resolve_device(args.device, *processes_on_this_host(args.nproc_per_node))
+
+
 def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] | None,
-                 run: Callable[[argparse.Namespace], object]) -> int:
-    """Parse, set up logging, and run `run(args)` here or under torchrun (`--nproc-per-node`)."""
+                 run: Callable[[argparse.Namespace], object],
+                 check: Callable[[argparse.Namespace], None] | None = None) -> int:
+    """Parse, set up logging, and run `run(args)` here or under torchrun (`--nproc-per-node`).
+
+    `check(args)` (with `check_run_arguments`) runs first, in this process, before anything is read
+    or launched: a bad option is one line and exit 2 here, not once per torchrun child.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     configure_logging()
+    try:
+        check_run_arguments(args)
+        if check is not None:
+            check(args)
+    except USER_ERRORS as exc:
+        logger.error("%s", exc)
+        return 2
     return run_distributed_command(module, argv, args.nproc_per_node, lambda: run(args))

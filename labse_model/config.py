@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,77 @@ def count_vocab(vocab_path: str | Path) -> int:
     """Number of entries in a WordPiece `vocab.txt` (one token per line, ids are line numbers)."""
     with open(vocab_path, encoding="utf-8") as handle:
         return sum(1 for _ in handle)
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation. Every setting is checked where its dataclass is built, so the same rules hold for
+# command-line options and for a configuration read back from a run directory's JSON. A setting's
+# message names the field and, where it differs from `--field-name`, the option that sets it.
+# Comparisons alone would let NaN through some checks (NaN >= 0 is False, but so is NaN < 0) and
+# infinity through others, so every real number is first required to be finite.
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def int_at_least(name: str, value: Any, low: int, meaning: str = "") -> str | None:
+    """None when `value` is an integer >= `low`, else the message saying so."""
+    if _is_int(value) and value >= low:
+        return None
+    return f"{name} must be an integer >= {low}{meaning}, got {value!r}"
+
+
+def finite_in(name: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = False,
+              high_open: bool = True) -> str | None:
+    """None when `value` is a finite number in the interval, else the message naming the interval."""
+    if _is_finite(value) and (low < value if low_open else low <= value) and \
+            (value < high if high_open else value <= high):
+        return None
+    left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+    upper = "inf" if high == math.inf else f"{high:g}"
+    return f"{name} must be a finite number in {left}{low:g}, {upper}{right}, got {value!r}"
+
+
+def check_dropout(value: Any, name: str = "--dropout") -> None:
+    """Dropout is a probability of zeroing a unit: [0, 1) (1 would zero every activation)."""
+    problem = finite_in(name, value, 0.0, 1.0)
+    if problem:
+        raise ValueError(problem)
+
+
+def refuse_problems(problems: list[str | None]) -> None:
+    """ValueError with every problem found, on one line (a user fixes them all in one go)."""
+    found = [problem for problem in problems if problem]
+    if found:
+        raise ValueError("; ".join(found))
+
+
+def _optimizer_problems(learning_rate: Any, weight_decay: Any, adam_betas: tuple, adam_eps: Any,
+                        max_grad_norm: Any, lowest_learning_rate_open: bool) -> list[str | None]:
+    betas_ok = len(adam_betas) == 2 and all(finite_in("beta", b, 0.0, 1.0) is None for b in adam_betas)
+    return [
+        finite_in("learning_rate (--lr)", learning_rate, 0.0, low_open=lowest_learning_rate_open),
+        finite_in("weight_decay", weight_decay, 0.0),
+        None if betas_ok else f"adam_betas must be two finite numbers in [0, 1), got {list(adam_betas)!r}",
+        finite_in("adam_eps", adam_eps, 0.0, low_open=True),
+        finite_in("max_grad_norm", max_grad_norm, 0.0),  # 0 turns clipping off
+    ]
+
+
+# Seeds feed torch.manual_seed (at most 2**64 - 1, shifted by rank and step) and numpy's
+# SeedSequence (non-negative only).
+SEED_LIMIT = 2**63
+
+
+def _seed_problem(value: Any) -> str | None:
+    if _is_int(value) and 0 <= value < SEED_LIMIT:
+        return None
+    return f"seed must be an integer in [0, 2**63), got {value!r}"
 
 
 @dataclass
@@ -67,12 +139,19 @@ class ModelConfig:
         return cls(vocab_size=vocab_size, preset=name, **{**PRESETS[name], **overrides})
 
     def __post_init__(self) -> None:
+        refuse_problems([
+            int_at_least("vocab_size", self.vocab_size, 5, " (the 5 special tokens alone need 5)"),
+            *(int_at_least(name, getattr(self, name), 1)
+              for name in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings")),
+            finite_in("hidden_dropout (--dropout)", self.hidden_dropout, 0.0, 1.0),
+            finite_in("attention_dropout (--dropout)", self.attention_dropout, 0.0, 1.0),
+            None if self.pooling in POOLING_MODES else
+            f"unknown pooling {self.pooling!r}; choose one of {list(POOLING_MODES)}",
+        ])
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        if self.vocab_size < 5:
-            raise ValueError(f"vocab_size {self.vocab_size} is too small (the 5 special tokens alone need 5)")
-        if self.pooling not in POOLING_MODES:
-            raise ValueError(f"unknown pooling {self.pooling!r}; choose one of {list(POOLING_MODES)}")
+        if not (_is_int(self.pad_token_id) and 0 <= self.pad_token_id < self.vocab_size):
+            raise ValueError(f"pad_token_id must be an id of the vocabulary, got {self.pad_token_id!r}")
 
     def to_bert_config(self):
         from transformers import BertConfig
@@ -130,13 +209,29 @@ class TrainConfig:
     grad_cache_chunk: int = 0
 
     def __post_init__(self) -> None:
-        if self.global_batch_size < 2:
-            raise ValueError("global_batch_size must be >= 2 (in-batch negatives need at least one negative)")
-        if self.scale <= 0:
-            raise ValueError("scale must be > 0")
-        if self.grad_cache_chunk < 0:
-            raise ValueError("grad_cache_chunk must be >= 0 (0 turns gradient caching off)")
         self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives a list
+        refuse_problems([
+            int_at_least("global_batch_size", self.global_batch_size, 2,
+                         " (in-batch negatives need at least one negative)"),
+            # The margin is subtracted from the positive's cosine; a negative one would favour it.
+            finite_in("margin", self.margin, 0.0),
+            finite_in("scale", self.scale, 0.0, low_open=True),
+            int_at_least("max_steps", self.max_steps, 1),
+            # A learning rate of 0 is allowed: a run that keeps its starting point's weights checks
+            # --init-from and labse-export end to end (README, starting from a published model).
+            *_optimizer_problems(self.learning_rate, self.weight_decay, self.adam_betas, self.adam_eps,
+                                 self.max_grad_norm, lowest_learning_rate_open=False),
+            int_at_least("warmup_steps", self.warmup_steps, 0),
+            _seed_problem(self.seed),
+            int_at_least("max_seq_length", self.max_seq_length, 2, " ([CLS] and [SEP])"),
+            int_at_least("eval_every", self.eval_every, 0, " (0: only at the end)"),
+            int_at_least("save_every", self.save_every, 0, " (0: only at the end)"),
+            int_at_least("log_every", self.log_every, 1),
+            int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
+            int_at_least("num_workers", self.num_workers, 0),
+            int_at_least("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)"),
+            int_at_least("grad_cache_chunk", self.grad_cache_chunk, 0, " (0 turns gradient caching off)"),
+        ])
 
 
 @dataclass
@@ -170,8 +265,7 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "RunConfig":
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_dict(json.load(handle))
+        return _load_config(cls, path)
 
 
 @dataclass
@@ -209,25 +303,33 @@ class PretrainConfig:
     bf16: bool = True
 
     def __post_init__(self) -> None:
-        self.stage_layers = tuple(int(n) for n in self.stage_layers)
+        self.stage_layers = tuple(self.stage_layers)
+        self.stage_fractions = tuple(self.stage_fractions)
+        self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives lists
+        refuse_problems([
+            int_at_least("global_batch_size", self.global_batch_size, 1),
+            int_at_least("max_steps", self.max_steps, 1),
+            *(int_at_least("stage_layers entry", n, 1) for n in self.stage_layers),
+            *(finite_in("stage_fractions entry", f, 0.0, low_open=True) for f in self.stage_fractions),
+            int_at_least("max_seq_length", self.max_seq_length, 5),
+            # labse_model.masking's rule: at least one token and never all of them.
+            finite_in("mask_prob", self.mask_prob, 0.0, 1.0, low_open=True),
+            int_at_least("max_predictions", self.max_predictions, 1),
+            finite_in("tlm_fraction", self.tlm_fraction, 0.0, 1.0, high_open=False),
+            finite_in("lang_alpha", self.lang_alpha, 0.0),
+            *_optimizer_problems(self.learning_rate, self.weight_decay, self.adam_betas, self.adam_eps,
+                                 self.max_grad_norm, lowest_learning_rate_open=True),
+            int_at_least("warmup_steps", self.warmup_steps, 0),
+            _seed_problem(self.seed),
+            finite_in("heldout_rate", self.heldout_rate, 0.0, 1.0),
+            int_at_least("heldout_per_language", self.heldout_per_language, 1, " (--heldout-rate 0 turns it off)"),
+            int_at_least("eval_every", self.eval_every, 0, " (0: only at stage ends)"),
+            int_at_least("save_every", self.save_every, 0, " (0: only at the end)"),
+            int_at_least("log_every", self.log_every, 1),
+            int_at_least("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)"),
+            int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
+        ])
         self.stage_fractions = tuple(float(f) for f in self.stage_fractions)
-        self.adam_betas = tuple(self.adam_betas)
-        checks = [
-            (self.global_batch_size >= 1, "global_batch_size must be >= 1"),
-            (self.max_steps >= 1, "max_steps must be >= 1"),
-            (0 < self.mask_prob < 1, "mask_prob must be in (0, 1)"),
-            (self.max_predictions >= 1, "max_predictions must be >= 1"),
-            (0 <= self.tlm_fraction <= 1, "tlm_fraction must be in [0, 1]"),
-            (self.lang_alpha >= 0, "lang_alpha must be >= 0"),
-            (self.learning_rate > 0, "learning_rate must be > 0"),
-            (self.warmup_steps >= 0, "warmup_steps must be >= 0"),
-            (0 <= self.heldout_rate < 1, "heldout_rate must be in [0, 1)"),
-            (self.max_seq_length >= 5, "max_seq_length must be >= 5"),
-            (self.log_every >= 1, "log_every must be >= 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
 
 
 @dataclass
@@ -256,8 +358,20 @@ class PretrainRunConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "PretrainRunConfig":
+        return _load_config(cls, path)
+
+
+def _load_config(cls, path: str | Path):
+    """`cls.from_dict` of a JSON file; ValueError naming the file when it is not a valid `cls`.
+
+    The dataclasses check every value as they are built, so an edited or damaged config.json is
+    refused as clearly as a bad command-line option.
+    """
+    try:
         with open(path, encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a valid {cls.__name__} file: {exc}") from None
 
 
 def file_sha256(path: str | Path) -> str:

@@ -11,6 +11,7 @@ global batch, and the gradients equal those of one process with the global batch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import logging
@@ -25,7 +26,15 @@ import torch
 
 from labse_model import checkpoint as ckpt
 from labse_model.cli import HelpFormatter, add_run_arguments, command_main, run_dir_lock
-from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, TrainConfig, count_vocab
+from labse_model.config import (
+    POOLING_MODES,
+    PRESETS,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    check_dropout,
+    count_vocab,
+)
 from labse_model.distributed import (
     DistributedContext,
     all_gather_with_grad,
@@ -41,7 +50,9 @@ from labse_model.loop import (
     LoopSettings,
     autocast_context,
     restore_rng,
+    resume_point,
     run_loop,
+    set_aside_later_checkpoints,
     synchronize,
     wrap_ddp,
 )
@@ -119,7 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("labse_model.train", build_parser(), argv, train)
+    return command_main("labse_model.train", build_parser(), argv, train, check=check_arguments)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every numeric option, checked before any work starts (TrainConfig's and ModelConfig's rules),
+    also with --resume, where most of them are then taken from the run instead."""
+    train_config_from_args(args)
+    check_dropout(args.dropout)
+    if args.dev_max_pairs < 1:
+        raise ValueError(f"--dev-max-pairs must be an integer >= 1, got {args.dev_max_pairs}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -135,8 +155,20 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
         check_run_vocab(start, args.vocab)
         model = model_config_for_run(start, args.config, args.pooling, args.dropout, vocab_size)
         start.check_matches(model)  # before the run directory is written
+    train_config = train_config_from_args(args)
+    if train_config.max_seq_length > model.max_position_embeddings:
+        raise ValueError(
+            f"--max-seq-length {train_config.max_seq_length} exceeds the model's "
+            f"{model.max_position_embeddings} positions"
+        )
+    return RunConfig(model=model, train=train_config, data=args.data, dev_data=args.dev_data, world_size=world_size,
+                     init_from=args.init_from)
+
+
+def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig the options ask for; ValueError naming any setting out of range."""
     defaults = TrainConfig()
-    train_config = TrainConfig(
+    return TrainConfig(
         global_batch_size=args.global_batch_size,
         margin=args.margin,
         scale=args.scale,
@@ -157,13 +189,6 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
         bf16=args.bf16,
         grad_cache_chunk=args.grad_cache_chunk,
     )
-    if train_config.max_seq_length > model.max_position_embeddings:
-        raise ValueError(
-            f"--max-seq-length {train_config.max_seq_length} exceeds the model's "
-            f"{model.max_position_embeddings} positions"
-        )
-    return RunConfig(model=model, train=train_config, data=args.data, dev_data=args.dev_data, world_size=world_size,
-                     init_from=args.init_from)
 
 
 def _or(value, default):
@@ -172,10 +197,8 @@ def _or(value, default):
 
 def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int) -> RunConfig:
     config = RunConfig.load(run_dir / "config.json")
-    for name in RESUMABLE_OVERRIDES:
-        value = getattr(args, name, None)
-        if value is not None:
-            setattr(config.train, name, value)
+    overrides = {name: getattr(args, name) for name in RESUMABLE_OVERRIDES if getattr(args, name, None) is not None}
+    config.train = dataclasses.replace(config.train, **overrides)  # checked again, as any TrainConfig
     config.data = args.data
     if args.dev_data is not None:
         config.dev_data = args.dev_data
@@ -197,7 +220,7 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: St
     if args.resume:
         if not (run_dir / "config.json").is_file():
             raise FileNotFoundError(f"--resume: {run_dir / 'config.json'} not found (nothing to resume)")
-        ckpt.find_checkpoint(run_dir)  # fail early and clearly when there is none
+        ckpt.find_checkpoint(run_dir, args.resume_step)  # fail early and clearly when there is none
         config = resumed_run_config(args, run_dir, ctx.world_size)
         if ctx.is_main:
             config.save(run_dir / "config.json")  # records overrides such as a longer --max-steps
@@ -248,17 +271,16 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     optimizer = optimizer_for(model, tc)
     scheduler = build_scheduler(optimizer, tc.warmup_steps, tc.max_steps)
 
-    start_step = 0
+    start_step, resumed = 0, None
     if args.resume:
-        checkpoint = ckpt.find_checkpoint(run_dir)
-        ckpt.load_model_weights(model.encoder, checkpoint / ckpt.MODEL_FILE)
-        state = ckpt.load_training_state(checkpoint)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        start_step = int(state["step"])
-        restore_rng(checkpoint, ctx, reseed=tc.seed + 1_000_003 * start_step)
+        resumed = resume_point(run_dir, ctx, args.resume_step)
+        resumed.restore_model(model.encoder)
+        optimizer.load_state_dict(resumed.state["optimizer"])
+        scheduler.load_state_dict(resumed.state["scheduler"])
+        start_step = resumed.step
+        restore_rng(resumed, ctx, reseed=tc.seed + 1_000_003 * start_step)
         if ctx.is_main:
-            logger.info("resumed %s at step %d", checkpoint, start_step)
+            logger.info("resumed %s at step %d", resumed.path, start_step)
     else:
         if start is not None:
             start.load_into(model.encoder)  # after the fresh init, so parts the source lacks stay fresh
@@ -290,6 +312,8 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         dev = load_dev_pairs(config.dev_data, str(run_dir / "vocab.txt"), args.dev_max_pairs, tc.max_seq_length)
         logger.info("dev set: %d pairs from %s", len(dev[0]), config.dev_data)
 
+    if resumed is not None:
+        set_aside_later_checkpoints(run_dir, ctx, resumed)
     log = RunLog(run_dir, enabled=ctx.is_main, resumed_at_step=start_step if args.resume else None)
     parts = LoopParts(
         ctx=ctx, run_dir=run_dir, model=model.encoder, trained=wrap_ddp(model, ctx), optimizer=optimizer,

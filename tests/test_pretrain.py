@@ -395,3 +395,20 @@ def test_a_second_run_into_a_locked_output_fails_at_once(inputs, tmp_path, caplo
                            "--global-batch-size", "8", "--max-steps", "1"]) == 2
         assert "run.lock" in caplog.text
     assert not (run / "checkpoints").exists()
+
+
+def test_resume_skips_a_corrupt_latest_checkpoint(inputs, tmp_path, caplog):
+    vocab, shards, sentences = inputs
+    run = tmp_path / "run"
+    assert pretrain_main(_args(vocab, shards, sentences, run, "--stop-after-steps", "4")) == 0
+    before = {m["step"]: m["loss"] for m in read_metrics(run) if "loss" in m}
+    damaged = run / "checkpoints" / "step-00000004" / ckpt.MODEL_FILE
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])  # as a crash mid-write leaves it
+
+    caplog.clear()
+    assert pretrain_main(_args(vocab, shards, sentences, run, "--resume", "--stop-after-steps", "2")) == 0
+    fallback = [r.getMessage() for r in caplog.records if "the newest checkpoint that loads" in r.getMessage()]
+    assert len(fallback) == 1 and str(damaged) in fallback[0] and "step-00000002" in fallback[0]
+    assert (run / "checkpoints" / "step-00000004.corrupt").is_dir()
+    after = {m["step"]: m["loss"] for m in read_metrics(run) if "loss" in m}
+    assert after == before  # steps 3 and 4 trained again from step 2, bit-identically
