@@ -55,8 +55,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from pipelines.io.tfrecord import TFRecordCorruptError, decode_pair, index_records, read_record_at
+
 from .config import file_sha256
-from .tfrecord import TFRecordCorruptError, decode_pair, index_records, read_record_at
 
 __all__ = [
     "SCHEMA_FILENAME",
@@ -411,7 +412,7 @@ def build_train_loader(
 
 def iter_pairs(pattern: str, check_crc: bool = True):
     """Every `PairRecord` of the shards in file order (for inspection and evaluation, not training)."""
-    from .tfrecord import HEADER_SIZE, FOOTER_SIZE, iter_records
+    from pipelines.io.tfrecord import HEADER_SIZE, FOOTER_SIZE, iter_records
 
     for path in resolve_shards(pattern):
         offset = 0

@@ -40,7 +40,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from labse_model.tfrecord import TFRecordWriter, encode_example
+from pipelines.io.tfrecord import TFRecordWriter, encode_example
 from pipelines.accounting import ReasonCounters
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
@@ -398,7 +398,7 @@ class _RemoteShardWriter:
     """Shard writer for object stores (gs://, s3://), whose objects appear atomically on close."""
 
     def __init__(self, path: str):
-        from labse_model.tfrecord import frame_record
+        from pipelines.io.tfrecord import frame_record
 
         self._frame = frame_record
         self._path = path
