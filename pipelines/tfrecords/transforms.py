@@ -270,8 +270,34 @@ class _WriteManifests(beam.DoFn):
 class PairsToTFRecords(beam.PTransform):
     """Pair dicts (+ a PCollection of drop reasons from the readers) -> shards, schema.json, stats.json.
 
-    Returns a PCollection holding the single stats dict once everything is written.  The vocabulary
-    is read and hashed once, here, when the transform is built (errors surface before the pipeline runs).
+    Filters (`normalise_pair`, `--min-score`), tokenises in batches (the tokenizer loads once per
+    worker), encodes each pair as a `tf.train.Example`, groups by shard and writes every shard
+    sorted by its shuffle key, duplicates dropped; then schema.json, stats.json and `_SUCCESS`.
+
+    Args:
+        vocab_path: the vocab.txt to tokenise with (local or gs://); read and hashed once, here,
+            when the transform is built, so a bad vocabulary fails before the pipeline runs.
+        output_dir: the shards' directory; the caller locks and prepares it
+            (`pipelines.io.stage_output`), as `labse-tfrecords` does.
+        config: `TFRecordsConfig` (max_seq_length, num_shards, min_score, include_text, seed,
+            tokenize_batch_size).
+        inputs: what the stage read, recorded in stats.json.
+        tokenizer_factory: `vocab_path -> object with tokenize_ids(list[str])`; the project
+            tokenizer by default (tests pass a light one).
+        default_score: the score of a pair whose row has none.
+
+    Input: `(pairs, reader_drops)`: dicts with `src`, `tgt` and optionally `src_lang`, `tgt_lang`,
+    `score`, and the drop reasons (strings) of the readers, counted into stats.json. Returns a
+    PCollection holding the single stats dict once everything is written.
+
+    Example::
+
+        config = TFRecordsConfig(num_shards=4, max_seq_length=64)
+        with beam.Pipeline() as p:
+            pairs = p | "Pairs" >> beam.Create([{"src": "Ein Hund.", "tgt": "A dog.", "src_lang": "de",
+                                                 "tgt_lang": "en", "score": 0.9}])
+            no_drops = p | "NoDrops" >> beam.Create([])
+            (pairs, no_drops) | PairsToTFRecords("vocab.txt", "out/shards", config)
     """
 
     def __init__(self, vocab_path: str, output_dir: str, config: TFRecordsConfig = TFRecordsConfig(),
@@ -324,7 +350,26 @@ class PairsToTFRecords(beam.PTransform):
 
 
 class BuildTFRecords(beam.PTransform):
-    """Parquet pairs and/or parallel text files -> TFRecord shards with schema and stats (the whole stage)."""
+    """Parquet pairs and/or parallel text files -> TFRecord shards with schema and stats (the whole stage).
+
+    Reads with `ReadParquetPairs` and `ReadParallelText` (unreadable files and unaligned lines are
+    counted drops, not failures), then runs `PairsToTFRecords`.
+
+    Args:
+        vocab_path, output_dir, config, tokenizer_factory: as for `PairsToTFRecords`.
+        parquet_files: Parquet files with `src` and `tgt` columns (scored pairs from labse-score);
+            `pipelines.tfrecords.cli.find_parquet_files` lists a directory or glob.
+        parallel_text: `ParallelTextSpec`s of line-aligned text files (score 1.0).
+        At least one of `parquet_files` and `parallel_text` is needed (ValueError).
+
+    Example::
+
+        build = BuildTFRecords("vocab.txt", "out/shards", TFRecordsConfig(num_shards=16),
+                               parquet_files=find_parquet_files("scored/"),
+                               parallel_text=[ParallelTextSpec.parse("de:train.de.gz,en:train.en.gz")])
+        with beam.Pipeline() as p:
+            p | build                        # the stats dict, once the shards are written
+    """
 
     def __init__(self, vocab_path: str, output_dir: str, config: TFRecordsConfig = TFRecordsConfig(), *,
                  parquet_files: Sequence[str] = (), parallel_text: Sequence[ParallelTextSpec] = (),
