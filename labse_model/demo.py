@@ -13,16 +13,16 @@ import json
 import time
 from pathlib import Path
 
-# Sized for ~2 minutes of training on 2 shared cores (300 steps ran at ~2.9 steps/s with other jobs running).
+# Sized to train in minutes on 2 shared CPU cores (what this size gives: BENCHMARKS.md, section model,
+# "Demo sizing").
 DEMO_CONFIG = "mini"
 DEMO_STEPS = 300
 DEMO_BATCH = 64
 DEMO_LR = 1e-3
-# From random weights the [CLS] vector learns only sentence length in a few hundred steps (dev
-# retrieval ~1%), mean pooling learns the task (Multi30k val de-en 41% after 100 steps, 76% after
-# 300; BENCHMARKS.md, model), so the demo trains with mean pooling and, as nothing is seen twice in
-# 300 steps, without dropout. The LaBSE head (dense+tanh+L2) is kept. Measured here (the demo step
-# alone, 2 min 20 s): 300 steps in 92 s, Multi30k test_2016 de-en 68.3%; 150 steps gave 43.5%.
+# From random weights the [CLS] vector learns only sentence length in a few hundred steps, while
+# mean pooling learns the task (BENCHMARKS.md, section model, "Why the earlier runs stayed at
+# chance"), so the demo trains with mean pooling and, as nothing is seen twice in 300 steps,
+# without dropout. The LaBSE head (dense+tanh+L2) is kept.
 DEMO_POOLING = "mean"
 # A short pre-training (BENCHMARKS.md, pre-training, has what longer ones give).
 DEMO_PRETRAIN_STEPS = 150

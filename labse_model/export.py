@@ -1,4 +1,4 @@
-"""labse-export: a training checkpoint -> a sentence-transformers directory that loads offline.
+"""labse-export: a training checkpoint -> a sentence-transformers directory (contract 13), loaded offline.
 
     labse-export --run runs/labse --output models/labse [--step 50000]
 

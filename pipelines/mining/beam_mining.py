@@ -272,6 +272,53 @@ class Embed(beam.PTransform):
         )
 
 
+def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256):
+    """Embed `texts` through `Embed`, the pipeline's RunInference step, on a one-worker DirectRunner.
+
+    Returns float32 rows in input order. For checks outside a mining run: `benchmarks/mining.py`
+    times it against a plain batched loop, and tests compare it with the embedder itself. Vectors
+    come back through .npz files written per bundle.
+    """
+    import os
+    import tempfile
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    if not texts:
+        return np.zeros((0, 0), np.float32)
+
+    class _SaveBundle(beam.DoFn):
+        def __init__(self, directory: str):
+            self.directory = directory
+
+        def start_bundle(self):
+            self.rows, self.vectors = [], []
+
+        def process(self, element):
+            item, vector = element
+            self.rows.append(item[0])
+            self.vectors.append(vector)
+
+        def finish_bundle(self):
+            if self.rows:
+                name = f"{self.directory}/{min(self.rows)}-{len(self.rows)}-{os.getpid()}-{id(self)}.npz"
+                np.savez(name, rows=np.array(self.rows), vectors=np.stack(self.vectors))
+
+    with tempfile.TemporaryDirectory() as directory:
+        with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as pipeline:
+            (pipeline
+             | beam.Create([(i, None, text) for i, text in enumerate(texts)])
+             | Embed(spec, batch_size)
+             | beam.ParDo(_SaveBundle(directory)))
+        out = None
+        for name in os.listdir(directory):
+            with np.load(os.path.join(directory, name), allow_pickle=False) as saved:
+                if out is None:
+                    out = np.zeros((len(texts), saved["vectors"].shape[1]), np.float32)
+                out[saved["rows"]] = saved["vectors"]
+        return out
+
+
 # ---------------------------------------------------------------------------- kNN cells
 def to_cells(embedded, blocks: int, shards: int):
     """Source items go to every shard of their block, targets to every block of their shard."""
