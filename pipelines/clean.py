@@ -26,7 +26,13 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.accounting import identity_violations
-from pipelines.clean_transforms import CleanCorpus, ReadAll, load_main_content_model
+from pipelines.clean_transforms import (
+    DEFAULT_PER_FILE_LIMIT,
+    CleanCorpus,
+    ReadAll,
+    load_main_content_model,
+    per_file_violations,
+)
 from pipelines.io.stage_output import (
     OutputExistsError,
     OutputLockedError,
@@ -87,22 +93,25 @@ def build_parser() -> argparse.ArgumentParser:
                         help="lines longer than this are dropped unsplit as `line_too_long` (default %(default)s)")
     parser.add_argument("--rows-per-file", type=int, default=CleanConfig.rows_per_file,
                         help="target rows per Parquet file; a language gets ceil(rows / this) files")
+    parser.add_argument("--per-file-limit", type=int, default=DEFAULT_PER_FILE_LIMIT, metavar="N",
+                        help="stats.json lists the N input files with the most errored documents one by one "
+                             "(`per_file`; its totals cover every file) (default %(default)s)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace sentences/, errors/ and stats.json of an earlier run in DIR")
     return parser
 
 
 def run(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_args: list[str] | None = None,
-        overwrite: bool = False) -> dict:
+        overwrite: bool = False, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict:
     """Build and run the pipeline; returns the stats written to `output/stats.json`."""
     output = output.rstrip("/")
     with output_lock(output):  # before looking at the output: no check-then-act race between runs
         prepare_output(output, overwrite=overwrite)
-        return _run_pipeline(inputs, output, config, beam_args)
+        return _run_pipeline(inputs, output, config, beam_args, per_file_limit)
 
 
 def _run_pipeline(inputs: list[tuple[str, str]], output: str, config: CleanConfig,
-                  beam_args: list[str] | None) -> dict:
+                  beam_args: list[str] | None, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict:
     run_config = {
         "inputs": [{"pattern": p, "format": f} for p, f in inputs],
         "output": output,
@@ -112,7 +121,9 @@ def _run_pipeline(inputs: list[tuple[str, str]], output: str, config: CleanConfi
     options = PipelineOptions(beam_args or [])
     started = time.perf_counter()
     with beam.Pipeline(options=options) as pipeline:
-        _ = pipeline | "ReadInputs" >> ReadAll(inputs) | "CleanCorpus" >> CleanCorpus(output, config, run_config)
+        _ = (pipeline
+             | "ReadInputs" >> ReadAll(inputs)
+             | "CleanCorpus" >> CleanCorpus(output, config, run_config, per_file_limit=per_file_limit))
     logger.info("pipeline finished in %.1f s", time.perf_counter() - started)
     from apache_beam.io.filesystems import FileSystems
 
@@ -132,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--main-content-threshold and --langid-threshold must be between 0 and 1")
     if not 1 <= args.min_chars <= args.max_chars:
         parser.error("need 1 <= --min-chars <= --max-chars")
+    if args.per_file_limit < 0:
+        parser.error("--per-file-limit must be >= 0")
 
     from pipelines.io.readers import check_pattern_matches
 
@@ -159,11 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         rows_per_file=args.rows_per_file,
     )
     try:
-        stats = run(inputs, args.output, config, beam_args, overwrite=args.overwrite)
+        stats = run(inputs, args.output, config, beam_args, overwrite=args.overwrite,
+                    per_file_limit=args.per_file_limit)
     except (OutputExistsError, OutputLockedError) as exc:
         return usage_error("labse-clean", str(exc))
     print(summarise(stats))
-    problems = identity_violations(stats)
+    problems = identity_violations(stats) + per_file_violations(stats)
     if problems:
         print("labse-clean: accounting identity broken (a bug, please report): " + "; ".join(problems), file=sys.stderr)
         return 1
@@ -180,6 +194,12 @@ def summarise(stats: dict) -> str:
                                                     sorted(stats["sentences_dropped"].items(), key=lambda kv: -kv[1])),
         "per language: " + ", ".join(f"{k} {v}" for k, v in stats["per_language"].items()),
     ]
+    per_file = stats.get("per_file")
+    if per_file:
+        worst = [f"{entry['file']} ({entry['documents_errored']})" for entry in per_file["top_files"][:3]
+                 if entry["documents_errored"]]
+        lines.append(f"input files: {per_file['files']}, {per_file['files_with_errors']} with errored documents"
+                     + (f"; most: {', '.join(worst)}" if worst else "") + " (stats.json per_file)")
     return "\n".join(lines)
 
 
@@ -220,6 +240,8 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         f"dropped {sum(stats['sentences_dropped'].values())} "
         f"(duplicates {stats['sentences_dropped'].get('duplicate', 0)}), errored {stats['sentences_errored']}",
         f"accounting identity read = kept + dropped + errored: {'holds' if stats['identity_holds'] else 'BROKEN'}",
+        f"input files {stats['per_file']['files']}, with errored documents {stats['per_file']['files_with_errors']} "
+        "(stats.json per_file)",
         "lang  sentences",
     ]
     for lang, count in list(stats["per_language"].items())[:15]:

@@ -10,10 +10,11 @@ loads models once per worker, calls it, counts and deduplicates across documents
 """
 from __future__ import annotations
 
+import heapq
 import os
 from collections import Counter
 from dataclasses import asdict
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
@@ -31,6 +32,10 @@ from pipelines.text.normalise import dedup_key
 TALLY = "tally"
 ERRORS = "errors"
 DOCUMENTS = "documents"
+FILES = "files"
+
+# How many input files stats.json lists one by one (the ones with the most errored documents).
+DEFAULT_PER_FILE_LIMIT = 100
 
 
 def _global_window(value) -> WindowedValue:
@@ -68,8 +73,9 @@ def load_main_content_model(path: str):
 class _CleanDocumentsFn(beam.DoFn):
     """Document | Dropped | ReadError -> ((lang, dedup key), row) candidates.
 
-    Side outputs: error records, and one tally per bundle (summing in the DoFn keeps the per-element
-    Beam overhead off the counting path).
+    Side outputs: error records, one tally per bundle (summing in the DoFn keeps the per-element
+    Beam overhead off the counting path), and per bundle one (file, file tally) per input file seen
+    (`file_outcome`).
     """
 
     def __init__(self, config: CleanConfig):
@@ -85,9 +91,11 @@ class _CleanDocumentsFn(beam.DoFn):
 
     def start_bundle(self):
         self.bundle_tally: Counter = Counter()
+        self.bundle_files: dict[str, Counter] = {}
 
     def process(self, element: ReadResult) -> Iterator:
         rows: list[dict] = []
+        file = getattr(element, "file", "")
         if isinstance(element, Document):
             try:
                 result = clean_document(element, self.lid, self.config, self.main_content_model)
@@ -107,6 +115,10 @@ class _CleanDocumentsFn(beam.DoFn):
             errors = [error_record("", 0, "unknown_element", repr(element)[:500])]
         self.counters.inc_tally(tally)
         self.bundle_tally.update(tally)
+        per_file = self.bundle_files.get(file)
+        if per_file is None:
+            per_file = self.bundle_files[file] = Counter()
+        per_file.update(file_outcome(tally, errors))
         for row in rows:
             yield (row["lang"], dedup_key(row["text"])), row
         for error in errors:
@@ -115,6 +127,8 @@ class _CleanDocumentsFn(beam.DoFn):
     def finish_bundle(self):
         if self.bundle_tally:
             yield beam.pvalue.TaggedOutput(TALLY, _global_window(dict(self.bundle_tally)))
+        for file, per_file in self.bundle_files.items():
+            yield beam.pvalue.TaggedOutput(FILES, _global_window((file, dict(per_file))))
 
 
 class ExtractSentences(beam.PTransform):
@@ -131,7 +145,8 @@ class ExtractSentences(beam.PTransform):
     Returns (from `expand`) a dict of PCollections:
         "rows": ((lang, dedup key), row) candidate sentences, before deduplication;
         "tally": tally dicts (one per bundle) to sum with `pipelines.accounting.SumTallies`;
-        "errors": error records (`pipelines.text.document.error_record`).
+        "errors": error records (`pipelines.text.document.error_record`);
+        "files": (input file, file tally) pairs (`file_outcome`), several per file, to sum per file.
 
     Example::
 
@@ -148,8 +163,8 @@ class ExtractSentences(beam.PTransform):
 
     def expand(self, documents: beam.PCollection[ReadResult]) -> dict[str, beam.PCollection]:
         outputs = documents | "CleanDocuments" >> beam.ParDo(_CleanDocumentsFn(self.config)).with_outputs(
-            TALLY, ERRORS, main="rows")
-        return {"rows": outputs.rows, "tally": outputs[TALLY], "errors": outputs[ERRORS]}
+            TALLY, ERRORS, FILES, main="rows")
+        return {"rows": outputs.rows, "tally": outputs[TALLY], "errors": outputs[ERRORS], "files": outputs[FILES]}
 
 
 class _FirstSource(beam.CombineFn):
@@ -217,10 +232,9 @@ class DeduplicateSentences(beam.PTransform):
         return {"rows": unique.rows, "tally": unique[TALLY], "documents": unique[DOCUMENTS]}
 
 
-def _documents_kept(documents: beam.PCollection[tuple]) -> beam.PCollection[Tally]:
+def _documents_kept(distinct_documents: beam.PCollection[tuple]) -> beam.PCollection[Tally]:
     return (
-        documents
-        | "DistinctDocuments" >> beam.Distinct()
+        distinct_documents
         | "CountDocuments" >> beam.combiners.Count.Globally()
         | "KeptTally" >> beam.Map(lambda n: {"documents.kept": n})
     )
@@ -236,14 +250,152 @@ def settle_documents(tally: Tally) -> Tally:
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# Per input file: documents read, kept, dropped and errored, for stats.json's `per_file`.
+
+FILE_FIELDS = ("documents_read", "documents_kept", "documents_dropped", "documents_errored")
+
+
+def file_outcome(tally: Tally, errors: list[dict]) -> Tally:
+    """One document's tally (`clean_document`'s, or the DoFn's for a drop or an error) as a file
+    tally: read, errored (plus `errored.<reason>`), dropped before deduplication, and
+    with_candidates (the document's fate is settled after deduplication, `settle_file`)."""
+    out = {"read": tally.get("documents.read", 0)}
+    errored = tally.get("documents.errored", 0)
+    if errored:
+        out["errored"] = errored
+        for error in errors:  # a document's error record (sentence-level ones come without it)
+            out[f"errored.{error['reason']}"] = 1
+    dropped = sum(v for k, v in tally.items() if k.startswith("documents.dropped."))
+    if dropped:
+        out["dropped"] = dropped
+    if tally.get("documents.with_candidates"):
+        out["with_candidates"] = tally["documents.with_candidates"]
+    return out
+
+
+def settle_file(file: str, tally: Mapping[str, int]) -> dict:
+    """One file's summed file tally (plus `kept`: its documents with a unique sentence) -> its
+    `per_file` entry. As for the totals (`settle_documents`), documents with candidates but no kept
+    sentence were dropped as duplicates, so read = kept + dropped + errored per file too."""
+    kept = tally.get("kept", 0)
+    entry = {
+        "file": file,
+        "documents_read": tally.get("read", 0),
+        "documents_kept": kept,
+        "documents_dropped": tally.get("dropped", 0) + tally.get("with_candidates", 0) - kept,
+        "documents_errored": tally.get("errored", 0),
+    }
+    reasons = {k[len("errored."):]: v for k, v in sorted(tally.items()) if k.startswith("errored.")}
+    if reasons:
+        entry["errors"] = reasons
+    return entry
+
+
+def _rank(entry: dict) -> tuple:
+    return (-entry["documents_errored"], entry["file"])
+
+
+class FileBreakdown(beam.CombineFn):
+    """(file, summed file tally), one per input file -> stats.json's `per_file` section.
+
+    Exact totals over every file, plus at most `limit` files listed one by one: those with the
+    most errored documents, ties by file name (deterministic on every runner). The accumulator
+    holds the totals and at most ~2 x `limit` candidates, so 90,000 files cost no more than 100.
+    """
+
+    def __init__(self, limit: int = DEFAULT_PER_FILE_LIMIT):
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        self.limit = limit
+
+    def create_accumulator(self) -> list:
+        return [0, Counter(), []]  # files, totals, [(rank, entry)] candidates
+
+    def add_input(self, acc: list, file_tally: tuple[str, Mapping[str, int]]) -> list:
+        entry = settle_file(*file_tally)
+        acc[0] += 1
+        acc[1].update({field: entry[field] for field in FILE_FIELDS})
+        acc[1]["files_with_errors"] += int(entry["documents_errored"] > 0)
+        acc[2].append((_rank(entry), entry))
+        if len(acc[2]) > 2 * self.limit + 16:
+            acc[2] = heapq.nsmallest(self.limit, acc[2], key=lambda item: item[0])
+        return acc
+
+    def merge_accumulators(self, accs) -> list:
+        files, totals, candidates = 0, Counter(), []
+        for acc_files, acc_totals, acc_candidates in accs:
+            files += acc_files
+            totals.update(acc_totals)
+            candidates.extend(acc_candidates)
+        return [files, totals, heapq.nsmallest(self.limit, candidates, key=lambda item: item[0])]
+
+    def extract_output(self, acc: list) -> dict:
+        files, totals, candidates = acc
+        top = [entry for _rank_key, entry in heapq.nsmallest(self.limit, candidates, key=lambda item: item[0])]
+        others = {field: totals.get(field, 0) - sum(entry[field] for entry in top) for field in FILE_FIELDS}
+        return {
+            "files": files,
+            "files_with_errors": totals.get("files_with_errors", 0),
+            **{field: totals.get(field, 0) for field in FILE_FIELDS},
+            "limit": self.limit,
+            "truncated": len(top) < files,
+            "ranked_by": "documents_errored (most first), then file name",
+            "other_files": {"files": files - len(top), **others},
+            "top_files": top,
+        }
+
+
+def per_file_violations(stats: Mapping) -> list[str]:
+    """Where stats.json's `per_file` section does not add up (empty when it does): its totals
+    against the run's, the listed files plus `other_files` against its totals, and every listed
+    file's read = kept + dropped + errored."""
+    per_file = stats.get("per_file")
+    if per_file is None:
+        return []
+    bad = []
+    run_totals = {
+        "documents_read": stats["documents_read"],
+        "documents_kept": stats["documents_kept"],
+        "documents_dropped": sum(stats["documents_dropped"].values()),
+        "documents_errored": stats["documents_errored"],
+    }
+    top, others = per_file["top_files"], per_file["other_files"]
+    for field, total in run_totals.items():
+        if per_file[field] != total:
+            bad.append(f"per_file.{field} {per_file[field]} != {field} {total}")
+        if sum(entry[field] for entry in top) + others[field] != per_file[field]:
+            bad.append(f"per_file: listed files + other_files != per_file.{field}")
+    if len(top) + others["files"] != per_file["files"]:
+        bad.append("per_file: listed files + other_files.files != per_file.files")
+    for entry in top:
+        accounted = entry["documents_kept"] + entry["documents_dropped"] + entry["documents_errored"]
+        if entry["documents_read"] != accounted or min(entry[field] for field in FILE_FIELDS) < 0:
+            bad.append(f"per_file: {entry['file']}: read {entry['documents_read']} != kept + dropped + errored {accounted}")
+    return bad
+
+
+def _per_file_breakdown(files: beam.PCollection, distinct_documents: beam.PCollection[tuple],
+                        limit: int) -> beam.PCollection[dict]:
+    kept = distinct_documents | "KeptPerFile" >> beam.Map(lambda document: (document[0], {"kept": 1}))
+    return (
+        (files, kept)
+        | "AllFileTallies" >> beam.Flatten()
+        | "SumPerFile" >> beam.CombinePerKey(SumTallies())
+        | "FileBreakdown" >> beam.CombineGlobally(FileBreakdown(limit))
+    )
+
+
 class _WriteStats(beam.DoFn):
     def __init__(self, output_dir: str, config: dict):
         self.output_dir = output_dir
         self.config = config
 
-    def process(self, tally: Tally, per_language: dict, error_files: list) -> Iterator[dict]:
+    def process(self, tally: Tally, per_language: dict, error_files: list, per_file: dict) -> Iterator[dict]:
         stats = build_stats(settle_documents(tally), per_language, self.config)
         stats["error_files"] = sorted(str(f).rsplit("/", 1)[-1] for f in error_files)
+        stats["per_file"] = per_file
+        stats["identity_holds"] = stats["identity_holds"] and not per_file_violations(stats)
         write_stats_json(self.output_dir.rstrip("/") + "/stats.json", stats)
         mark_complete(self.output_dir, stats, stage="labse-clean")  # the last write of the stage
         yield stats
@@ -261,6 +413,8 @@ class CleanCorpus(beam.PTransform):
         config: the stage's `CleanConfig`.
         run_config: what stats.json records as `config` (default: `asdict(config)`; the CLI adds
             the inputs, the output and the Beam arguments).
+        per_file_limit: how many input files stats.json's `per_file` lists one by one (those
+            with the most errored documents); the totals cover every file whatever this is.
 
     Returns (from `expand`) the PCollection holding the one stats dict, written last (after every
     shard and error file).
@@ -273,27 +427,32 @@ class CleanCorpus(beam.PTransform):
                  | CleanCorpus("out/clean", CleanConfig()))
     """
 
-    def __init__(self, output_dir: str, config: CleanConfig, run_config: dict | None = None):
+    def __init__(self, output_dir: str, config: CleanConfig, run_config: dict | None = None,
+                 per_file_limit: int = DEFAULT_PER_FILE_LIMIT):
         super().__init__()
         self.output_dir = output_dir.rstrip("/")
         self.config = config
         self.run_config = run_config or asdict(config)
+        self.per_file_limit = per_file_limit
 
     def expand(self, documents: beam.PCollection[ReadResult]) -> beam.PCollection[dict]:
         extracted = documents | "ExtractSentences" >> ExtractSentences(self.config)
         unique = extracted["rows"] | "Deduplicate" >> DeduplicateSentences()
         written = unique["rows"] | "WriteSentences" >> WriteSentenceShards(self.output_dir, self.config.rows_per_file)
         error_files = extracted["errors"] | "WriteErrors" >> WriteErrors(self.output_dir)
+        kept_documents = unique["documents"] | "DistinctDocuments" >> beam.Distinct()
         tally = (
-            (extracted["tally"], unique["tally"], _documents_kept(unique["documents"]))
+            (extracted["tally"], unique["tally"], _documents_kept(kept_documents))
             | "AllTallies" >> beam.Flatten()
             | "SumTallies" >> beam.CombineGlobally(SumTallies())
         )
         per_language = written | "PerLanguage" >> beam.CombineGlobally(SumTallies())
+        per_file = _per_file_breakdown(extracted["files"], kept_documents, self.per_file_limit)
         return tally | "WriteStats" >> beam.ParDo(
             _WriteStats(self.output_dir, self.run_config),
             per_language=beam.pvalue.AsSingleton(per_language),
             error_files=beam.pvalue.AsList(error_files),
+            per_file=beam.pvalue.AsSingleton(per_file),
         )
 
 

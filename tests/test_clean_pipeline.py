@@ -17,6 +17,7 @@ import pytest
 
 from pipelines.accounting import identity_violations
 from pipelines.clean import main, run
+from pipelines.clean_transforms import per_file_violations
 from pipelines.io.parquet import SENTENCE_COLUMNS
 from pipelines.text.document import CleanConfig
 from pipelines.text.normalise import dedup_key
@@ -136,6 +137,7 @@ def errors(out_dir: Path) -> list[dict]:
 def test_accounting_identity_holds(runs, name):
     out_dir, stats = runs[name]
     assert identity_violations(stats) == [] and stats["identity_holds"]
+    assert per_file_violations(stats) == [] and stats["per_file"]["files"] >= 1
     assert stats["documents_read"] > 0 and stats["sentences_read"] > 0
     rows = sentences(out_dir)
     assert len(rows) == stats["sentences_kept"] == sum(stats["per_language"].values())
@@ -225,7 +227,7 @@ def test_multi_processing_workers_give_the_same_result(runs, labse_data, tmp_pat
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
     expected = runs["cc"][1]
     for key in ("documents_read", "documents_kept", "documents_dropped", "documents_errored", "sentences_read",
-                "sentences_kept", "sentences_dropped", "sentences_errored", "per_language"):
+                "sentences_kept", "sentences_dropped", "sentences_errored", "per_language", "per_file"):
         assert stats[key] == expected[key], key
     assert sorted(r["text"] for r in sentences(out)) == sorted(r["text"] for r in sentences(runs["cc"][0]))
 
@@ -349,5 +351,9 @@ def test_a_document_that_cannot_be_processed_is_an_error_not_a_crash():
     outputs += list(fn.process(ReadError("truncated_gzip", "f", 2, "cut")))
     errors = [o.value for o in outputs if getattr(o, "tag", None) == "errors"]
     assert [e["reason"] for e in errors] == ["processing_failed", "truncated_gzip"]
-    (tally,) = [o.value.value for o in fn.finish_bundle()]
+    finished = list(fn.finish_bundle())
+    (tally,) = [o.value.value for o in finished if o.tag == "tally"]
     assert tally == {"documents.read": 3, "documents.errored": 2, "documents.dropped.not_html": 1}
+    files = dict(o.value.value for o in finished if o.tag == "files")
+    assert files == {"f.warc.gz": {"read": 1, "errored": 1, "errored.processing_failed": 1},
+                     "f": {"read": 2, "errored": 1, "errored.truncated_gzip": 1, "dropped": 1}}
