@@ -95,7 +95,7 @@ class _CleanDocumentsFn(beam.DoFn):
 
     def process(self, element: ReadResult) -> Iterator:
         rows: list[dict] = []
-        file = getattr(element, "file", "")
+        file = element.file if isinstance(element, (Document, Dropped, ReadError)) else ""
         if isinstance(element, Document):
             try:
                 result = clean_document(element, self.lid, self.config, self.main_content_model)
@@ -265,7 +265,8 @@ def file_outcome(tally: Tally, errors: list[dict]) -> Tally:
     if errored:
         out["errored"] = errored
         for error in errors:  # a document's error record (sentence-level ones come without it)
-            out[f"errored.{error['reason']}"] = 1
+            key = f"errored.{error['reason']}"
+            out[key] = out.get(key, 0) + 1
     dropped = sum(v for k, v in tally.items() if k.startswith("documents.dropped."))
     if dropped:
         out["dropped"] = dropped
