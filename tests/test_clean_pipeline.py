@@ -16,8 +16,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from pipelines.accounting import identity_violations
-from pipelines.clean import CleanConfig, main, run
+from pipelines.clean import main, run
+from pipelines.clean_transforms import per_file_violations
 from pipelines.io.parquet import SENTENCE_COLUMNS
+from pipelines.text.document import CleanConfig
 from pipelines.text.normalise import dedup_key
 from tests.conftest import require_file
 
@@ -135,6 +137,7 @@ def errors(out_dir: Path) -> list[dict]:
 def test_accounting_identity_holds(runs, name):
     out_dir, stats = runs[name]
     assert identity_violations(stats) == [] and stats["identity_holds"]
+    assert per_file_violations(stats) == [] and stats["per_file"]["files"] >= 1
     assert stats["documents_read"] > 0 and stats["sentences_read"] > 0
     rows = sentences(out_dir)
     assert len(rows) == stats["sentences_kept"] == sum(stats["per_language"].values())
@@ -224,7 +227,7 @@ def test_multi_processing_workers_give_the_same_result(runs, labse_data, tmp_pat
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
     expected = runs["cc"][1]
     for key in ("documents_read", "documents_kept", "documents_dropped", "documents_errored", "sentences_read",
-                "sentences_kept", "sentences_dropped", "sentences_errored", "per_language"):
+                "sentences_kept", "sentences_dropped", "sentences_errored", "per_language", "per_file"):
         assert stats[key] == expected[key], key
     assert sorted(r["text"] for r in sentences(out)) == sorted(r["text"] for r in sentences(runs["cc"][0]))
 
@@ -248,7 +251,7 @@ def test_cli_fails_early_with_clear_errors(tmp_path, capsys, labse_data):
 @pytest.mark.slow
 def test_main_content_model_scores_lines_when_given(labse_data, tmp_path):
     """A real (tiny) fastText main-content model, trained here on heuristic labels, is loaded and used."""
-    from pipelines.clean import document_lines
+    from pipelines.text.document import document_lines
     from pipelines.io.documents import Document
     from pipelines.io.readers import read_records
     from pipelines.main_content.model import training_lines
@@ -294,7 +297,7 @@ def lid():
 
 
 def test_wikipedia_lines_in_another_language_are_removed(lid):
-    from pipelines.clean import clean_document
+    from pipelines.text.document import clean_document
 
     german = "Der Gemeinderat hat am Dienstag nach einer langen Debatte den neuen Haushalt beschlossen."
     result = clean_document(_doc(f"{ARTICLE}\n{german}", source="wiki", kind="text", lang="en"), lid, CleanConfig())
@@ -307,7 +310,7 @@ def test_wikipedia_lines_in_another_language_are_removed(lid):
 
 
 def test_every_sentence_is_accounted_for_in_one_document(lid):
-    from pipelines.clean import clean_document
+    from pipelines.text.document import clean_document
 
     html = _page(ARTICLE, "Short.", "x" * 60_000, "Home | News | Contact", OTHER)
     result = clean_document(_doc(html), lid, CleanConfig())
@@ -320,24 +323,24 @@ def test_every_sentence_is_accounted_for_in_one_document(lid):
 
 
 def test_a_line_that_breaks_the_splitter_costs_that_line_only(lid, monkeypatch):
-    import pipelines.clean as clean
+    import pipelines.text.document as document
 
-    real = clean.split_sentences
+    real = document.split_sentences
 
     def flaky(text, lang):
         if text.startswith("Critics"):
             raise RuntimeError("splitter bug")
         return real(text, lang)
 
-    monkeypatch.setattr(clean, "split_sentences", flaky)
-    result = clean.clean_document(_doc(_page(ARTICLE, OTHER)), lid, CleanConfig())
+    monkeypatch.setattr(document, "split_sentences", flaky)
+    result = document.clean_document(_doc(_page(ARTICLE, OTHER)), lid, CleanConfig())
     assert [r["text"] for r in result.rows] == [ARTICLE]
     assert result.tally["sentences.errored"] == 1
     assert result.errors[0]["reason"] == "sentence_split_failed" and "splitter bug" in result.errors[0]["detail"]
 
 
 def test_a_document_that_cannot_be_processed_is_an_error_not_a_crash():
-    from pipelines.clean import _CleanDocumentsFn
+    from pipelines.clean_transforms import _CleanDocumentsFn
     from pipelines.io.documents import Dropped, ReadError
 
     fn = _CleanDocumentsFn(CleanConfig())
@@ -348,5 +351,9 @@ def test_a_document_that_cannot_be_processed_is_an_error_not_a_crash():
     outputs += list(fn.process(ReadError("truncated_gzip", "f", 2, "cut")))
     errors = [o.value for o in outputs if getattr(o, "tag", None) == "errors"]
     assert [e["reason"] for e in errors] == ["processing_failed", "truncated_gzip"]
-    (tally,) = [o.value.value for o in fn.finish_bundle()]
+    finished = list(fn.finish_bundle())
+    (tally,) = [o.value.value for o in finished if o.tag == "tally"]
     assert tally == {"documents.read": 3, "documents.errored": 2, "documents.dropped.not_html": 1}
+    files = dict(o.value.value for o in finished if o.tag == "files")
+    assert files == {"f.warc.gz": {"read": 1, "errored": 1, "errored.processing_failed": 1},
+                     "f": {"read": 2, "errored": 1, "errored.truncated_gzip": 1, "dropped": 1}}
