@@ -44,7 +44,7 @@ def test_the_clean_document_example_runs():
 
 
 def test_the_cli_module_keeps_its_public_names():
-    """setup.py's console script, pipelines.demo and benchmarks use these names of pipelines.clean."""
+    """setup.py's console script, the demo (labse_model.demo) and benchmarks use these names of pipelines.clean."""
     import pipelines.clean as clean
     from pipelines.text.document import CleanConfig, clean_document
 
