@@ -112,6 +112,16 @@ def get_world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall-clock timings measure the work and not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def get_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 def barrier() -> None:
     if get_world_size() > 1:
         dist.barrier()

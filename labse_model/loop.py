@@ -24,7 +24,7 @@ from typing import Any, Callable, ContextManager, Iterator
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.distributed import DistributedContext, all_reduce_mean, barrier
+from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, synchronize
 from labse_model.run_log import RunLog
 
 logger = logging.getLogger("labse_model.loop")
@@ -97,12 +97,6 @@ def autocast_context(device: torch.device, bf16: bool) -> Callable[[], ContextMa
     if device.type == "cuda" and bf16:
         return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
     return nullcontext
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued GPU work, so wall-clock timings measure the work and not its launch."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def move_batch(batch: Batch, device: torch.device) -> Batch:

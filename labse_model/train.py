@@ -18,7 +18,6 @@ import logging
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from labse_model.config import (
 )
 from labse_model.distributed import (
     DistributedContext,
-    all_gather_with_grad,
     barrier,
     init_distributed,
     shutdown_distributed,
@@ -53,7 +51,6 @@ from labse_model.loop import (
     resume_point,
     run_loop,
     set_aside_later_checkpoints,
-    synchronize,
     wrap_ddp,
 )
 from labse_model.loss import BidirectionalAMSLoss
@@ -321,9 +318,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         settings=LoopSettings(max_grad_norm=tc.max_grad_norm, log_every=tc.log_every, save_every=tc.save_every,
                               eval_every=tc.eval_every, keep_checkpoints=tc.keep_checkpoints, bf16=tc.bf16),
     )
-    loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale)
-    gather = tc.gather_negatives and ctx.world_size > 1
-    gather_seconds = [0.0]
+    loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale, gather_negatives=tc.gather_negatives)
     checked_ids = [False]
 
     def check_batch(batch: dict[str, torch.Tensor]) -> None:
@@ -336,24 +331,13 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
                                  f"tokenised with {args.vocab}?")
             checked_ids[0] = True
 
-    def embedding_loss(src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """The loss of this rank's embeddings, against every rank's when negatives are gathered."""
-        if not gather:
-            return loss_fn(src, tgt)
-        synchronize(ctx.device)
-        started = time.perf_counter()
-        all_src, all_tgt = all_gather_with_grad(src), all_gather_with_grad(tgt)
-        synchronize(ctx.device)
-        gather_seconds[0] += time.perf_counter() - started
-        return loss_fn(src, tgt, all_src, all_tgt, label_offset=ctx.rank * local_batch)
-
     def compute_loss(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         check_batch(batch)
-        return embedding_loss(*parts.trained(**batch)), {}
+        return loss_fn(*parts.trained(**batch)), {}
 
     def grad_cached_loss(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         check_batch(batch)
-        return grad_cached_step(parts.trained, batch, tc.grad_cache_chunk, embedding_loss,
+        return grad_cached_step(parts.trained, batch, tc.grad_cache_chunk, loss_fn,
                                 autocast=autocast_context(ctx.device, tc.bf16)), {}
 
     train_step = BackpropagatedStep(grad_cached_loss) if tc.grad_cache_chunk else compute_loss
@@ -378,13 +362,13 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         "world_size": ctx.world_size,
         "local_batch_size": local_batch,
         "global_batch_size": tc.global_batch_size,
-        "gather_negatives": gather,
+        "gather_negatives": tc.gather_negatives and ctx.world_size > 1,
         "grad_cache_chunk": tc.grad_cache_chunk,
         "final_loss": result.last_loss,
         "steps_timed": result.steps_timed,
         "seconds_per_step": result.seconds / max(1, result.steps_timed),
         "steps_per_second": result.steps_per_second,
-        "gather_forward_share": gather_seconds[0] / max(result.seconds, 1e-9),
+        "gather_forward_share": loss_fn.gather_seconds / max(result.seconds, 1e-9),
         "dev_accuracy": dev_result,
         "finished": step >= tc.max_steps,
     }
