@@ -104,6 +104,51 @@ def _seed_problem(value: Any) -> str | None:
     return f"seed must be an integer in [0, 2**63), got {value!r}"
 
 
+# ----------------------------------------------------------------------------------------------
+# Command-line metadata. Every field of the settings that a command builds from its options
+# (TrainConfig for labse-train, PretrainConfig for labse-pretrain) says here how it is set: its
+# option, help text and choices sit beside its type and default, and `labse_model.cli` builds the
+# options and the dataclass back from this, so a setting is declared once. A field that has no
+# option says so with `not_an_option`.
+
+CLI = "cli"  # the metadata key
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """How one dataclass field is set on the command line (read by `labse_model.cli.add_config_options`).
+
+    help: the help text; `--help` adds the default.
+    flag: the option, when it is not `--field-name` (e.g. `--lr` for `learning_rate`).
+    metavar, choices: as argparse's.
+    resumable: the setting may change on `--resume`. The option defaults to None ("not given"), so
+        that a resumed run can tell an option given from its default; a new run gets the field's default.
+    derived: the command derives the default from other options; the option defaults to None and
+        `--help` shows this text as the default (`{default}` is the field's default).
+    group: the argument group (a name the command maps to a group); None: the config's own group.
+
+    A bool field is a `--flag/--no-flag` pair; a `tuple[T, ...]` field takes comma-separated values.
+    """
+
+    help: str
+    flag: str | None = None
+    metavar: str | None = None
+    choices: tuple[Any, ...] | None = None
+    resumable: bool = False
+    derived: str | None = None
+    group: str | None = None
+
+
+def option(default: Any, help: str, **settings: Any) -> Any:
+    """A dataclass field with `default` that is a command-line option (`CliOption(help, **settings)`)."""
+    return field(default=default, metadata={CLI: CliOption(help, **settings)})
+
+
+def not_an_option(default: Any) -> Any:
+    """A dataclass field with `default` that deliberately has no command-line option."""
+    return field(default=default, metadata={CLI: None})
+
+
 @dataclass
 class ModelConfig:
     """A BERT encoder shared by both sides of the dual encoder, token pooling, LaBSE's dense+tanh head."""
@@ -174,8 +219,10 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation and loss settings of one `labse-train` run."""
 
-    global_batch_size: int = 4096  # the paper's batch; split evenly over ranks
-    margin: float = 0.3  # additive margin m, subtracted from the positive cosine only (paper)
+    # The paper's batch; split evenly over ranks.
+    global_batch_size: int = option(4096, "pairs per step over all processes (must divide by the process count)")
+    # Additive margin m, subtracted from the positive cosine only (paper).
+    margin: float = option(0.3, "additive margin on the positive")
     # Logit scale s multiplies cosines in [-1, 1]. TF Model Garden's LaBSE uses 100 with a
     # pre-trained BERT. This toolkit learns its own vocabulary, so its encoders start from random
     # weights, where every [CLS] embedding is nearly the same vector. Measured (BENCHMARKS.md,
@@ -186,27 +233,32 @@ class TrainConfig:
     # puts the softmax weight on the few currently-closest negatives, which at initialisation are
     # noise; CLIP likewise starts its learned scale at 1/0.07 ~ 14 and caps it at 100. Use
     # --scale 100 with --init-from a pre-trained encoder to follow Model Garden.
-    scale: float = 20.0
-    gather_negatives: bool = True  # score local rows against the global batch (cross-device negatives)
-    max_steps: int = 50_000
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-6
-    warmup_steps: int = 1000
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    max_seq_length: int = 64  # the paper's; sequences in the shards are already truncated to this
-    eval_every: int = 1000
-    save_every: int = 1000
-    log_every: int = 10
-    shuffle_buffer: int = 10_000
-    num_workers: int = 0
-    keep_checkpoints: int = 3  # newest checkpoints kept; 0 keeps all
-    bf16: bool = True  # bf16 autocast on CUDA; ignored on CPU
+    scale: float = option(20.0, "logit scale on cosines")
+    # Score local rows against the global batch (cross-device negatives).
+    gather_negatives: bool = option(True, "score local pairs against every process's pairs (the global batch)")
+    # The fields marked resumable may change on --resume (labse_model.train.RESUMABLE_OVERRIDES).
+    max_steps: int = option(50_000, "total optimizer steps", resumable=True)
+    learning_rate: float = option(1e-4, "peak AdamW learning rate", flag="--lr")
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    adam_betas: tuple[float, float] = not_an_option((0.9, 0.999))
+    adam_eps: float = not_an_option(1e-6)
+    warmup_steps: int = option(1000, "linear warm-up, then linear decay to 0")
+    max_grad_norm: float = option(1.0, "gradient clipping (0: off)")
+    seed: int = option(42, "seed of the initial weights, the data order and dropout")
+    # The paper's; sequences in the shards are already truncated to this.
+    max_seq_length: int = option(64, "truncate longer sequences")
+    eval_every: int = option(1000, "steps between dev evaluations", resumable=True, group="run")
+    save_every: int = option(1000, "steps between checkpoints", resumable=True, group="run")
+    log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
+    shuffle_buffer: int = option(10_000, "records in the data loader's shuffle buffer")
+    num_workers: int = option(0, "DataLoader workers per process", resumable=True, group="run")
+    keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
+    bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
     # Gradient caching (labse_model.grad_cache): encode each rank's batch C pairs at a time, so the
     # softmax spans the global batch while activation memory is that of C pairs. 0 = off.
-    grad_cache_chunk: int = 0
+    grad_cache_chunk: int = option(
+        0, "gradient caching: encode each process's batch C pairs at a time (activation memory of C pairs, "
+        "negatives of the whole global batch, one extra forward); 0 = off", metavar="C")
 
     def __post_init__(self) -> None:
         self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives a list
@@ -277,30 +329,39 @@ class PretrainConfig:
     L/4, L/2, L layers is LaBSE's progressive stacking. Optimiser settings are BERT's.
     """
 
-    global_batch_size: int = 256  # sequences per step over all processes, MLM and TLM together
-    max_steps: int = 1_000_000
-    stage_layers: tuple[int, ...] = ()  # () = LaBSE's L/4, L/2, L of the model's depth
-    stage_fractions: tuple[float, ...] = (2.0, 4.0, 9.0)
-    max_seq_length: int = 512
-    mask_prob: float = 0.2
-    max_predictions: int = 80
-    tlm_fraction: float = 0.0  # share of each batch that is translation pairs
-    lang_alpha: float = 0.3
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-6
-    warmup_steps: int = 10_000  # per stage: every stage starts a fresh optimizer (see labse_model.pretrain)
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    heldout_rate: float = 0.01  # share of packed sequences never trained on
-    heldout_per_language: int = 64
-    eval_every: int = 1000
-    save_every: int = 1000
-    log_every: int = 10
-    keep_checkpoints: int = 3
-    shuffle_buffer: int = 10_000  # of the TLM pair reader
-    bf16: bool = True
+    # Options marked `derived` take their default from the model (labse_model.pretrain.pretrain_settings).
+    global_batch_size: int = option(256, "sequences per step over all processes, MLM and TLM together")
+    max_steps: int = option(1_000_000, "steps over all stages")
+    # () = LaBSE's L/4, L/2, L of the model's depth.
+    stage_layers: tuple[int, ...] = option(
+        (), "layers per stage, each a multiple of the last; the full depth alone trains without stacking",
+        derived="L/4,L/2,L of the config's depth; mini: 1,2,4", group="model")
+    stage_fractions: tuple[float, ...] = option((2.0, 4.0, 9.0), "relative length of each stage (LaBSE: 2,4,9)",
+                                                group="model")
+    max_seq_length: int = option(512, "tokens per sequence", derived="{default}, or the config's positions if fewer")
+    mask_prob: float = option(0.2, "share of tokens to predict")
+    max_predictions: int = option(80, "masked tokens per sequence at most")
+    # Share of each batch that is translation pairs.
+    tlm_fraction: float = option(0.0, "share of each batch that is TLM pairs", derived="0.5 with --pairs, else 0")
+    lang_alpha: float = option(0.3, "language sampling exponent: p ~ sentences ** alpha")
+    learning_rate: float = option(1e-4, "peak AdamW learning rate", flag="--lr")
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    adam_betas: tuple[float, float] = not_an_option((0.9, 0.999))
+    adam_eps: float = not_an_option(1e-6)
+    # Per stage: every stage starts a fresh optimizer (see labse_model.pretrain).
+    warmup_steps: int = option(10_000, "linear warm-up of each stage")
+    max_grad_norm: float = option(1.0, "gradient clipping (0: off)")
+    seed: int = option(42, "seed of the initial weights, sampling, masking and dropout")
+    # Share of packed sequences never trained on.
+    heldout_rate: float = option(0.01, "share of packed monolingual sequences held out for evaluation")
+    heldout_per_language: int = option(64, "held-out sequences scored per language")
+    # The fields marked resumable may change on --resume (labse_model.pretrain.RESUMABLE_OVERRIDES).
+    eval_every: int = option(1000, "steps between held-out evaluations", resumable=True, group="run")
+    save_every: int = option(1000, "steps between checkpoints", resumable=True, group="run")
+    log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
+    keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
+    shuffle_buffer: int = not_an_option(10_000)  # of the TLM pair reader
+    bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
 
     def __post_init__(self) -> None:
         self.stage_layers = tuple(self.stage_layers)

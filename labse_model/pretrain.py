@@ -41,7 +41,15 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import HelpFormatter, add_run_arguments, command_main, run_dir_lock
+from labse_model.cli import (
+    HelpFormatter,
+    add_config_options,
+    add_run_arguments,
+    command_main,
+    config_from_args,
+    resumable_fields,
+    run_dir_lock,
+)
 from labse_model.config import (
     PRESETS,
     ModelConfig,
@@ -74,30 +82,16 @@ logger = logging.getLogger("labse_model.pretrain")
 CONFIG_FILE = "pretrain_config.json"
 ENCODER_FILE = "encoder.safetensors"
 SUMMARY_FILE = "pretrain_summary.json"
-# PretrainConfig fields a user may change when resuming; the others shape the run and must match.
-RESUMABLE_OVERRIDES = ("eval_every", "save_every", "log_every", "keep_checkpoints")
+# PretrainConfig fields a user may change when resuming (those whose option PretrainConfig marks
+# resumable); the others shape the run and must match.
+RESUMABLE_OVERRIDES = resumable_fields(PretrainConfig)
 
 
 # ----------------------------------------------------------------------------------------------
 # Command line
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def _float_list(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
-    defaults = PretrainConfig()
     parser = argparse.ArgumentParser(
         prog="labse-pretrain",
         description="Pre-train a BERT encoder with masked (MLM) and translation (TLM) language modelling and "
@@ -115,34 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     model = parser.add_argument_group("model")
     model.add_argument("--config", choices=sorted(PRESETS), default="base", help="encoder size preset")
     model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout")
-    model.add_argument("--stage-layers", type=_int_list, default=None,
-                       help="layers per stage, each a multiple of the last (default L/4,L/2,L; mini: 1,2,4); "
-                       "the full depth alone trains without stacking")
-    model.add_argument("--stage-fractions", type=_float_list, default=defaults.stage_fractions,
-                       help="relative length of each stage (LaBSE: 2,4,9)")
     train = parser.add_argument_group("pre-training")
-    train.add_argument("--max-steps", type=int, default=defaults.max_steps, help="steps over all stages")
-    train.add_argument("--global-batch-size", type=int, default=defaults.global_batch_size,
-                       help="sequences per step over all processes, MLM and TLM together")
-    train.add_argument("--max-seq-length", type=int, default=None,
-                       help=f"tokens per sequence (default {defaults.max_seq_length}, or the config's positions if fewer)")
-    train.add_argument("--mask-prob", type=float, default=defaults.mask_prob, help="share of tokens to predict")
-    train.add_argument("--max-predictions", type=int, default=defaults.max_predictions, help="at most per sequence")
-    train.add_argument("--tlm-fraction", type=float, default=None,
-                       help="share of each batch that is TLM pairs (default 0.5 with --pairs, else 0)")
-    train.add_argument("--lang-alpha", type=float, default=defaults.lang_alpha,
-                       help="language sampling exponent: p ~ sentences ** alpha")
-    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak AdamW learning rate")
-    train.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
-    train.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up of each stage")
-    train.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="gradient clipping (0: off)")
-    train.add_argument("--seed", type=int, default=defaults.seed)
-    train.add_argument("--heldout-rate", type=float, default=defaults.heldout_rate,
-                       help="share of packed monolingual sequences held out for evaluation")
-    train.add_argument("--heldout-per-language", type=int, default=defaults.heldout_per_language,
-                       help="held-out sequences scored per language")
-    train.add_argument("--no-bf16", dest="bf16", action="store_false", help="disable bf16 autocast on GPU")
-    add_run_arguments(parser, defaults, "held-out evaluations")
+    # One option per PretrainConfig field (--stage-layers and --stage-fractions in the model group).
+    add_config_options(train, PretrainConfig, groups={"model": model, "run": add_run_arguments(parser)})
     return parser
 
 
@@ -162,10 +131,6 @@ def check_arguments(args: argparse.Namespace) -> None:
 # Run configuration
 
 
-def _or(value, default):
-    return default if value is None else value
-
-
 def make_run_config(args: argparse.Namespace, world_size: int) -> PretrainRunConfig:
     model = ModelConfig.from_preset(args.config, count_vocab(args.vocab), hidden_dropout=args.dropout,
                                     attention_dropout=args.dropout)
@@ -176,31 +141,13 @@ def make_run_config(args: argparse.Namespace, world_size: int) -> PretrainRunCon
 
 def pretrain_settings(args: argparse.Namespace, num_layers: int, max_positions: int) -> PretrainConfig:
     """The PretrainConfig the options ask for, for a model of `num_layers` and `max_positions`;
-    ValueError naming any setting out of range."""
-    defaults = PretrainConfig()
-    return PretrainConfig(
-        global_batch_size=args.global_batch_size,
-        max_steps=args.max_steps,
-        stage_layers=args.stage_layers or default_stage_layers(num_layers),
-        stage_fractions=args.stage_fractions,
-        max_seq_length=_or(args.max_seq_length, min(defaults.max_seq_length, max_positions)),
-        mask_prob=args.mask_prob,
-        max_predictions=args.max_predictions,
-        tlm_fraction=_or(args.tlm_fraction, 0.5 if args.pairs else 0.0),
-        lang_alpha=args.lang_alpha,
-        learning_rate=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps,
-        max_grad_norm=args.max_grad_norm,
-        seed=args.seed,
-        heldout_rate=args.heldout_rate,
-        heldout_per_language=args.heldout_per_language,
-        eval_every=_or(args.eval_every, defaults.eval_every),
-        save_every=_or(args.save_every, defaults.save_every),
-        log_every=_or(args.log_every, defaults.log_every),
-        keep_checkpoints=_or(args.keep_checkpoints, defaults.keep_checkpoints),
-        bf16=args.bf16,
-    )
+    ValueError naming any setting out of range. The options not given that PretrainConfig marks
+    `derived` are derived here from the model and --pairs."""
+    return config_from_args(PretrainConfig, args, derived={
+        "stage_layers": lambda: default_stage_layers(num_layers),
+        "max_seq_length": lambda: min(PretrainConfig.max_seq_length, max_positions),
+        "tlm_fraction": lambda: 0.5 if args.pairs else 0.0,
+    })
 
 
 def check_run_config(config: PretrainRunConfig, world_size: int) -> list[Stage]:

@@ -24,7 +24,15 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import HelpFormatter, add_run_arguments, command_main, run_dir_lock
+from labse_model.cli import (
+    HelpFormatter,
+    add_config_options,
+    add_run_arguments,
+    command_main,
+    config_from_args,
+    resumable_fields,
+    run_dir_lock,
+)
 from labse_model.config import (
     POOLING_MODES,
     PRESETS,
@@ -61,8 +69,9 @@ from pipelines.io.atomic import write_text_atomic
 
 logger = logging.getLogger("labse_model.train")
 
-# TrainConfig fields a user may change when resuming (the rest must match the run being resumed).
-RESUMABLE_OVERRIDES = ("max_steps", "eval_every", "save_every", "log_every", "num_workers", "keep_checkpoints")
+# TrainConfig fields a user may change when resuming (the rest are the run's): those whose option
+# TrainConfig marks resumable. Their options default to None, so one not given keeps the run's value.
+RESUMABLE_OVERRIDES = resumable_fields(TrainConfig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -102,27 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default cls; with --init-from, the starting point's where it has one)")
     model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout (0 disables)")
     train = parser.add_argument_group("training (defaults: the paper's where it gives them)")
-    defaults = TrainConfig()
-    train.add_argument("--global-batch-size", type=int, default=defaults.global_batch_size,
-                       help="pairs per step over all processes (must divide by the process count)")
-    train.add_argument("--margin", type=float, default=defaults.margin, help="additive margin on the positive")
-    train.add_argument("--scale", type=float, default=defaults.scale, help="logit scale on cosines")
-    train.add_argument("--gather-negatives", action=argparse.BooleanOptionalAction, default=defaults.gather_negatives,
-                       help="score local pairs against every process's pairs (the global batch)")
-    train.add_argument("--max-steps", type=int, default=None, help=f"total optimizer steps (default {defaults.max_steps})")
-    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak AdamW learning rate")
-    train.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
-    train.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up, then linear decay to 0")
-    train.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="gradient clipping (0: off)")
-    train.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length, help="truncate longer sequences")
-    train.add_argument("--seed", type=int, default=defaults.seed)
-    train.add_argument("--shuffle-buffer", type=int, default=defaults.shuffle_buffer)
-    train.add_argument("--no-bf16", dest="bf16", action="store_false", help="disable bf16 autocast on GPU")
-    train.add_argument("--grad-cache-chunk", type=int, default=defaults.grad_cache_chunk, metavar="C",
-                       help="gradient caching: encode each process's batch C pairs at a time (activation "
-                       "memory of C pairs, negatives of the whole global batch, one extra forward); 0 = off")
-    run = add_run_arguments(parser, defaults, "dev evaluations")
-    run.add_argument("--num-workers", type=int, default=None, help="DataLoader workers per process (default 0)")
+    add_config_options(train, TrainConfig, groups={"run": add_run_arguments(parser)})  # one option per field
     return parser
 
 
@@ -133,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 def check_arguments(args: argparse.Namespace) -> None:
     """Every numeric option, checked before any work starts (TrainConfig's and ModelConfig's rules),
     also with --resume, where most of them are then taken from the run instead."""
-    train_config_from_args(args)
+    config_from_args(TrainConfig, args)
     check_dropout(args.dropout)
     if args.dev_max_pairs < 1:
         raise ValueError(f"--dev-max-pairs must be an integer >= 1, got {args.dev_max_pairs}")
@@ -152,7 +141,7 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
         check_run_vocab(start, args.vocab)
         model = model_config_for_run(start, args.config, args.pooling, args.dropout, vocab_size)
         start.check_matches(model)  # before the run directory is written
-    train_config = train_config_from_args(args)
+    train_config = config_from_args(TrainConfig, args)
     if train_config.max_seq_length > model.max_position_embeddings:
         raise ValueError(
             f"--max-seq-length {train_config.max_seq_length} exceeds the model's "
@@ -160,36 +149,6 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
         )
     return RunConfig(model=model, train=train_config, data=args.data, dev_data=args.dev_data, world_size=world_size,
                      init_from=args.init_from)
-
-
-def train_config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """The TrainConfig the options ask for; ValueError naming any setting out of range."""
-    defaults = TrainConfig()
-    return TrainConfig(
-        global_batch_size=args.global_batch_size,
-        margin=args.margin,
-        scale=args.scale,
-        gather_negatives=args.gather_negatives,
-        max_steps=args.max_steps if args.max_steps is not None else defaults.max_steps,
-        learning_rate=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps,
-        max_grad_norm=args.max_grad_norm,
-        seed=args.seed,
-        max_seq_length=args.max_seq_length,
-        eval_every=_or(args.eval_every, defaults.eval_every),
-        save_every=_or(args.save_every, defaults.save_every),
-        log_every=_or(args.log_every, defaults.log_every),
-        shuffle_buffer=args.shuffle_buffer,
-        num_workers=_or(args.num_workers, defaults.num_workers),
-        keep_checkpoints=_or(args.keep_checkpoints, defaults.keep_checkpoints),
-        bf16=args.bf16,
-        grad_cache_chunk=args.grad_cache_chunk,
-    )
-
-
-def _or(value, default):
-    return default if value is None else value
 
 
 def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int) -> RunConfig:
