@@ -33,7 +33,8 @@ from pipelines.io.stage_output import (
     read_completion,
     usage_error,
 )
-from pipelines.tfrecords.encode import ParallelTextSpec, TFRecordsConfig
+from pipelines.io.parallel_text import parse_parallel_text
+from pipelines.tfrecords.encode import TFRecordsConfig
 from pipelines.tfrecords.transforms import BuildTFRecords
 
 logger = logging.getLogger("pipelines.tfrecords")
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                                  min_score=args.min_score, include_text=args.include_text, seed=args.seed)
         if args.min_score is not None and not math.isfinite(args.min_score):
             raise ValueError(f"--min-score must be a finite number, got {args.min_score}")
-        specs = [ParallelTextSpec.parse(s) for s in args.parallel_text]
+        specs = [parse_parallel_text(s, "--parallel-text") for s in args.parallel_text]
         parquet_files: list[str] = []
         for location in args.pairs:
             found = find_parquet_files(location)

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
+from pipelines.io.parallel_text import ParallelTextSpec  # noqa: F401  (the --parallel-text spec; re-exported)
 from pipelines.io.tfrecord import encode_example
 
 logger = logging.getLogger("pipelines.tfrecords")
@@ -57,23 +58,6 @@ class TFRecordsConfig:
             raise ValueError(f"max_seq_length must be >= 3 ([CLS], one piece, [SEP]), got {self.max_seq_length}")
         if self.num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {self.num_shards}")
-
-
-@dataclass(frozen=True)
-class ParallelTextSpec:
-    src_lang: str
-    src_path: str
-    tgt_lang: str
-    tgt_path: str
-
-    @classmethod
-    def parse(cls, spec: str) -> "ParallelTextSpec":
-        """`src_lang:path,tgt_lang:path`."""
-        parts = spec.split(",")
-        if len(parts) != 2 or any(":" not in p for p in parts):
-            raise ValueError(f"--parallel-text expects 'src_lang:path,tgt_lang:path', got {spec!r}")
-        (src_lang, src_path), (tgt_lang, tgt_path) = (p.split(":", 1) for p in parts)
-        return cls(src_lang.strip(), src_path.strip(), tgt_lang.strip(), tgt_path.strip())
 
 
 def vocab_facts(raw: bytes, vocab_path: str) -> dict:
