@@ -125,7 +125,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         "--nproc-per-node", "2", "--gather-negatives",
         "--global-batch-size", str(DEMO_BATCH), "--max-steps", str(DEMO_STEPS), "--lr", str(DEMO_LR),
         "--warmup-steps", str(DEMO_STEPS // 10), "--log-every", "10", "--save-every", str(DEMO_STEPS), "--eval-every", "0",
-        "--dev-data", f"{data / 'multi30k' / 'val.de.gz'}:{data / 'multi30k' / 'val.en.gz'}", "--dev-max-pairs", "500",
+        "--dev-data", f"de:{data / 'multi30k' / 'val.de.gz'},en:{data / 'multi30k' / 'val.en.gz'}", "--dev-max-pairs", "500",
     ])
     if code != 0:
         raise RuntimeError(f"labse-train failed with exit code {code}")

@@ -92,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--dev-data",
         default=None,
-        help="held-out pairs for periodic retrieval accuracy: a TFRecord glob, or two line-aligned "
-        "text files 'SRC_FILE:TGT_FILE' (.gz allowed), e.g. Multi30k val.de.gz:val.en.gz",
+        metavar="SRC_LANG:PATH,TGT_LANG:PATH|GLOB",
+        help="held-out pairs for periodic retrieval accuracy: two line-aligned text files (.gz allowed) as for "
+        "labse-tfrecords --parallel-text, e.g. Multi30k de:val.de.gz,en:val.en.gz, or a TFRecord glob (quote it). "
+        "The older SRC_FILE:TGT_FILE form is still read in this release, with a deprecation warning",
     )
     data.add_argument("--dev-max-pairs", type=int, default=1000, help="pairs of --dev-data to use")
     data.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
@@ -126,6 +128,10 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_dropout(args.dropout)
     if args.dev_max_pairs < 1:
         raise ValueError(f"--dev-max-pairs must be an integer >= 1, got {args.dev_max_pairs}")
+    if args.dev_data is not None:
+        from labse_model.dev_eval import dev_text_files
+
+        dev_text_files(args.dev_data)  # a malformed SRC_LANG:PATH,TGT_LANG:PATH; its files are read later
 
 
 # ----------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def _args(vocab: Path, shards: str, output: Path, *extra: str) -> list[str]:
 @pytest.mark.parametrize("grad_cache_chunk", [0, 3], ids=["uncached", "grad-cache"])
 def test_resume_continues_exactly(inputs, labse_data, tmp_path, grad_cache_chunk):
     vocab, shards = inputs
-    dev = f"{labse_data}/multi30k/val.de.gz:{labse_data}/multi30k/val.en.gz"
+    dev = f"de:{labse_data}/multi30k/val.de.gz,en:{labse_data}/multi30k/val.en.gz"
     interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"
     chunking = ("--grad-cache-chunk", str(grad_cache_chunk))
 
