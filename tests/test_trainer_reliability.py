@@ -19,14 +19,7 @@ from labse_model.export import main as export_main
 from labse_model.run_log import read_metrics
 from labse_model.starting_point import load_starting_point
 from labse_model.train import main as train_main
-from model_helpers import build_vocab, write_shards
 
-
-@pytest.fixture(scope="module")
-def inputs(labse_data, tmp_path_factory):
-    root = tmp_path_factory.mktemp("reliability_inputs")
-    vocab = build_vocab(labse_data, root / "vocab")
-    return vocab, write_shards(labse_data, vocab, root / "shards", pairs_per_lang=32)
 
 
 def _args(vocab: Path, shards: str, output: Path, *extra: str) -> list[str]:
@@ -37,9 +30,9 @@ def _args(vocab: Path, shards: str, output: Path, *extra: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def finished_run(inputs, tmp_path_factory) -> Path:
+def finished_run(pair_inputs, tmp_path_factory) -> Path:
     """A finished 6-step run with checkpoints at steps 3 and 6; tests damage copies of it."""
-    vocab, shards = inputs
+    vocab, shards = pair_inputs
     run = tmp_path_factory.mktemp("reliability_run") / "run"
     assert train_main(_args(vocab, shards, run)) == 0
     assert [step for step, _ in ckpt.list_checkpoints(run)] == [3, 6]
@@ -111,9 +104,9 @@ def _assert_never_unpickled_or_advised(run: Path, caplog, capsys) -> None:
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
-def test_resume_skips_a_corrupt_latest_checkpoint_and_continues_exactly(inputs, finished_run, tmp_path, caplog,
+def test_resume_skips_a_corrupt_latest_checkpoint_and_continues_exactly(pair_inputs, finished_run, tmp_path, caplog,
                                                                         capsys, damage):
-    vocab, shards = inputs
+    vocab, shards = pair_inputs
     run = _copy(finished_run, tmp_path)
     name, spoil = DAMAGES[damage]
     damaged = run / "checkpoints" / "step-00000006" / name
@@ -148,8 +141,8 @@ def test_a_code_pickle_is_refused_in_one_line_that_never_advises_unsafe_loading(
     _assert_never_unpickled_or_advised(run, caplog, capsys)
 
 
-def test_an_explicit_step_that_is_corrupt_stops_with_one_line(inputs, finished_run, tmp_path, caplog, capsys):
-    vocab, shards = inputs
+def test_an_explicit_step_that_is_corrupt_stops_with_one_line(pair_inputs, finished_run, tmp_path, caplog, capsys):
+    vocab, shards = pair_inputs
     run = _copy(finished_run, tmp_path)
     state = run / "checkpoints" / "step-00000006" / ckpt.STATE_FILE
     replace_with_code_pickle(state)
@@ -167,8 +160,8 @@ def test_an_explicit_step_that_is_corrupt_stops_with_one_line(inputs, finished_r
     assert _errors(caplog) == ["--resume-step needs --resume"]
 
 
-def test_no_checkpoint_that_loads_is_one_line_naming_each(inputs, finished_run, tmp_path, caplog):
-    vocab, shards = inputs
+def test_no_checkpoint_that_loads_is_one_line_naming_each(pair_inputs, finished_run, tmp_path, caplog):
+    vocab, shards = pair_inputs
     run = _copy(finished_run, tmp_path)
     for step in ("step-00000003", "step-00000006"):
         truncate(run / "checkpoints" / step / ckpt.MODEL_FILE)
@@ -178,8 +171,8 @@ def test_no_checkpoint_that_loads_is_one_line_naming_each(inputs, finished_run, 
     assert "step-00000003" in errors[0] and "step-00000006" in errors[0]
 
 
-def test_resume_from_an_earlier_step_sets_the_later_checkpoints_aside(inputs, finished_run, tmp_path, caplog):
-    vocab, shards = inputs
+def test_resume_from_an_earlier_step_sets_the_later_checkpoints_aside(pair_inputs, finished_run, tmp_path, caplog):
+    vocab, shards = pair_inputs
     run = _copy(finished_run, tmp_path)
     assert train_main(_args(vocab, shards, run, "--resume", "--resume-step", "3")) == 0
     assert _losses(run) == _losses(finished_run)
@@ -206,9 +199,9 @@ def test_export_skips_a_corrupt_latest_checkpoint_unless_the_step_is_named(finis
     assert not (tmp_path / "model6").exists()
 
 
-def test_init_from_skips_a_corrupt_latest_checkpoint_and_names_damaged_weights(inputs, finished_run, tmp_path,
+def test_init_from_skips_a_corrupt_latest_checkpoint_and_names_damaged_weights(pair_inputs, finished_run, tmp_path,
                                                                                caplog, capsys):
-    vocab, shards = inputs
+    vocab, shards = pair_inputs
     run = _copy(finished_run, tmp_path)
     damaged = run / "checkpoints" / "step-00000006" / ckpt.MODEL_FILE
     truncate(damaged)
@@ -331,10 +324,10 @@ def test_pretrain_refuses_numbers_out_of_range_before_any_work(tmp_path, caplog,
     _assert_refused_before_any_work(status, caplog, tmp_path, expected)
 
 
-def test_a_run_config_with_a_bad_number_is_refused_naming_the_file(inputs, finished_run, tmp_path, caplog):
+def test_a_run_config_with_a_bad_number_is_refused_naming_the_file(pair_inputs, finished_run, tmp_path, caplog):
     import json
 
-    vocab, shards = inputs
+    vocab, shards = pair_inputs
     run = _copy(finished_run, tmp_path)
     config = json.loads((run / "config.json").read_text())
     config["train"]["learning_rate"] = float("nan")  # json writes NaN, which Python's json reads back
