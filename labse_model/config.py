@@ -361,6 +361,7 @@ class PretrainConfig:
     log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
     keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
     shuffle_buffer: int = not_an_option(10_000)  # of the TLM pair reader
+    mlm_shuffle_window: int = option(1000, "packed monolingual sequences of a file shuffled together (1: file order)")
     bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
 
     def __post_init__(self) -> None:
@@ -389,6 +390,7 @@ class PretrainConfig:
             int_at_least("log_every", self.log_every, 1),
             int_at_least("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)"),
             int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
+            int_at_least("mlm_shuffle_window", self.mlm_shuffle_window, 1),
         ])
         self.stage_fractions = tuple(float(f) for f in self.stage_fractions)
 

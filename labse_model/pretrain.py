@@ -333,8 +333,8 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     batches = PretrainBatches(corpora, packer, spec=spec, local_rows=local_rows, tlm_rows=tlm_local, tlm=tlm,
                               lang_alpha=settings.lang_alpha, rank=ctx.rank, world_size=ctx.world_size,
                               seed=settings.seed, heldout_rate=settings.heldout_rate,
-                              max_seq_length=settings.max_seq_length, pad_id=PAD_ID, start_step=start_step,
-                              position=position)
+                              max_seq_length=settings.max_seq_length, pad_id=PAD_ID,
+                              shuffle_window=settings.mlm_shuffle_window, start_step=start_step, position=position)
     write_run_dir(args, config, ctx)  # only now: bad input above has written nothing
     if resumed is not None:
         set_aside_later_checkpoints(run_dir, ctx, resumed)

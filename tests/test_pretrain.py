@@ -153,9 +153,9 @@ def test_language_stream_resumes_from_its_position(inputs):
     packer = Packer(hf_tokenizer(vocab), max_seq_length=48, cls_id=CLS_ID, sep_id=SEP_ID)
     de = corpora[0]
 
-    def stream(position=None, rank=0, world_size=1):
+    def stream(position=None, rank=0, world_size=1, shuffle_window=1):
         return LanguageStream(de, packer, rank=rank, world_size=world_size, seed=3, heldout_rate=0.1,
-                              position=position)
+                              shuffle_window=shuffle_window, position=position)
 
     epoch = [seq.ids for path, fmt in de.files for seq in packer.pack(path, fmt)
              if not is_heldout(path, seq.first_row, 0.1)]
@@ -169,6 +169,19 @@ def test_language_stream_resumes_from_its_position(inputs):
     head = [partial.next_sequence() for _ in range(len(epoch) // 2)]
     resumed = stream(dict(partial.position))
     assert head + [resumed.next_sequence() for _ in range(total - len(head))] == reference
+    # Shuffled in windows of 7: the same sequences per epoch in another order, and a resume from
+    # any point inside a window (or at its end) continues exactly.
+    shuffled = stream(shuffle_window=7)
+    reference = [shuffled.next_sequence() for _ in range(total)]
+    assert sorted(reference[: len(epoch)]) == sorted(epoch) and reference[: len(epoch)] != epoch
+    file_order = [seq.ids for path, fmt in stream().file_order(0) for seq in packer.pack(path, fmt)
+                  if not is_heldout(path, seq.first_row, 0.1)]
+    assert reference[: len(epoch)] != file_order
+    for cut in (1, 6, 7, 8, len(epoch) // 2, len(epoch)):
+        partial = stream(shuffle_window=7)
+        head = [partial.next_sequence() for _ in range(cut)]
+        resumed = stream(dict(partial.position), shuffle_window=7)
+        assert head + [resumed.next_sequence() for _ in range(total - cut)] == reference, cut
     # Two ranks split the two files: disjoint sequences, all from the training (not held-out) part.
     rank0, rank1 = stream(rank=0, world_size=2), stream(rank=1, world_size=2)
     a = {tuple(rank0.next_sequence()) for _ in range(5)}
