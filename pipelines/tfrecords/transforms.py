@@ -121,7 +121,7 @@ class ReadParquetPairs(beam.PTransform):
         super().__init__()
         self.paths = list(paths)
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         files = pbegin | "Files" >> beam.Create(self.paths)
         read = files | "Read" >> beam.ParDo(_ReadParquetPairs()).with_outputs("dropped", TALLY, main="pairs")
         matched = files | "CountFiles" >> CountByName(lambda _path: f"{FILES}.read")
@@ -166,7 +166,7 @@ class ReadParallelText(beam.PTransform):
         super().__init__()
         self.specs = list(specs)
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
         read = (
             pbegin
             | "Specs" >> beam.Create(self.specs)
