@@ -142,6 +142,17 @@ def test_accounting_identity_holds(runs, name):
     rows = sentences(out_dir)
     assert len(rows) == stats["sentences_kept"] == sum(stats["per_language"].values())
     assert set(SENTENCE_COLUMNS) <= set(rows[0])
+    # The accounting section (README contract 11) holds the same numbers as the top-level keys, and
+    # its kept units are what was written: the sentence rows, the documents those rows come from.
+    accounting = stats["accounting"]
+    assert set(accounting) == {"documents", "sentences"}
+    for unit, section in accounting.items():
+        assert {f"{unit}_{outcome}": section[outcome] for outcome in ("read", "kept", "dropped", "errored")} == {
+            key: stats[key] for key in (f"{unit}_read", f"{unit}_kept", f"{unit}_dropped", f"{unit}_errored")}
+    assert accounting["sentences"]["kept"] == len(rows)
+    assert accounting["documents"]["kept"] == len({(r["file"], r["offset"], r["doc_id"]) for r in rows})
+    assert accounting["documents"]["errored"] == len(
+        [e for e in errors(out_dir) if e["reason"] != "sentence_split_failed"])
     assert Counter(r["lang"] for r in rows) == Counter(stats["per_language"])
     # stats.json on disk is what run() returned, with the run configuration.
     assert json.loads((out_dir / "stats.json").read_text(encoding="utf-8")) == stats

@@ -18,6 +18,7 @@ from pipelines.tfrecords import cli as tfr_cli, encode as tfr_encode, transforms
 from tests.conftest import require_file
 from pipelines.io.stage_output import mark_complete
 from tests.object_store import ObjectStoreOnDisk
+from pipelines.accounting import identity_violations
 
 MAX_LEN = 16
 SCORED_ROWS = 300  # from Multi30k val de-en, as contract-7 scored pairs
@@ -123,6 +124,15 @@ def test_shards_schema_and_stats(built, labse_data):
     assert stats["written_pairs"] + dropped_pairs == SCORED_ROWS + fr_pairs == stats["input_pairs"]
     assert stats["written_pairs"] == schema["num_records"] == sum(s["num_records"] for s in schema["shards"])
     assert set(stats["language_pairs"]) == {"de-en", "fr-en"}
+    # The accounting section (README contract 11) balances and matches the records on disk.
+    assert identity_violations(stats) == [] and stats["identity_holds"]
+    pairs = stats["accounting"]["pairs"]
+    on_disk = sum(len(index_records(out / entry["file"])) for entry in schema["shards"])
+    assert pairs["read"] == SCORED_ROWS + fr_pairs and pairs["kept"] == on_disk == stats["written_pairs"]
+    assert pairs["dropped"] == {k: v for k, v in stats["dropped"].items() if k != "parquet_unreadable"}
+    assert pairs["errored"] == 0
+    assert stats["accounting"]["parquet_files"] == {"read": 3, "kept": 2, "dropped": {}, "errored": 1,
+                                                    "errors": {"parquet_unreadable": 1}}
     assert stats["truncated_src"] > 0  # max_seq_length 16 cuts many captions
 
 
@@ -312,7 +322,8 @@ def test_parallel_text_streams_and_counts_unaligned_lines(labse_data, tmp_path):
     out = list(tfr_beam._ReadParallelText().process(spec))
     pairs = [o for o in out if isinstance(o, dict)]
     assert [(p["src"], p["tgt"]) for p in pairs] == list(zip(de, en[:5]))
-    assert [o.value for o in out if not isinstance(o, dict)] == ["unaligned_line"] * 2
+    assert _tagged(out, "dropped") == ["unaligned_line"] * 2
+    assert _tagged(out, "tally") == [{"pairs.read": 7}]  # every line position: 5 pairs + 2 unaligned
 
 
 def test_parquet_pairs_without_src_tgt_are_dropped_with_a_reason(tmp_path):
@@ -322,9 +333,16 @@ def test_parquet_pairs_without_src_tgt_are_dropped_with_a_reason(tmp_path):
     pq.write_table(pa.table({"src": ["Hallo Welt."], "other": ["x"]}), tmp_path / "bad.parquet")
     pq.write_table(pa.table({"src": ["Hallo."], "tgt": ["Hello."], "score": [0.9]}), tmp_path / "good.parquet")
     bad = list(tfr_beam._ReadParquetPairs().process(str(tmp_path / "bad.parquet")))
-    assert [o.value for o in bad] == ["parquet_without_src_tgt"]
+    assert _tagged(bad, "dropped") == ["parquet_without_src_tgt"]
+    assert _tagged(bad, "tally") == [{"pairs.read": 0, "parquet_files.errored.parquet_without_src_tgt": 1}]
     good = list(tfr_beam._ReadParquetPairs().process(str(tmp_path / "good.parquet")))
-    assert good == [{"src": "Hallo.", "tgt": "Hello.", "score": 0.9}]
+    assert [o for o in good if isinstance(o, dict)] == [{"src": "Hallo.", "tgt": "Hello.", "score": 0.9}]
+    assert _tagged(good, "tally") == [{"pairs.read": 1, "parquet_files.kept": 1}]
+
+
+def _tagged(outputs, tag):
+    """The values a DoFn's `process` gave on one tagged output."""
+    return [o.value for o in outputs if getattr(o, "tag", None) == tag]
 
 
 # ------------------------------------------------------------------ refused before any work starts
@@ -390,4 +408,4 @@ def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_
 
 def test_a_named_pipe_named_like_parquet_is_counted_unreadable_not_a_hang(tmp_path):
     os.mkfifo(tmp_path / "pipe.parquet")
-    assert [o.value for o in tfr_beam._ReadParquetPairs().process(str(tmp_path / "pipe.parquet"))] == ["parquet_unreadable"]
+    assert _tagged(tfr_beam._ReadParquetPairs().process(str(tmp_path / "pipe.parquet")), "dropped") == ["parquet_unreadable"]

@@ -25,9 +25,11 @@ def test_count_batch_accounts_for_every_sentence(labse_data):
     rows = [("de", s) for s in multi30k_lines(labse_data, "de", 200)] + [("de", ""), (None, "text"), ("de", "  ")]
     counts, heldout, tally = count_batch(rows, holdout_rate=0.1)
     dropped = sum(v for k, v in tally.items() if k.startswith("sentences.dropped."))
-    assert tally["sentences.read"] == len(rows) == tally["sentences.kept"] + tally["sentences.heldout"] + dropped
+    assert tally["sentences.read"] == len(rows) == tally["sentences.kept"] + dropped
     assert tally["sentences.dropped.empty"] == 2 and tally["sentences.dropped.no_lang"] == 1
     assert 0 < len(heldout) < 60 and all(is_heldout(text, 0.1) for _, text in heldout)
+    # held out = not counted, and read again as a held-out sentence for the report
+    assert tally["sentences.dropped.held_out"] == len(heldout) == tally["heldout_sentences.read"]
     expected = Counter()
     for lang, text in rows[:200]:
         if not is_heldout(text, 0.1):
@@ -83,6 +85,22 @@ def test_labse_vocab_end_to_end_parquet_and_text(labse_data, tmp_path):
     assert sum(shares) == pytest.approx(1.0)
     tally = stats["tally"]
     assert tally["sentences.read"] == len(german) + len(russian) + len(chinese) + len(english)
+    # The accounting section (README contract 11): every sentence read was counted or dropped by
+    # reason; every held-out one is in heldout.jsonl (the report's sentences) or over the limit.
+    from pipelines.accounting import identity_violations
+
+    assert identity_violations(stats) == [] and stats["identity_holds"]
+    sentences_, heldout = stats["accounting"]["sentences"], stats["accounting"]["heldout_sentences"]
+    every = [text for lines in (german, russian, chinese, english) for text in lines]
+    assert sentences_["read"] == len(every) and sentences_["errored"] == 0
+    held = [text for text in every if text.strip() and is_heldout(text, 0.05)]
+    assert sentences_["kept"] == sum(1 for text in every if text.strip() and not is_heldout(text, 0.05)
+                                     and pretokenize(text))
+    assert sentences_["dropped"]["held_out"] == heldout["read"] == len(held) > 0
+    written = [json.loads(line) for line in
+               (tmp_path / "out" / "vocab.work" / "heldout.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert heldout["kept"] == sum(len(row["texts"]) for row in written) == heldout["read"]
+    assert heldout["dropped"] == {}  # under the 2,000 a language the report takes
 
     report = json.loads((tmp_path / "out" / "vocab.report.json").read_text(encoding="utf-8"))
     assert report["vocab_size"] == 3000

@@ -10,7 +10,8 @@ report measures [UNK] share, subwords per word and whole words per language on t
 sentences (`vocab.report`). The command line (`labse-vocab`) is `vocab.cli`.
 
 Outputs next to `output` (vocab.txt): `vocab.report.json`, `vocab.report.png`, `vocab.stats.json`
-(configuration, tallies, weights, learner search; written last), and `vocab.work/` (counts TSV,
+(the accounting section of README contract 11 for sentences and held-out sentences,
+configuration, tallies, weights, learner search; written last), and `vocab.work/` (counts TSV,
 held-out, tally). Beam and TensorFlow are imported only when a build runs.
 """
 from __future__ import annotations
@@ -227,7 +228,9 @@ def build(
 
 def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_files: Mapping[str, str] | None,
            config: VocabConfig, beam_args: Sequence[str]) -> BuildResult:
+    from pipelines.accounting import accounting_section
     from pipelines.io.stage_output import write_stats_json
+    from vocab.count import UNITS
     from vocab.report import build_report, write_report
     from vocab.smoothing import language_weights, smoothed_shares
 
@@ -250,6 +253,7 @@ def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_f
     report = build_report(output, heldout)
     write_report(report, paths["report"], paths["png"])
     stats = {
+        **accounting_section(tally, UNITS),
         "config": asdict(config),
         "tally": tally,
         "languages": {

@@ -24,6 +24,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.accounting import report_identity
 from pipelines.io.stage_output import (
     IncompleteOutputError,
     OutputExistsError,
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             stats = json.load(f)
         print(f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} shards "
               f"under {args.output}; dropped: {stats['dropped'] or 'none'}")
+        return report_identity("labse-tfrecords", stats)
     return 0
 
 

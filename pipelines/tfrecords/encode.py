@@ -189,8 +189,12 @@ def encode_pair(pair: dict, src_pieces: list[int] | None, tgt_pieces: list[int] 
 
 
 def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFRecordsConfig, vocab: dict,
-                    inputs: dict, input_pairs: int | None = None) -> tuple[dict, dict]:
-    """(schema.json, stats.json) contents from the shard summaries and drop counts."""
+                    inputs: dict, input_pairs: int | None = None, accounting: dict | None = None) -> tuple[dict, dict]:
+    """(schema.json, stats.json) contents from the shard summaries and drop counts.
+
+    `accounting`: the stage's accounting section (`{"accounting": ..., "identity_holds": ...}`,
+    README contract 11), built by the Beam side from its tallies; stats.json carries it as given.
+    """
     shards = sorted(shards, key=lambda s: s["file"])
     total = sum(s["num_records"] for s in shards)
     features = dict(FEATURES_DOC)
@@ -217,6 +221,7 @@ def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFReco
         dropped["duplicate_pair"] = dup
     stats = {
         "stage": "labse-tfrecords",
+        **(accounting or {}),
         "config": asdict(config),
         "inputs": inputs,
         "input_pairs": input_pairs,

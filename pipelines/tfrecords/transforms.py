@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.accounting import ReasonCounters
+from pipelines.accounting import CountByName, MergeTallies, ReasonCounters, accounting_section
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.stage_output import mark_complete, write_stats_json
@@ -40,6 +40,25 @@ logger = logging.getLogger("pipelines.tfrecords")
 
 COUNTER_NAMESPACE = "labse-tfrecords"
 
+# stats.json's accounting units (pipelines.accounting, README contract 11):
+#   pairs: read (Parquet rows, and parallel-text line positions) -> kept (written to a shard),
+#       dropped by reason (missing_text, empty_text, bad_score, below_min_score, score_missing,
+#       no_word_pieces, unaligned_line, duplicate_pair) or errored (tokenizer_error);
+#   parquet_files: the --pairs files -> kept (read through) or errored (parquet_unreadable,
+#       parquet_without_src_tgt); rows read before a file turned out damaged are pairs read.
+PAIRS, FILES = "pairs", "parquet_files"
+UNITS = (PAIRS, FILES)
+FILE_REASONS = ("parquet_unreadable", "parquet_without_src_tgt")
+ERROR_REASONS = ("tokenizer_error",)
+TALLY = "tally"
+
+
+def drop_key(reason: str) -> str | None:
+    """The tally key of a pair's drop reason; None for a file's (the reader's tally counts those)."""
+    if reason in FILE_REASONS:
+        return None
+    return f"{PAIRS}.{'errored' if reason in ERROR_REASONS else 'dropped'}.{reason}"
+
 
 def vocab_fingerprint(vocab_path: str) -> dict:
     """File name, sha256, size and special-token ids of a vocab.txt (recorded in schema.json),
@@ -60,11 +79,15 @@ def _count(reason: str, value: int = 1) -> None:
 
 
 class _ReadParquetPairs(beam.DoFn):
-    """One Parquet file -> pair dicts, in record batches; unreadable files are counted, not fatal."""
+    """One Parquet file -> pair dicts, in record batches; unreadable files are counted, not fatal.
+
+    Outputs per file a tally (`tally`): its rows (`pairs.read`) and its outcome
+    (`parquet_files.kept`, or `parquet_files.errored.<reason>` plus the reason on `dropped`)."""
 
     def process(self, path: str):
         from pipelines.io.readers import local_file_problem
 
+        rows = 0
         try:
             problem = local_file_problem(path)
             if problem is not None:  # a named pipe would block the open forever
@@ -72,38 +95,50 @@ class _ReadParquetPairs(beam.DoFn):
             with FileSystems.open(path, compression_type="uncompressed") as f:
                 for row in iter_parquet_rows(f, path, ("src", "tgt"), ("src_lang", "tgt_lang", "score")):
                     _count("input_pairs")
+                    rows += 1
                     yield row
         except MissingColumnsError as exc:
             _count("parquet_without_src_tgt")
             logger.warning("%s; skipped", exc)
-            yield beam.pvalue.TaggedOutput("dropped", "parquet_without_src_tgt")
+            outcome = "parquet_without_src_tgt"
         except Exception as exc:  # corrupt footer, truncated file, permission ...
             _count("parquet_unreadable")
             logger.error("%s: unreadable Parquet file (%s); skipped", path, exc)
-            yield beam.pvalue.TaggedOutput("dropped", "parquet_unreadable")
+            outcome = "parquet_unreadable"
+        else:
+            outcome = None
+        tally = {f"{PAIRS}.read": rows, f"{FILES}.kept" if outcome is None else f"{FILES}.errored.{outcome}": 1}
+        yield beam.pvalue.TaggedOutput(TALLY, tally)
+        if outcome is not None:
+            yield beam.pvalue.TaggedOutput("dropped", outcome)
 
 
 class ReadParquetPairs(beam.PTransform):
-    """Parquet files (a list of paths) -> dict rows with src/tgt[/src_lang/tgt_lang/score]; drops tagged 'dropped'."""
+    """Parquet files (a list of paths) -> dict rows with src/tgt[/src_lang/tgt_lang/score]; drops
+    tagged 'dropped'; tallies (`pairs.read`, `parquet_files.*`) tagged 'tally'."""
 
     def __init__(self, paths: Sequence[str]):
         super().__init__()
         self.paths = list(paths)
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        return (
-            pbegin
-            | "Files" >> beam.Create(self.paths)
-            | "Read" >> beam.ParDo(_ReadParquetPairs()).with_outputs("dropped", main="pairs")
-        )
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        files = pbegin | "Files" >> beam.Create(self.paths)
+        read = files | "Read" >> beam.ParDo(_ReadParquetPairs()).with_outputs("dropped", TALLY, main="pairs")
+        matched = files | "CountFiles" >> CountByName(lambda _path: f"{FILES}.read")
+        tally = (matched, read[TALLY]) | "ReaderTally" >> MergeTallies()
+        return {"pairs": read.pairs, "dropped": read.dropped, TALLY: tally}
 
 
 class _ReadParallelText(beam.DoFn):
+    """Two line-aligned files -> pair dicts; a line one side has more of is `unaligned_line` on
+    `dropped`; a tally (`tally`) of the line positions read (`pairs.read`)."""
+
     def process(self, spec: ParallelTextSpec):
-        unaligned = 0
+        unaligned = positions = 0
         # Line by line from both files at once: a parallel corpus can be larger than memory.
         with FileSystems.open(spec.src_path) as fs, FileSystems.open(spec.tgt_path) as ft:
             for src, tgt in itertools.zip_longest(_text_lines(fs), _text_lines(ft)):
+                positions += 1
                 if src is None or tgt is None:
                     unaligned += 1
                     _count("unaligned_line")
@@ -114,6 +149,7 @@ class _ReadParallelText(beam.DoFn):
         if unaligned:
             logger.warning("%s and %s differ by %d lines: the extra lines are dropped",
                            spec.src_path, spec.tgt_path, unaligned)
+        yield beam.pvalue.TaggedOutput(TALLY, {f"{PAIRS}.read": positions})
 
 
 def _text_lines(handle) -> Iterator[str]:
@@ -123,18 +159,20 @@ def _text_lines(handle) -> Iterator[str]:
 
 
 class ReadParallelText(beam.PTransform):
-    """Line-aligned text files (gzip or plain) -> pair dicts with score 1.0; extra lines tagged 'dropped'."""
+    """Line-aligned text files (gzip or plain) -> pair dicts with score 1.0; extra lines tagged
+    'dropped'; a tally per pair of files (`pairs.read`) tagged 'tally'."""
 
     def __init__(self, specs: Sequence[ParallelTextSpec]):
         super().__init__()
         self.specs = list(specs)
 
-    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.pvalue.DoOutputsTuple:
-        return (
+    def expand(self, pbegin: beam.pvalue.PBegin) -> dict[str, beam.PCollection]:
+        read = (
             pbegin
             | "Specs" >> beam.Create(self.specs)
-            | "Read" >> beam.ParDo(_ReadParallelText()).with_outputs("dropped", main="pairs")
+            | "Read" >> beam.ParDo(_ReadParallelText()).with_outputs("dropped", TALLY, main="pairs")
         )
+        return {"pairs": read.pairs, "dropped": read.dropped, TALLY: read[TALLY]}
 
 
 class _EncodePairs(beam.DoFn):
@@ -258,9 +296,14 @@ class _WriteManifests(beam.DoFn):
         self.vocab = vocab
         self.inputs = inputs
 
-    def process(self, _, shards: list[dict], drops: dict[str, int], input_pairs: int):
+    def process(self, _, shards: list[dict], drops: dict[str, int], input_pairs: int, tally: dict):
+        # the pairs kept are the records the shards hold; duplicates are dropped where they are written
+        tally = dict(tally)
+        tally[f"{PAIRS}.kept"] = sum(s["num_records"] for s in shards)
+        tally[f"{PAIRS}.dropped.duplicate_pair"] = sum(s["duplicate_pair"] for s in shards)
         schema, stats = build_manifests(shards, drops, config=self.config, vocab=self.vocab,
-                                        inputs=self.inputs, input_pairs=input_pairs)
+                                        inputs=self.inputs, input_pairs=input_pairs,
+                                        accounting=accounting_section(tally, UNITS))
         write_json_atomic(FileSystems.join(self.output_dir, "schema.json"), schema)
         write_stats_json(FileSystems.join(self.output_dir, "stats.json"), stats)
         mark_complete(self.output_dir, stats, stage="labse-tfrecords")  # the last write of the stage
@@ -286,9 +329,11 @@ class PairsToTFRecords(beam.PTransform):
             tokenizer by default (tests pass a light one).
         default_score: the score of a pair whose row has none.
 
-    Input: `(pairs, reader_drops)`: dicts with `src`, `tgt` and optionally `src_lang`, `tgt_lang`,
-    `score`, and the drop reasons (strings) of the readers, counted into stats.json. Returns a
-    PCollection holding the single stats dict once everything is written.
+    Input: `(pairs, reader_drops)` or `(pairs, reader_drops, reader_tally)`: dicts with `src`,
+    `tgt` and optionally `src_lang`, `tgt_lang`, `score`; the drop reasons (strings) of the
+    readers, counted into stats.json; and the readers' tallies (`pairs.read`, `parquet_files.*`;
+    without them every input pair counts as read). Returns a PCollection holding the single stats
+    dict once everything is written.
 
     Example::
 
@@ -312,8 +357,8 @@ class PairsToTFRecords(beam.PTransform):
         self.tokenizer_factory = tokenizer_factory
         self.default_score = default_score
 
-    def expand(self, inputs: tuple[beam.PCollection, beam.PCollection]) -> beam.PCollection:
-        pairs, reader_drops = inputs
+    def expand(self, inputs: tuple) -> beam.PCollection:
+        pairs, reader_drops, *reader_tally = inputs
         cfg = self.config
         kept = pairs | "Filter" >> beam.FlatMap(_keep_or_drop, cfg.min_score, self.default_score).with_outputs(
             "dropped", main="kept")
@@ -330,13 +375,21 @@ class PairsToTFRecords(beam.PTransform):
             | "WriteShards" >> beam.ParDo(_WriteShard(self.output_dir, cfg.num_shards))
             | "ShardList" >> beam.combiners.ToList()
         )
+        all_drops = (reader_drops, kept.dropped, encoded.dropped) | "AllDrops" >> beam.Flatten()
         drops = (
-            (reader_drops, kept.dropped, encoded.dropped)
-            | "AllDrops" >> beam.Flatten()
+            all_drops
             | "CountDrops" >> beam.combiners.Count.PerElement()
             | "DropDict" >> beam.combiners.ToDict()
         )
         input_pairs = pairs | "CountInputs" >> beam.combiners.Count.Globally()
+        if not reader_tally:  # pairs made by the caller: each one, and each reader drop of a pair, is a pair read
+            reader_tally = [pairs | "CountRead" >> CountByName(lambda _pair: f"{PAIRS}.read"),
+                            reader_drops | "CountDroppedRead" >> CountByName(
+                                lambda reason: None if reason in FILE_REASONS else f"{PAIRS}.read")]
+        tally = (
+            (*reader_tally, all_drops | "DropTally" >> CountByName(drop_key))
+            | "Tally" >> MergeTallies()
+        )
         return (
             pairs.pipeline
             | "Once" >> beam.Create([None])
@@ -345,6 +398,7 @@ class PairsToTFRecords(beam.PTransform):
                 beam.pvalue.AsSingleton(shard_stats),
                 beam.pvalue.AsSingleton(drops),
                 beam.pvalue.AsSingleton(input_pairs),
+                beam.pvalue.AsSingleton(tally),
             )
         )
 
@@ -388,15 +442,18 @@ class BuildTFRecords(beam.PTransform):
                                              tokenizer_factory=tokenizer_factory)
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        pair_sets, drop_sets = [], []
+        pair_sets, drop_sets, tally_sets = [], [], []
         if self.parquet_files:
             parquet = pbegin | "ReadParquet" >> ReadParquetPairs(self.parquet_files)
-            pair_sets.append(parquet.pairs)
-            drop_sets.append(parquet.dropped)
+            pair_sets.append(parquet["pairs"])
+            drop_sets.append(parquet["dropped"])
+            tally_sets.append(parquet[TALLY])
         if self.parallel_text:
             text = pbegin | "ReadParallelText" >> ReadParallelText(self.parallel_text)
-            pair_sets.append(text.pairs)
-            drop_sets.append(text.dropped)
+            pair_sets.append(text["pairs"])
+            drop_sets.append(text["dropped"])
+            tally_sets.append(text[TALLY])
         pairs = tuple(pair_sets) | "AllPairs" >> beam.Flatten()
         drops = tuple(drop_sets) | "ReaderDrops" >> beam.Flatten()
-        return (pairs, drops) | "PairsToTFRecords" >> self.to_tfrecords
+        tally = tuple(tally_sets) | "ReaderTallies" >> MergeTallies()
+        return (pairs, drops, tally) | "PairsToTFRecords" >> self.to_tfrecords
