@@ -21,7 +21,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m pipelines.demo --data $(LABSE_DATA) --output demo_out
+	$(PY) -m labse_model.demo --data $(LABSE_DATA) --output demo_out
 
 test: $(STAMP)
 	$(PY) -m pytest tests

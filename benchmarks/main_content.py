@@ -20,8 +20,9 @@ Speed (CPU seconds of this process, best of several runs, so a busy shared machi
 numbers less than wall time would): lines/s of ``MainContentModel.score_lines`` (featurise +
 one fastText call + page smoothing); pages/s of HTML -> lines -> classifier vs the teacher's
 ``trafilatura.extract``, and the CPU ms a page of its HTML feature (``html_main_flags``); and
-pages/s of labse-clean's whole per-document text stage (``pipelines.clean.clean_document``: lines,
-classifier, lid.176, sentences, filters) vs the teacher.
+pages/s of labse-clean's whole per-document text stage
+(``pipelines.text.document.clean_document``: lines, classifier, lid.176, sentences, filters) vs the
+teacher.
 The classifier rows are measured with the HTML feature (WARC input; ``clean_document`` passes the
 page's HTML) and without it (text only, as for WET input).
 
@@ -181,11 +182,11 @@ def measure_quality(args, work: Path, data_dir: Path, cc_model, teacher) -> dict
 
 def measure_speed(args, cc_model, cc_model_path: Path, teacher) -> dict:
     """CPU-time speeds on the article pages plus the CC pages (module docstring)."""
-    from pipelines.clean import CleanConfig, clean_document
     from pipelines.io.documents import KIND_HTML, Document
     from pipelines.io.readers import check_pattern_matches, read_records
     from pipelines.main_content.labels import teacher_extract
     from pipelines.main_content.model import html_main_flags
+    from pipelines.text.document import CleanConfig, clean_document
     from pipelines.text.html import html_to_lines, parse_html, tree_to_lines
     from pipelines.text.langid import LanguageIdentifier
 

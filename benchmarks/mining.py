@@ -368,7 +368,7 @@ def bench_speed(args) -> None:
     Other jobs share the machine, so single timings swing by +-50%; alternating the two and
     keeping each one's best time compares them under the same conditions.
     """
-    from pipelines.mine import embed_texts_with_beam
+    from pipelines.mining.beam_mining import embed_texts_with_beam
     from pipelines.mining.embedders import load_embedder
 
     texts = read_lines(DATA / "multi30k/train.de.gz")[: args.sentences]

@@ -9,24 +9,51 @@ Layout (contract 9):
 
 A checkpoint is written into a hidden temporary folder beside the final one and renamed into place,
 so a `step-*` folder is always complete; a crash leaves at most a `.tmp-*` folder, which is ignored.
+
+Reading one back never trusts it: a file that does not parse (truncated by a full disk or a crash
+of the machine before the data reached it, overwritten) raises `CorruptCheckpointError` naming the
+file, and nothing is unpickled (torch files are read with `weights_only=True`; a file that holds
+other objects is refused without PyTorch's advice to load it unsafely). Without an explicit step,
+readers take the newest checkpoint whose files all read back (`choose_checkpoint`) and say in one
+line which ones they skipped; a resume then renames those out of the way (`set_aside_after`).
 """
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import random
 import re
 import shutil
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Generic, TypeVar
 
 import numpy as np
 import torch
 
 from pipelines.io.atomic import atomic_path
 
+logger = logging.getLogger("labse_model.checkpoint")
+
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "training_state.pt"
+# What every training_state.pt holds (labse_model.loop.save_checkpoint); tasks add their own keys.
+STATE_KEYS = ("step", "world_size", "optimizer", "scheduler")
+RNG_KEYS = ("torch", "python", "numpy")
+
+Loaded = TypeVar("Loaded")
+
+
+class CorruptCheckpointError(ValueError):
+    """A checkpoint or weights file that does not read back: truncated, damaged, or holding more than
+    tensors and plain values (refused, never unpickled). The message names the file, on one line."""
+
+
+def rng_file(checkpoint: Path, rank: int) -> Path:
+    return Path(checkpoint) / f"rng-rank{rank:05d}.pt"
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -106,16 +133,79 @@ def save_model_weights(model: torch.nn.Module, path: Path) -> None:
         save_file(tensors, tmp, metadata={"format": "pt"})
 
 
-def load_model_weights(model: torch.nn.Module, path: Path) -> None:
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, on CPU; CorruptCheckpointError when the file does not parse.
+
+    safetensors checks that its header is valid JSON and that the tensors it lists cover the file
+    exactly, so a truncated, zero-filled or overwritten file is caught here. (There is no checksum:
+    damage inside the tensor bytes that keeps the size cannot be seen.)
+    """
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    tensors = load_file(str(path), device="cpu")
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    if missing or unexpected:
+    try:
+        return load_file(str(path), device="cpu")
+    except SafetensorError as exc:
+        raise CorruptCheckpointError(f"{path} is not a valid safetensors file (truncated or damaged: {exc})") from None
+
+
+def read_torch_file(path: Path) -> Any:
+    """A file written by `torch.save`, read with `weights_only=True`: tensors and plain values only.
+
+    A file holding other objects (a pickle that would run code when loaded, or anything this
+    trainer never writes) is refused with one line naming it; PyTorch's own message advises
+    retrying with `weights_only=False`, which must never be done with such a file, so it is not
+    shown. Any other failure to read it (torch raises EOFError, OSError, RuntimeError, IndexError,
+    UnpicklingError, ... for truncated or overwritten files) is reported as damage.
+    """
+    try:
+        with warnings.catch_warnings():
+            # The weights-only unpickler warns about pickle protocols it does not expect before it
+            # refuses such a file; the refusal below is the message that matters.
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except pickle.UnpicklingError as exc:
+        if "weights only" in str(exc).lower():
+            raise CorruptCheckpointError(
+                f"{path} is not a valid or trusted checkpoint file: it holds Python objects other than tensors "
+                "and plain values, so it was not loaded (nothing in it was run)") from None
+        raise CorruptCheckpointError(f"{path} is not a valid checkpoint file (truncated or damaged: "
+                                     f"{_first_line(exc)})") from None
+    except Exception as exc:  # noqa: BLE001 - see the docstring: every parse failure means a damaged file
+        raise CorruptCheckpointError(f"{path} is not a valid checkpoint file (truncated or damaged: "
+                                     f"{_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The exception's first sentence: torch's messages go on with general advice over many lines."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0].split('. ')[0][:160]}" if text else type(exc).__name__
+
+
+def read_checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The model weights of one checkpoint folder (`read_weights` of its model.safetensors)."""
+    return read_weights(Path(checkpoint) / MODEL_FILE)
+
+
+def apply_model_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], source: Path) -> None:
+    """Copy `tensors` into `model`; ValueError naming `source` unless they are exactly its weights."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    wrong_shapes = [f"{k} {tuple(v.shape)} != {tuple(expected[k].shape)}" for k, v in tensors.items()
+                    if k in expected and v.shape != expected[k].shape]
+    if missing or unexpected or wrong_shapes:
         raise ValueError(
-            f"{path} does not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
-            " (was it trained with a different --config?)"
+            f"{source} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}, "
+            f"other shapes {wrong_shapes[:5]} (was it trained with a different --config?)"
         )
+    model.load_state_dict(tensors)
+
+
+def load_model_weights(model: torch.nn.Module, path: Path) -> None:
+    apply_model_weights(model, read_weights(path), path)
 
 
 def save_checkpoint(
@@ -161,12 +251,132 @@ def save_checkpoint(
     return final
 
 
-def load_training_state(checkpoint: Path) -> dict[str, Any]:
-    return torch.load(Path(checkpoint) / STATE_FILE, map_location="cpu", weights_only=True)
+def load_training_state(checkpoint: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """training_state.pt, checked to hold what the loop wrote (and the task's `required` keys)."""
+    path = Path(checkpoint) / STATE_FILE
+    return _dict_with(read_torch_file(path), STATE_KEYS + tuple(required), path, "training state")
 
 
 def load_rng_state(checkpoint: Path, rank: int) -> dict[str, Any] | None:
-    path = Path(checkpoint) / f"rng-rank{rank:05d}.pt"
+    path = rng_file(checkpoint, rank)
     if not path.is_file():
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return _dict_with(read_torch_file(path), RNG_KEYS, path, "RNG state")
+
+
+def _dict_with(value: Any, keys: tuple[str, ...], path: Path, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict) or any(key not in value for key in keys):
+        present = sorted(value) if isinstance(value, dict) else type(value).__name__
+        raise CorruptCheckpointError(f"{path} is not a valid checkpoint file: not a {what} (expected keys "
+                                     f"{list(keys)}, found {present})")
+    return value
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a checkpoint back whole, and choosing the newest one that reads
+
+
+@dataclass
+class ResumePoint:
+    """Everything a resume takes from one checkpoint, read and checked before anything is restored."""
+
+    path: Path
+    state: dict[str, Any]  # training_state.pt
+    rng: dict[str, Any] | None  # this rank's RNG states; None when another number of processes wrote them
+    weights: dict[str, torch.Tensor] = field(repr=False)
+    # Newer checkpoints that were skipped because they do not read back (set by `choose_checkpoint`'s caller).
+    skipped: list[Path] = field(default_factory=list)
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"])
+
+    def restore_model(self, model: torch.nn.Module) -> None:
+        """Copy the weights into `model` (exactly its keys and shapes), then drop this copy of them."""
+        apply_model_weights(model, self.weights, self.path / MODEL_FILE)
+        self.weights = {}
+
+
+def read_resume_point(checkpoint: Path, rank: int, world_size: int,
+                      required_state: tuple[str, ...] = ()) -> ResumePoint:
+    """Read every file of `checkpoint`; CorruptCheckpointError naming the first that does not read.
+
+    Every rank reads the RNG files of ALL the ranks that wrote the checkpoint, not only its own, so
+    that every rank judges the checkpoint alike and all of them resume from the same one.
+    """
+    checkpoint = Path(checkpoint)
+    state = load_training_state(checkpoint, required_state)
+    saved_world_size = int(state["world_size"])
+    own = None
+    for saved_rank in range(saved_world_size):
+        rng = load_rng_state(checkpoint, saved_rank)
+        if rng is None:
+            raise CorruptCheckpointError(f"{rng_file(checkpoint, saved_rank)} is missing: the checkpoint was "
+                                         f"written by {saved_world_size} processes")
+        if saved_rank == rank and saved_world_size == world_size:
+            own = rng
+    return ResumePoint(checkpoint, state, own, read_weights(checkpoint / MODEL_FILE))
+
+
+@dataclass
+class CheckpointChoice(Generic[Loaded]):
+    """The checkpoint a reader uses, what it read from it, and the newer ones it skipped (and why)."""
+
+    path: Path
+    step: int
+    loaded: Loaded
+    skipped: list[tuple[Path, str]]
+
+
+def choose_checkpoint(run_dir: Path, read: Callable[[Path], Loaded], step: int | None = None, *,
+                      announce: bool = True, choose_hint: str = "--step N picks another") -> CheckpointChoice[Loaded]:
+    """`read(checkpoint)` of the checkpoint of `step`, or by default of the newest one that reads.
+
+    A checkpoint whose `read` raises CorruptCheckpointError is skipped for the next older one, and
+    one warning line (when `announce`) names what was skipped, why, and what is used instead. A
+    step asked for explicitly is never replaced by another. CorruptCheckpointError when no
+    checkpoint reads, FileNotFoundError when there is none (or none of that step).
+    """
+    if step is not None:
+        path = find_checkpoint(run_dir, step)
+        return CheckpointChoice(path, step, read(path), [])
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        raise FileNotFoundError(f"no checkpoint under {Path(run_dir) / 'checkpoints'}")
+    skipped: list[tuple[Path, str]] = []
+    for found_step, path in reversed(checkpoints):
+        try:
+            loaded = read(path)
+        except CorruptCheckpointError as exc:
+            skipped.append((path, str(exc)))
+            continue
+        if skipped and announce:
+            logger.warning("%s; using %s, the newest checkpoint that loads (%s)",
+                           "; ".join(f"skipped {p.name}: {why}" for p, why in skipped), path, choose_hint)
+        return CheckpointChoice(path, found_step, loaded, skipped)
+    raise CorruptCheckpointError(f"no checkpoint of {run_dir} loads: "
+                                 + "; ".join(f"{p.name}: {why}" for p, why in skipped))
+
+
+def set_aside_after(run_dir: Path, step: int, corrupt: list[Path]) -> list[Path]:
+    """Rename the checkpoints after `step` out of the run's list (`step-N.corrupt`, else `step-N.superseded`).
+
+    A run resumed from an older checkpoint writes the later steps anew. A later checkpoint left in
+    place would be pruned instead of the new ones (`keep_last` counts by step), or be taken by the
+    next --resume as the newest: two histories of the run mixed. Renamed, its files stay for
+    inspection and no reader lists it. Returns the new names.
+    """
+    corrupt_names = {Path(p).name for p in corrupt}
+    moved = []
+    for found_step, path in list_checkpoints(run_dir):
+        if found_step <= step:
+            continue
+        reason = "corrupt" if path.name in corrupt_names else "superseded"
+        target = path.with_name(f"{path.name}.{reason}")
+        suffix = 2
+        while target.exists():
+            target = path.with_name(f"{path.name}.{reason}-{suffix}")
+            suffix += 1
+        os.replace(path, target)
+        moved.append(target)
+    return moved

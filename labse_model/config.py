@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,122 @@ def count_vocab(vocab_path: str | Path) -> int:
     """Number of entries in a WordPiece `vocab.txt` (one token per line, ids are line numbers)."""
     with open(vocab_path, encoding="utf-8") as handle:
         return sum(1 for _ in handle)
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation. Every setting is checked where its dataclass is built, so the same rules hold for
+# command-line options and for a configuration read back from a run directory's JSON. A setting's
+# message names the field and, where it differs from `--field-name`, the option that sets it.
+# Comparisons alone would let NaN through some checks (NaN >= 0 is False, but so is NaN < 0) and
+# infinity through others, so every real number is first required to be finite.
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def int_at_least(name: str, value: Any, low: int, meaning: str = "") -> str | None:
+    """None when `value` is an integer >= `low`, else the message saying so."""
+    if _is_int(value) and value >= low:
+        return None
+    return f"{name} must be an integer >= {low}{meaning}, got {value!r}"
+
+
+def finite_in(name: str, value: Any, low: float, high: float = math.inf, *, low_open: bool = False,
+              high_open: bool = True) -> str | None:
+    """None when `value` is a finite number in the interval, else the message naming the interval."""
+    if _is_finite(value) and (low < value if low_open else low <= value) and \
+            (value < high if high_open else value <= high):
+        return None
+    left, right = "(" if low_open else "[", ")" if high_open or high == math.inf else "]"
+    upper = "inf" if high == math.inf else f"{high:g}"
+    return f"{name} must be a finite number in {left}{low:g}, {upper}{right}, got {value!r}"
+
+
+def check_dropout(value: Any, name: str = "--dropout") -> None:
+    """Dropout is a probability of zeroing a unit: [0, 1) (1 would zero every activation)."""
+    problem = finite_in(name, value, 0.0, 1.0)
+    if problem:
+        raise ValueError(problem)
+
+
+def refuse_problems(problems: list[str | None]) -> None:
+    """ValueError with every problem found, on one line (a user fixes them all in one go)."""
+    found = [problem for problem in problems if problem]
+    if found:
+        raise ValueError("; ".join(found))
+
+
+def _optimizer_problems(learning_rate: Any, weight_decay: Any, adam_betas: tuple, adam_eps: Any,
+                        max_grad_norm: Any, lowest_learning_rate_open: bool) -> list[str | None]:
+    betas_ok = len(adam_betas) == 2 and all(finite_in("beta", b, 0.0, 1.0) is None for b in adam_betas)
+    return [
+        finite_in("learning_rate (--lr)", learning_rate, 0.0, low_open=lowest_learning_rate_open),
+        finite_in("weight_decay", weight_decay, 0.0),
+        None if betas_ok else f"adam_betas must be two finite numbers in [0, 1), got {list(adam_betas)!r}",
+        finite_in("adam_eps", adam_eps, 0.0, low_open=True),
+        finite_in("max_grad_norm", max_grad_norm, 0.0),  # 0 turns clipping off
+    ]
+
+
+# Seeds feed torch.manual_seed (at most 2**64 - 1, shifted by rank and step) and numpy's
+# SeedSequence (non-negative only).
+SEED_LIMIT = 2**63
+
+
+def _seed_problem(value: Any) -> str | None:
+    if _is_int(value) and 0 <= value < SEED_LIMIT:
+        return None
+    return f"seed must be an integer in [0, 2**63), got {value!r}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Command-line metadata. Every field of the settings that a command builds from its options
+# (TrainConfig for labse-train, PretrainConfig for labse-pretrain) says here how it is set: its
+# option, help text and choices sit beside its type and default, and `labse_model.cli` builds the
+# options and the dataclass back from this, so a setting is declared once. A field that has no
+# option says so with `not_an_option`.
+
+CLI = "cli"  # the metadata key
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """How one dataclass field is set on the command line (read by `labse_model.cli.add_config_options`).
+
+    help: the help text; `--help` adds the default.
+    flag: the option, when it is not `--field-name` (e.g. `--lr` for `learning_rate`).
+    metavar, choices: as argparse's.
+    resumable: the setting may change on `--resume`. The option defaults to None ("not given"), so
+        that a resumed run can tell an option given from its default; a new run gets the field's default.
+    derived: the command derives the default from other options; the option defaults to None and
+        `--help` shows this text as the default (`{default}` is the field's default).
+    group: the argument group (a name the command maps to a group); None: the config's own group.
+
+    A bool field is a `--flag/--no-flag` pair; a `tuple[T, ...]` field takes comma-separated values.
+    """
+
+    help: str
+    flag: str | None = None
+    metavar: str | None = None
+    choices: tuple[Any, ...] | None = None
+    resumable: bool = False
+    derived: str | None = None
+    group: str | None = None
+
+
+def option(default: Any, help: str, **settings: Any) -> Any:
+    """A dataclass field with `default` that is a command-line option (`CliOption(help, **settings)`)."""
+    return field(default=default, metadata={CLI: CliOption(help, **settings)})
+
+
+def not_an_option(default: Any) -> Any:
+    """A dataclass field with `default` that deliberately has no command-line option."""
+    return field(default=default, metadata={CLI: None})
 
 
 @dataclass
@@ -67,12 +184,19 @@ class ModelConfig:
         return cls(vocab_size=vocab_size, preset=name, **{**PRESETS[name], **overrides})
 
     def __post_init__(self) -> None:
+        refuse_problems([
+            int_at_least("vocab_size", self.vocab_size, 5, " (the 5 special tokens alone need 5)"),
+            *(int_at_least(name, getattr(self, name), 1)
+              for name in ("num_layers", "hidden_size", "num_heads", "intermediate_size", "max_position_embeddings")),
+            finite_in("hidden_dropout (--dropout)", self.hidden_dropout, 0.0, 1.0),
+            finite_in("attention_dropout (--dropout)", self.attention_dropout, 0.0, 1.0),
+            None if self.pooling in POOLING_MODES else
+            f"unknown pooling {self.pooling!r}; choose one of {list(POOLING_MODES)}",
+        ])
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        if self.vocab_size < 5:
-            raise ValueError(f"vocab_size {self.vocab_size} is too small (the 5 special tokens alone need 5)")
-        if self.pooling not in POOLING_MODES:
-            raise ValueError(f"unknown pooling {self.pooling!r}; choose one of {list(POOLING_MODES)}")
+        if not (_is_int(self.pad_token_id) and 0 <= self.pad_token_id < self.vocab_size):
+            raise ValueError(f"pad_token_id must be an id of the vocabulary, got {self.pad_token_id!r}")
 
     def to_bert_config(self):
         from transformers import BertConfig
@@ -95,8 +219,10 @@ class ModelConfig:
 class TrainConfig:
     """Optimisation and loss settings of one `labse-train` run."""
 
-    global_batch_size: int = 4096  # the paper's batch; split evenly over ranks
-    margin: float = 0.3  # additive margin m, subtracted from the positive cosine only (paper)
+    # The paper's batch; split evenly over ranks.
+    global_batch_size: int = option(4096, "pairs per step over all processes (must divide by the process count)")
+    # Additive margin m, subtracted from the positive cosine only (paper).
+    margin: float = option(0.3, "additive margin on the positive")
     # Logit scale s multiplies cosines in [-1, 1]. TF Model Garden's LaBSE uses 100 with a
     # pre-trained BERT. This toolkit learns its own vocabulary, so its encoders start from random
     # weights, where every [CLS] embedding is nearly the same vector. Measured (BENCHMARKS.md,
@@ -107,36 +233,57 @@ class TrainConfig:
     # puts the softmax weight on the few currently-closest negatives, which at initialisation are
     # noise; CLIP likewise starts its learned scale at 1/0.07 ~ 14 and caps it at 100. Use
     # --scale 100 with --init-from a pre-trained encoder to follow Model Garden.
-    scale: float = 20.0
-    gather_negatives: bool = True  # score local rows against the global batch (cross-device negatives)
-    max_steps: int = 50_000
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-6
-    warmup_steps: int = 1000
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    max_seq_length: int = 64  # the paper's; sequences in the shards are already truncated to this
-    eval_every: int = 1000
-    save_every: int = 1000
-    log_every: int = 10
-    shuffle_buffer: int = 10_000
-    num_workers: int = 0
-    keep_checkpoints: int = 3  # newest checkpoints kept; 0 keeps all
-    bf16: bool = True  # bf16 autocast on CUDA; ignored on CPU
+    scale: float = option(20.0, "logit scale on cosines")
+    # Score local rows against the global batch (cross-device negatives).
+    gather_negatives: bool = option(True, "score local pairs against every process's pairs (the global batch)")
+    # The fields marked resumable may change on --resume (labse_model.train.RESUMABLE_OVERRIDES).
+    max_steps: int = option(50_000, "total optimizer steps", resumable=True)
+    learning_rate: float = option(1e-4, "peak AdamW learning rate", flag="--lr")
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    adam_betas: tuple[float, float] = not_an_option((0.9, 0.999))
+    adam_eps: float = not_an_option(1e-6)
+    warmup_steps: int = option(1000, "linear warm-up, then linear decay to 0")
+    max_grad_norm: float = option(1.0, "gradient clipping (0: off)")
+    seed: int = option(42, "seed of the initial weights, the data order and dropout")
+    # The paper's; sequences in the shards are already truncated to this.
+    max_seq_length: int = option(64, "truncate longer sequences")
+    eval_every: int = option(1000, "steps between dev evaluations", resumable=True, group="run")
+    save_every: int = option(1000, "steps between checkpoints", resumable=True, group="run")
+    log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
+    shuffle_buffer: int = option(10_000, "records in the data loader's shuffle buffer")
+    num_workers: int = option(0, "DataLoader workers per process", resumable=True, group="run")
+    keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
+    bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
     # Gradient caching (labse_model.grad_cache): encode each rank's batch C pairs at a time, so the
     # softmax spans the global batch while activation memory is that of C pairs. 0 = off.
-    grad_cache_chunk: int = 0
+    grad_cache_chunk: int = option(
+        0, "gradient caching: encode each process's batch C pairs at a time (activation memory of C pairs, "
+        "negatives of the whole global batch, one extra forward); 0 = off", metavar="C")
 
     def __post_init__(self) -> None:
-        if self.global_batch_size < 2:
-            raise ValueError("global_batch_size must be >= 2 (in-batch negatives need at least one negative)")
-        if self.scale <= 0:
-            raise ValueError("scale must be > 0")
-        if self.grad_cache_chunk < 0:
-            raise ValueError("grad_cache_chunk must be >= 0 (0 turns gradient caching off)")
         self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives a list
+        refuse_problems([
+            int_at_least("global_batch_size", self.global_batch_size, 2,
+                         " (in-batch negatives need at least one negative)"),
+            # The margin is subtracted from the positive's cosine; a negative one would favour it.
+            finite_in("margin", self.margin, 0.0),
+            finite_in("scale", self.scale, 0.0, low_open=True),
+            int_at_least("max_steps", self.max_steps, 1),
+            # A learning rate of 0 is allowed: a run that keeps its starting point's weights checks
+            # --init-from and labse-export end to end (README, starting from a published model).
+            *_optimizer_problems(self.learning_rate, self.weight_decay, self.adam_betas, self.adam_eps,
+                                 self.max_grad_norm, lowest_learning_rate_open=False),
+            int_at_least("warmup_steps", self.warmup_steps, 0),
+            _seed_problem(self.seed),
+            int_at_least("max_seq_length", self.max_seq_length, 2, " ([CLS] and [SEP])"),
+            int_at_least("eval_every", self.eval_every, 0, " (0: only at the end)"),
+            int_at_least("save_every", self.save_every, 0, " (0: only at the end)"),
+            int_at_least("log_every", self.log_every, 1),
+            int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
+            int_at_least("num_workers", self.num_workers, 0),
+            int_at_least("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)"),
+            int_at_least("grad_cache_chunk", self.grad_cache_chunk, 0, " (0 turns gradient caching off)"),
+        ])
 
 
 @dataclass
@@ -170,8 +317,7 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "RunConfig":
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_dict(json.load(handle))
+        return _load_config(cls, path)
 
 
 @dataclass
@@ -183,51 +329,70 @@ class PretrainConfig:
     L/4, L/2, L layers is LaBSE's progressive stacking. Optimiser settings are BERT's.
     """
 
-    global_batch_size: int = 256  # sequences per step over all processes, MLM and TLM together
-    max_steps: int = 1_000_000
-    stage_layers: tuple[int, ...] = ()  # () = LaBSE's L/4, L/2, L of the model's depth
-    stage_fractions: tuple[float, ...] = (2.0, 4.0, 9.0)
-    max_seq_length: int = 512
-    mask_prob: float = 0.2
-    max_predictions: int = 80
-    tlm_fraction: float = 0.0  # share of each batch that is translation pairs
-    lang_alpha: float = 0.3
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-6
-    warmup_steps: int = 10_000  # per stage: every stage starts a fresh optimizer (see labse_model.pretrain)
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    heldout_rate: float = 0.01  # share of packed sequences never trained on
-    heldout_per_language: int = 64
-    eval_every: int = 1000
-    save_every: int = 1000
-    log_every: int = 10
-    keep_checkpoints: int = 3
-    shuffle_buffer: int = 10_000  # of the TLM pair reader
-    bf16: bool = True
+    # Options marked `derived` take their default from the model (labse_model.pretrain.pretrain_settings).
+    global_batch_size: int = option(256, "sequences per step over all processes, MLM and TLM together")
+    max_steps: int = option(1_000_000, "steps over all stages")
+    # () = LaBSE's L/4, L/2, L of the model's depth.
+    stage_layers: tuple[int, ...] = option(
+        (), "layers per stage, each a multiple of the last; the full depth alone trains without stacking",
+        derived="L/4,L/2,L of the config's depth; mini: 1,2,4", group="model")
+    stage_fractions: tuple[float, ...] = option((2.0, 4.0, 9.0), "relative length of each stage (LaBSE: 2,4,9)",
+                                                group="model")
+    max_seq_length: int = option(512, "tokens per sequence", derived="{default}, or the config's positions if fewer")
+    mask_prob: float = option(0.2, "share of tokens to predict")
+    max_predictions: int = option(80, "masked tokens per sequence at most")
+    # Share of each batch that is translation pairs.
+    tlm_fraction: float = option(0.0, "share of each batch that is TLM pairs", derived="0.5 with --pairs, else 0")
+    lang_alpha: float = option(0.3, "language sampling exponent: p ~ sentences ** alpha")
+    learning_rate: float = option(1e-4, "peak AdamW learning rate", flag="--lr")
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    adam_betas: tuple[float, float] = not_an_option((0.9, 0.999))
+    adam_eps: float = not_an_option(1e-6)
+    # Per stage: every stage starts a fresh optimizer (see labse_model.pretrain).
+    warmup_steps: int = option(10_000, "linear warm-up of each stage")
+    max_grad_norm: float = option(1.0, "gradient clipping (0: off)")
+    seed: int = option(42, "seed of the initial weights, sampling, masking and dropout")
+    # Share of packed sequences never trained on.
+    heldout_rate: float = option(0.01, "share of packed monolingual sequences held out for evaluation")
+    heldout_per_language: int = option(64, "held-out sequences scored per language")
+    # The fields marked resumable may change on --resume (labse_model.pretrain.RESUMABLE_OVERRIDES).
+    eval_every: int = option(1000, "steps between held-out evaluations", resumable=True, group="run")
+    save_every: int = option(1000, "steps between checkpoints", resumable=True, group="run")
+    log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
+    keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
+    shuffle_buffer: int = not_an_option(10_000)  # of the TLM pair reader
+    mlm_shuffle_window: int = option(1000, "packed monolingual sequences of a file shuffled together (1: file order)")
+    bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
 
     def __post_init__(self) -> None:
-        self.stage_layers = tuple(int(n) for n in self.stage_layers)
+        self.stage_layers = tuple(self.stage_layers)
+        self.stage_fractions = tuple(self.stage_fractions)
+        self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives lists
+        refuse_problems([
+            int_at_least("global_batch_size", self.global_batch_size, 1),
+            int_at_least("max_steps", self.max_steps, 1),
+            *(int_at_least("stage_layers entry", n, 1) for n in self.stage_layers),
+            *(finite_in("stage_fractions entry", f, 0.0, low_open=True) for f in self.stage_fractions),
+            int_at_least("max_seq_length", self.max_seq_length, 5),
+            # labse_model.masking's rule: at least one token and never all of them.
+            finite_in("mask_prob", self.mask_prob, 0.0, 1.0, low_open=True),
+            int_at_least("max_predictions", self.max_predictions, 1),
+            finite_in("tlm_fraction", self.tlm_fraction, 0.0, 1.0, high_open=False),
+            finite_in("lang_alpha", self.lang_alpha, 0.0),
+            *_optimizer_problems(self.learning_rate, self.weight_decay, self.adam_betas, self.adam_eps,
+                                 self.max_grad_norm, lowest_learning_rate_open=True),
+            int_at_least("warmup_steps", self.warmup_steps, 0),
+            _seed_problem(self.seed),
+            finite_in("heldout_rate", self.heldout_rate, 0.0, 1.0),
+            int_at_least("heldout_per_language", self.heldout_per_language, 1, " (--heldout-rate 0 turns it off)"),
+            int_at_least("eval_every", self.eval_every, 0, " (0: only at stage ends)"),
+            int_at_least("save_every", self.save_every, 0, " (0: only at the end)"),
+            int_at_least("log_every", self.log_every, 1),
+            int_at_least("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)"),
+            int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
+            int_at_least("mlm_shuffle_window", self.mlm_shuffle_window, 1),
+        ])
         self.stage_fractions = tuple(float(f) for f in self.stage_fractions)
-        self.adam_betas = tuple(self.adam_betas)
-        checks = [
-            (self.global_batch_size >= 1, "global_batch_size must be >= 1"),
-            (self.max_steps >= 1, "max_steps must be >= 1"),
-            (0 < self.mask_prob < 1, "mask_prob must be in (0, 1)"),
-            (self.max_predictions >= 1, "max_predictions must be >= 1"),
-            (0 <= self.tlm_fraction <= 1, "tlm_fraction must be in [0, 1]"),
-            (self.lang_alpha >= 0, "lang_alpha must be >= 0"),
-            (self.learning_rate > 0, "learning_rate must be > 0"),
-            (self.warmup_steps >= 0, "warmup_steps must be >= 0"),
-            (0 <= self.heldout_rate < 1, "heldout_rate must be in [0, 1)"),
-            (self.max_seq_length >= 5, "max_seq_length must be >= 5"),
-            (self.log_every >= 1, "log_every must be >= 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
 
 
 @dataclass
@@ -256,8 +421,20 @@ class PretrainRunConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "PretrainRunConfig":
+        return _load_config(cls, path)
+
+
+def _load_config(cls, path: str | Path):
+    """`cls.from_dict` of a JSON file; ValueError naming the file when it is not a valid `cls`.
+
+    The dataclasses check every value as they are built, so an edited or damaged config.json is
+    refused as clearly as a bad command-line option.
+    """
+    try:
         with open(path, encoding="utf-8") as handle:
             return cls.from_dict(json.load(handle))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a valid {cls.__name__} file: {exc}") from None
 
 
 def file_sha256(path: str | Path) -> str:

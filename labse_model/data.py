@@ -55,8 +55,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from pipelines.io.tfrecord import TFRecordCorruptError, decode_pair, index_records, read_record_at
+
 from .config import file_sha256
-from .tfrecord import TFRecordCorruptError, decode_pair, index_records, read_record_at
 
 __all__ = [
     "SCHEMA_FILENAME",
@@ -382,9 +383,36 @@ def build_train_loader(
 ) -> TrainLoader:
     """This rank's batches for steps ``start_step, start_step + 1, ...`` (see the module docstring).
 
+    Args:
+        pattern: the shards: a glob (``"shards/*.tfrecord*"``), a directory, or a comma-separated
+            list of either. A ``schema.json`` beside them (labse-tfrecords) must have a supported
+            version; shards of other tools need int64 ``src_ids`` and ``tgt_ids``.
+        global_batch_size: pairs per step over all ranks; divisible by ``world_size``.
+        rank, world_size: this process and the number of processes; rank ``r`` gets rows
+            ``[r*B, (r+1)*B)`` of the global batch, ``B = global_batch_size // world_size``.
+        seed: the order of shards and the shuffle buffer, per epoch; the same seed gives the same
+            global batches for any ``world_size`` and ``num_workers``.
+        pad_id: the id padding each rank's slice to its longest sequence (``[PAD]`` = 0).
+        shuffle_buffer: records in the seeded shuffle buffer (tf.data semantics).
+        num_workers: DataLoader worker processes parsing this rank's rows (0: in this process).
+        start_step: the first step to yield; a resumed run passes its checkpoint's step and gets
+            exactly the batches an uninterrupted run would have seen.
+        num_steps: stop after this many steps (default: infinite, epochs repeat).
+        max_seq_length: truncate longer sequences (keeping the final ``[SEP]``).
+        check_crc: check each record's data CRC when it is read (headers are always checked).
+
     Yields ``{"src_input_ids", "src_attention_mask", "tgt_input_ids", "tgt_attention_mask"}``
-    LongTensors of shape [global_batch_size // world_size, longest in the slice].  Infinite unless
-    ``num_steps`` is given.  ``max_seq_length`` truncates further (keeping the final [SEP]).
+    LongTensors of shape [global_batch_size // world_size, longest in the slice]. Raises
+    FileNotFoundError when nothing matches ``pattern``, ``TFRecordCorruptError`` for a truncated
+    or corrupt shard, ValueError for bad settings or fewer records than one global batch.
+
+    Example::
+
+        loader = build_train_loader("shards/*.tfrecord", global_batch_size=4096, rank=rank,
+                                    world_size=world_size, seed=0, num_workers=2, start_step=step)
+        batch = next(loader)
+        batch["src_input_ids"].shape      # torch.Size([4096 // world_size, L])
+        loader.steps_per_epoch            # num_records // 4096
     """
     paths = resolve_shards(pattern)
     schema = load_schema(paths)
@@ -411,7 +439,7 @@ def build_train_loader(
 
 def iter_pairs(pattern: str, check_crc: bool = True):
     """Every `PairRecord` of the shards in file order (for inspection and evaluation, not training)."""
-    from .tfrecord import HEADER_SIZE, FOOTER_SIZE, iter_records
+    from pipelines.io.tfrecord import HEADER_SIZE, FOOTER_SIZE, iter_records
 
     for path in resolve_shards(pattern):
         offset = 0

@@ -1,28 +1,43 @@
-"""Demo step (`make demo`, last stage): TFRecords -> pre-training -> 2-process training -> export -> evaluation.
+"""`make demo`: every stage on the sample data with DirectRunner, then one summary.
 
-Runs the real commands: `labse-tfrecords` on Multi30k train (de/fr/cs-en) plus the mining stage's
-scored pairs, `labse-pretrain` (MLM on the cleaning stage's sentences and Multi30k train text, TLM
-on the shards, progressive stacking 1 -> 2 -> 4 layers), `labse-train --nproc-per-node 2 --init-from`
-it (torchrun, gloo, gathered negatives) on the demo's vocabulary, `labse-export` to `out/model`,
-then Tatoeba deu/fra/ces and Multi30k test_2016 de-en retrieval of the exported model. A few minutes on 2 CPU cores: the numbers show the plumbing works
-and training moves accuracy off chance, not LaBSE's quality.
+The demo sits at the top of the dependency order (labse_model -> pipelines, vocab), so this module
+orders the steps and imports each directly. Each stage owns a `run_demo(data, out, artifacts) ->
+list[str]` next to its CLI (contract 10); a step records the paths it wrote in `artifacts` (for
+example `artifacts["clean_output"]`) for the steps after it. The last step, defined here, is the
+model's: TFRecords -> pre-training -> 2-process training -> export -> evaluation.
+
+The model step runs the real commands: `labse-tfrecords` on Multi30k train (de/fr/cs-en) plus the
+mining stage's scored pairs, `labse-pretrain` (MLM on the cleaning stage's sentences and Multi30k
+train text, TLM on the shards, progressive stacking 1 -> 2 -> 4 layers), `labse-train
+--nproc-per-node 2 --init-from` it (torchrun, gloo, gathered negatives) on the demo's vocabulary,
+`labse-export` to `out/model`, then Tatoeba deu/fra/ces and Multi30k test_2016 de-en retrieval of
+the exported model. A few minutes on 2 CPU cores: the numbers show the plumbing works and training
+moves accuracy off chance, not LaBSE's quality.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 from pathlib import Path
+from typing import Callable
 
-# Sized for ~2 minutes of training on 2 shared cores (300 steps ran at ~2.9 steps/s with other jobs running).
+from pipelines.clean import run_demo as clean_demo
+from pipelines.main_content.cli import run_demo as main_content_demo
+from pipelines.mine import run_demo as mining_demo
+from vocab.cli import run_demo as vocab_demo
+
+# Sized to train in minutes on 2 shared CPU cores (what this size gives: BENCHMARKS.md, section model,
+# "Demo sizing").
 DEMO_CONFIG = "mini"
 DEMO_STEPS = 300
 DEMO_BATCH = 64
 DEMO_LR = 1e-3
-# From random weights the [CLS] vector learns only sentence length in a few hundred steps (dev
-# retrieval ~1%), mean pooling learns the task (Multi30k val de-en 41% after 100 steps, 76% after
-# 300; BENCHMARKS.md, model), so the demo trains with mean pooling and, as nothing is seen twice in
-# 300 steps, without dropout. The LaBSE head (dense+tanh+L2) is kept. Measured here (the demo step
-# alone, 2 min 20 s): 300 steps in 92 s, Multi30k test_2016 de-en 68.3%; 150 steps gave 43.5%.
+# From random weights the [CLS] vector learns only sentence length in a few hundred steps, while
+# mean pooling learns the task (BENCHMARKS.md, section model, "Why the earlier runs stayed at
+# chance"), so the demo trains with mean pooling and, as nothing is seen twice in 300 steps,
+# without dropout. The LaBSE head (dense+tanh+L2) is kept.
 DEMO_POOLING = "mean"
 # A short pre-training (BENCHMARKS.md, pre-training, has what longer ones give).
 DEMO_PRETRAIN_STEPS = 150
@@ -32,6 +47,7 @@ DEMO_DROPOUT = 0.0
 
 
 def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
+    """The model step: TFRecords, pre-training, training, export and retrieval scores."""
     from labse_model.evaluate import load_encoder, multi30k_retrieval_accuracy, tatoeba_accuracy
     from labse_model.export import main as export_main
     from labse_model.pretrain import main as pretrain_main
@@ -41,8 +57,8 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     vocab = artifacts.get("vocab")
     if not vocab or not Path(vocab).is_file():
         raise RuntimeError(
-            "labse_model.demo needs the vocabulary stage's artifacts['vocab'] (vocab.txt); run the demo "
-            "with the vocabulary stage first, e.g. --only vocab.cli,labse_model.demo"
+            "the model step needs the vocabulary step's artifacts['vocab'] (vocab.txt); run the demo "
+            "with the vocabulary step first, e.g. --only vocab,model"
         )
     lines: list[str] = []
 
@@ -109,7 +125,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         "--nproc-per-node", "2", "--gather-negatives",
         "--global-batch-size", str(DEMO_BATCH), "--max-steps", str(DEMO_STEPS), "--lr", str(DEMO_LR),
         "--warmup-steps", str(DEMO_STEPS // 10), "--log-every", "10", "--save-every", str(DEMO_STEPS), "--eval-every", "0",
-        "--dev-data", f"{data / 'multi30k' / 'val.de.gz'}:{data / 'multi30k' / 'val.en.gz'}", "--dev-max-pairs", "500",
+        "--dev-data", f"de:{data / 'multi30k' / 'val.de.gz'},en:{data / 'multi30k' / 'val.en.gz'}", "--dev-max-pairs", "500",
     ])
     if code != 0:
         raise RuntimeError(f"labse-train failed with exit code {code}")
@@ -142,3 +158,59 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     lines.append(f"Tatoeba (mean of both directions): {per_lang}; mean {tatoeba['mean'] * 100:.1f}% "
                  "(LaBSE: 83.7% over 112 languages; a few CPU minutes on captions do not transfer to Tatoeba)")
     return lines
+
+
+DemoStep = Callable[[Path, Path, dict], list[str]]
+# (name for --only, title, step), in data-flow order.
+STEPS: list[tuple[str, str, DemoStep]] = [
+    ("main_content", "main-content classifier", main_content_demo),
+    ("clean", "cleaning", clean_demo),
+    ("vocab", "vocabulary", vocab_demo),
+    ("mine", "mining and scoring", mining_demo),
+    ("model", "TFRecords, pre-training, training, export, Tatoeba", run_demo),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True, help="the shared sample data folder")
+    parser.add_argument("--output", type=Path, default=Path("demo_out"))
+    parser.add_argument("--only", default=None,
+                        help=f"comma-separated steps to run (debugging): {','.join(name for name, _, _ in STEPS)}")
+    args = parser.parse_args(argv)
+
+    if not (args.data / "README.md").is_file():
+        print(f"error: sample data not found at {args.data} (set LABSE_DATA)", file=sys.stderr)
+        return 2
+    selected = set(args.only.split(",")) if args.only else {name for name, _, _ in STEPS}
+    unknown = selected - {name for name, _, _ in STEPS}
+    if unknown:
+        print(f"error: --only names unknown steps {sorted(unknown)}; the steps are "
+              f"{','.join(name for name, _, _ in STEPS)}", file=sys.stderr)
+        return 2
+    args.output.mkdir(parents=True, exist_ok=True)
+    artifacts: dict[str, str] = {}
+    report: list[tuple[str, float, list[str]]] = []
+    for name, title, step in STEPS:
+        if name not in selected:
+            continue
+        print(f"\n=== {title} ({name}) ===", flush=True)
+        started = time.perf_counter()
+        lines = step(args.data.resolve(), args.output.resolve(), artifacts)
+        seconds = time.perf_counter() - started
+        report.append((title, seconds, lines))
+        print(f"--- {title}: {seconds:.0f} s", flush=True)
+
+    print("\n================ demo summary ================")
+    total = 0.0
+    for title, seconds, lines in report:
+        total += seconds
+        print(f"\n## {title} ({seconds:.0f} s)")
+        for line in lines:
+            print(line)
+    print(f"\nall stages: {total:.0f} s; outputs under {args.output}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

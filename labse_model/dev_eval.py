@@ -2,19 +2,48 @@
 from __future__ import annotations
 
 import glob
+import logging
 from pathlib import Path
 
 import torch
 
 from labse_model.encoder import SentenceEncoder
 from labse_model.evaluate import retrieval_accuracy
+from pipelines.io.parallel_text import is_parallel_text, parse_parallel_text
 from pipelines.io.text_lines import read_lines
+
+logger = logging.getLogger("labse_model.dev_eval")
+
+
+def dev_text_files(spec: str, warn: bool = False) -> tuple[str, str] | None:
+    """The two line-aligned text files `--dev-data` names, or None when it is a TFRecord glob.
+
+    Text files are named as for `labse-tfrecords --parallel-text`: 'SRC_LANG:PATH,TGT_LANG:PATH'
+    (`pipelines.io.parallel_text`). The older 'SRC_FILE:TGT_FILE' form is still read, for this
+    release only: with `warn`, a warning line says so. A spec that matches files as a glob is a
+    TFRecord glob, as before. ValueError for a malformed 'SRC_LANG:PATH,TGT_LANG:PATH'.
+    """
+    if glob.glob(spec):
+        return None
+    if is_parallel_text(spec):
+        parsed = parse_parallel_text(spec, "--dev-data")
+        return parsed.src_path, parsed.tgt_path
+    if ":" in spec:
+        src_path, tgt_path = spec.split(":", 1)
+        if warn:
+            logger.warning("--dev-data %s: the SRC_FILE:TGT_FILE form is deprecated and will be removed in the "
+                           "next release; write SRC_LANG:%s,TGT_LANG:%s as for labse-tfrecords --parallel-text",
+                           spec, src_path, tgt_path)
+        return src_path, tgt_path
+    return None
 
 
 def load_dev_pairs(spec: str, vocab_path: str, max_pairs: int, max_seq_length: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids of held-out pairs: a TFRecord glob, or 'SRC_FILE:TGT_FILE' line-aligned text."""
-    if ":" in spec and not glob.glob(spec):
-        src_path, tgt_path = spec.split(":", 1)
+    """Token ids of held-out pairs: a TFRecord glob, or line-aligned text 'SRC_LANG:PATH,TGT_LANG:PATH'
+    (`dev_text_files`)."""
+    text_files = dev_text_files(spec, warn=True)
+    if text_files is not None:
+        src_path, tgt_path = text_files
         for path in (src_path, tgt_path):
             if not Path(path).is_file():
                 raise FileNotFoundError(f"--dev-data file not found: {path}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -33,19 +34,62 @@ def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
 
 
+DEVICE_NAME = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
+
+
+def resolve_device(requested: str | None, local_rank: int, processes_on_host: int) -> torch.device:
+    """The device a process computes on, or ValueError (one line) when this host cannot give it.
+
+    None: cuda:LOCAL_RANK when CUDA is available, else the CPU. "cuda": cuda:LOCAL_RANK, one GPU
+    per process on the host. "cuda:N": GPU N, for a single process only (several processes would
+    share it). "cpu". Checked before any work starts, so a missing GPU is one line, not a
+    traceback from deep inside torch once data has been read.
+    """
+    match = DEVICE_NAME.match(requested or "")
+    if requested is not None and match is None:
+        raise ValueError(f"--device {requested}: the trainers run on cpu, cuda (one GPU per process) or cuda:N")
+    if (match is not None and match.group(1) == "cpu") or (requested is None and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise ValueError(f"--device {requested}: no CUDA GPU is available on this host (torch {torch.__version__}, "
+                         f"{build}); use --device cpu")
+    count = torch.cuda.device_count()
+    index = match.group(2) if match is not None else None
+    if index is not None:
+        if processes_on_host > 1:
+            raise ValueError(f"--device {requested} names one GPU for {processes_on_host} processes on this host: "
+                             "pass --device cuda (each process takes cuda:LOCAL_RANK)")
+        if int(index) >= count:
+            raise ValueError(f"--device {requested}: this host has {count} GPU{'s' if count != 1 else ''} "
+                             f"(cuda:0 to cuda:{count - 1})")
+        return torch.device("cuda", int(index))
+    if max(processes_on_host, local_rank + 1) > count:
+        how = "--device cuda" if requested else "the default device, cuda (CUDA is available)"
+        raise ValueError(f"{processes_on_host} processes on this host need one GPU each with {how}, and it has "
+                         f"{count}: lower --nproc-per-node, or pass --device cpu")
+    return torch.device("cuda", local_rank)
+
+
+def processes_on_this_host(nproc_per_node: int) -> tuple[int, int]:
+    """(local rank, processes on this host): torchrun's variables in a process it started, else
+    what `--nproc-per-node` will start."""
+    if launched_by_torchrun():
+        return int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return 0, nproc_per_node
+
+
 def init_distributed(device: str | None = None, timeout_s: float = 1800.0) -> DistributedContext:
     """Join the process group described by torchrun's environment (or run alone without one).
 
     NCCL on CUDA, gloo on CPU. A single process (no torchrun variables) gets world size 1 and no
     process group, so the same training code runs with or without torchrun.
     """
-    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank, processes = processes_on_this_host(1)
+    target = resolve_device(device, local_rank, processes)
+    use_cuda = target.type == "cuda"
     if use_cuda:
-        torch.cuda.set_device(local_rank)
-        target = torch.device("cuda", local_rank)
-    else:
-        target = torch.device("cpu")
+        torch.cuda.set_device(target)
     if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
         return DistributedContext(rank=0, world_size=1, local_rank=0, device=target)
     if not dist.is_initialized():
@@ -66,6 +110,16 @@ def shutdown_distributed() -> None:
 
 def get_world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so wall-clock timings measure the work and not its launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def get_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def barrier() -> None:

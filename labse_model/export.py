@@ -1,4 +1,4 @@
-"""labse-export: a training checkpoint -> a sentence-transformers directory that loads offline.
+"""labse-export: a training checkpoint -> a sentence-transformers directory (contract 13), loaded offline.
 
     labse-export --run runs/labse --output models/labse [--step 50000]
 
@@ -33,17 +33,18 @@ logger = logging.getLogger("labse_model.export")
 
 
 def load_encoder(run_dir: Path, step: int | None = None) -> tuple[SentenceEncoder, RunConfig, Path]:
-    """The trained `SentenceEncoder` of a run (latest checkpoint unless `step`), in eval mode on CPU."""
+    """The trained `SentenceEncoder` of a run, in eval mode on CPU: the checkpoint of `step`, or by
+    default the newest one whose weights read back (a warning line names any corrupt newer one)."""
     run_dir = Path(run_dir)
     config_path = run_dir / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: is {run_dir} a labse-train run directory?")
     config = RunConfig.load(config_path)
-    checkpoint = ckpt.find_checkpoint(run_dir, step)
+    choice = ckpt.choose_checkpoint(run_dir, ckpt.read_checkpoint_weights, step)
     encoder = SentenceEncoder(config.model)
-    ckpt.load_model_weights(encoder, checkpoint / ckpt.MODEL_FILE)
+    ckpt.apply_model_weights(encoder, choice.loaded, choice.path / ckpt.MODEL_FILE)
     encoder.eval()
-    return encoder, config, checkpoint
+    return encoder, config, choice.path
 
 
 def bert_for_export(encoder: SentenceEncoder):
@@ -142,11 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from pipelines.io.stage_output import OutputLockedError
+    from labse_model.cli import USER_ERRORS
 
     try:
         export_sentence_transformer(args.run, args.output, args.step, args.max_seq_length, args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError, OutputLockedError) as exc:
+    except USER_ERRORS as exc:
         logger.error("%s", exc)
         return 2
     print(args.output)

@@ -24,7 +24,7 @@ from typing import Any, Callable, ContextManager, Iterator
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.distributed import DistributedContext, all_reduce_mean, barrier
+from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, synchronize
 from labse_model.run_log import RunLog
 
 logger = logging.getLogger("labse_model.loop")
@@ -99,12 +99,6 @@ def autocast_context(device: torch.device, bf16: bool) -> Callable[[], ContextMa
     return nullcontext
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for queued GPU work, so wall-clock timings measure the work and not its launch."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def move_batch(batch: Batch, device: torch.device) -> Batch:
     return {name: tensor.to(device, non_blocking=True) for name, tensor in batch.items()}
 
@@ -137,21 +131,50 @@ def save_checkpoint(parts: LoopParts, step: int, extra_state: dict[str, Any] | N
     )
 
 
-def restore_rng(checkpoint: Path, ctx: DistributedContext, reseed: int) -> dict[str, Any] | None:
-    """Restore this rank's RNG streams from `checkpoint`; returns the rank's saved data state.
+def resume_point(run_dir: Path, ctx: DistributedContext, step: int | None,
+                 required_state: tuple[str, ...] = ()) -> ckpt.ResumePoint:
+    """The checkpoint a --resume continues from, read whole by every rank before anything is restored.
+
+    `step` None takes the newest checkpoint that reads back (one warning line names any corrupt
+    newer one); a step given with --resume-step is that one or an error. Every rank reads the same
+    files and so makes the same choice. Nothing is written: see `set_aside_later_checkpoints`.
+    """
+    def read(path: Path) -> ckpt.ResumePoint:
+        return ckpt.read_resume_point(path, ctx.rank, ctx.world_size, required_state)
+
+    choice = ckpt.choose_checkpoint(run_dir, read, step, announce=ctx.is_main,
+                                    choose_hint="--resume-step N picks another")
+    choice.loaded.skipped = [path for path, _ in choice.skipped]
+    return choice.loaded
+
+
+def set_aside_later_checkpoints(run_dir: Path, ctx: DistributedContext, resumed: ckpt.ResumePoint) -> None:
+    """Rank 0 renames the checkpoints after the resumed step (`step-N.corrupt` / `step-N.superseded`,
+    `checkpoint.set_aside_after`): this run writes those steps anew, and must neither prune its new
+    checkpoints in their favour nor resume from them later. Collective; call it once the run's
+    inputs are checked, just before training, so a run refused for bad input renames nothing."""
+    barrier()  # every rank has read its checkpoint before rank 0 renames any
+    if ctx.is_main:
+        moved = ckpt.set_aside_after(run_dir, resumed.step, resumed.skipped)
+        if moved:
+            logger.warning("resuming from step %d: set aside the later checkpoints %s (kept, no longer used)",
+                           resumed.step, ", ".join(path.name for path in moved))
+    barrier()
+
+
+def restore_rng(resumed: ckpt.ResumePoint, ctx: DistributedContext, reseed: int) -> dict[str, Any] | None:
+    """Restore this rank's RNG streams from a checkpoint; returns the rank's saved data state.
 
     A checkpoint written by another number of processes has no stream for every rank: then the
     streams are re-seeded from `reseed` (the run goes on, no longer bit-exact) and a warning says so.
     """
-    state = ckpt.load_training_state(checkpoint)
-    saved = ckpt.load_rng_state(checkpoint, ctx.rank) if state.get("world_size") == ctx.world_size else None
-    if saved is None:
+    if resumed.rng is None:
         logger.warning("checkpoint was written by %s processes, now %d: RNG streams are re-seeded",
-                       state.get("world_size"), ctx.world_size)
+                       resumed.state.get("world_size"), ctx.world_size)
         torch.manual_seed(reseed + ctx.rank)
         return None
-    ckpt.set_rng_state(saved)
-    return saved.get("data")
+    ckpt.set_rng_state(resumed.rng)
+    return resumed.rng.get("data")
 
 
 def run_loop(

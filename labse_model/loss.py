@@ -22,9 +22,13 @@ checks parameters after one step against one process with batch N*B.)
 """
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from labse_model.distributed import all_gather_with_grad, get_rank, get_world_size, synchronize
 
 
 def margin_logits(
@@ -53,31 +57,55 @@ def additive_margin_loss(
 
 
 class BidirectionalAMSLoss(nn.Module):
-    """Source->target plus target->source additive-margin softmax.
+    """Source->target plus target->source additive-margin softmax, negatives local or gathered.
 
-    `forward(src, tgt)` uses the local batch only. With gathered negatives pass
-    `all_src`, `all_tgt` (every rank's embeddings, concatenated in rank order, with gradient) and
-    `label_offset = rank * local_batch`.
+    Args:
+        margin: subtracted from each positive's cosine only (the paper's 0.3).
+        scale: multiplies the cosines before the softmax (20 here; TF Model Garden's LaBSE
+            config uses 100 from a pre-trained encoder; README, section model, Loss).
+        bidirectional: add the target->source direction (True, as the paper); False gives the
+            source->target loss alone.
+        gather_negatives: in a distributed run, score this rank's rows against every rank's
+            embeddings (gathered with gradient; labels offset by rank * B), as LaBSE's
+            cross-accelerator negatives. Without a process group it is the local loss.
+
+    `forward(src, tgt)` takes L2-normalised [B, d] embeddings where row i of `src` and of `tgt`
+    are a translation pair, and returns the scalar loss: the mean over the B local rows of each
+    direction's cross-entropy, summed over directions. Every rank must pass the same B.
+    `gather_seconds` accumulates the time spent in the forward gathers (device synchronised).
+
+    Example::
+
+        loss_fn = BidirectionalAMSLoss(margin=0.3, scale=20.0, gather_negatives=True)
+        src = F.normalize(torch.randn(8, 16), dim=-1)
+        tgt = F.normalize(src + 0.1 * torch.randn(8, 16), dim=-1)
+        loss = loss_fn(src, tgt)   # one process: 7 negatives per row, each direction;
+                                   # under torchrun with N processes: 8N - 1
     """
 
-    def __init__(self, margin: float = 0.3, scale: float = 20.0, bidirectional: bool = True):
+    def __init__(self, margin: float = 0.3, scale: float = 20.0, bidirectional: bool = True,
+                 gather_negatives: bool = False):
         super().__init__()
         self.margin = margin
         self.scale = scale
         self.bidirectional = bidirectional
+        self.gather_negatives = gather_negatives
+        self.gather_seconds = 0.0
 
-    def forward(
-        self,
-        src: torch.Tensor,
-        tgt: torch.Tensor,
-        all_src: torch.Tensor | None = None,
-        all_tgt: torch.Tensor | None = None,
-        label_offset: int = 0,
-    ) -> torch.Tensor:
+    def _gathered(self, src: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        if not self.gather_negatives or get_world_size() == 1:
+            return src, tgt, 0
+        synchronize(src.device)
+        started = time.perf_counter()
+        all_src, all_tgt = all_gather_with_grad(src), all_gather_with_grad(tgt)
+        synchronize(src.device)
+        self.gather_seconds += time.perf_counter() - started
+        return all_src, all_tgt, get_rank() * src.shape[0]
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         if src.shape != tgt.shape:
             raise ValueError(f"source and target embeddings differ in shape: {tuple(src.shape)} vs {tuple(tgt.shape)}")
-        all_src = src if all_src is None else all_src
-        all_tgt = tgt if all_tgt is None else all_tgt
+        all_src, all_tgt, label_offset = self._gathered(src, tgt)
         loss = additive_margin_loss(src, all_tgt, margin=self.margin, scale=self.scale, label_offset=label_offset)
         if self.bidirectional:
             loss = loss + additive_margin_loss(
@@ -86,4 +114,6 @@ class BidirectionalAMSLoss(nn.Module):
         return loss
 
     def extra_repr(self) -> str:
-        return f"margin={self.margin}, scale={self.scale}, bidirectional={self.bidirectional}"
+        return (f"margin={self.margin}, scale={self.scale}, bidirectional={self.bidirectional}, "
+                f"gather_negatives={self.gather_negatives}")
+

@@ -41,15 +41,33 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import HelpFormatter, add_run_arguments, command_main, run_dir_lock
-from labse_model.config import PRESETS, ModelConfig, PretrainConfig, PretrainRunConfig, count_vocab, file_sha256
+from labse_model.cli import (
+    HelpFormatter,
+    add_config_options,
+    add_run_arguments,
+    command_main,
+    config_from_args,
+    resumable_fields,
+    run_dir_lock,
+)
+from labse_model.config import (
+    PRESETS,
+    ModelConfig,
+    PretrainConfig,
+    PretrainRunConfig,
+    check_dropout,
+    count_vocab,
+    file_sha256,
+)
 from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, init_distributed, shutdown_distributed
 from labse_model.loop import (
     LoopParts,
     LoopSettings,
     autocast_context,
     restore_rng,
+    resume_point,
     run_loop,
+    set_aside_later_checkpoints,
     wrap_ddp,
 )
 from labse_model.masking import MaskingSpec
@@ -64,30 +82,16 @@ logger = logging.getLogger("labse_model.pretrain")
 CONFIG_FILE = "pretrain_config.json"
 ENCODER_FILE = "encoder.safetensors"
 SUMMARY_FILE = "pretrain_summary.json"
-# PretrainConfig fields a user may change when resuming; the others shape the run and must match.
-RESUMABLE_OVERRIDES = ("eval_every", "save_every", "log_every", "keep_checkpoints")
+# PretrainConfig fields a user may change when resuming (those whose option PretrainConfig marks
+# resumable); the others shape the run and must match.
+RESUMABLE_OVERRIDES = resumable_fields(PretrainConfig)
 
 
 # ----------------------------------------------------------------------------------------------
 # Command line
 
 
-def _int_list(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def _float_list(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
-    defaults = PretrainConfig()
     parser = argparse.ArgumentParser(
         prog="labse-pretrain",
         description="Pre-train a BERT encoder with masked (MLM) and translation (TLM) language modelling and "
@@ -105,78 +109,45 @@ def build_parser() -> argparse.ArgumentParser:
     model = parser.add_argument_group("model")
     model.add_argument("--config", choices=sorted(PRESETS), default="base", help="encoder size preset")
     model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout")
-    model.add_argument("--stage-layers", type=_int_list, default=None,
-                       help="layers per stage, each a multiple of the last (default L/4,L/2,L; mini: 1,2,4); "
-                       "the full depth alone trains without stacking")
-    model.add_argument("--stage-fractions", type=_float_list, default=defaults.stage_fractions,
-                       help="relative length of each stage (LaBSE: 2,4,9)")
     train = parser.add_argument_group("pre-training")
-    train.add_argument("--max-steps", type=int, default=defaults.max_steps, help="steps over all stages")
-    train.add_argument("--global-batch-size", type=int, default=defaults.global_batch_size,
-                       help="sequences per step over all processes, MLM and TLM together")
-    train.add_argument("--max-seq-length", type=int, default=None,
-                       help=f"tokens per sequence (default {defaults.max_seq_length}, or the config's positions if fewer)")
-    train.add_argument("--mask-prob", type=float, default=defaults.mask_prob, help="share of tokens to predict")
-    train.add_argument("--max-predictions", type=int, default=defaults.max_predictions, help="at most per sequence")
-    train.add_argument("--tlm-fraction", type=float, default=None,
-                       help="share of each batch that is TLM pairs (default 0.5 with --pairs, else 0)")
-    train.add_argument("--lang-alpha", type=float, default=defaults.lang_alpha,
-                       help="language sampling exponent: p ~ sentences ** alpha")
-    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak AdamW learning rate")
-    train.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
-    train.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up of each stage")
-    train.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="gradient clipping (0: off)")
-    train.add_argument("--seed", type=int, default=defaults.seed)
-    train.add_argument("--heldout-rate", type=float, default=defaults.heldout_rate,
-                       help="share of packed monolingual sequences held out for evaluation")
-    train.add_argument("--heldout-per-language", type=int, default=defaults.heldout_per_language,
-                       help="held-out sequences scored per language")
-    train.add_argument("--no-bf16", dest="bf16", action="store_false", help="disable bf16 autocast on GPU")
-    add_run_arguments(parser, defaults, "held-out evaluations")
+    # One option per PretrainConfig field (--stage-layers and --stage-fractions in the model group).
+    add_config_options(train, PretrainConfig, groups={"model": model, "run": add_run_arguments(parser)})
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("labse_model.pretrain", build_parser(), argv, pretrain)
+    return command_main("labse_model.pretrain", build_parser(), argv, pretrain, check=check_arguments)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every numeric option, checked before any work starts (PretrainConfig's rules; the preset
+    gives the depth and positions that some defaults derive from)."""
+    preset = PRESETS[args.config]
+    pretrain_settings(args, preset["num_layers"], preset["max_position_embeddings"])
+    check_dropout(args.dropout)
 
 
 # ----------------------------------------------------------------------------------------------
 # Run configuration
 
 
-def _or(value, default):
-    return default if value is None else value
-
-
 def make_run_config(args: argparse.Namespace, world_size: int) -> PretrainRunConfig:
     model = ModelConfig.from_preset(args.config, count_vocab(args.vocab), hidden_dropout=args.dropout,
                                     attention_dropout=args.dropout)
-    defaults = PretrainConfig()
-    settings = PretrainConfig(
-        global_batch_size=args.global_batch_size,
-        max_steps=args.max_steps,
-        stage_layers=args.stage_layers or default_stage_layers(model.num_layers),
-        stage_fractions=args.stage_fractions,
-        max_seq_length=_or(args.max_seq_length, min(defaults.max_seq_length, model.max_position_embeddings)),
-        mask_prob=args.mask_prob,
-        max_predictions=args.max_predictions,
-        tlm_fraction=_or(args.tlm_fraction, 0.5 if args.pairs else 0.0),
-        lang_alpha=args.lang_alpha,
-        learning_rate=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps,
-        max_grad_norm=args.max_grad_norm,
-        seed=args.seed,
-        heldout_rate=args.heldout_rate,
-        heldout_per_language=args.heldout_per_language,
-        eval_every=_or(args.eval_every, defaults.eval_every),
-        save_every=_or(args.save_every, defaults.save_every),
-        log_every=_or(args.log_every, defaults.log_every),
-        keep_checkpoints=_or(args.keep_checkpoints, defaults.keep_checkpoints),
-        bf16=args.bf16,
-    )
+    settings = pretrain_settings(args, model.num_layers, model.max_position_embeddings)
     return PretrainRunConfig(model=model, pretrain=settings, vocab_sha256=file_sha256(args.vocab),
                              mono=list(args.mono), pairs=args.pairs, world_size=world_size)
+
+
+def pretrain_settings(args: argparse.Namespace, num_layers: int, max_positions: int) -> PretrainConfig:
+    """The PretrainConfig the options ask for, for a model of `num_layers` and `max_positions`;
+    ValueError naming any setting out of range. The options not given that PretrainConfig marks
+    `derived` are derived here from the model and --pairs."""
+    return config_from_args(PretrainConfig, args, derived={
+        "stage_layers": lambda: default_stage_layers(num_layers),
+        "max_seq_length": lambda: min(PretrainConfig.max_seq_length, max_positions),
+        "tlm_fraction": lambda: 0.5 if args.pairs else 0.0,
+    })
 
 
 def check_run_config(config: PretrainRunConfig, world_size: int) -> list[Stage]:
@@ -220,8 +191,8 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
         differences.insert(0, "vocab.txt differs from the run's")
     if differences:
         raise ValueError(f"--resume: {run_dir} is a run with other settings; " + "; ".join(differences))
-    for name in RESUMABLE_OVERRIDES:
-        setattr(saved.pretrain, name, getattr(asked.pretrain, name))
+    saved.pretrain = dataclasses.replace(saved.pretrain,
+                                         **{name: getattr(asked.pretrain, name) for name in RESUMABLE_OVERRIDES})
     saved.mono, saved.pairs, saved.world_size = asked.mono, asked.pairs, world_size
     return saved
 
@@ -232,7 +203,7 @@ def resolve_run_config(args: argparse.Namespace, ctx: DistributedContext) -> Pre
     if args.resume:
         if not (run_dir / CONFIG_FILE).is_file():
             raise FileNotFoundError(f"--resume: {run_dir / CONFIG_FILE} not found (nothing to resume)")
-        ckpt.find_checkpoint(run_dir)
+        ckpt.find_checkpoint(run_dir, args.resume_step)  # fail early and clearly when there is none
         config = resumed_run_config(args, run_dir, ctx.world_size)
     else:
         if run_dir.exists() and any(run_dir.iterdir()):
@@ -335,18 +306,17 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         logger.info("monolingual sentences: %s; stages %s", shares,
                     ", ".join(f"{s.num_layers} layers to step {s.end}" for s in stages))
 
-    start_step, position, checkpoint = 0, None, None
+    start_step, position, resumed = 0, None, None
     layers = stages[0].num_layers
     if args.resume:
-        checkpoint = ckpt.find_checkpoint(run_dir)
-        state = ckpt.load_training_state(checkpoint)
-        start_step, layers = int(state["step"]), int(state["num_layers"])
+        resumed = resume_point(run_dir, ctx, args.resume_step, required_state=("num_layers",))
+        start_step, layers = resumed.step, int(resumed.state["num_layers"])
     model = build_model(model_config, layers, settings.seed)
-    if checkpoint is not None:
-        ckpt.load_model_weights(model, checkpoint / ckpt.MODEL_FILE)
-        position = restore_rng(checkpoint, ctx, reseed=settings.seed + 1_000_003 * start_step)
+    if resumed is not None:
+        resumed.restore_model(model)
+        position = restore_rng(resumed, ctx, reseed=settings.seed + 1_000_003 * start_step)
         if ctx.is_main:
-            logger.info("resumed %s at step %d (%d layers)", checkpoint, start_step, layers)
+            logger.info("resumed %s at step %d (%d layers)", resumed.path, start_step, layers)
     else:
         torch.manual_seed(settings.seed + ctx.rank)  # different dropout masks per rank, from the seed
     model.to(ctx.device)
@@ -363,9 +333,11 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     batches = PretrainBatches(corpora, packer, spec=spec, local_rows=local_rows, tlm_rows=tlm_local, tlm=tlm,
                               lang_alpha=settings.lang_alpha, rank=ctx.rank, world_size=ctx.world_size,
                               seed=settings.seed, heldout_rate=settings.heldout_rate,
-                              max_seq_length=settings.max_seq_length, pad_id=PAD_ID, start_step=start_step,
-                              position=position)
+                              max_seq_length=settings.max_seq_length, pad_id=PAD_ID,
+                              shuffle_window=settings.mlm_shuffle_window, start_step=start_step, position=position)
     write_run_dir(args, config, ctx)  # only now: bad input above has written nothing
+    if resumed is not None:
+        set_aside_later_checkpoints(run_dir, ctx, resumed)
 
     heldout = []
     if ctx.is_main and settings.heldout_rate > 0:
@@ -395,10 +367,9 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         optimizer = build_optimizer(model, learning_rate=settings.learning_rate, weight_decay=settings.weight_decay,
                                     betas=settings.adam_betas, eps=settings.adam_eps)
         scheduler = stage_schedule(optimizer, stage, settings.warmup_steps, settings.max_steps)
-        if checkpoint is not None and stage.begin < step:  # resumed inside this stage
-            state = ckpt.load_training_state(checkpoint)
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
+        if resumed is not None and stage.begin < step:  # resumed inside this stage
+            optimizer.load_state_dict(resumed.state["optimizer"])
+            scheduler.load_state_dict(resumed.state["scheduler"])
         parts = LoopParts(ctx=ctx, run_dir=run_dir, model=model, trained=wrap_ddp(model, ctx), optimizer=optimizer,
                           scheduler=scheduler, settings=loop_settings, log=log)
 
@@ -439,7 +410,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
                 logger.info("stage %d (%d layers) done at step %d: held-out MLM loss %.4f, accuracy %.4f",
                             stage.index + 1, stage.num_layers, step, scores["heldout_mlm_loss"],
                             scores["heldout_mlm_accuracy"])
-        checkpoint = None  # only the first stage of this invocation resumes an optimizer
+        resumed = None  # only the first stage of this invocation resumes an optimizer
 
     finished = step >= settings.max_steps
     summary = {

@@ -14,11 +14,18 @@ cut. Each row of a batch picks its language with probability proportional to n_l
 language's sentence count, from Parquet metadata or one streaming pass over a text file; LaBSE:
 alpha = 0.3, as for the vocabulary), then takes that language's next packed sequence.
 
+Shuffling: the files of a language are read in a seeded order per epoch, and the packed sequences
+of a file in windows of `shuffle_window` consecutive sequences, each window put in a seeded random
+order (seed, language, epoch, file, window), so text of one site or one document's neighbourhood
+does not fill consecutive batches. A window is held as int32 arrays (at most `shuffle_window` x
+`max_seq_length` x 4 bytes per language).
+
 Packing is deterministic per file (it depends only on where a document starts), so the position
-of a language's stream is three numbers: the file (in that epoch's seeded file order), the row to
-continue from, and how many sequences of the file came before. Each rank saves its positions with
-every checkpoint and a resumed run continues from them exactly; nothing is replayed, and only one
-batch of rows of one file per language is in memory at a time.
+of a language's stream is four numbers: the file (in that epoch's seeded file order), the row its
+current window starts at, how many sequences of the file came before that row, and how many of the
+window's sequences were taken. Each rank saves its positions with every checkpoint; a resumed run
+re-packs the current window from its first row, draws the same order and skips what was taken, so
+it continues exactly.
 
 Ranks: a language with at least as many files as ranks splits its files over the ranks; a
 language with fewer files is read by every rank, which keeps every world-size-th packed sequence.
@@ -42,6 +49,7 @@ import glob
 import logging
 import os
 import re
+import itertools
 import zlib
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -64,11 +72,10 @@ _LANGUAGE_STREAM, _MASK_STREAM, _SIDE_STREAM, _HELDOUT_STREAM = 1, 2, 3, 4
 
 @dataclass(frozen=True)
 class MonoCorpus:
-    """One language's monolingual input files and its sentence count."""
+    """One language's monolingual input files, each with its format (Parquet or text), and its sentence count."""
 
     lang: str
-    files: tuple[str, ...]
-    format: str
+    files: tuple[tuple[str, str], ...]  # (path, PARQUET or TEXT)
     sentences: int
 
 
@@ -100,15 +107,16 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
     directory holding it), or `LANG:GLOB` of text files. Missing inputs and empty languages are
     errors that name the spec, raised before any training work.
     """
-    files: dict[str, list[str]] = {}
-    formats: dict[str, str] = {}
+    files: dict[str, dict[str, str]] = {}
     counts: dict[str, int] = {}
 
-    def add(lang: str, paths: list[str], fmt: str, rows: list[int], origin: str) -> None:
-        if formats.setdefault(lang, fmt) != fmt:
-            raise ValueError(f"language {lang!r} is given both as Parquet and as text files ({origin}): use one")
-        files.setdefault(lang, []).extend(paths)
-        counts[lang] = counts.get(lang, 0) + sum(rows)
+    def add(lang: str, paths: list[str], fmt: str, rows: list[int]) -> None:
+        # One language may come from several specs (a cleaned crawl and a text corpus): their files merge.
+        known = files.setdefault(lang, {})
+        for path, count in zip(paths, rows):
+            if path not in known:
+                known[path] = fmt
+                counts[lang] = counts.get(lang, 0) + count
 
     for spec in specs:
         match = _LANG_SPEC.match(spec)
@@ -120,7 +128,7 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             rows = [_count_text_sentences(p) for p in paths]
             if sum(rows) == 0:
                 raise ValueError(f"--mono {spec!r}: the files hold no sentence")
-            add(lang, paths, TEXT, rows, spec)
+            add(lang, paths, TEXT, rows)
             continue
         root = spec
         if os.path.isdir(os.path.join(root, "sentences")):
@@ -136,10 +144,10 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             if sum(rows) == 0:
                 raise ValueError(f"--mono {spec!r}: the partition {os.path.join(root, partition)} holds no sentence "
                                  "(an interrupted or filtered run?); remove it or rerun labse-clean")
-            add(_PARTITION.match(partition).group(1), paths, PARQUET, rows, spec)
+            add(_PARTITION.match(partition).group(1), paths, PARQUET, rows)
     if not files:
         raise ValueError("no monolingual input: give --mono")
-    return [MonoCorpus(lang, tuple(sorted(set(files[lang]))), formats[lang], counts[lang]) for lang in sorted(files)]
+    return [MonoCorpus(lang, tuple(sorted(files[lang].items())), counts[lang]) for lang in sorted(files)]
 
 
 def language_probabilities(corpora: list[MonoCorpus], alpha: float) -> np.ndarray:
@@ -215,7 +223,10 @@ class Packer:
         current: list[int] = []
         first_row, document, last_row = start_row, None, start_row - 1
         for rows in _iter_rows(path, fmt, start_row):
-            encoded = self.tokenizer([text for _, _, text in rows], add_special_tokens=False)["input_ids"]
+            # verbose=False: sentences over the model's 512 tokens are expected here (cut below and counted
+            # in `sentences_cut`), so the tokenizer's per-call length warning is noise.
+            encoded = self.tokenizer([text for _, _, text in rows], add_special_tokens=False,
+                                     verbose=False)["input_ids"]
             for (row, doc, _), ids in zip(rows, encoded):
                 last_row = row
                 if not ids:
@@ -246,39 +257,56 @@ def is_heldout(path: str, first_row: int, rate: float) -> bool:
 
 
 class LanguageStream:
-    """This rank's training sequences of one language, endlessly, epoch after epoch."""
+    """This rank's training sequences of one language, endlessly, epoch after epoch, shuffled in windows."""
 
     def __init__(self, corpus: MonoCorpus, packer: Packer, *, rank: int, world_size: int, seed: int,
-                 heldout_rate: float, position: dict[str, int] | None = None):
+                 heldout_rate: float, shuffle_window: int = 1, position: dict[str, int] | None = None):
+        if shuffle_window < 1:
+            raise ValueError(f"shuffle_window must be >= 1, got {shuffle_window}")
         self.corpus, self.packer = corpus, packer
-        self.seed, self.heldout_rate = seed, heldout_rate
+        self.seed, self.heldout_rate, self.shuffle_window = seed, heldout_rate, shuffle_window
         if len(corpus.files) >= world_size:
             self.files, self.deal = list(corpus.files[rank::world_size]), (0, 1)
         else:
             self.files, self.deal = list(corpus.files), (rank, world_size)
-        self.position = dict(position or {"epoch": 0, "file": 0, "row": 0, "ordinal": 0})
+        self.position = {"epoch": 0, "file": 0, "row": 0, "ordinal": 0, "taken": 0, **(position or {})}
         self._sequences: Iterator[tuple[list[int], dict[str, int]]] | None = None
 
-    def file_order(self, epoch: int) -> list[str]:
-        rng = np.random.default_rng([self.seed, zlib.crc32(self.corpus.lang.encode()), epoch])
+    def _language_key(self) -> int:
+        return zlib.crc32(self.corpus.lang.encode())
+
+    def file_order(self, epoch: int) -> list[tuple[str, str]]:
+        rng = np.random.default_rng([self.seed, self._language_key(), epoch])
         return [self.files[i] for i in rng.permutation(len(self.files))]
+
+    def _window_order(self, epoch: int, file_index: int, row: int, size: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, self._language_key(), epoch, file_index, row, 7]).permutation(size)
 
     def _generate(self) -> Iterator[tuple[list[int], dict[str, int]]]:
         epoch, file_index = self.position["epoch"], self.position["file"]
-        row, ordinal = self.position["row"], self.position["ordinal"]
+        row, ordinal, taken = self.position["row"], self.position["ordinal"], self.position["taken"]
         owner, ranks = self.deal
         while True:
-            kept_in_epoch, whole_epoch = 0, file_index == 0 and row == 0
+            kept_in_epoch, whole_epoch = 0, file_index == 0 and row == 0 and taken == 0
             order = self.file_order(epoch)
             while file_index < len(order):
-                path = order[file_index]
-                for sequence in self.packer.pack(path, self.corpus.format, row):
-                    ordinal += 1
-                    if (ordinal - 1) % ranks != owner or is_heldout(path, sequence.first_row, self.heldout_rate):
-                        continue
-                    kept_in_epoch += 1
-                    yield sequence.ids, {"epoch": epoch, "file": file_index, "row": sequence.next_row,
-                                         "ordinal": ordinal}
+                path, fmt = order[file_index]
+                packed = self.packer.pack(path, fmt, row)
+                while True:
+                    window_row, window_ordinal, window = row, ordinal, []
+                    for sequence in itertools.islice(packed, self.shuffle_window):
+                        ordinal += 1
+                        row = sequence.next_row
+                        if (ordinal - 1) % ranks == owner and not is_heldout(path, sequence.first_row, self.heldout_rate):
+                            window.append(np.asarray(sequence.ids, dtype=np.int32))
+                    if row == window_row:  # the file is exhausted
+                        break
+                    shuffled = self._window_order(epoch, file_index, window_row, len(window))
+                    for k in range(taken, len(window)):
+                        kept_in_epoch += 1
+                        yield window[shuffled[k]].tolist(), {"epoch": epoch, "file": file_index, "row": window_row,
+                                                            "ordinal": window_ordinal, "taken": k + 1}
+                    taken = 0
                 file_index, row, ordinal = file_index + 1, 0, 0
             if kept_in_epoch == 0 and whole_epoch:
                 raise ValueError(f"language {self.corpus.lang!r} gives this process no training sequence "
@@ -302,8 +330,8 @@ def heldout_sequences(corpora: list[MonoCorpus], packer: Packer, rate: float, pe
     found: list[list[int]] = []
     for corpus in corpora:
         taken = 0
-        for path in corpus.files:
-            for sequence in packer.pack(path, corpus.format):
+        for path, fmt in corpus.files:
+            for sequence in packer.pack(path, fmt):
                 if sequence.first_row >= max_rows_per_language or taken >= per_language:
                     break
                 if is_heldout(path, sequence.first_row, rate):
@@ -394,8 +422,8 @@ class PretrainBatches:
 
     def __init__(self, corpora: list[MonoCorpus], packer: Packer, *, spec: MaskingSpec, local_rows: int,
                  tlm_rows: int, tlm: TLMSource | None, lang_alpha: float, rank: int, world_size: int, seed: int,
-                 heldout_rate: float, max_seq_length: int, pad_id: int, start_step: int = 0,
-                 position: dict[str, Any] | None = None):
+                 heldout_rate: float, max_seq_length: int, pad_id: int, shuffle_window: int = 1,
+                 start_step: int = 0, position: dict[str, Any] | None = None):
         if tlm_rows and tlm is None:
             raise ValueError("TLM rows were asked for but no pair shards given (--pairs)")
         self.spec, self.local_rows, self.tlm_rows, self.tlm = spec, local_rows, tlm_rows, tlm
@@ -404,7 +432,8 @@ class PretrainBatches:
         self.probabilities = language_probabilities(corpora, lang_alpha)
         saved = (position or {}).get("languages", {})
         self.streams = [LanguageStream(c, packer, rank=rank, world_size=world_size, seed=seed,
-                                       heldout_rate=heldout_rate, position=saved.get(c.lang)) for c in corpora]
+                                       heldout_rate=heldout_rate, shuffle_window=shuffle_window,
+                                       position=saved.get(c.lang)) for c in corpora]
         self.step = start_step
 
     def __iter__(self) -> "PretrainBatches":

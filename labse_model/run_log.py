@@ -43,9 +43,10 @@ class RunLog:
 def summary_writer(log_dir: Path, purge_step: int | None):
     """A TensorBoard writer that does not import TensorFlow.
 
-    TensorBoard's file I/O uses real TensorFlow whenever it is importable (8 s and ~1 GB per rank
-    here) unless the module `tensorboard.compat.notf` exists; registering that empty marker module
-    selects TensorBoard's own pure-Python stub, which writes the same event files.
+    TensorBoard's file I/O uses real TensorFlow whenever it is importable (seconds and memory per
+    rank: BENCHMARKS.md, section model, "TensorBoard without TensorFlow") unless the module
+    `tensorboard.compat.notf` exists; registering that empty marker module selects TensorBoard's
+    own pure-Python stub, which writes the same event files.
     """
     import types
 

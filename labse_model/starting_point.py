@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,7 +127,10 @@ def load_starting_point(path: str | Path) -> StartingPoint:
     if (path / ckpt.MODEL_FILE).is_file() and (path / ckpt.STATE_FILE).is_file():
         return _from_run_weights(path / ckpt.MODEL_FILE)
     if (path / "checkpoints").is_dir() or _is_run_config(path / "config.json"):
-        return _from_run_weights(ckpt.find_checkpoint(path) / ckpt.MODEL_FILE)  # names a run without checkpoints
+        # The newest checkpoint whose weights read back; FileNotFoundError names a run without checkpoints.
+        choice = ckpt.choose_checkpoint(path, ckpt.read_checkpoint_weights,
+                                        choose_hint=f"--init-from {path}/checkpoints/step-N picks another")
+        return _from_run_weights(choice.path / ckpt.MODEL_FILE, choice.loaded)
     if (path / "config.json").is_file():
         return _from_huggingface(path)
     raise ValueError(
@@ -141,9 +143,10 @@ def _is_run_config(path: Path) -> bool:
     return path.is_file() and {"model", "train"} <= set(_read_json(path))
 
 
-def _from_run_weights(weights_file: Path) -> StartingPoint:
-    """A labse-train checkpoint's model.safetensors; the run around it, if any, gives config and vocabulary."""
-    weights = read_tensors(weights_file)
+def _from_run_weights(weights_file: Path, weights: dict[str, torch.Tensor] | None = None) -> StartingPoint:
+    """A labse-train checkpoint's model.safetensors (`weights`, if already read); the run around it,
+    if any, gives config and vocabulary."""
+    weights = read_tensors(weights_file) if weights is None else weights
     checkpoint = weights_file.parent
     run_dir = checkpoint.parent.parent
     is_in_run = (ckpt.STEP_DIR.match(checkpoint.name) and checkpoint.parent.name == "checkpoints"
@@ -227,17 +230,13 @@ def _read_json(path: Path) -> dict:
 
 
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """A safetensors file, or a PyTorch .bin read with `weights_only=True` (never unpickles code)."""
+    """A safetensors file, or a PyTorch .bin read with `weights_only=True` (never unpickles code);
+    a damaged file, or one holding more than tensors, is a CorruptCheckpointError naming it."""
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(path), device="cpu")
-    try:
-        tensors = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        raise ValueError(f"{path} holds more than tensors and is not loaded (weights_only): {exc}") from None
+        return ckpt.read_weights(path)
+    tensors = ckpt.read_torch_file(path)
     if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
-        raise ValueError(f"{path} is not a state dict of tensors")
+        raise ckpt.CorruptCheckpointError(f"{path} is not a valid weights file: not a state dict of tensors")
     return tensors
 
 

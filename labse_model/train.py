@@ -11,24 +11,39 @@ global batch, and the gradients equal those of one process with the global batch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import logging
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import HelpFormatter, add_run_arguments, command_main, run_dir_lock
-from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, TrainConfig, count_vocab
+from labse_model.cli import (
+    HelpFormatter,
+    add_config_options,
+    add_run_arguments,
+    command_main,
+    config_from_args,
+    resumable_fields,
+    run_dir_lock,
+)
+from labse_model.config import (
+    POOLING_MODES,
+    PRESETS,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    check_dropout,
+    count_vocab,
+)
 from labse_model.distributed import (
     DistributedContext,
-    all_gather_with_grad,
     barrier,
     init_distributed,
     shutdown_distributed,
@@ -41,8 +56,9 @@ from labse_model.loop import (
     LoopSettings,
     autocast_context,
     restore_rng,
+    resume_point,
     run_loop,
-    synchronize,
+    set_aside_later_checkpoints,
     wrap_ddp,
 )
 from labse_model.loss import BidirectionalAMSLoss
@@ -53,8 +69,9 @@ from pipelines.io.atomic import write_text_atomic
 
 logger = logging.getLogger("labse_model.train")
 
-# TrainConfig fields a user may change when resuming (the rest must match the run being resumed).
-RESUMABLE_OVERRIDES = ("max_steps", "eval_every", "save_every", "log_every", "num_workers", "keep_checkpoints")
+# TrainConfig fields a user may change when resuming (the rest are the run's): those whose option
+# TrainConfig marks resumable. Their options default to None, so one not given keeps the run's value.
+RESUMABLE_OVERRIDES = resumable_fields(TrainConfig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,8 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--dev-data",
         default=None,
-        help="held-out pairs for periodic retrieval accuracy: a TFRecord glob, or two line-aligned "
-        "text files 'SRC_FILE:TGT_FILE' (.gz allowed), e.g. Multi30k val.de.gz:val.en.gz",
+        metavar="SRC_LANG:PATH,TGT_LANG:PATH|GLOB",
+        help="held-out pairs for periodic retrieval accuracy: two line-aligned text files (.gz allowed) as for "
+        "labse-tfrecords --parallel-text, e.g. Multi30k de:val.de.gz,en:val.en.gz, or a TFRecord glob (quote it). "
+        "The older SRC_FILE:TGT_FILE form is still read in this release, with a deprecation warning",
     )
     data.add_argument("--dev-max-pairs", type=int, default=1000, help="pairs of --dev-data to use")
     data.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
@@ -94,32 +113,25 @@ def build_parser() -> argparse.ArgumentParser:
                        "(default cls; with --init-from, the starting point's where it has one)")
     model.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout (0 disables)")
     train = parser.add_argument_group("training (defaults: the paper's where it gives them)")
-    defaults = TrainConfig()
-    train.add_argument("--global-batch-size", type=int, default=defaults.global_batch_size,
-                       help="pairs per step over all processes (must divide by the process count)")
-    train.add_argument("--margin", type=float, default=defaults.margin, help="additive margin on the positive")
-    train.add_argument("--scale", type=float, default=defaults.scale, help="logit scale on cosines")
-    train.add_argument("--gather-negatives", action=argparse.BooleanOptionalAction, default=defaults.gather_negatives,
-                       help="score local pairs against every process's pairs (the global batch)")
-    train.add_argument("--max-steps", type=int, default=None, help=f"total optimizer steps (default {defaults.max_steps})")
-    train.add_argument("--lr", type=float, default=defaults.learning_rate, help="peak AdamW learning rate")
-    train.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
-    train.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps, help="linear warm-up, then linear decay to 0")
-    train.add_argument("--max-grad-norm", type=float, default=defaults.max_grad_norm, help="gradient clipping (0: off)")
-    train.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length, help="truncate longer sequences")
-    train.add_argument("--seed", type=int, default=defaults.seed)
-    train.add_argument("--shuffle-buffer", type=int, default=defaults.shuffle_buffer)
-    train.add_argument("--no-bf16", dest="bf16", action="store_false", help="disable bf16 autocast on GPU")
-    train.add_argument("--grad-cache-chunk", type=int, default=defaults.grad_cache_chunk, metavar="C",
-                       help="gradient caching: encode each process's batch C pairs at a time (activation "
-                       "memory of C pairs, negatives of the whole global batch, one extra forward); 0 = off")
-    run = add_run_arguments(parser, defaults, "dev evaluations")
-    run.add_argument("--num-workers", type=int, default=None, help="DataLoader workers per process (default 0)")
+    add_config_options(train, TrainConfig, groups={"run": add_run_arguments(parser)})  # one option per field
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    return command_main("labse_model.train", build_parser(), argv, train)
+    return command_main("labse_model.train", build_parser(), argv, train, check=check_arguments)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every numeric option, checked before any work starts (TrainConfig's and ModelConfig's rules),
+    also with --resume, where most of them are then taken from the run instead."""
+    config_from_args(TrainConfig, args)
+    check_dropout(args.dropout)
+    if args.dev_max_pairs < 1:
+        raise ValueError(f"--dev-max-pairs must be an integer >= 1, got {args.dev_max_pairs}")
+    if args.dev_data is not None:
+        from labse_model.dev_eval import dev_text_files
+
+        dev_text_files(args.dev_data)  # a malformed SRC_LANG:PATH,TGT_LANG:PATH; its files are read later
 
 
 # ----------------------------------------------------------------------------------------------
@@ -135,28 +147,7 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
         check_run_vocab(start, args.vocab)
         model = model_config_for_run(start, args.config, args.pooling, args.dropout, vocab_size)
         start.check_matches(model)  # before the run directory is written
-    defaults = TrainConfig()
-    train_config = TrainConfig(
-        global_batch_size=args.global_batch_size,
-        margin=args.margin,
-        scale=args.scale,
-        gather_negatives=args.gather_negatives,
-        max_steps=args.max_steps if args.max_steps is not None else defaults.max_steps,
-        learning_rate=args.lr,
-        weight_decay=args.weight_decay,
-        warmup_steps=args.warmup_steps,
-        max_grad_norm=args.max_grad_norm,
-        seed=args.seed,
-        max_seq_length=args.max_seq_length,
-        eval_every=_or(args.eval_every, defaults.eval_every),
-        save_every=_or(args.save_every, defaults.save_every),
-        log_every=_or(args.log_every, defaults.log_every),
-        shuffle_buffer=args.shuffle_buffer,
-        num_workers=_or(args.num_workers, defaults.num_workers),
-        keep_checkpoints=_or(args.keep_checkpoints, defaults.keep_checkpoints),
-        bf16=args.bf16,
-        grad_cache_chunk=args.grad_cache_chunk,
-    )
+    train_config = config_from_args(TrainConfig, args)
     if train_config.max_seq_length > model.max_position_embeddings:
         raise ValueError(
             f"--max-seq-length {train_config.max_seq_length} exceeds the model's "
@@ -166,16 +157,10 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
                      init_from=args.init_from)
 
 
-def _or(value, default):
-    return default if value is None else value
-
-
 def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int) -> RunConfig:
     config = RunConfig.load(run_dir / "config.json")
-    for name in RESUMABLE_OVERRIDES:
-        value = getattr(args, name, None)
-        if value is not None:
-            setattr(config.train, name, value)
+    overrides = {name: getattr(args, name) for name in RESUMABLE_OVERRIDES if getattr(args, name, None) is not None}
+    config.train = dataclasses.replace(config.train, **overrides)  # checked again, as any TrainConfig
     config.data = args.data
     if args.dev_data is not None:
         config.dev_data = args.dev_data
@@ -197,7 +182,7 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: St
     if args.resume:
         if not (run_dir / "config.json").is_file():
             raise FileNotFoundError(f"--resume: {run_dir / 'config.json'} not found (nothing to resume)")
-        ckpt.find_checkpoint(run_dir)  # fail early and clearly when there is none
+        ckpt.find_checkpoint(run_dir, args.resume_step)  # fail early and clearly when there is none
         config = resumed_run_config(args, run_dir, ctx.world_size)
         if ctx.is_main:
             config.save(run_dir / "config.json")  # records overrides such as a longer --max-steps
@@ -248,17 +233,16 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     optimizer = optimizer_for(model, tc)
     scheduler = build_scheduler(optimizer, tc.warmup_steps, tc.max_steps)
 
-    start_step = 0
+    start_step, resumed = 0, None
     if args.resume:
-        checkpoint = ckpt.find_checkpoint(run_dir)
-        ckpt.load_model_weights(model.encoder, checkpoint / ckpt.MODEL_FILE)
-        state = ckpt.load_training_state(checkpoint)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        start_step = int(state["step"])
-        restore_rng(checkpoint, ctx, reseed=tc.seed + 1_000_003 * start_step)
+        resumed = resume_point(run_dir, ctx, args.resume_step)
+        resumed.restore_model(model.encoder)
+        optimizer.load_state_dict(resumed.state["optimizer"])
+        scheduler.load_state_dict(resumed.state["scheduler"])
+        start_step = resumed.step
+        restore_rng(resumed, ctx, reseed=tc.seed + 1_000_003 * start_step)
         if ctx.is_main:
-            logger.info("resumed %s at step %d", checkpoint, start_step)
+            logger.info("resumed %s at step %d", resumed.path, start_step)
     else:
         if start is not None:
             start.load_into(model.encoder)  # after the fresh init, so parts the source lacks stay fresh
@@ -290,6 +274,8 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         dev = load_dev_pairs(config.dev_data, str(run_dir / "vocab.txt"), args.dev_max_pairs, tc.max_seq_length)
         logger.info("dev set: %d pairs from %s", len(dev[0]), config.dev_data)
 
+    if resumed is not None:
+        set_aside_later_checkpoints(run_dir, ctx, resumed)
     log = RunLog(run_dir, enabled=ctx.is_main, resumed_at_step=start_step if args.resume else None)
     parts = LoopParts(
         ctx=ctx, run_dir=run_dir, model=model.encoder, trained=wrap_ddp(model, ctx), optimizer=optimizer,
@@ -297,9 +283,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         settings=LoopSettings(max_grad_norm=tc.max_grad_norm, log_every=tc.log_every, save_every=tc.save_every,
                               eval_every=tc.eval_every, keep_checkpoints=tc.keep_checkpoints, bf16=tc.bf16),
     )
-    loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale)
-    gather = tc.gather_negatives and ctx.world_size > 1
-    gather_seconds = [0.0]
+    loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale, gather_negatives=tc.gather_negatives)
     checked_ids = [False]
 
     def check_batch(batch: dict[str, torch.Tensor]) -> None:
@@ -312,24 +296,13 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
                                  f"tokenised with {args.vocab}?")
             checked_ids[0] = True
 
-    def embedding_loss(src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        """The loss of this rank's embeddings, against every rank's when negatives are gathered."""
-        if not gather:
-            return loss_fn(src, tgt)
-        synchronize(ctx.device)
-        started = time.perf_counter()
-        all_src, all_tgt = all_gather_with_grad(src), all_gather_with_grad(tgt)
-        synchronize(ctx.device)
-        gather_seconds[0] += time.perf_counter() - started
-        return loss_fn(src, tgt, all_src, all_tgt, label_offset=ctx.rank * local_batch)
-
     def compute_loss(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         check_batch(batch)
-        return embedding_loss(*parts.trained(**batch)), {}
+        return loss_fn(*parts.trained(**batch)), {}
 
     def grad_cached_loss(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         check_batch(batch)
-        return grad_cached_step(parts.trained, batch, tc.grad_cache_chunk, embedding_loss,
+        return grad_cached_step(parts.trained, batch, tc.grad_cache_chunk, loss_fn,
                                 autocast=autocast_context(ctx.device, tc.bf16)), {}
 
     train_step = BackpropagatedStep(grad_cached_loss) if tc.grad_cache_chunk else compute_loss
@@ -354,13 +327,13 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         "world_size": ctx.world_size,
         "local_batch_size": local_batch,
         "global_batch_size": tc.global_batch_size,
-        "gather_negatives": gather,
+        "gather_negatives": tc.gather_negatives and ctx.world_size > 1,
         "grad_cache_chunk": tc.grad_cache_chunk,
         "final_loss": result.last_loss,
         "steps_timed": result.steps_timed,
         "seconds_per_step": result.seconds / max(1, result.steps_timed),
         "steps_per_second": result.steps_per_second,
-        "gather_forward_share": gather_seconds[0] / max(result.seconds, 1e-9),
+        "gather_forward_share": loss_fn.gather_seconds / max(result.seconds, 1e-9),
         "dev_accuracy": dev_result,
         "finished": step >= tc.max_steps,
     }

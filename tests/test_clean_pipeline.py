@@ -16,8 +16,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from pipelines.accounting import identity_violations
-from pipelines.clean import CleanConfig, main, run
+from pipelines.clean import main, run
+from pipelines.clean_transforms import per_file_violations
 from pipelines.io.parquet import SENTENCE_COLUMNS
+from pipelines.text.document import CleanConfig
 from pipelines.text.normalise import dedup_key
 from tests.conftest import require_file
 
@@ -135,10 +137,22 @@ def errors(out_dir: Path) -> list[dict]:
 def test_accounting_identity_holds(runs, name):
     out_dir, stats = runs[name]
     assert identity_violations(stats) == [] and stats["identity_holds"]
+    assert per_file_violations(stats) == [] and stats["per_file"]["files"] >= 1
     assert stats["documents_read"] > 0 and stats["sentences_read"] > 0
     rows = sentences(out_dir)
     assert len(rows) == stats["sentences_kept"] == sum(stats["per_language"].values())
     assert set(SENTENCE_COLUMNS) <= set(rows[0])
+    # The accounting section (README contract 11) holds the same numbers as the top-level keys, and
+    # its kept units are what was written: the sentence rows, the documents those rows come from.
+    accounting = stats["accounting"]
+    assert set(accounting) == {"documents", "sentences"}
+    for unit, section in accounting.items():
+        assert {f"{unit}_{outcome}": section[outcome] for outcome in ("read", "kept", "dropped", "errored")} == {
+            key: stats[key] for key in (f"{unit}_read", f"{unit}_kept", f"{unit}_dropped", f"{unit}_errored")}
+    assert accounting["sentences"]["kept"] == len(rows)
+    assert accounting["documents"]["kept"] == len({(r["file"], r["offset"], r["doc_id"]) for r in rows})
+    assert accounting["documents"]["errored"] == len(
+        [e for e in errors(out_dir) if e["reason"] != "sentence_split_failed"])
     assert Counter(r["lang"] for r in rows) == Counter(stats["per_language"])
     # stats.json on disk is what run() returned, with the run configuration.
     assert json.loads((out_dir / "stats.json").read_text(encoding="utf-8")) == stats
@@ -224,7 +238,7 @@ def test_multi_processing_workers_give_the_same_result(runs, labse_data, tmp_pat
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
     expected = runs["cc"][1]
     for key in ("documents_read", "documents_kept", "documents_dropped", "documents_errored", "sentences_read",
-                "sentences_kept", "sentences_dropped", "sentences_errored", "per_language"):
+                "sentences_kept", "sentences_dropped", "sentences_errored", "per_language", "per_file"):
         assert stats[key] == expected[key], key
     assert sorted(r["text"] for r in sentences(out)) == sorted(r["text"] for r in sentences(runs["cc"][0]))
 
@@ -248,7 +262,7 @@ def test_cli_fails_early_with_clear_errors(tmp_path, capsys, labse_data):
 @pytest.mark.slow
 def test_main_content_model_scores_lines_when_given(labse_data, tmp_path):
     """A real (tiny) fastText main-content model, trained here on heuristic labels, is loaded and used."""
-    from pipelines.clean import document_lines
+    from pipelines.text.document import document_lines
     from pipelines.io.documents import Document
     from pipelines.io.readers import read_records
     from pipelines.main_content.model import training_lines
@@ -294,7 +308,7 @@ def lid():
 
 
 def test_wikipedia_lines_in_another_language_are_removed(lid):
-    from pipelines.clean import clean_document
+    from pipelines.text.document import clean_document
 
     german = "Der Gemeinderat hat am Dienstag nach einer langen Debatte den neuen Haushalt beschlossen."
     result = clean_document(_doc(f"{ARTICLE}\n{german}", source="wiki", kind="text", lang="en"), lid, CleanConfig())
@@ -307,7 +321,7 @@ def test_wikipedia_lines_in_another_language_are_removed(lid):
 
 
 def test_every_sentence_is_accounted_for_in_one_document(lid):
-    from pipelines.clean import clean_document
+    from pipelines.text.document import clean_document
 
     html = _page(ARTICLE, "Short.", "x" * 60_000, "Home | News | Contact", OTHER)
     result = clean_document(_doc(html), lid, CleanConfig())
@@ -320,24 +334,24 @@ def test_every_sentence_is_accounted_for_in_one_document(lid):
 
 
 def test_a_line_that_breaks_the_splitter_costs_that_line_only(lid, monkeypatch):
-    import pipelines.clean as clean
+    import pipelines.text.document as document
 
-    real = clean.split_sentences
+    real = document.split_sentences
 
     def flaky(text, lang):
         if text.startswith("Critics"):
             raise RuntimeError("splitter bug")
         return real(text, lang)
 
-    monkeypatch.setattr(clean, "split_sentences", flaky)
-    result = clean.clean_document(_doc(_page(ARTICLE, OTHER)), lid, CleanConfig())
+    monkeypatch.setattr(document, "split_sentences", flaky)
+    result = document.clean_document(_doc(_page(ARTICLE, OTHER)), lid, CleanConfig())
     assert [r["text"] for r in result.rows] == [ARTICLE]
     assert result.tally["sentences.errored"] == 1
     assert result.errors[0]["reason"] == "sentence_split_failed" and "splitter bug" in result.errors[0]["detail"]
 
 
 def test_a_document_that_cannot_be_processed_is_an_error_not_a_crash():
-    from pipelines.clean import _CleanDocumentsFn
+    from pipelines.clean_transforms import _CleanDocumentsFn
     from pipelines.io.documents import Dropped, ReadError
 
     fn = _CleanDocumentsFn(CleanConfig())
@@ -348,5 +362,9 @@ def test_a_document_that_cannot_be_processed_is_an_error_not_a_crash():
     outputs += list(fn.process(ReadError("truncated_gzip", "f", 2, "cut")))
     errors = [o.value for o in outputs if getattr(o, "tag", None) == "errors"]
     assert [e["reason"] for e in errors] == ["processing_failed", "truncated_gzip"]
-    (tally,) = [o.value.value for o in fn.finish_bundle()]
+    finished = list(fn.finish_bundle())
+    (tally,) = [o.value.value for o in finished if o.tag == "tally"]
     assert tally == {"documents.read": 3, "documents.errored": 2, "documents.dropped.not_html": 1}
+    files = dict(o.value.value for o in finished if o.tag == "files")
+    assert files == {"f.warc.gz": {"read": 1, "errored": 1, "errored.processing_failed": 1},
+                     "f": {"read": 2, "errored": 1, "errored.truncated_gzip": 1, "dropped": 1}}

@@ -50,24 +50,24 @@ def _rank_gradients(rank: int, world: int, port: int, vocab_size: int, batch_pat
     torch.set_num_threads(1)
     from torch.nn.parallel import DistributedDataParallel
 
-    from labse_model.distributed import all_gather_with_grad, init_distributed, shutdown_distributed
+    from labse_model.distributed import init_distributed, shutdown_distributed
 
-    ctx = init_distributed("cpu")
+    init_distributed("cpu")
     model = tiny_dual_encoder(vocab_size)
     ddp = DistributedDataParallel(model)
     batch = torch.load(batch_path, weights_only=True)
     local = GLOBAL_BATCH // world
     rows = slice(rank * local, (rank + 1) * local)
-    loss_fn = BidirectionalAMSLoss(margin=MARGIN, scale=SCALE)
+    local_loss = BidirectionalAMSLoss(margin=MARGIN, scale=SCALE)
+    gathered_loss = BidirectionalAMSLoss(margin=MARGIN, scale=SCALE, gather_negatives=True)
     gradients = {}
     for mode in MODES:
         model.zero_grad(set_to_none=True)
         src, tgt = ddp(**{name: tensor[rows] for name, tensor in batch.items()})
         if mode == "local":
-            loss = loss_fn(src, tgt)
+            loss = local_loss(src, tgt)
         else:
-            all_src, all_tgt = all_gather_with_grad(src), all_gather_with_grad(tgt)
-            loss = loss_fn(src, tgt, all_src, all_tgt, label_offset=ctx.rank * local)
+            loss = gathered_loss(src, tgt)
             if mode == "summed":
                 loss = loss * world
         loss.backward()

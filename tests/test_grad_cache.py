@@ -126,9 +126,9 @@ def _rank_step(rank: int, port: int, vocab_size: int, batch_path: str, out_path:
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel
 
-    from labse_model.distributed import all_gather_with_grad, init_distributed, shutdown_distributed
+    from labse_model.distributed import init_distributed, shutdown_distributed
 
-    ctx = init_distributed("cpu")
+    init_distributed("cpu")
     model = tiny_dual_encoder(vocab_size)
     # Small buckets, so that one step all-reduces several of them and a count per chunk would show.
     ddp = DistributedDataParallel(model, bucket_cap_mb=0.25)
@@ -142,11 +142,7 @@ def _rank_step(rank: int, port: int, vocab_size: int, batch_path: str, out_path:
     batch = torch.load(batch_path, weights_only=True)
     rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
     local = {name: tensor[rows] for name, tensor in batch.items()}
-    loss_fn = _loss_fn()
-
-    def gathered_loss(src, tgt):
-        return loss_fn(src, tgt, all_gather_with_grad(src), all_gather_with_grad(tgt),
-                       label_offset=ctx.rank * LOCAL_BATCH)
+    gathered_loss = BidirectionalAMSLoss(margin=MARGIN, scale=SCALE, gather_negatives=True)
 
     def count_step(step) -> int:
         model.zero_grad(set_to_none=True)

@@ -59,18 +59,29 @@ def test_both_directions_are_summed():
     assert both.item() == pytest.approx(s2t_only.item() + t2s_only.item(), abs=1e-6)
 
 
-def test_local_losses_with_offsets_average_to_the_big_batch_loss():
-    """The single-process identity behind gathered negatives: mean over 'ranks' == big batch."""
+def test_gathered_losses_of_the_ranks_average_to_the_big_batch_loss(monkeypatch):
+    """The identity behind gathered negatives: the mean over ranks of each rank's gathered loss ==
+    the big batch's. Two 'ranks' in one process: the gather is replaced by the whole batch, the
+    rank by each in turn, so the loss's own label offsets are what is checked."""
+    import labse_model.loss as loss_module
+
     generator = torch.Generator().manual_seed(1)
     src = F.normalize(torch.randn(6, 8, generator=generator), dim=-1)
     tgt = F.normalize(torch.randn(6, 8, generator=generator), dim=-1)
-    loss_fn = BidirectionalAMSLoss(margin=0.3, scale=30.0)
-    big = loss_fn(src, tgt)
-    per_rank = [
-        loss_fn(src[r * 3 : (r + 1) * 3], tgt[r * 3 : (r + 1) * 3], all_src=src, all_tgt=tgt, label_offset=r * 3)
-        for r in range(2)
-    ]
-    assert big.item() == pytest.approx(sum(p.item() for p in per_rank) / 2, rel=1e-6)
+    big = BidirectionalAMSLoss(margin=0.3, scale=30.0)(src, tgt)
+    gathered = BidirectionalAMSLoss(margin=0.3, scale=30.0, gather_negatives=True)
+    monkeypatch.setattr(loss_module, "get_world_size", lambda: 2)
+    monkeypatch.setattr(loss_module, "all_gather_with_grad", lambda local: src if local.data_ptr() in (
+        src[3:].data_ptr(), src[:3].data_ptr()) else tgt)
+    per_rank = []
+    for rank in range(2):
+        monkeypatch.setattr(loss_module, "get_rank", lambda rank=rank: rank)
+        per_rank.append(gathered(src[rank * 3 : (rank + 1) * 3], tgt[rank * 3 : (rank + 1) * 3]).item())
+    assert big.item() == pytest.approx(sum(per_rank) / 2, rel=1e-6)
+    # Without the gather each rank sees only its own 3 rows: a different (smaller-softmax) loss.
+    local = BidirectionalAMSLoss(margin=0.3, scale=30.0)
+    assert big.item() != pytest.approx(sum(local(src[r * 3 : (r + 1) * 3], tgt[r * 3 : (r + 1) * 3]).item()
+                                           for r in range(2)) / 2, rel=1e-3)
 
 
 def test_shape_mismatch_is_a_clear_error():

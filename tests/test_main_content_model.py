@@ -136,7 +136,7 @@ def test_a_model_on_an_object_store_is_loaded_and_its_local_copy_removed(tiny_mo
     delete the copy at once; a missing remote model is a clear MainContentModelError."""
     import tempfile
 
-    from pipelines.clean import load_main_content_model
+    from pipelines.clean_transforms import load_main_content_model
     from tests.object_store import ObjectStoreOnDisk
 
     scratch = tmp_path / "tmp"

@@ -39,6 +39,29 @@ def test_stats_account_for_every_record(built):
     assert {"de", "en", "zh"} <= set(stats["train_examples_per_language"])
 
 
+def test_accounting_section_balances_and_matches_the_files_written(built):
+    """README contract 11: documents and lines, read = kept + dropped + errored, with the lines
+    kept equal to the rows of train.txt, dev.txt and test.txt."""
+    from pipelines.accounting import identity_violations
+
+    _pattern, out = built
+    stats = json.loads((out / "stats.json").read_text())
+    assert identity_violations(stats) == [] and stats["identity_holds"]
+    documents, lines = stats["accounting"]["documents"], stats["accounting"]["lines"]
+    assert (documents["read"], documents["kept"], documents["dropped"]) == (
+        stats["documents_read"], stats["documents_kept"], stats["documents_dropped"])
+    assert documents["kept"] == sum(stats["pages"].values())
+    assert lines["read"] == sum(n for split in stats["lines"].values() for n in split.values())
+    written = {name: len([row for row in (out / name).read_text(encoding="utf-8").split("\n") if row])
+               for name in ("train.txt", "dev.txt", "test.txt")}
+    assert lines["kept"] == sum(written.values()) and written["train.txt"] == stats["train_examples"]
+    assert set(lines["dropped"]) <= {"page_balance", "language_cap"} and lines["dropped"]["page_balance"] > 0
+    assert lines["dropped"] == {k: v for k, v in stats["train_examples_dropped"].items() if v}
+    pages = [json.loads(line) for name in ("dev.pages.jsonl", "test.pages.jsonl")
+             for line in (out / name).read_text(encoding="utf-8").split("\n") if line]
+    assert written["dev.txt"] + written["test.txt"] == sum(len(p["lines"]) for p in pages)
+
+
 def test_splits_are_page_disjoint_and_train_rows_come_only_from_train_pages(built):
     pattern, out = built
     dev = {p.url for p in read_pages(str(out / "dev.pages.jsonl"))}

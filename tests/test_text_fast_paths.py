@@ -175,7 +175,7 @@ def test_page_batched_filters_on_edge_cases():
 
 
 def test_a_dropped_boilerplate_line_is_one_unit_not_split():
-    from pipelines.clean import CleanConfig, clean_document
+    from pipelines.text.document import CleanConfig, clean_document
     from pipelines.io.documents import Document
 
     class NoLid:  # main-content drops happen before language identification

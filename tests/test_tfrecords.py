@@ -10,13 +10,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from labse_model import tfrecord
+from pipelines.io import tfrecord
 from labse_model.data import build_train_loader, iter_pairs
-from labse_model.tfrecord import TFRecordCorruptError, example_to_dict, index_records, iter_records
+from pipelines.io.tfrecord import TFRecordCorruptError, example_to_dict, index_records, iter_records
 from pipelines import tfrecords as tfr
+from pipelines.tfrecords import cli as tfr_cli, encode as tfr_encode, transforms as tfr_beam
 from tests.conftest import require_file
 from pipelines.io.stage_output import mark_complete
 from tests.object_store import ObjectStoreOnDisk
+from pipelines.accounting import identity_violations
 
 MAX_LEN = 16
 SCORED_ROWS = 300  # from Multi30k val de-en, as contract-7 scored pairs
@@ -98,7 +100,7 @@ def test_shards_schema_and_stats(built, labse_data):
     assert shards == [f"pairs-0000{i}-of-00003.tfrecord" for i in range(3)]
     schema = json.loads((out / "schema.json").read_text())
     stats = json.loads((out / "stats.json").read_text())
-    assert schema["version"] == tfr.SCHEMA_VERSION and schema["max_seq_length"] == MAX_LEN
+    assert schema["version"] == tfr_encode.SCHEMA_VERSION and schema["max_seq_length"] == MAX_LEN
     assert {"src_ids", "tgt_ids", "src_lang", "tgt_lang", "score", "src_text", "tgt_text"} == set(schema["features"])
     import hashlib
 
@@ -122,6 +124,15 @@ def test_shards_schema_and_stats(built, labse_data):
     assert stats["written_pairs"] + dropped_pairs == SCORED_ROWS + fr_pairs == stats["input_pairs"]
     assert stats["written_pairs"] == schema["num_records"] == sum(s["num_records"] for s in schema["shards"])
     assert set(stats["language_pairs"]) == {"de-en", "fr-en"}
+    # The accounting section (README contract 11) balances and matches the records on disk.
+    assert identity_violations(stats) == [] and stats["identity_holds"]
+    pairs = stats["accounting"]["pairs"]
+    on_disk = sum(len(index_records(out / entry["file"])) for entry in schema["shards"])
+    assert pairs["read"] == SCORED_ROWS + fr_pairs and pairs["kept"] == on_disk == stats["written_pairs"]
+    assert pairs["dropped"] == {k: v for k, v in stats["dropped"].items() if k != "parquet_unreadable"}
+    assert pairs["errored"] == 0
+    assert stats["accounting"]["parquet_files"] == {"read": 3, "kept": 2, "dropped": {}, "errored": 1,
+                                                    "errors": {"parquet_unreadable": 1}}
     assert stats["truncated_src"] > 0  # max_seq_length 16 cuts many captions
 
 
@@ -170,8 +181,8 @@ def test_tensorflow_reads_the_shards(built):
 def test_same_seed_same_shards_in_process_runner(built, tmp_path, monkeypatch):
     """Determinism: the default in-process DirectRunner writes byte-identical shards (reading vocab.txt once)."""
     hashed = []
-    fingerprint = tfr.vocab_fingerprint
-    monkeypatch.setattr(tfr, "vocab_fingerprint", lambda path: hashed.append(path) or fingerprint(path))
+    fingerprint = tfr_beam.vocab_fingerprint
+    monkeypatch.setattr(tfr_beam, "vocab_fingerprint", lambda path: hashed.append(path) or fingerprint(path))
     argv = list(built["argv"])
     out_index = argv.index("--output") + 1
     argv[out_index] = str(tmp_path / "again")
@@ -232,29 +243,26 @@ def test_truncated_and_corrupt_shards_name_the_file(built, tmp_path):
         index_records(bad_len)
 
 
-def test_numpy_crc32c_matches_the_c_library():
-    rng = np.random.default_rng(1)
-    for size in (0, 1, 7, 8, 9, 4096 + 3):
-        data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
-        assert tfrecord._crc32c_numpy(data) == tfrecord.crc32c(data)
-    assert tfrecord._crc32c_numpy(b"123456789") == 0xE3069283  # the CRC-32C check value
+def test_crc32c_is_castagnoli():
+    assert tfrecord.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    assert tfrecord.CRC32C_IMPLEMENTATION.startswith("google-crc32c")
 
 
 def test_pure_functions():
-    assert tfr.wrap_and_truncate([10, 11, 12], 2, 3, 5) == ([2, 10, 11, 12, 3], False)
-    assert tfr.wrap_and_truncate([10, 11, 12, 13], 2, 3, 5) == ([2, 10, 11, 12, 3], True)
-    assert tfr.normalise_pair({"src": " a ", "tgt": "b"}) == {
+    assert tfr_encode.wrap_and_truncate([10, 11, 12], 2, 3, 5) == ([2, 10, 11, 12, 3], False)
+    assert tfr_encode.wrap_and_truncate([10, 11, 12, 13], 2, 3, 5) == ([2, 10, 11, 12, 3], True)
+    assert tfr_encode.normalise_pair({"src": " a ", "tgt": "b"}) == {
         "src": "a", "tgt": "b", "src_lang": "und", "tgt_lang": "und", "score": pytest.approx(float("nan"), nan_ok=True)}
-    assert tfr.normalise_pair({"src": "a", "tgt": ""}) == "empty_text"
-    assert tfr.normalise_pair({"src": "a", "tgt": "b", "score": "x"}) == "bad_score"
-    assert tfr.passes_min_score(float("nan"), 0.5) == "score_missing"
-    assert tfr.passes_min_score(0.4, None) is None
-    spec = tfr.ParallelTextSpec.parse("de:/x/train.de.gz,en:/x/train.en.gz")
+    assert tfr_encode.normalise_pair({"src": "a", "tgt": ""}) == "empty_text"
+    assert tfr_encode.normalise_pair({"src": "a", "tgt": "b", "score": "x"}) == "bad_score"
+    assert tfr_encode.passes_min_score(float("nan"), 0.5) == "score_missing"
+    assert tfr_encode.passes_min_score(0.4, None) is None
+    spec = tfr_encode.ParallelTextSpec.parse("de:/x/train.de.gz,en:/x/train.en.gz")
     assert (spec.src_lang, spec.tgt_path) == ("de", "/x/train.en.gz")
     with pytest.raises(ValueError, match="src_lang:path"):
-        tfr.ParallelTextSpec.parse("/x/train.de.gz")
+        tfr_encode.ParallelTextSpec.parse("/x/train.de.gz")
     pair = {"src": "a", "tgt": "b", "src_lang": "de", "tgt_lang": "en"}
-    assert tfr.shuffle_key(1, pair) == tfr.shuffle_key(1, dict(pair)) != tfr.shuffle_key(2, pair)
+    assert tfr_encode.shuffle_key(1, pair) == tfr_encode.shuffle_key(1, dict(pair)) != tfr_encode.shuffle_key(2, pair)
 
 
 def test_writer_is_atomic(tmp_path):
@@ -290,10 +298,10 @@ def test_object_store_shard_is_written_or_removed(labse_data, tmp_path):
     facts = ("de-en", 3, 3, False, False)
     records = [(key, tfrecord.encode_example({"src_text": s, "tgt_text": t}), facts)
                for key, (s, t) in enumerate(zip(de, en))]
-    write = tfr._WriteShard(ObjectStoreOnDisk.PREFIX + str(tmp_path), 1)
+    write = tfr_beam._WriteShard(ObjectStoreOnDisk.PREFIX + str(tmp_path), 1)
 
     summary = next(write.process((0, records)))
-    shard = tmp_path / tfr.shard_name(0, 1)
+    shard = tmp_path / tfr_encode.shard_name(0, 1)
     assert summary["num_records"] == 20 and summary["num_bytes"] == shard.stat().st_size
     assert [example_to_dict(r)["src_text"] for r in iter_records(shard)] == [[s.encode()] for s in de]
     shard.unlink()
@@ -310,11 +318,12 @@ def test_parallel_text_streams_and_counts_unaligned_lines(labse_data, tmp_path):
     en = read_lines(require_file(labse_data, "multi30k/val.en.gz"), 7)
     (tmp_path / "de.txt").write_text("\n".join(de) + "\n", encoding="utf-8")
     (tmp_path / "en.txt").write_text("\r\n".join(en), encoding="utf-8")  # CRLF, no final newline
-    spec = tfr.ParallelTextSpec("de", str(tmp_path / "de.txt"), "en", str(tmp_path / "en.txt"))
-    out = list(tfr._ReadParallelText().process(spec))
+    spec = tfr_encode.ParallelTextSpec("de", str(tmp_path / "de.txt"), "en", str(tmp_path / "en.txt"))
+    out = list(tfr_beam._ReadParallelText().process(spec))
     pairs = [o for o in out if isinstance(o, dict)]
     assert [(p["src"], p["tgt"]) for p in pairs] == list(zip(de, en[:5]))
-    assert [o.value for o in out if not isinstance(o, dict)] == ["unaligned_line"] * 2
+    assert _tagged(out, "dropped") == ["unaligned_line"] * 2
+    assert _tagged(out, "tally") == [{"pairs.read": 7}]  # every line position: 5 pairs + 2 unaligned
 
 
 def test_parquet_pairs_without_src_tgt_are_dropped_with_a_reason(tmp_path):
@@ -323,10 +332,17 @@ def test_parquet_pairs_without_src_tgt_are_dropped_with_a_reason(tmp_path):
 
     pq.write_table(pa.table({"src": ["Hallo Welt."], "other": ["x"]}), tmp_path / "bad.parquet")
     pq.write_table(pa.table({"src": ["Hallo."], "tgt": ["Hello."], "score": [0.9]}), tmp_path / "good.parquet")
-    bad = list(tfr._ReadParquetPairs().process(str(tmp_path / "bad.parquet")))
-    assert [o.value for o in bad] == ["parquet_without_src_tgt"]
-    good = list(tfr._ReadParquetPairs().process(str(tmp_path / "good.parquet")))
-    assert good == [{"src": "Hallo.", "tgt": "Hello.", "score": 0.9}]
+    bad = list(tfr_beam._ReadParquetPairs().process(str(tmp_path / "bad.parquet")))
+    assert _tagged(bad, "dropped") == ["parquet_without_src_tgt"]
+    assert _tagged(bad, "tally") == [{"pairs.read": 0, "parquet_files.errored.parquet_without_src_tgt": 1}]
+    good = list(tfr_beam._ReadParquetPairs().process(str(tmp_path / "good.parquet")))
+    assert [o for o in good if isinstance(o, dict)] == [{"src": "Hallo.", "tgt": "Hello.", "score": 0.9}]
+    assert _tagged(good, "tally") == [{"pairs.read": 1, "parquet_files.kept": 1}]
+
+
+def _tagged(outputs, tag):
+    """The values a DoFn's `process` gave on one tagged output."""
+    return [o.value for o in outputs if getattr(o, "tag", None) == tag]
 
 
 # ------------------------------------------------------------------ refused before any work starts
@@ -374,7 +390,7 @@ def test_incomplete_pairs_are_refused(small_inputs, tmp_path, capsys):
     (tmp_path / "all").mkdir()
     scored.rename(tmp_path / "all" / "de-en")
     mark_complete(tmp_path / "all" / "de-en", {})
-    assert tfr.check_pairs_complete(str(tmp_path / "all"), tfr.find_parquet_files(str(tmp_path / "all"))) is None
+    assert tfr_cli.check_pairs_complete(str(tmp_path / "all"), tfr_cli.find_parquet_files(str(tmp_path / "all"))) is None
 
 
 def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_path, capsys, monkeypatch):
@@ -392,4 +408,4 @@ def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_
 
 def test_a_named_pipe_named_like_parquet_is_counted_unreadable_not_a_hang(tmp_path):
     os.mkfifo(tmp_path / "pipe.parquet")
-    assert [o.value for o in tfr._ReadParquetPairs().process(str(tmp_path / "pipe.parquet"))] == ["parquet_unreadable"]
+    assert _tagged(tfr_beam._ReadParquetPairs().process(str(tmp_path / "pipe.parquet")), "dropped") == ["parquet_unreadable"]

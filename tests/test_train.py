@@ -12,14 +12,7 @@ from labse_model import checkpoint as ckpt
 from labse_model.optim import lr_lambda
 from labse_model.run_log import read_metrics
 from labse_model.train import main as train_main
-from model_helpers import build_vocab, write_shards
 
-
-@pytest.fixture(scope="module")
-def inputs(labse_data, tmp_path_factory):
-    root = tmp_path_factory.mktemp("train_inputs")
-    vocab = build_vocab(labse_data, root / "vocab")
-    return vocab, write_shards(labse_data, vocab, root / "shards", pairs_per_lang=32)
 
 
 def _args(vocab: Path, shards: str, output: Path, *extra: str) -> list[str]:
@@ -32,9 +25,9 @@ def _args(vocab: Path, shards: str, output: Path, *extra: str) -> list[str]:
 # Gradient caching in chunks of 3 (3 + 3 + a ragged 2 per batch of 8) re-encodes each chunk from a
 # saved RNG state: a resume must still be bit-exact, and the run must record the setting.
 @pytest.mark.parametrize("grad_cache_chunk", [0, 3], ids=["uncached", "grad-cache"])
-def test_resume_continues_exactly(inputs, labse_data, tmp_path, grad_cache_chunk):
-    vocab, shards = inputs
-    dev = f"{labse_data}/multi30k/val.de.gz:{labse_data}/multi30k/val.en.gz"
+def test_resume_continues_exactly(pair_inputs, labse_data, tmp_path, grad_cache_chunk):
+    vocab, shards = pair_inputs
+    dev = f"de:{labse_data}/multi30k/val.de.gz,en:{labse_data}/multi30k/val.en.gz"
     interrupted, straight = tmp_path / "interrupted", tmp_path / "straight"
     chunking = ("--grad-cache-chunk", str(grad_cache_chunk))
 
@@ -73,8 +66,8 @@ def test_resume_continues_exactly(inputs, labse_data, tmp_path, grad_cache_chunk
     assert list((interrupted / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_refuses_to_overwrite_and_to_resume_nothing(inputs, tmp_path, caplog):
-    vocab, shards = inputs
+def test_refuses_to_overwrite_and_to_resume_nothing(pair_inputs, tmp_path, caplog):
+    vocab, shards = pair_inputs
     run = tmp_path / "run"
     assert train_main(_args(vocab, shards, tmp_path / "empty", "--resume")) == 2
     assert "nothing to resume" in caplog.text

@@ -25,9 +25,11 @@ def test_count_batch_accounts_for_every_sentence(labse_data):
     rows = [("de", s) for s in multi30k_lines(labse_data, "de", 200)] + [("de", ""), (None, "text"), ("de", "  ")]
     counts, heldout, tally = count_batch(rows, holdout_rate=0.1)
     dropped = sum(v for k, v in tally.items() if k.startswith("sentences.dropped."))
-    assert tally["sentences.read"] == len(rows) == tally["sentences.kept"] + tally["sentences.heldout"] + dropped
+    assert tally["sentences.read"] == len(rows) == tally["sentences.kept"] + dropped
     assert tally["sentences.dropped.empty"] == 2 and tally["sentences.dropped.no_lang"] == 1
     assert 0 < len(heldout) < 60 and all(is_heldout(text, 0.1) for _, text in heldout)
+    # held out = not counted, and read again as a held-out sentence for the report
+    assert tally["sentences.dropped.held_out"] == len(heldout) == tally["heldout_sentences.read"]
     expected = Counter()
     for lang, text in rows[:200]:
         if not is_heldout(text, 0.1):
@@ -83,6 +85,22 @@ def test_labse_vocab_end_to_end_parquet_and_text(labse_data, tmp_path):
     assert sum(shares) == pytest.approx(1.0)
     tally = stats["tally"]
     assert tally["sentences.read"] == len(german) + len(russian) + len(chinese) + len(english)
+    # The accounting section (README contract 11): every sentence read was counted or dropped by
+    # reason; every held-out one is in heldout.jsonl (the report's sentences) or over the limit.
+    from pipelines.accounting import identity_violations
+
+    assert identity_violations(stats) == [] and stats["identity_holds"]
+    sentences_, heldout = stats["accounting"]["sentences"], stats["accounting"]["heldout_sentences"]
+    every = [text for lines in (german, russian, chinese, english) for text in lines]
+    assert sentences_["read"] == len(every) and sentences_["errored"] == 0
+    held = [text for text in every if text.strip() and is_heldout(text, 0.05)]
+    assert sentences_["kept"] == sum(1 for text in every if text.strip() and not is_heldout(text, 0.05)
+                                     and pretokenize(text))
+    assert sentences_["dropped"]["held_out"] == heldout["read"] == len(held) > 0
+    written = [json.loads(line) for line in
+               (tmp_path / "out" / "vocab.work" / "heldout.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert heldout["kept"] == sum(len(row["texts"]) for row in written) == heldout["read"]
+    assert heldout["dropped"] == {}  # under the 2,000 a language the report takes
 
     report = json.loads((tmp_path / "out" / "vocab.report.json").read_text(encoding="utf-8"))
     assert report["vocab_size"] == 3000
@@ -130,38 +148,38 @@ def _one_line_error(capsys) -> str:
 @pytest.mark.parametrize("option", [["--holdout-rate", "2"], ["--holdout-rate", "1"], ["--smoothing", "nan"],
                                     ["--vocab-size", "0"]])
 def test_bad_settings_are_refused_before_counting(tmp_path, capsys, monkeypatch, option):
-    from vocab import cli
+    from vocab import builder, cli
 
-    monkeypatch.setattr(cli, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    monkeypatch.setattr(builder, "run_counting", lambda *a, **k: pytest.fail("counting started"))
     sentences = _clean_output(tmp_path / "clean")
     assert cli.main(["--input", str(sentences), "--output", str(tmp_path / "v.txt")] + option) == 2
     assert option[0] in _one_line_error(capsys)
 
 
 def test_an_incomplete_clean_output_is_refused(tmp_path, capsys, monkeypatch):
-    from vocab import cli
+    from vocab import builder, cli
 
-    monkeypatch.setattr(cli, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    monkeypatch.setattr(builder, "run_counting", lambda *a, **k: pytest.fail("counting started"))
     sentences = _clean_output(tmp_path / "clean", complete=False)  # labse-clean interrupted
     assert cli.main(["--input", str(sentences), "--output", str(tmp_path / "v.txt")]) == 2
     assert "rerun the stage" in _one_line_error(capsys)
 
 
 def test_an_existing_or_locked_vocabulary_is_refused_unless_overwrite(tmp_path, capsys, monkeypatch):
-    from vocab import cli
+    from vocab import builder, cli
 
     sentences = _clean_output(tmp_path / "clean")
     (tmp_path / "v.work" / "counts").mkdir(parents=True)
     (tmp_path / "v.work" / "counts" / "counts-00000-of-00009.tsv").write_text("de\tHund\t99\n")  # an earlier run
     argv = ["--input", str(sentences), "--output", str(tmp_path / "v.txt")]
-    monkeypatch.setattr(cli, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    monkeypatch.setattr(builder, "run_counting", lambda *a, **k: pytest.fail("counting started"))
     assert cli.main(argv) == 2
     assert "--overwrite" in _one_line_error(capsys)
     with output_lock(tmp_path / "v.txt"):
         assert cli.main(argv + ["--overwrite"]) == 2
         assert "v.txt.lock" in _one_line_error(capsys)
     counted = []
-    monkeypatch.setattr(cli, "run_counting", lambda work, **k: counted.append(os.listdir(tmp_path)) or 1 / 0)
+    monkeypatch.setattr(builder, "run_counting", lambda work, **k: counted.append(os.listdir(tmp_path)) or 1 / 0)
     with pytest.raises(ZeroDivisionError):
         cli.main(argv + ["--overwrite"])
     assert "v.work" not in counted[0]  # the old counts were removed before counting began

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 
 def build(output, **kwargs):
-    """Count words with Beam, smooth, learn and report; see `vocab.cli.build`."""
-    from vocab.cli import build as _build
+    """Count words with Beam, smooth, learn and report; see `vocab.builder.build` (Args, example)."""
+    from vocab.builder import build as _build
 
     return _build(output, **kwargs)
 

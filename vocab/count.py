@@ -6,6 +6,11 @@
 
 Inputs: `labse-clean`'s `DIR/sentences/lang=XX/*.parquet` (columns `text`, `lang`), or one plain
 text file (pattern) per language, one sentence per line.
+
+The tally accounts for two units (`pipelines.accounting`, README contract 11): `sentences` (read ->
+kept: counted into the vocabulary, or dropped: `no_lang`, `empty`, `no_words`, `held_out`) and
+`heldout_sentences` (the held-out ones -> kept: written to heldout.jsonl for the report, or dropped:
+`over_report_limit`, beyond `heldout_per_language` in a language).
 """
 from __future__ import annotations
 
@@ -19,10 +24,11 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.accounting import ReasonCounters, SumTallies
+from pipelines.accounting import MergeTallies, ReasonCounters
 from vocab.pretokenize import pretokenize
 
 HOLDOUT_SCALE = 1_000_000
+UNITS = ("sentences", "heldout_sentences")
 
 
 def is_heldout(text: str, rate: float) -> bool:
@@ -44,7 +50,9 @@ def count_batch(rows: Iterable[tuple[str, str]], holdout_rate: float) -> tuple[C
             tally["sentences.dropped.empty"] += 1
             continue
         if holdout_rate > 0 and is_heldout(text, holdout_rate):
-            tally["sentences.heldout"] += 1
+            # not counted: held out for the report, where it is read as a held-out sentence
+            tally["sentences.dropped.held_out"] += 1
+            tally["heldout_sentences.read"] += 1
             heldout.append((lang, text))
             continue
         words = pretokenize(text)
@@ -91,7 +99,11 @@ class _CountBatches(beam.DoFn):
 
 
 class CountWords(beam.PTransform):
-    """PCollection[(lang, text)] -> {"counts": ((lang, word), n), "heldout": (lang, [texts]), "tally": dict}."""
+    """PCollection[(lang, text)] -> {"counts": ((lang, word), n), "heldout": (lang, [texts]), "tally": dict}.
+
+    The tally accounts for `UNITS`: the held-out sentences kept are those in `heldout` (at most
+    `heldout_per_language` a language), the rest are `heldout_sentences.dropped.over_report_limit`.
+    """
 
     def __init__(self, holdout_rate: float = 0.01, heldout_per_language: int = 2000):
         super().__init__()
@@ -105,10 +117,17 @@ class CountWords(beam.PTransform):
             | "CountBatch" >> beam.ParDo(_CountBatches(self.holdout_rate)).with_outputs("heldout", "tally", main="counts")
         )
         counts = parts.counts | "SumPerKey" >> beam.CombinePerKey(sum)
+        limit = self.heldout_per_language
         heldout = parts.heldout | "FirstByHash" >> beam.combiners.Top.PerKey(
-            self.heldout_per_language, key=lambda text: zlib.crc32(text.encode("utf-8"))
+            limit, key=lambda text: zlib.crc32(text.encode("utf-8"))
         )
-        tally = parts.tally | "SumTallies" >> beam.CombineGlobally(SumTallies())
+        over_limit = (
+            parts.heldout
+            | "HeldOutPerLanguage" >> beam.combiners.Count.PerKey()
+            | "OverLimit" >> beam.Map(lambda kv: {"heldout_sentences.dropped.over_report_limit": max(0, kv[1] - limit)})
+        )
+        reported = heldout | "CountReported" >> beam.Map(lambda kv: {"heldout_sentences.kept": len(kv[1])})
+        tally = (parts.tally, over_limit, reported) | "SumTallies" >> MergeTallies()
         return {"counts": counts, "heldout": heldout, "tally": tally}
 
 

@@ -99,8 +99,8 @@ def clean_text(text: str) -> str:
 @lru_cache(maxsize=None)
 def _word_pattern():
     """Rule 4 as a Python regex: a punctuation character, or a run of anything but space and
-    punctuation. HF's `pre_tokenize_str` costs ~100 us a sentence from Python; this is several
-    times faster and, tests check, splits every code point the same way."""
+    punctuation. It is faster than calling HF's `pre_tokenize_str` from Python (BENCHMARKS.md,
+    section vocab, "Pre-tokenisation") and, tests check, splits every code point the same way."""
     import re
     import sys
     import unicodedata

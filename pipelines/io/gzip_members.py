@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Union
 
 # ISA-L's inflate (python-isal) is a drop-in for zlib's decompressobj (same streaming and errors);
-# with it read_records of a .warc.gz takes 1/1.6 of the CPU time (benchmarks/warc_readers.py).
+# with it read_records of a .warc.gz takes less CPU time (BENCHMARKS.md, section clean, "WARC
+# reader choice"; benchmarks/warc_readers.py).
 from isal import isal_zlib as zlib
 
 GZIP_MAGIC = b"\x1f\x8b\x08"

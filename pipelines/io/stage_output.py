@@ -1,5 +1,5 @@
-"""Stage outputs: one lock, one overwrite rule, one completion marker and strict stats JSON,
-shared by every stage (the Beam pipelines and the trainer).
+"""Stage outputs (contract 11): one lock, one overwrite rule, one completion marker and strict
+stats JSON, shared by every stage (the Beam pipelines and the trainer).
 
 A stage that writes OUT does, in this order:
 

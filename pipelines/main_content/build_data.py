@@ -13,8 +13,10 @@ its main text) and its split, from a hash of the URL, so no page is on both side
   (the natural class balance, which is what the filter meets in production);
 - ``DIR/dev.pages.jsonl``, ``DIR/test.pages.jsonl``: those pages with their lines, labels and the
   teacher's text, for page-level evaluation (``train`` reports on them);
-- ``DIR/stats.json``: every input record counted (kept, dropped by reason, errored by reason),
-  lines per split and label, training examples per language, and the configuration.
+- ``DIR/stats.json``: the accounting section (README, contract 11): every input record
+  (``documents``) and every line of a labelled page (``lines``: written to train/dev/test, or
+  dropped by ``page_balance`` / ``language_cap``) counted, read = kept + dropped + errored; lines
+  per split and label, training examples per language, and the configuration.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from typing import Iterator
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import ReasonCounters, SumTallies, Tally
+from pipelines.accounting import CountByName, MergeTallies, ReasonCounters, Tally, accounting_section, report_identity
 from pipelines.io.stage_output import (
     OutputExistsError,
     OutputLockedError,
@@ -46,6 +48,8 @@ logger = logging.getLogger(__name__)
 TALLY = "tally"
 SPLITS = ("train", "dev", "test")
 COUNTER_NAMESPACE = "main_content"
+# What stats.json accounts for: input records, and the lines of the labelled (kept) pages.
+UNITS = ("documents", "lines")
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,7 @@ class LabelPagesFn(beam.DoFn):
         tally["documents.kept"] = 1
         tally[f"pages.{split}"] = 1
         main = sum(page.labels)
+        tally["lines.read"] = len(page.labels)
         tally[f"lines.{split}.main"] = main
         tally[f"lines.{split}.boilerplate"] = len(page.labels) - main
         return split, page.to_json()
@@ -137,6 +142,24 @@ def training_examples(page_json: dict, config: BuildConfig) -> Iterator[tuple[st
         row = f"{LABEL_MAIN if page.labels[i] else LABEL_BOILERPLATE} {features[i]}"
         digest = int.from_bytes(hashlib.sha1(f"{page.url}\t{i}".encode("utf-8", "replace")).digest()[:8], "big")
         yield page.lang or "und", (digest, row)
+
+
+class _BalancePageFn(beam.DoFn):
+    """A training page -> its balanced examples (`training_examples`), and a tally of the page's
+    lines that balancing left out (`lines.dropped.page_balance`)."""
+
+    def __init__(self, config: BuildConfig):
+        self.config = config
+
+    def process(self, item: tuple[str, dict]):
+        page_json = item[1]
+        examples = 0
+        for example in training_examples(page_json, self.config):
+            examples += 1
+            yield example
+        left_out = len(page_json["labels"]) - examples
+        if left_out:
+            yield beam.pvalue.TaggedOutput(TALLY, {"lines.dropped.page_balance": left_out})
 
 
 def drops_html_feature(url: str, share: float) -> bool:
@@ -167,7 +190,8 @@ class LabelPages(beam.PTransform):
 
 
 class BalancedTrainingExamples(beam.PTransform):
-    """Training pages -> {"rows": fastText lines, "per_language": (lang, count), "tally"}."""
+    """Training pages -> {"rows": fastText lines, "per_language": (lang, count), "tally": the
+    lines left out by page balancing and by the per-language cap}."""
 
     def __init__(self, config: BuildConfig):
         super().__init__()
@@ -175,7 +199,8 @@ class BalancedTrainingExamples(beam.PTransform):
 
     def expand(self, pages: beam.PCollection) -> dict:
         config = self.config
-        keyed = pages | "Balance" >> beam.FlatMap(lambda item: training_examples(item[1], config))
+        balanced = pages | "Balance" >> beam.ParDo(_BalancePageFn(config)).with_outputs(TALLY, main="examples")
+        keyed = balanced.examples
         capped = keyed | "CapPerLanguage" >> beam.combiners.Top.SmallestPerKey(config.max_lines_per_language)
         rows = capped | "Rows" >> beam.FlatMap(lambda kv: [row for _digest, row in kv[1]])
         per_language = capped | "CountPerLanguage" >> beam.Map(lambda kv: (kv[0], len(kv[1])))
@@ -184,9 +209,10 @@ class BalancedTrainingExamples(beam.PTransform):
             offered
             | "CapDrops" >> beam.Map(lambda kv: {
                 "train_examples.offered": kv[1],
-                "train_examples.dropped.language_cap": max(0, kv[1] - config.max_lines_per_language)})
+                "lines.dropped.language_cap": max(0, kv[1] - config.max_lines_per_language)})
         )
-        return {"rows": rows, "per_language": per_language, "tally": cap_tally}
+        tally = (balanced[TALLY], cap_tally) | "BalanceTally" >> MergeTallies()
+        return {"rows": rows, "per_language": per_language, "tally": tally}
 
 
 def _write_text(pcoll: beam.PCollection, path: str, label: str) -> beam.PCollection:
@@ -208,28 +234,26 @@ class _WriteStats(beam.DoFn):
 
 
 def build_stats(tally: Tally, per_language: dict, config: dict) -> dict:
-    def under(prefix: str) -> dict:
-        return {k[len(prefix):]: v for k, v in sorted(tally.items()) if k.startswith(prefix) and v}
-
-    read = tally.get("documents.read", 0)
-    kept = tally.get("documents.kept", 0)
-    dropped, errored = under("documents.dropped."), under("documents.errored.")
+    """stats.json from the summed tally: the accounting section (`UNITS`), plus the legacy
+    `documents_*` keys (`documents_errored` by reason), pages and lines per split, examples."""
+    section = accounting_section(tally, UNITS)
+    documents = section["accounting"]["documents"]
     lines = {split: {"main": tally.get(f"lines.{split}.main", 0),
                      "boilerplate": tally.get(f"lines.{split}.boilerplate", 0)} for split in SPLITS}
+    line_drops = section["accounting"]["lines"]["dropped"]
     examples = sum(per_language.values())
     return {
-        "documents_read": read,
-        "documents_kept": kept,
-        "documents_dropped": dropped,
-        "documents_errored": errored,
-        "identity_holds": read == kept + sum(dropped.values()) + sum(errored.values()),
+        "documents_read": documents["read"],
+        "documents_kept": documents["kept"],
+        "documents_dropped": documents["dropped"],
+        "documents_errored": documents.get("errors", {}),
+        **section,
         "pages_without_main_content": tally.get("documents.no_main_content", 0),
         "pages": {split: tally.get(f"pages.{split}", 0) for split in SPLITS},
         "lines": lines,
         "train_examples": examples,
-        "train_examples_dropped": {"page_balance": lines["train"]["main"] + lines["train"]["boilerplate"]
-                                   - tally.get("train_examples.offered", 0),
-                                   "language_cap": tally.get("train_examples.dropped.language_cap", 0)},
+        "train_examples_dropped": {"page_balance": line_drops.get("page_balance", 0),
+                                   "language_cap": line_drops.get("language_cap", 0)},
         "train_examples_per_language": dict(sorted(per_language.items(), key=lambda kv: (-kv[1], kv[0]))),
         "config": config,
     }
@@ -249,14 +273,16 @@ class BuildTrainingData(beam.PTransform):
         train = (pages | "TrainPages" >> beam.Filter(_split_is, "train")
                  | "BalancedExamples" >> BalancedTrainingExamples(self.config))
         written = [_write_text(train["rows"], f"{self.output}/train.txt", "WriteTrain")]
+        # lines kept: the rows actually written to train.txt, dev.txt and test.txt
+        kept_tallies = [train["rows"] | "CountTrainRows" >> CountByName(lambda _row: "lines.kept")]
         for split in ("dev", "test"):
             split_pages = pages | f"{split}Pages" >> beam.Filter(_split_is, split)
             rows = split_pages | f"{split}Examples" >> beam.FlatMap(lambda item: all_examples(item[1]))
+            kept_tallies.append(rows | f"Count{split}Rows" >> CountByName(lambda _row: "lines.kept"))
             written.append(_write_text(rows, f"{self.output}/{split}.txt", f"Write{split}"))
             jsonl = split_pages | f"{split}Json" >> beam.Map(lambda item: json.dumps(item[1], ensure_ascii=False))
             written.append(_write_text(jsonl, f"{self.output}/{split}.pages.jsonl", f"Write{split}Pages"))
-        tally = ((labelled["tally"], train["tally"]) | "AllTallies" >> beam.Flatten()
-                 | "SumTallies" >> beam.CombineGlobally(SumTallies()))
+        tally = (labelled["tally"], train["tally"], *kept_tallies) | "Tally" >> MergeTallies()
         config = asdict(self.config)
         return tally | "WriteStats" >> beam.ParDo(
             _WriteStats(self.output, config), beam.pvalue.AsList(train["per_language"]),
@@ -339,5 +365,6 @@ def main(argv: list[str] | None = None) -> int:
     except (OutputExistsError, OutputLockedError) as exc:
         return usage_error("labse-main-content build-data", str(exc))
     print(json.dumps({k: stats[k] for k in ("documents_read", "documents_kept", "documents_dropped",
-                                            "documents_errored", "pages", "lines", "train_examples")}, indent=1))
-    return 0
+                                            "documents_errored", "identity_holds", "pages", "lines",
+                                            "train_examples")}, indent=1))
+    return report_identity("labse-main-content build-data", stats)

@@ -233,7 +233,8 @@ def postprocess_scores(raw: np.ndarray | Sequence[float], lines: Sequence[str], 
 
 
 # Pages shorter than this are smoothed in plain Python: numpy's per-call overhead (some 20 calls a
-# page) costs more than it saves on them (measured on the sample pages: break-even near 100 lines).
+# page) costs more than it saves on them (BENCHMARKS.md, section Main-content classifier, "Page
+# smoothing"; benchmarks/code_choices.py --part smoothing).
 _NUMPY_FROM_LINES = 100
 
 

@@ -12,8 +12,10 @@ Distributed layout (no worker ever holds all target vectors):
 4. per-sentence top-k lists are merged across cells (`Top.PerKey`), giving the kNN means;
 5. a join sends each sentence's mean to its candidates, which computes every candidate's margin;
    each sentence keeps its best candidate (forward for sources, backward for targets);
-6. the strategy (`fwd`, `bwd`, `intersect`, `max`) selects the pairs; `max` is LASER's greedy
-   one-to-one selection per group, on one worker per group (it holds only (score, src, tgt)).
+6. the best candidates are grouped into distinct candidate pairs, and the strategy (`fwd`, `bwd`,
+   `intersect`, `max`) selects among them; `max` is LASER's greedy one-to-one selection per
+   group, on one worker per group (it holds only (score, src, tgt)). Every candidate pair ends
+   selected or dropped by reason (`_stats.json`'s accounting, README contract 11).
 
 Items are tuples `(side, group, text, url, doc_id)`; after deduplication, (side, group, text) is
 unique, so the tuple identifies a sentence and carries its provenance to the output.
@@ -30,6 +32,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
+from pipelines.accounting import CountByName, MergeTallies
 from pipelines.io.parquet import iter_parquet_rows
 from pipelines.mining.margin import MARGINS, STRATEGIES, greedy_unique, margin_scores
 from pipelines.mining.search import SearchConfig, knn
@@ -105,7 +108,17 @@ def _records_from_text(handle, path: str, lang: str) -> Iterator[dict]:
         yield {"text": raw.rstrip("\r\n"), "url": "", "doc_id": f"{path}:{line_number}", "lang": lang}
 
 
+# The units labse-mine's _stats.json accounts for (pipelines.accounting): each side's sentences,
+# the distinct candidate pairs, and the input files of both sides.
+SIDE_UNIT = {SRC: "src_sentences", TGT: "tgt_sentences"}
+CANDIDATES = "candidate_pairs"
+FILES = "input_files"
+
+
 class _ReadSentenceFile(beam.DoFn):
+    """One input file -> sentence records; a tally per file (`input_files.kept`, or
+    `input_files.errored.unreadable_file` with an `errors` record: the run goes on)."""
+
     def __init__(self, lang: str, side: str):
         self.lang, self.side = lang, side
         self.read = beam.metrics.Metrics.counter(NAMESPACE, f"{side}.read")
@@ -126,8 +139,11 @@ class _ReadSentenceFile(beam.DoFn):
                     yield record
         except Exception as error:  # a corrupt file must not kill the run: route it to errors
             self.bad_files.inc()
+            yield beam.pvalue.TaggedOutput("tally", {f"{FILES}.errored.unreadable_file": 1})
             yield beam.pvalue.TaggedOutput("errors", {"side": self.side, "file": path,
                                                       "reason": "unreadable_file", "detail": repr(error)[:500]})
+        else:
+            yield beam.pvalue.TaggedOutput("tally", {f"{FILES}.kept": 1})
 
 
 def input_pattern(path: str) -> str:
@@ -149,7 +165,9 @@ def is_sidecar(name: str) -> bool:
 
 class ReadSentences(beam.PTransform):
     """`labse-clean` Parquet (`text, url, doc_id, lang`) or plain text files (one sentence a line)
-    -> dicts `{text, url, doc_id, lang}`; unreadable files go to the `errors` output."""
+    -> {"records": dicts `{text, url, doc_id, lang}`, "errors": one dict per unreadable file,
+    "tally": the input files matched (`input_files.read`), read through (`.kept`) or not (`.errored`)}.
+    Rows read from a file before it turned out damaged are kept."""
 
     def __init__(self, path: str, lang: str, side: str):
         super().__init__()
@@ -160,14 +178,18 @@ class ReadSentences(beam.PTransform):
         from apache_beam.io.filesystem import CompressionTypes
 
         pattern = input_pattern(self.path)
-        files = (
+        matched = (
             pbegin
             | "Match" >> fileio.MatchFiles(pattern, empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
             | "SkipSidecars" >> beam.Filter(lambda m: not is_sidecar(m.path.rsplit("/", 1)[-1]))
-            | "Open" >> fileio.ReadMatches(compression=CompressionTypes.AUTO)
         )
-        return files | "Parse" >> beam.ParDo(_ReadSentenceFile(self.lang, self.side)).with_outputs(
-            "errors", main="records")
+        parsed = (matched
+                  | "Open" >> fileio.ReadMatches(compression=CompressionTypes.AUTO)
+                  | "Parse" >> beam.ParDo(_ReadSentenceFile(self.lang, self.side)).with_outputs(
+                      "errors", "tally", main="records"))
+        read = matched | "CountFiles" >> CountByName(lambda _metadata: f"{FILES}.read")
+        tally = (read, parsed.tally) | "FileTally" >> MergeTallies()
+        return {"records": parsed.records, "errors": parsed.errors, "tally": tally}
 
 
 # ---------------------------------------------------------------------- prepare, dedupe
@@ -200,15 +222,22 @@ class _Prepare(beam.DoFn):
         yield (group, text), (str(record.get("url") or ""), str(record.get("doc_id") or ""))
 
 
-def _first_provenance(keyed) -> tuple:
-    """One item per (group, text): the smallest (url, doc_id), so reruns choose the same one."""
-    (group, text), provenances = keyed
-    url, doc_id = min(provenances)
-    return group, text, url, doc_id
+class _FirstProvenance(beam.DoFn):
+    """One item per (group, text): the smallest (url, doc_id), so reruns choose the same one; the
+    other records of the same text are counted as dropped duplicates (`dropped` output)."""
+
+    def process(self, keyed):
+        (group, text), provenances = keyed
+        provenances = list(provenances)
+        url, doc_id = min(provenances)
+        for _ in range(len(provenances) - 1):
+            yield beam.pvalue.TaggedOutput("dropped", "duplicate")
+        yield group, text, url, doc_id
 
 
 class PrepareSide(beam.PTransform):
-    """Records -> unique items `(side, group, text, url, doc_id)`; outputs `items` and `dropped`."""
+    """Records -> unique items `(side, group, text, url, doc_id)`; outputs `items` and `dropped`
+    (one reason per record that does not become an item: empty_text, no_site, duplicate)."""
 
     def __init__(self, side: str, same_site: bool):
         super().__init__()
@@ -218,13 +247,14 @@ class PrepareSide(beam.PTransform):
         side = self.side
         prepared = records | "Validate" >> beam.ParDo(_Prepare(side, self.same_site)).with_outputs(
             "dropped", main="keyed")
-        items = (
+        first = (
             prepared.keyed
             | "GroupText" >> beam.GroupByKey()
-            | "First" >> beam.Map(_first_provenance)
-            | "Tag" >> beam.Map(lambda g: (side,) + g)
+            | "First" >> beam.ParDo(_FirstProvenance()).with_outputs("dropped", main="items")
         )
-        return {"items": items, "dropped": prepared.dropped}
+        items = first.items | "Tag" >> beam.Map(lambda g: (side,) + g)
+        dropped = (prepared.dropped, first.dropped) | "AllDropped" >> beam.Flatten()
+        return {"items": items, "dropped": dropped}
 
 
 # --------------------------------------------------------------------------- embedding
@@ -270,6 +300,53 @@ class Embed(beam.PTransform):
             | "RunInference" >> RunInference(self.handler)
             | "Unpack" >> beam.Map(lambda r: (r.example, np.asarray(r.inference, dtype=np.float32)))
         )
+
+
+def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256):
+    """Embed `texts` through `Embed`, the pipeline's RunInference step, on a one-worker DirectRunner.
+
+    Returns float32 rows in input order. For checks outside a mining run: `benchmarks/mining.py`
+    times it against a plain batched loop, and tests compare it with the embedder itself. Vectors
+    come back through .npz files written per bundle.
+    """
+    import os
+    import tempfile
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    if not texts:
+        return np.zeros((0, 0), np.float32)
+
+    class _SaveBundle(beam.DoFn):
+        def __init__(self, directory: str):
+            self.directory = directory
+
+        def start_bundle(self):
+            self.rows, self.vectors = [], []
+
+        def process(self, element):
+            item, vector = element
+            self.rows.append(item[0])
+            self.vectors.append(vector)
+
+        def finish_bundle(self):
+            if self.rows:
+                name = f"{self.directory}/{min(self.rows)}-{len(self.rows)}-{os.getpid()}-{id(self)}.npz"
+                np.savez(name, rows=np.array(self.rows), vectors=np.stack(self.vectors))
+
+    with tempfile.TemporaryDirectory() as directory:
+        with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as pipeline:
+            (pipeline
+             | beam.Create([(i, None, text) for i, text in enumerate(texts)])
+             | Embed(spec, batch_size)
+             | beam.ParDo(_SaveBundle(directory)))
+        out = None
+        for name in os.listdir(directory):
+            with np.load(os.path.join(directory, name), allow_pickle=False) as saved:
+                if out is None:
+                    out = np.zeros((len(texts), saved["vectors"].shape[1]), np.float32)
+                out[saved["rows"]] = saved["vectors"]
+        return out
 
 
 # ---------------------------------------------------------------------------- kNN cells
@@ -359,20 +436,62 @@ def _best(keyed):
             "cosine": sim}
 
 
+NOT_SELECTED = "not_selected"
+BELOW_MIN_MARGIN = "below_min_margin"
+
+
+def _best_entry(bests: list[dict]) -> dict:
+    """The record of a candidate pair found from both sides: the larger (margin, cosine), so the
+    choice does not depend on the order Beam delivers them in (the two searches may differ in
+    the last bits)."""
+    return max(bests, key=lambda b: (b["margin"], b["cosine"], b["direction"]))
+
+
+class _DecideCandidate(beam.DoFn):
+    """One distinct candidate pair (all its best-candidate records, one per direction it was found
+    in) -> the pair record, or `not_selected` on the `dropped` output.
+
+    `fwd` / `bwd` keep the pairs found from that side (with that direction's numbers), `intersect`
+    those found from both; for `max` every candidate goes on to the greedy selection."""
+
+    def __init__(self, strategy: str):
+        self.strategy = strategy
+
+    def process(self, keyed):
+        _pair, bests = keyed
+        bests = list(bests)
+        directions = {b["direction"] for b in bests}
+        if self.strategy in ("fwd", "bwd"):
+            chosen = [b for b in bests if b["direction"] == self.strategy]
+            if chosen:
+                yield chosen[0]
+                return
+        elif self.strategy == "intersect":
+            if directions == {"fwd", "bwd"}:
+                yield _best_entry(bests)
+                return
+        else:
+            yield _best_entry(bests)
+            return
+        yield beam.pvalue.TaggedOutput("dropped", NOT_SELECTED)
+
+
 def _greedy_group(keyed):
-    group, bests = keyed
-    bests = list(bests)
-    by_pair = {(b["src"], b["tgt"]): b for b in bests}
-    kept = greedy_unique((b["margin"], b["src"], b["tgt"]) for b in bests)
+    """LASER's `max` over one group's distinct candidate pairs; the rest are `not_selected`."""
+    group, candidates = keyed
+    by_pair = {(c["src"], c["tgt"]): c for c in candidates}
+    kept = greedy_unique((c["margin"], c["src"], c["tgt"]) for c in by_pair.values())
     for _, src, tgt in kept:
         yield by_pair[(src, tgt)]
+    for _ in range(len(by_pair) - len(kept)):
+        yield beam.pvalue.TaggedOutput("dropped", NOT_SELECTED)
 
 
-def _intersect(keyed):
-    _, bests = keyed
-    bests = list(bests)
-    if {b["direction"] for b in bests} == {"fwd", "bwd"}:
-        yield bests[0]
+def _at_least(pair: dict, threshold: float):
+    if pair["margin"] >= threshold:
+        yield pair
+    else:
+        yield beam.pvalue.TaggedOutput("dropped", BELOW_MIN_MARGIN)
 
 
 class Neighbours(beam.PTransform):
@@ -403,34 +522,44 @@ class Neighbours(beam.PTransform):
 
 
 class SelectPairs(beam.PTransform):
-    """Best candidates -> pairs under the strategy, then the optional margin threshold."""
+    """Best candidates -> pairs under the strategy, then the optional margin threshold.
+
+    The best-candidate records are first grouped into distinct candidate pairs (a pair that is
+    the best candidate from both of its sentences is one candidate). Returns {"pairs": the
+    selected pair records, "candidates": one element per distinct candidate pair, "dropped": one
+    reason per candidate pair not selected (`not_selected`, `below_min_margin`)}, so that
+    candidates = pairs + dropped.
+    """
 
     def __init__(self, strategy: str, min_margin: Optional[float] = None):
         super().__init__()
         self.strategy, self.min_margin = strategy, min_margin
 
     def expand(self, bests):
-        if self.strategy in ("fwd", "bwd"):
-            wanted = self.strategy
-            pairs = bests | "Direction" >> beam.Filter(lambda b: b["direction"] == wanted)
-        elif self.strategy == "intersect":
-            pairs = (
-                bests
-                | "KeyPair" >> beam.Map(lambda b: ((b["src"], b["tgt"]), b))
-                | "GroupPair" >> beam.GroupByKey()
-                | "Mutual" >> beam.FlatMap(_intersect)
-            )
-        else:
-            pairs = (
-                bests
+        candidates = (
+            bests
+            | "KeyPair" >> beam.Map(lambda b: ((b["src"], b["tgt"]), b))
+            | "GroupPair" >> beam.GroupByKey()
+        )
+        decided = candidates | "Decide" >> beam.ParDo(_DecideCandidate(self.strategy)).with_outputs(
+            "dropped", main="pairs")
+        pairs, dropped = decided.pairs, [decided.dropped]
+        if self.strategy == "max":
+            greedy = (
+                pairs
                 | "KeyGroup" >> beam.Map(lambda b: (b["src"][1], b))
                 | "GroupSite" >> beam.GroupByKey()
-                | "Greedy" >> beam.FlatMap(_greedy_group)
+                | "Greedy" >> beam.FlatMap(_greedy_group).with_outputs("dropped", main="pairs")
             )
+            pairs = greedy.pairs
+            dropped.append(greedy.dropped)
         if self.min_margin is not None:
-            threshold = self.min_margin
-            pairs = pairs | "MinMargin" >> beam.Filter(lambda b: b["margin"] >= threshold)
-        return pairs
+            above = pairs | "MinMargin" >> beam.FlatMap(_at_least, self.min_margin).with_outputs(
+                "dropped", main="pairs")
+            pairs = above.pairs
+            dropped.append(above.dropped)
+        all_dropped = tuple(dropped) | "AllDropped" >> beam.Flatten()
+        return {"pairs": pairs, "candidates": candidates, "dropped": all_dropped}
 
 
 def pair_row(best: dict, src_lang: str, tgt_lang: str) -> dict:

@@ -11,11 +11,10 @@ import re
 from dataclasses import dataclass
 
 LABEL_PREFIX = "__label__"
-# fastText's cost is linear in the text, so only a prefix of each line is identified. On the
-# 7,670 main-content lines of the three WARC samples (mean 228 characters), a 200-character prefix
-# changes the language decision of 7 lines (0.09%) against the whole line for 0.78 of the time
-# (400: none changed, 0.93 of the time; benchmarks/langid_prefix.py). It also keeps a 10 MB line
-# from costing seconds.
+# fastText's cost is linear in the text, so only a prefix of each line is identified: a
+# 200-character prefix changes almost no language decision against the whole line, for less CPU
+# (BENCHMARKS.md, section clean, "lid.176 prefix length"; benchmarks/langid_prefix.py). It also
+# keeps a 10 MB line from costing seconds.
 MAX_LID_CHARS = 200
 DEFAULT_THRESHOLD = 0.5
 

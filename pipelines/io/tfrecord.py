@@ -14,8 +14,11 @@ A TFRecord file is a sequence of records::
     uint32 masked_crc32c(data)
 
 A truncated or corrupt file raises `TFRecordCorruptError` naming the file and the byte offset of
-the bad record. `google-crc32c` (C, hardware CRC instructions) computes the checksums when it is
-installed; otherwise a table-driven CRC32C in numpy does, which is slower but exact.
+the bad record. `google-crc32c` (C, hardware CRC instructions) computes the checksums.
+
+This module lives in `pipelines.io`, the formats package both sides use: `labse-tfrecords` writes
+the shards with it and the trainer (`labse_model.data`) reads them, so the dependency runs one way
+(labse_model -> pipelines.io) and nothing here imports Beam, TensorFlow or torch.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Mapping, Sequence
 
+import google_crc32c as _google_crc32c
 import numpy as np
 
 __all__ = [
@@ -59,59 +63,15 @@ class TFRecordCorruptError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# CRC32C (Castagnoli)
-
-def _build_crc_table() -> np.ndarray:
-    poly = np.uint32(0x82F63B78)
-    table = np.zeros((8, 256), dtype=np.uint32)
-    for byte in range(256):
-        crc = np.uint32(byte)
-        for _ in range(8):
-            crc = (crc >> np.uint32(1)) ^ (poly if crc & np.uint32(1) else np.uint32(0))
-        table[0, byte] = crc
-    # Slicing-by-8 tables: table[k][b] is the CRC of byte b followed by k zero bytes.
-    for k in range(1, 8):
-        previous = table[k - 1]
-        table[k] = (previous >> np.uint32(8)) ^ table[0][previous & np.uint32(0xFF)]
-    return table
+# CRC32C (Castagnoli): google-crc32c, a required dependency (C, SSE4.2/ARM CRC instructions)
 
 
-_CRC_TABLE: np.ndarray | None = None
+def crc32c(data: bytes) -> int:
+    """CRC32C of `data` (as an unsigned 32-bit int)."""
+    return _google_crc32c.value(bytes(data))
 
 
-def _crc32c_numpy(data: bytes) -> int:
-    """Table-driven CRC32C, 8 bytes per Python step (slicing-by-8); exact, for hosts without a C crc32c."""
-    global _CRC_TABLE
-    if _CRC_TABLE is None:
-        _CRC_TABLE = _build_crc_table()
-    t = [row.tolist() for row in _CRC_TABLE]
-    t0, t1, t2, t3, t4, t5, t6, t7 = t
-    crc = 0xFFFFFFFF
-    n8 = len(data) // 8
-    if n8:
-        words = np.frombuffer(data, dtype="<u4", count=n8 * 2).reshape(n8, 2).tolist()
-        for lo, hi in words:
-            lo ^= crc
-            crc = (
-                t7[lo & 0xFF] ^ t6[(lo >> 8) & 0xFF] ^ t5[(lo >> 16) & 0xFF] ^ t4[lo >> 24]
-                ^ t3[hi & 0xFF] ^ t2[(hi >> 8) & 0xFF] ^ t1[(hi >> 16) & 0xFF] ^ t0[hi >> 24]
-            )
-    for byte in data[n8 * 8:]:
-        crc = t0[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-try:  # C implementation with SSE4.2/ARM CRC instructions
-    import google_crc32c as _google_crc32c
-
-    def crc32c(data: bytes) -> int:
-        """CRC32C of `data` (as an unsigned 32-bit int)."""
-        return _google_crc32c.value(bytes(data))
-
-    CRC32C_IMPLEMENTATION = f"google-crc32c ({_google_crc32c.implementation})"
-except ImportError:  # pragma: no cover - exercised by tests through _crc32c_numpy directly
-    crc32c = _crc32c_numpy
-    CRC32C_IMPLEMENTATION = "numpy tables"
+CRC32C_IMPLEMENTATION = f"google-crc32c ({_google_crc32c.implementation})"
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -262,7 +222,7 @@ def _build_example_classes():
     from google.protobuf import message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
-    file_proto = descriptor_pb2.FileDescriptorProto(name="labse_model/example.proto", package="labse_model.tfexample", syntax="proto3")
+    file_proto = descriptor_pb2.FileDescriptorProto(name="pipelines/io/example.proto", package="labse.tfexample", syntax="proto3")
 
     def message(name: str, fields: Sequence[tuple]) -> descriptor_pb2.DescriptorProto:
         msg = file_proto.message_type.add(name=name)
@@ -274,7 +234,7 @@ def _build_example_classes():
                 field.oneof_index = oneof[0]
         return msg
 
-    pkg = ".labse_model.tfexample."
+    pkg = ".labse.tfexample."
     message("BytesList", [("value", 1, F.TYPE_BYTES, F.LABEL_REPEATED, None)])
     float_list = message("FloatList", [("value", 1, F.TYPE_FLOAT, F.LABEL_REPEATED, None)])
     float_list.field[0].options.packed = True
@@ -298,7 +258,7 @@ def _build_example_classes():
 
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file_proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("labse_model.tfexample.Example"))
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("labse.tfexample.Example"))
 
 
 Example = _build_example_classes()

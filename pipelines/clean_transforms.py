@@ -1,0 +1,478 @@
+"""The cleaning stage's Beam transforms: reader output in, sentence shards, errors and stats.json out.
+
+    ReadAll(inputs) -> CleanCorpus(output_dir, config)
+        = ExtractSentences (clean_document per document) -> DeduplicateSentences
+          -> WriteSentenceShards / WriteErrors -> stats.json, then _SUCCESS
+
+The per-document logic is `pipelines.text.document.clean_document` (no Beam); this module only
+loads models once per worker, calls it, counts and deduplicates across documents. The CLI is
+`pipelines.clean`.
+"""
+from __future__ import annotations
+
+import heapq
+import os
+from collections import Counter
+from dataclasses import asdict
+from typing import Iterator, Mapping
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from pipelines.accounting import ReasonCounters, SumTallies, Tally, build_stats
+from pipelines.io.documents import Document, Dropped, ReadError, ReadResult
+from pipelines.io.parquet import WriteErrors, WriteSentenceShards, sentence_order
+from pipelines.io.stage_output import mark_complete, write_stats_json
+from pipelines.text.document import CleanConfig, clean_document, error_record
+from pipelines.text.langid import LanguageIdentifier
+from pipelines.text.normalise import dedup_key
+
+TALLY = "tally"
+ERRORS = "errors"
+DOCUMENTS = "documents"
+FILES = "files"
+
+# How many input files stats.json lists one by one (the ones with the most errored documents).
+DEFAULT_PER_FILE_LIMIT = 100
+
+
+def _global_window(value) -> WindowedValue:
+    """An element emitted from `finish_bundle`, which has no input element to inherit a window from."""
+    return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+def load_main_content_model(path: str):
+    """The main-content model at `path`, local or remote (gs://...).
+
+    fastText reads local files only, so a remote model is copied to a temporary file, loaded (the
+    model then lives in memory) and the copy deleted at once.
+    """
+    from pipelines.main_content.model import MainContentModel, MainContentModelError
+
+    if "://" not in path:
+        return MainContentModel.load(path)
+    import tempfile
+
+    from apache_beam.io.filesystems import FileSystems
+
+    fd, local = tempfile.mkstemp(prefix="main-content-", suffix=".bin")
+    try:
+        try:
+            with os.fdopen(fd, "wb") as out, FileSystems.open(path) as remote:
+                while chunk := remote.read(1 << 20):
+                    out.write(chunk)
+        except Exception as exc:  # Beam filesystems raise their own error types
+            raise MainContentModelError(f"cannot copy main-content model {path!r}: {exc}") from exc
+        return MainContentModel.load(local)
+    finally:
+        os.unlink(local)
+
+
+class _CleanDocumentsFn(beam.DoFn):
+    """Document | Dropped | ReadError -> ((lang, dedup key), row) candidates.
+
+    Side outputs: error records, one tally per bundle (summing in the DoFn keeps the per-element
+    Beam overhead off the counting path), and per bundle one (file, file tally) per input file seen
+    (`file_outcome`).
+    """
+
+    def __init__(self, config: CleanConfig):
+        self.config = config
+
+    def setup(self):
+        # Heavy objects once per worker, never per element.
+        self.lid = LanguageIdentifier()
+        self.main_content_model = None
+        if self.config.main_content_model:
+            self.main_content_model = load_main_content_model(self.config.main_content_model)
+        self.counters = ReasonCounters()
+
+    def start_bundle(self):
+        self.bundle_tally: Counter = Counter()
+        self.bundle_files: dict[str, Counter] = {}
+
+    def process(self, element: ReadResult) -> Iterator:
+        rows: list[dict] = []
+        file = element.file if isinstance(element, (Document, Dropped, ReadError)) else ""
+        if isinstance(element, Document):
+            try:
+                result = clean_document(element, self.lid, self.config, self.main_content_model)
+            except Exception as exc:  # bad input must never crash the run; it is routed to errors/
+                tally = {"documents.read": 1, "documents.errored": 1}
+                errors = [error_record(element.file, element.offset, "processing_failed",
+                                       f"{type(exc).__name__}: {exc}", doc_id=element.doc_id, url=element.url)]
+            else:
+                tally, errors, rows = result.tally, result.errors, result.rows
+        elif isinstance(element, Dropped):
+            tally, errors = {"documents.read": 1, f"documents.dropped.{element.reason}": 1}, []
+        elif isinstance(element, ReadError):
+            tally = {"documents.read": 1, "documents.errored": 1}
+            errors = [error_record(element.file, element.offset, element.reason, element.detail)]
+        else:
+            tally = {"documents.read": 1, "documents.errored": 1}
+            errors = [error_record("", 0, "unknown_element", repr(element)[:500])]
+        self.counters.inc_tally(tally)
+        self.bundle_tally.update(tally)
+        per_file = self.bundle_files.get(file)
+        if per_file is None:
+            per_file = self.bundle_files[file] = Counter()
+        per_file.update(file_outcome(tally, errors))
+        for row in rows:
+            yield (row["lang"], dedup_key(row["text"])), row
+        for error in errors:
+            yield beam.pvalue.TaggedOutput(ERRORS, error)
+
+    def finish_bundle(self):
+        if self.bundle_tally:
+            yield beam.pvalue.TaggedOutput(TALLY, _global_window(dict(self.bundle_tally)))
+        for file, per_file in self.bundle_files.items():
+            yield beam.pvalue.TaggedOutput(FILES, _global_window((file, dict(per_file))))
+
+
+class ExtractSentences(beam.PTransform):
+    """Reader output -> candidate sentences, tallies and error records: `clean_document` per document.
+
+    Every element counts as one document read: a `Document` is cleaned (an exception becomes one
+    `processing_failed` error, never a failed run), a `Dropped` is a document dropped by its reason,
+    a `ReadError` an errored document. lid.176 and the main-content model load once per worker.
+
+    Args:
+        config: the stage's `CleanConfig`; `config.main_content_model` is a path (local or
+            gs://) that every worker loads in `DoFn.setup`, or None for the heuristic rules.
+
+    Returns (from `expand`) a dict of PCollections:
+        "rows": ((lang, dedup key), row) candidate sentences, before deduplication;
+        "tally": tally dicts (one per bundle) to sum with `pipelines.accounting.SumTallies`;
+        "errors": error records (`pipelines.text.document.error_record`);
+        "files": (input file, file tally) pairs (`file_outcome`), several per file, to sum per file.
+
+    Example::
+
+        with beam.Pipeline() as pipeline:
+            extracted = (pipeline
+                         | ReadAll([("data/commoncrawl/*.warc.gz", "warc")])
+                         | ExtractSentences(CleanConfig(min_chars=20)))
+            _ = extracted["rows"] | beam.Values() | beam.Map(lambda row: print(row["lang"], row["text"]))
+    """
+
+    def __init__(self, config: CleanConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, documents: beam.PCollection[ReadResult]) -> dict[str, beam.PCollection]:
+        outputs = documents | "CleanDocuments" >> beam.ParDo(_CleanDocumentsFn(self.config)).with_outputs(
+            TALLY, ERRORS, FILES, main="rows")
+        return {"rows": outputs.rows, "tally": outputs[TALLY], "errors": outputs[ERRORS], "files": outputs[FILES]}
+
+
+class _FirstSource(beam.CombineFn):
+    """Among rows with one dedup key: the first by (file, offset, doc_id, position), and how many there were."""
+
+    def create_accumulator(self):
+        return (None, 0)
+
+    def add_input(self, acc, row):
+        best, count = acc
+        if best is None or sentence_order(row) < sentence_order(best):
+            best = row
+        return (best, count + 1)
+
+    def merge_accumulators(self, accs):
+        best, count = None, 0
+        for row, n in accs:
+            count += n
+            if row is not None and (best is None or sentence_order(row) < sentence_order(best)):
+                best = row
+        return (best, count)
+
+    def extract_output(self, acc):
+        return acc
+
+
+class _EmitUniqueFn(beam.DoFn):
+    """(key, (first row, count)) -> the row; per bundle: a tally and the documents that kept a sentence."""
+
+    def start_bundle(self):
+        self.kept = 0
+        self.duplicates = 0
+        self.documents: set = set()
+
+    def process(self, keyed):
+        _key, (row, count) = keyed
+        self.kept += 1
+        self.duplicates += count - 1
+        # doc_id too: records of a file compressed as ONE gzip member share their offset.
+        self.documents.add((row["file"], row["offset"], row["doc_id"]))
+        yield row
+
+    def finish_bundle(self):
+        if self.kept:
+            tally = {"sentences.kept": self.kept, "sentences.dropped.duplicate": self.duplicates}
+            ReasonCounters().inc_tally(tally)
+            yield beam.pvalue.TaggedOutput(TALLY, _global_window(tally))
+        for document in self.documents:
+            yield beam.pvalue.TaggedOutput(DOCUMENTS, _global_window(document))
+
+
+class DeduplicateSentences(beam.PTransform):
+    """Exact dedup of normalised sentences per language over the whole run, keeping the first source.
+
+    Input: ((lang, dedup key), row). Returns {"rows": unique rows, "tally": sentences kept / dropped
+    as duplicate, "documents": (file, offset, doc_id) of documents with a kept sentence (may repeat)}.
+    """
+
+    def expand(self, keyed_rows: beam.PCollection) -> dict[str, beam.PCollection]:
+        unique = (
+            keyed_rows
+            | "FirstSource" >> beam.CombinePerKey(_FirstSource())
+            | "Unique" >> beam.ParDo(_EmitUniqueFn()).with_outputs(TALLY, DOCUMENTS, main="rows")
+        )
+        return {"rows": unique.rows, "tally": unique[TALLY], "documents": unique[DOCUMENTS]}
+
+
+def _documents_kept(distinct_documents: beam.PCollection[tuple]) -> beam.PCollection[Tally]:
+    return (
+        distinct_documents
+        | "CountDocuments" >> beam.combiners.Count.Globally()
+        | "KeptTally" >> beam.Map(lambda n: {"documents.kept": n})
+    )
+
+
+def settle_documents(tally: Tally) -> Tally:
+    """Documents with candidates but no unique sentence left were duplicates of earlier ones."""
+    out = dict(tally)
+    only_duplicates = out.pop("documents.with_candidates", 0) - out.get("documents.kept", 0)
+    if only_duplicates:
+        out["documents.dropped.only_duplicate_sentences"] = out.get(
+            "documents.dropped.only_duplicate_sentences", 0) + only_duplicates
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Per input file: documents read, kept, dropped and errored, for stats.json's `per_file`.
+
+FILE_FIELDS = ("documents_read", "documents_kept", "documents_dropped", "documents_errored")
+
+
+def file_outcome(tally: Tally, errors: list[dict]) -> Tally:
+    """One document's tally (`clean_document`'s, or the DoFn's for a drop or an error) as a file
+    tally: read, errored (plus `errored.<reason>`), dropped before deduplication, and
+    with_candidates (the document's fate is settled after deduplication, `settle_file`)."""
+    out = {"read": tally.get("documents.read", 0)}
+    errored = tally.get("documents.errored", 0)
+    if errored:
+        out["errored"] = errored
+        for error in errors:  # a document's error record (sentence-level ones come without it)
+            key = f"errored.{error['reason']}"
+            out[key] = out.get(key, 0) + 1
+    dropped = sum(v for k, v in tally.items() if k.startswith("documents.dropped."))
+    if dropped:
+        out["dropped"] = dropped
+    if tally.get("documents.with_candidates"):
+        out["with_candidates"] = tally["documents.with_candidates"]
+    return out
+
+
+def settle_file(file: str, tally: Mapping[str, int]) -> dict:
+    """One file's summed file tally (plus `kept`: its documents with a unique sentence) -> its
+    `per_file` entry. As for the totals (`settle_documents`), documents with candidates but no kept
+    sentence were dropped as duplicates, so read = kept + dropped + errored per file too."""
+    kept = tally.get("kept", 0)
+    entry = {
+        "file": file,
+        "documents_read": tally.get("read", 0),
+        "documents_kept": kept,
+        "documents_dropped": tally.get("dropped", 0) + tally.get("with_candidates", 0) - kept,
+        "documents_errored": tally.get("errored", 0),
+    }
+    reasons = {k[len("errored."):]: v for k, v in sorted(tally.items()) if k.startswith("errored.")}
+    if reasons:
+        entry["errors"] = reasons
+    return entry
+
+
+def _rank(entry: dict) -> tuple:
+    return (-entry["documents_errored"], entry["file"])
+
+
+class FileBreakdown(beam.CombineFn):
+    """(file, summed file tally), one per input file -> stats.json's `per_file` section.
+
+    Exact totals over every file, plus at most `limit` files listed one by one: those with the
+    most errored documents, ties by file name (deterministic on every runner). The accumulator
+    holds the totals and at most ~2 x `limit` candidates, so 90,000 files cost no more than 100.
+    """
+
+    def __init__(self, limit: int = DEFAULT_PER_FILE_LIMIT):
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+        self.limit = limit
+
+    def create_accumulator(self) -> list:
+        return [0, Counter(), []]  # files, totals, [(rank, entry)] candidates
+
+    def add_input(self, acc: list, file_tally: tuple[str, Mapping[str, int]]) -> list:
+        entry = settle_file(*file_tally)
+        acc[0] += 1
+        acc[1].update({field: entry[field] for field in FILE_FIELDS})
+        acc[1]["files_with_errors"] += int(entry["documents_errored"] > 0)
+        acc[2].append((_rank(entry), entry))
+        if len(acc[2]) > 2 * self.limit + 16:
+            acc[2] = heapq.nsmallest(self.limit, acc[2], key=lambda item: item[0])
+        return acc
+
+    def merge_accumulators(self, accs) -> list:
+        files, totals, candidates = 0, Counter(), []
+        for acc_files, acc_totals, acc_candidates in accs:
+            files += acc_files
+            totals.update(acc_totals)
+            candidates.extend(acc_candidates)
+        return [files, totals, heapq.nsmallest(self.limit, candidates, key=lambda item: item[0])]
+
+    def extract_output(self, acc: list) -> dict:
+        files, totals, candidates = acc
+        top = [entry for _rank_key, entry in heapq.nsmallest(self.limit, candidates, key=lambda item: item[0])]
+        others = {field: totals.get(field, 0) - sum(entry[field] for entry in top) for field in FILE_FIELDS}
+        return {
+            "files": files,
+            "files_with_errors": totals.get("files_with_errors", 0),
+            **{field: totals.get(field, 0) for field in FILE_FIELDS},
+            "limit": self.limit,
+            "truncated": len(top) < files,
+            "ranked_by": "documents_errored (most first), then file name",
+            "other_files": {"files": files - len(top), **others},
+            "top_files": top,
+        }
+
+
+def per_file_violations(stats: Mapping) -> list[str]:
+    """Where stats.json's `per_file` section does not add up (empty when it does): its totals
+    against the run's, the listed files plus `other_files` against its totals, and every listed
+    file's read = kept + dropped + errored."""
+    per_file = stats.get("per_file")
+    if per_file is None:
+        return []
+    bad = []
+    run_totals = {
+        "documents_read": stats["documents_read"],
+        "documents_kept": stats["documents_kept"],
+        "documents_dropped": sum(stats["documents_dropped"].values()),
+        "documents_errored": stats["documents_errored"],
+    }
+    top, others = per_file["top_files"], per_file["other_files"]
+    for field, total in run_totals.items():
+        if per_file[field] != total:
+            bad.append(f"per_file.{field} {per_file[field]} != {field} {total}")
+        if sum(entry[field] for entry in top) + others[field] != per_file[field]:
+            bad.append(f"per_file: listed files + other_files != per_file.{field}")
+    if len(top) + others["files"] != per_file["files"]:
+        bad.append("per_file: listed files + other_files.files != per_file.files")
+    for entry in top:
+        accounted = entry["documents_kept"] + entry["documents_dropped"] + entry["documents_errored"]
+        if entry["documents_read"] != accounted or min(entry[field] for field in FILE_FIELDS) < 0:
+            bad.append(f"per_file: {entry['file']}: read {entry['documents_read']} != kept + dropped + errored {accounted}")
+    return bad
+
+
+def _per_file_breakdown(files: beam.PCollection, distinct_documents: beam.PCollection[tuple],
+                        limit: int) -> beam.PCollection[dict]:
+    kept = distinct_documents | "KeptPerFile" >> beam.Map(lambda document: (document[0], {"kept": 1}))
+    return (
+        (files, kept)
+        | "AllFileTallies" >> beam.Flatten()
+        | "SumPerFile" >> beam.CombinePerKey(SumTallies())
+        | "FileBreakdown" >> beam.CombineGlobally(FileBreakdown(limit))
+    )
+
+
+class _WriteStats(beam.DoFn):
+    def __init__(self, output_dir: str, config: dict):
+        self.output_dir = output_dir
+        self.config = config
+
+    def process(self, tally: Tally, per_language: dict, error_files: list, per_file: dict) -> Iterator[dict]:
+        stats = build_stats(settle_documents(tally), per_language, self.config)
+        stats["error_files"] = sorted(str(f).rsplit("/", 1)[-1] for f in error_files)
+        stats["per_file"] = per_file
+        stats["identity_holds"] = stats["identity_holds"] and not per_file_violations(stats)
+        write_stats_json(self.output_dir.rstrip("/") + "/stats.json", stats)
+        mark_complete(self.output_dir, stats, stage="labse-clean")  # the last write of the stage
+        yield stats
+
+
+class CleanCorpus(beam.PTransform):
+    """The whole cleaning stage after reading: reader output -> files under `output_dir`.
+
+    `ExtractSentences` -> `DeduplicateSentences` -> `WriteSentenceShards` (sentences/lang=XX/*.parquet)
+    and `WriteErrors` (errors/*.jsonl) -> stats.json, then `_SUCCESS` (README, section clean). It does
+    not lock or check `output_dir`: `pipelines.clean.run` does that around the pipeline.
+
+    Args:
+        output_dir: the output directory (local or gs://).
+        config: the stage's `CleanConfig`.
+        run_config: what stats.json records as `config` (default: `asdict(config)`; the CLI adds
+            the inputs, the output and the Beam arguments).
+        per_file_limit: how many input files stats.json's `per_file` lists one by one (those
+            with the most errored documents); the totals cover every file whatever this is.
+
+    Returns (from `expand`) the PCollection holding the one stats dict, written last (after every
+    shard and error file).
+
+    Example::
+
+        with beam.Pipeline() as pipeline:
+            _ = (pipeline
+                 | ReadAll([("data/commoncrawl/*.warc.gz", "warc"), ("data/wikipedia/*.xml.bz2", "wikipedia")])
+                 | CleanCorpus("out/clean", CleanConfig()))
+    """
+
+    def __init__(self, output_dir: str, config: CleanConfig, run_config: dict | None = None,
+                 per_file_limit: int = DEFAULT_PER_FILE_LIMIT):
+        super().__init__()
+        self.output_dir = output_dir.rstrip("/")
+        self.config = config
+        self.run_config = run_config or asdict(config)
+        self.per_file_limit = per_file_limit
+
+    def expand(self, documents: beam.PCollection[ReadResult]) -> beam.PCollection[dict]:
+        extracted = documents | "ExtractSentences" >> ExtractSentences(self.config)
+        unique = extracted["rows"] | "Deduplicate" >> DeduplicateSentences()
+        written = unique["rows"] | "WriteSentences" >> WriteSentenceShards(self.output_dir, self.config.rows_per_file)
+        error_files = extracted["errors"] | "WriteErrors" >> WriteErrors(self.output_dir)
+        kept_documents = unique["documents"] | "DistinctDocuments" >> beam.Distinct()
+        tally = (
+            (extracted["tally"], unique["tally"], _documents_kept(kept_documents))
+            | "AllTallies" >> beam.Flatten()
+            | "SumTallies" >> beam.CombineGlobally(SumTallies())
+        )
+        per_language = written | "PerLanguage" >> beam.CombineGlobally(SumTallies())
+        per_file = _per_file_breakdown(extracted["files"], kept_documents, self.per_file_limit)
+        return tally | "WriteStats" >> beam.ParDo(
+            _WriteStats(self.output_dir, self.run_config),
+            per_language=beam.pvalue.AsSingleton(per_language),
+            error_files=beam.pvalue.AsList(error_files),
+            per_file=beam.pvalue.AsSingleton(per_file),
+        )
+
+
+class ReadAll(beam.PTransform):
+    """Several (pattern, format) inputs -> one PCollection of reader output.
+
+    Args:
+        inputs: (Beam file pattern, format) pairs, format "warc", "wet" or "wikipedia".
+    """
+
+    def __init__(self, inputs: list[tuple[str, str]]):
+        super().__init__()
+        self.inputs = inputs
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[ReadResult]:
+        from pipelines.io.readers import ReadDocuments
+
+        parts = [
+            pbegin | f"Read[{i}] {fmt}" >> ReadDocuments(pattern, fmt)
+            for i, (pattern, fmt) in enumerate(self.inputs)
+        ]
+        return parts[0] if len(parts) == 1 else tuple(parts) | "AllInputs" >> beam.Flatten()

@@ -1,0 +1,153 @@
+"""`labse-tfrecords`: options, input checks, the output lock, then the Beam pipeline.
+
+    labse-tfrecords --pairs SCORED_DIR --vocab vocab.txt --output SHARDS_DIR \\
+        [--parallel-text de:train.de.gz,en:train.en.gz ...] [--max-seq-length 64] [--num-shards 16] \\
+        [--min-score S] [--include-text] [--seed 0] [--overwrite] [Beam options]
+
+Everything about the inputs is checked before any work (one line, exit 2): options, the Parquet
+files `--pairs` finds and that each lies in a complete stage output (`_SUCCESS`), the vocabulary.
+The output is locked while the stage runs and refused if it holds anything, unless `--overwrite`
+(`pipelines.io.stage_output`). The stage itself is `pipelines.tfrecords.transforms.BuildTFRecords`.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import math
+import os
+import sys
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.accounting import report_identity
+from pipelines.io.stage_output import (
+    IncompleteOutputError,
+    OutputExistsError,
+    OutputLockedError,
+    output_lock,
+    prepare_output,
+    read_completion,
+    usage_error,
+)
+from pipelines.io.parallel_text import parse_parallel_text
+from pipelines.tfrecords.encode import TFRecordsConfig
+from pipelines.tfrecords.transforms import BuildTFRecords
+
+logger = logging.getLogger("pipelines.tfrecords")
+
+
+def find_parquet_files(location: str) -> list[str]:
+    """Parquet files under a directory (recursively: flat or hive-partitioned) or matching a glob."""
+    if "://" not in location and os.path.isdir(location):
+        found = glob.glob(os.path.join(location, "**", "*.parquet"), recursive=True)
+    else:
+        found = [m.path for r in FileSystems.match([location]) for m in r.metadata_list]
+    return sorted(p for p in found if not os.path.basename(p).startswith((".", "_")))
+
+
+def _fixed_directory(location: str) -> str:
+    """The directory part of `location` before any wildcard: the folder a glob reads from."""
+    parts = location.rstrip("/").split("/")
+    for index, part in enumerate(parts):
+        if any(ch in part for ch in "*?["):
+            return "/".join(parts[:index])
+    is_dir = os.path.isdir(location) if "://" not in location else not location.endswith(".parquet")
+    return location.rstrip("/") if is_dir else "/".join(parts[:-1])
+
+
+def check_pairs_complete(location: str, files: Sequence[str]) -> None:
+    """Every Parquet file read from `location` must lie in a complete stage output: a folder between
+    it and `location` holds `_SUCCESS` (labse-score writes one; so does Spark, and `touch
+    DIR/_SUCCESS` marks hand-made Parquet). Raises IncompleteOutputError naming the folder."""
+    root = _fixed_directory(location)
+    complete: dict[str, bool] = {}
+
+    def is_complete(folder: str) -> bool:
+        if folder not in complete:
+            complete[folder] = read_completion(folder) is not None
+        return complete[folder]
+
+    for folder in sorted({f.rsplit("/", 1)[0] for f in files}):
+        current = folder
+        while not is_complete(current):
+            if current == root or len(current) <= len(root) or "/" not in current:
+                raise IncompleteOutputError(
+                    f"--pairs {location}: {folder} is not a complete stage output (no _SUCCESS): the run that "
+                    "writes it was interrupted or is still running: rerun the stage")
+            current = current.rsplit("/", 1)[0]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="labse-tfrecords",
+        description="Tokenise translation pairs and write globally shuffled tf.train.Example shards "
+                    "(src_ids, tgt_ids, src_lang, tgt_lang, score) with schema.json and stats.json.",
+        epilog="Unknown options are passed to Beam, e.g. --runner DataflowRunner --project P --region R "
+               "--temp_location gs://B/tmp, or --direct_running_mode multi_processing --direct_num_workers 2.",
+    )
+    parser.add_argument("--pairs", action="append", default=[],
+                        help="scored pairs: a directory of Parquet files (searched recursively) or a glob; repeatable")
+    parser.add_argument("--parallel-text", action="append", default=[], metavar="SRC_LANG:PATH,TGT_LANG:PATH",
+                        help="line-aligned text files (gzip ok), e.g. de:train.de.gz,en:train.en.gz; score 1.0; repeatable")
+    parser.add_argument("--vocab", required=True, help="vocab.txt from labse-vocab")
+    parser.add_argument("--output", required=True, help="directory for the shards, schema.json and stats.json")
+    parser.add_argument("--max-seq-length", type=int, default=64, help="ids per side including [CLS] and [SEP] (default 64, as the paper)")
+    parser.add_argument("--num-shards", type=int, default=16,
+                        help="output shards; each is sorted in one worker's memory, so keep shards under ~1 GB (default 16)")
+    parser.add_argument("--min-score", type=float, default=None, help="drop pairs scored below this (default: keep all)")
+    parser.add_argument("--include-text", action="store_true", help="also store src_text/tgt_text")
+    parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run's output in --output (without it an existing output is refused)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    try:  # everything about the inputs is checked here, before any work: one line, exit 2
+        config = TFRecordsConfig(max_seq_length=args.max_seq_length, num_shards=args.num_shards,
+                                 min_score=args.min_score, include_text=args.include_text, seed=args.seed)
+        if args.min_score is not None and not math.isfinite(args.min_score):
+            raise ValueError(f"--min-score must be a finite number, got {args.min_score}")
+        specs = [parse_parallel_text(s, "--parallel-text") for s in args.parallel_text]
+        parquet_files: list[str] = []
+        for location in args.pairs:
+            found = find_parquet_files(location)
+            if not found:
+                raise ValueError(f"--pairs {location}: no Parquet files found")
+            check_pairs_complete(location, found)
+            parquet_files.extend(found)
+        if not parquet_files and not specs:
+            raise ValueError("give --pairs and/or --parallel-text")
+        build = BuildTFRecords(args.vocab, args.output, config, parquet_files=parquet_files, parallel_text=specs)
+    except (ValueError, OSError) as exc:  # IncompleteOutputError is a ValueError
+        return usage_error("labse-tfrecords", f"--vocab: {exc}" if str(exc).startswith(args.vocab) else str(exc))
+
+    logger.info("writing TFRecords from %d Parquet files and %d parallel text pairs of files to %s",
+                len(parquet_files), len(specs), args.output)
+    try:
+        with output_lock(args.output):  # before looking at the output: two runs never mix
+            prepare_output(args.output, overwrite=args.overwrite)
+            with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+                _ = pipeline | "BuildTFRecords" >> build
+    except (OutputExistsError, OutputLockedError) as exc:
+        return usage_error("labse-tfrecords", str(exc))
+    stats_path = FileSystems.join(args.output, "stats.json")
+    if "://" not in stats_path and os.path.exists(stats_path):
+        with open(stats_path, encoding="utf-8") as f:
+            stats = json.load(f)
+        print(f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} shards "
+              f"under {args.output}; dropped: {stats['dropped'] or 'none'}")
+        return report_identity("labse-tfrecords", stats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

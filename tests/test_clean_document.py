@@ -1,0 +1,52 @@
+"""The per-document module of labse-clean (`pipelines.text.document`) stays free of Beam."""
+from __future__ import annotations
+
+import doctest
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_per_document_module_does_not_import_apache_beam():
+    """Imported in a fresh interpreter (this one has Beam loaded already), cleaning one page with the
+    heuristic rules loads no apache_beam module, nor does the main-content model's module that
+    `clean_document` imports when given a model."""
+    script = (
+        "import sys\n"
+        "from pipelines.io.documents import Document\n"
+        "from pipelines.text.document import CleanConfig, clean_document\n"
+        "from pipelines.text.langid import LanguageIdentifier\n"
+        "import pipelines.main_content.model\n"
+        "doc = Document(source='cc', url='u', doc_id='d', file='f', offset=0, kind='html', lang=None,\n"
+        "               body='<p>The council approved the new budget on Tuesday after a long debate.</p>')\n"
+        "assert clean_document(doc, LanguageIdentifier(), CleanConfig()).rows\n"
+        "print(sorted(m for m in sys.modules if m == 'apache_beam' or m.startswith('apache_beam.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_config_default_matches_the_parquet_sink():
+    from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE
+    from pipelines.text.document import CleanConfig
+
+    assert CleanConfig().rows_per_file == DEFAULT_ROWS_PER_FILE
+
+
+def test_the_clean_document_example_runs():
+    import pipelines.text.document as document
+
+    failed, attempted = doctest.testmod(document, verbose=False)
+    assert attempted >= 1 and failed == 0
+
+
+def test_the_cli_module_keeps_its_public_names():
+    """setup.py's console script, the demo (labse_model.demo) and benchmarks use these names of pipelines.clean."""
+    import pipelines.clean as clean
+    from pipelines.text.document import CleanConfig, clean_document
+
+    assert callable(clean.main) and callable(clean.run) and callable(clean.run_demo)
+    assert clean.CleanConfig is CleanConfig and clean.clean_document is clean_document
