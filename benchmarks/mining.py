@@ -13,6 +13,7 @@ import dataclasses
 import gzip
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -265,9 +266,12 @@ def train_benchmark_scorer(args, embedder, lid) -> Path:
         with gzip.open(prefix_dir / f"train.{lang}.gz", "wt", encoding="utf-8") as f:
             f.writelines(line + "\n" for line in lines)
     started = time.perf_counter()
-    scorer = train_scorer_from_prefix(str(prefix_dir / "train"), ["de", "fr"], "en", args.embedder, scorer_dir,
-                                      ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed),
-                                      embedder=embedder, lid=lid)
+    try:
+        scorer = train_scorer_from_prefix(str(prefix_dir / "train"), ["de", "fr"], "en", args.embedder, scorer_dir,
+                                          ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed),
+                                          embedder=embedder, lid=lid)
+    finally:
+        shutil.rmtree(prefix_dir, ignore_errors=True)  # the scorer directory stays: reuse it with --scorer
     emit({"part": "quality", "step": "train scorer", "train_lines": args.train_lines, "seed": args.scorer_seed,
           "seconds": round(time.perf_counter() - started, 1), "scorer": str(scorer_dir),
           "calibration": scorer.training.get("calibration"), "calibration_z_range": scorer.calibration.z_range})
