@@ -10,7 +10,7 @@ comparison below never shows the pre-trained model a pair the 1/5 fine-tuning do
   stacked   --stage-layers 1,2,4 --stage-fractions 2,4,9 (LaBSE's L/4, L/2, L)
   flat      --stage-layers 4 --stage-fractions 1 (no stacking), the same steps
 
-Fine-tuning (labse-train, as benchmarks/train.py: 1 process x 64 pairs, 300 steps, lr 1e-3, margin
+Fine-tuning (labse-train, as benchmarks/train.py: 1 process x 64 pairs, 300 steps, lr 1e-3 (--lr), margin
 0.3, scale 20, dropout 0, 32 tokens), each for every --seeds:
   cls-random / cls-pretrained          [CLS] pooling from random weights vs from `stacked`
   mean-random / mean-pretrained        mean pooling, the same
@@ -48,6 +48,7 @@ FINE_TUNES = {
     "cls-flat": dict(pooling="cls", init="flat", pairs="all"),
 }
 PRETRAININGS = {"stacked": ("1,2,4", "2,4,9"), "flat": ("4", "1")}
+DEFAULT_FINE_TUNE_LR = 1e-3  # benchmarks/train.py's
 
 
 def fifth_shards(data: Path, work: Path, vocab: Path) -> str:
@@ -94,7 +95,8 @@ def pretrain(name: str, args, vocab: Path, pairs: str) -> dict:
 
 def fine_tune(name: str, seed: int, args, vocab: Path, shards: dict[str, str]) -> dict:
     spec = FINE_TUNES[name]
-    tag = f"{name}-seed{seed}"
+    # The lr is in the tag only when it is not the default, so earlier results keep their names.
+    tag = f"{name}-seed{seed}" if args.lr == DEFAULT_FINE_TUNE_LR else f"{name}-lr{args.lr:g}-seed{seed}"
     result_path = args.work / "results" / f"{tag}.json"
     if result_path.is_file():
         return json.loads(result_path.read_text())
@@ -105,7 +107,7 @@ def fine_tune(name: str, seed: int, args, vocab: Path, shards: dict[str, str]) -
         shutil.rmtree(run_dir)
     argv = [PY, "-m", "labse_model.train", "--data", shards[spec["pairs"]], "--vocab", str(vocab),
             "--output", str(run_dir), "--global-batch-size", "64", "--max-steps", str(args.steps),
-            "--lr", "1e-3", "--warmup-steps", str(args.steps // 10), "--margin", "0.3", "--scale", "20",
+            "--lr", str(args.lr), "--warmup-steps", str(args.steps // 10), "--margin", "0.3", "--scale", "20",
             "--save-every", str(args.steps), "--eval-every", "0", "--log-every", "10", "--seed", str(seed),
             "--max-seq-length", "32", "--pooling", spec["pooling"], "--dropout", "0"]
     if spec["init"]:
@@ -122,7 +124,7 @@ def fine_tune(name: str, seed: int, args, vocab: Path, shards: dict[str, str]) -
     accuracies = multi30k_retrieval_accuracies(encode, args.data, [(lang, "en") for lang in LANGS])
     multi30k = {lang: accuracies[f"{lang}-en"]["mean"] for lang in LANGS}
     tatoeba = tatoeba_accuracy(encode, args.data / "tatoeba", ["deu", "fra", "ces"])
-    result = {"run": name, "seed": seed, **spec, "train_wall_s": wall, "multi30k": multi30k,
+    result = {"run": name, "seed": seed, "lr": args.lr, **spec, "train_wall_s": wall, "multi30k": multi30k,
               "multi30k_mean": sum(multi30k.values()) / len(LANGS),
               "tatoeba": {k: v["mean"] for k, v in tatoeba["languages"].items()}, "tatoeba_mean": tatoeba["mean"]}
     result_path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,12 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("LABSE_DATA", "../shared/data")))
     parser.add_argument("--work", type=Path, default=Path("bench_out/pretrain"))
-    parser.add_argument("--pretrain-steps", type=int, default=1500)
+    parser.add_argument("--pretrain-steps", type=int, default=2000)
     parser.add_argument("--pretrain-batch", type=int, default=64)
     parser.add_argument("--pretrain-seq-length", type=int, default=64)
-    parser.add_argument("--pretrain-lr", type=float, default=5e-4)
+    parser.add_argument("--pretrain-lr", type=float, default=1e-3)
     parser.add_argument("--pretrain-warmup", type=int, default=20, help="steps of warm-up in every stage")
     parser.add_argument("--steps", type=int, default=300, help="fine-tuning steps (x 64 pairs)")
+    parser.add_argument("--lr", type=float, default=DEFAULT_FINE_TUNE_LR,
+                        help="fine-tuning peak learning rate (a sweep: run again with another value)")
     parser.add_argument("--seeds", default="1,2,3", help="fine-tuning seeds")
     parser.add_argument("--runs", default=",".join(FINE_TUNES), help="fine-tuning runs to make")
     parser.add_argument("--pretrainings", default="stacked,flat")
@@ -183,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{' / '.join(format(s['tokens_per_second'], '.0f') for s in stages)} | "
               f"{last.get('heldout_mlm_loss', float('nan')):.3f} / {last.get('heldout_mlm_accuracy', float('nan')) * 100:.1f}% | "
               f"{summary['peak_memory_bytes'] / 2**20:.0f} |")
-    print(f"\nFine-tuning ({args.steps} steps x 64 pairs; mean over seeds {seeds}, min and max in brackets):")
+    print(f"\nFine-tuning ({args.steps} steps x 64 pairs, lr {args.lr:g}; mean over seeds {seeds}, min and max in brackets):")
     print("| run | pooling | init | pairs | Multi30k de/fr/cs-en mean % | Tatoeba deu/fra/ces mean % |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, rows in results.items():
