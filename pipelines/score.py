@@ -11,8 +11,9 @@ under it (`pipelines/mining/calibration.py`, no labels), and a threshold: keep t
 the pairs of highest expected F1, or the most pairs whose precision reaches the target — measured
 on `--labelled` (TSV `src<TAB>tgt<TAB>0|1` of rated pairs) when given, else expected from the
 probabilities. Writes `SCORED_DIR/part-*.parquet` (contract 7: the pair columns plus `score`, that
-probability), `SCORED_DIR/_stats.json` (counts, unreadable input files and the decision per language
-pair; the kept counts are those of the rows written) and last `SCORED_DIR/_SUCCESS`. `--pairs` must
+probability), `SCORED_DIR/_stats.json` (the accounting section of contract 11, units `pairs` and
+`input_files`; counts, unreadable input files and the decision per language pair; the kept counts are
+those of the rows written) and last `SCORED_DIR/_SUCCESS`. Exit 1 when the books do not balance. `--pairs` must
 be a complete labse-mine output (its `_SUCCESS`); a Parquet file in it that cannot be read, or lacks
 a pair column, is counted and listed, and the run goes on.
 """
@@ -29,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import SumTallies
+from pipelines.accounting import CountByName, MergeTallies, accounting_section, report_identity
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows, write_parquet_atomic
 from pipelines.io.stage_output import (
     STATS_BESIDE_SHARDS,
@@ -58,6 +59,9 @@ BATCH = 512
 
 MAX_LISTED_ERRORS = 100
 KEPT_PREFIX = "kept_by_language_pair."  # tally key of the rows written per language pair
+# _stats.json's accounting units (README contract 11): pairs (rows read -> kept: written; dropped:
+# invalid, below_threshold) and input_files (matched -> kept: read through; errored: reason).
+UNITS = ("pairs", "input_files")
 
 
 class _ReadPairsFile(beam.DoFn):
@@ -78,6 +82,7 @@ class _ReadPairsFile(beam.DoFn):
                 raise OSError(problem[1])
             with readable_file.open() as handle:
                 yield from iter_parquet_rows(handle, path, PAIR_COLUMNS)
+            yield beam.pvalue.TaggedOutput("tally", {"input_files.kept": 1})
         except MissingColumnsError as error:
             self.errored.inc()
             yield beam.pvalue.TaggedOutput("errors", {"file": path, "reason": "missing_columns",
@@ -89,8 +94,9 @@ class _ReadPairsFile(beam.DoFn):
 
 
 class ReadPairs(beam.PTransform):
-    """`PAIRS_DIR/*.parquet` (labse-mine output) -> outputs `rows` (pair dicts) and `errors`
-    (one dict per file that could not be read: file, reason, detail)."""
+    """`PAIRS_DIR/*.parquet` (labse-mine output) -> {"rows": pair dicts, "errors": one dict per file
+    that could not be read (file, reason, detail), "tally": one tally of the input files (read =
+    matched, kept = read through, errored by reason)}."""
 
     def __init__(self, pairs_dir: str):
         super().__init__()
@@ -99,11 +105,15 @@ class ReadPairs(beam.PTransform):
     def expand(self, pbegin):
         from apache_beam.io import fileio
 
-        return (pbegin
-                | "Match" >> fileio.MatchFiles(self.pattern,
-                                               empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+        matched = pbegin | "Match" >> fileio.MatchFiles(self.pattern,
+                                                        empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+        read = (matched
                 | "Open" >> fileio.ReadMatches()
-                | "Rows" >> beam.ParDo(_ReadPairsFile()).with_outputs("errors", main="rows"))
+                | "Rows" >> beam.ParDo(_ReadPairsFile()).with_outputs("errors", "tally", main="rows"))
+        files = (matched | "CountFiles" >> CountByName(lambda _m: "input_files.read"),
+                 read.tally,
+                 read.errors | "CountErrored" >> CountByName(lambda e: f"input_files.errored.{e['reason']}"))
+        return {"rows": read.rows, "errors": read.errors, "tally": files | "FileTally" >> MergeTallies()}
 
 
 class _ScoreBatch(beam.DoFn):
@@ -241,7 +251,7 @@ class ScorePairs(beam.PTransform):
     """Pair rows -> scored rows above their language pair's threshold, plus the decisions.
 
     Returns {"kept": rows (contract 7), "scored": every scored row, "decisions": one dict per
-    language pair}. `labelled` maps (src, tgt) -> 0/1 for a rated sample (may be empty).
+    language pair, "dropped": one reason per row not kept (`invalid`, `below_threshold`)}. `labelled` maps (src, tgt) -> 0/1 for a rated sample (may be empty).
     """
 
     def __init__(self, model_path: str, keep_precision: float | None = 0.8, keep_fraction: float | None = None,
@@ -282,10 +292,19 @@ class ScorePairs(beam.PTransform):
         decisions_dict = decisions | "AsDict" >> beam.combiners.ToDict()
         calibrated = scored_rows | "Calibrate" >> beam.ParDo(
             _Calibrate(self.model_path), beam.pvalue.AsSingleton(decisions_dict))
-        kept = calibrated | "Threshold" >> beam.Filter(
-            lambda row, d: row["score"] >= d[_language_pair(row)]["threshold"],
-            beam.pvalue.AsSingleton(decisions_dict))
-        return {"kept": kept, "scored": calibrated, "decisions": decisions, "dropped": scored.dropped}
+        kept = calibrated | "Threshold" >> beam.FlatMap(
+            _at_threshold, beam.pvalue.AsSingleton(decisions_dict)).with_outputs("dropped", main="kept")
+        dropped = (scored.dropped, kept.dropped) | "AllDropped" >> beam.Flatten()
+        return {"kept": kept.kept, "scored": calibrated, "decisions": decisions, "dropped": dropped}
+
+
+def _at_threshold(row: dict, decisions: dict):
+    """A scored row -> itself when it reaches its language pair's threshold, else the reason it is
+    dropped (`below_threshold`, on the `dropped` output: every pair read ends in one outcome)."""
+    if row["score"] >= decisions[_language_pair(row)]["threshold"]:
+        yield row
+    else:
+        yield beam.pvalue.TaggedOutput("dropped", "below_threshold")
 
 
 class _WriteShard(beam.DoFn):
@@ -314,6 +333,7 @@ def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config
         written = tally.get(f"{KEPT_PREFIX}{decision['language_pair']}", 0)
         per_language_pair[decision["language_pair"]] = {**decision, "kept": written}
     stats = {
+        **accounting_section(tally, UNITS),
         "pairs_read": tally.get("pairs.read", 0),
         "pairs_dropped": {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith("pairs.dropped.")},
         "pairs_scored": tally.get("pairs.scored", 0),
@@ -329,17 +349,13 @@ def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config
     yield stats
 
 
-def _count(pcoll, label: str, name: str):
-    return pcoll | f"{label}Names" >> beam.Map(lambda _: {name: 1}) | f"{label}Sum" >> beam.CombineGlobally(SumTallies())
-
-
 def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_precision, keep_fraction, labelled,
                    keep_best_f1: bool = False):
     from pipelines.mining.beam_mining import stable_hash
 
     output = output.rstrip("/")
     read = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)
-    rows = read.rows
+    rows = read["rows"]
     scored = rows | "ScorePairs" >> ScorePairs(model, keep_precision, keep_fraction, labelled, keep_best_f1)
     kept = scored["kept"]
     total = kept | "CountKept" >> beam.combiners.Count.Globally()
@@ -352,22 +368,21 @@ def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_preci
                | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
                | "GroupShard" >> beam.GroupByKey()
                | "WriteShard" >> beam.ParDo(_WriteShard(output)))
-    tallies = [
-        _count(rows, "CountRead", "pairs.read"),
-        _count(scored["scored"], "CountScored", "pairs.scored"),
-        scored["dropped"] | "DroppedNames" >> beam.Map(lambda r: {f"pairs.dropped.{r}": 1})
-        | "DroppedSum" >> beam.CombineGlobally(SumTallies()),
-        read.errors | "ErrorNames" >> beam.Map(lambda e: {f"files.errored.{e['reason']}": 1})
-        | "ErrorSum" >> beam.CombineGlobally(SumTallies()),
-        written,
-    ]
-    tally = tallies | "AllCounts" >> beam.Flatten() | "Total" >> beam.CombineGlobally(SumTallies())
+    tallies = (
+        rows | "CountRead" >> CountByName(lambda _: "pairs.read"),
+        scored["scored"] | "CountScored" >> CountByName(lambda _: "pairs.scored"),
+        scored["dropped"] | "CountDropped" >> CountByName(lambda r: f"pairs.dropped.{r}"),
+        read["errors"] | "CountErrors" >> CountByName(lambda e: f"files.errored.{e['reason']}"),
+        read["tally"],
+        written,  # files.written, pairs.kept and the kept rows per language pair: the rows in each shard
+    )
+    tally = tallies | "Total" >> MergeTallies()
     config = {"pairs": pairs_dir, "model": model, "keep_precision": keep_precision,
               "keep_fraction": keep_fraction, "keep_best_f1": keep_best_f1, "labelled_pairs": len(labelled)}
     return (pipeline | "Once" >> beam.Create([None])
             | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally),
                                       beam.pvalue.AsList(scored["decisions"] | "Values" >> beam.Values()),
-                                      beam.pvalue.AsList(read.errors), output, config))
+                                      beam.pvalue.AsList(read["errors"]), output, config))
 
 
 def read_labelled(path: str) -> dict:
@@ -474,7 +489,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OutputExistsError, OutputLockedError) as error:
         return usage_error("labse-score", str(error))
     LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
-    return 0
+    if "://" in output:  # stats on remote storage: Beam wrote them; the check is for local runs
+        return 0
+    import json
+    from pathlib import Path
+
+    return report_identity("labse-score", json.loads(Path(output, STATS_BESIDE_SHARDS).read_text(encoding="utf-8")))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pipelines.mining.scorer import (
     train_scorer_from_prefix,
 )
 from pipelines.text.langid import LanguageIdentifier
+from pipelines.accounting import identity_violations
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock, write_stats_json
 from tests.conftest import require_file
 
@@ -346,6 +347,8 @@ def test_labse_score_counts_unreadable_and_wrong_schema_files_and_goes_on(scorer
     # the documented read of the output directory works: _stats.json and _SUCCESS are skipped
     assert ds.dataset(str(out), format="parquet").to_table().num_rows == len(_read_scored(out)) == 30
     assert json.loads((out / "_SUCCESS").read_text())["stats"]["pairs_read"] == 30
+    assert stats["identity_holds"] and stats["accounting"]["input_files"]["errors"] == stats["files_errored"]
+    assert stats["accounting"]["input_files"]["read"] == 4 and stats["accounting"]["input_files"]["kept"] == 1
 
 
 @pytest.mark.slow
@@ -486,6 +489,9 @@ def test_pairs_kept_equals_the_per_language_pair_kept_and_the_rows_written(score
     stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
     per_pair = stats["per_language_pair"]
     assert stats["pairs_kept"] == sum(d["kept"] for d in per_pair.values()) == len(written) > 0
+    pairs = stats["accounting"]["pairs"]
+    assert stats["identity_holds"] and pairs["read"] == 180 and pairs["kept"] == len(written)
+    assert pairs["dropped"] == {"below_threshold": 180 - len(written)}
     for lp, decision in per_pair.items():
         assert decision["kept"] == sum(f"{r['src_lang']}-{r['tgt_lang']}" == lp for r in written)
         # (scores are compared in float64, then written as float32)
@@ -529,3 +535,55 @@ def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, emb
     assert precision == pytest.approx(0.8, abs=0.06), (precision, len(kept), decision)
     assert decision["estimated_good_share"] == pytest.approx(true_share, abs=0.05), (true_share, decision)
     assert len(kept) > 900  # most of the 1,014 true pairs, not a timid handful
+
+
+# ------------------------------------------- issue 13: labse-score's accounting section (contract 11)
+@pytest.mark.slow
+def test_labse_score_accounting_balances_with_an_unreadable_file_and_invalid_rows(scorer_dir, labse_data, embedder,
+                                                                                   tmp_path, capsys):
+    """Real Multi30k pairs mined among wrong partners, an invalid row (no cosine), a Parquet file that cannot be
+    read and one without the pair columns: every pair read is kept (= the rows written), dropped as invalid
+    or below its threshold; every file matched is read through or errored; the books balance."""
+    de = _read(require_file(labse_data, "multi30k/val.de.gz"), 90)
+    en = _read(require_file(labse_data, "multi30k/val.en.gz"), 90)
+    partner = list(range(60)) + [(i + 17) % 90 for i in range(60, 90)]
+    cosine, margin = pair_margins(embedder.encode(de), embedder.encode(en)[partner], embedder.encode(de),
+                                  embedder.encode(en), 4, "ratio")
+    rows = [{"src": de[i], "tgt": en[j], "src_lang": "de", "tgt_lang": "en", "cosine": float(c), "margin": float(m),
+             "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": str(j)}
+            for i, (j, c, m) in enumerate(zip(partner, cosine, margin))]
+    rows.append({**rows[0], "src_doc_id": "invalid", "cosine": None})
+    pairs = _pairs_dir(tmp_path / "pairs", rows)
+    (pairs / "part-00001-of-00003.parquet").write_bytes(b"PAR1 this is not Parquet")
+    pq.write_table(pa.table({"text": ["a sentence"]}), pairs / "part-00002-of-00003.parquet")
+    out = tmp_path / "scored"
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir),
+                           "--keep-precision", "0.8"]) == 0
+    assert "identity" not in capsys.readouterr().err
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
+    written = _read_scored(out)
+    accounting = stats["accounting"]
+    assert stats["identity_holds"] and identity_violations(stats) == []
+    assert list(accounting) == ["pairs", "input_files"]
+    assert accounting["pairs"]["read"] == 91 == stats["pairs_read"]
+    assert accounting["pairs"]["kept"] == len(written) == stats["pairs_kept"] > 0
+    assert accounting["pairs"]["dropped"] == {"invalid": 1, "below_threshold": 90 - len(written)}
+    assert accounting["pairs"]["errored"] == 0
+    assert accounting["input_files"] == {"read": 3, "kept": 1, "dropped": {}, "errored": 2,
+                                         "errors": {"missing_columns": 1, "unreadable_file": 1}}
+    assert stats["files_errored"] == {"missing_columns": 1, "unreadable_file": 1}  # the older keys stay
+    assert json.loads((out / "_SUCCESS").read_text())["stats"]["accounting"] == accounting
+
+
+def test_labse_score_exits_1_when_its_books_do_not_balance(scorer_dir, tmp_path, capsys, monkeypatch):
+    """A counting bug (here: a kept row never read) is reported in one line and exit 1."""
+    tally = {"pairs.read": 2, "pairs.scored": 2, "pairs.kept": 3, "files.written": 1,
+             "input_files.read": 1, "input_files.kept": 1}
+    monkeypatch.setattr(score_cli, "build_pipeline", lambda pipeline, pairs, output, *rest: list(
+        score_cli._finalise(None, tally, [], [], output, {})))
+    pairs = _pairs_dir(tmp_path / "pairs", [])
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(tmp_path / "scored"), "--model", str(scorer_dir)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-score: accounting identity") and "pairs: read 2" in err and len(err.splitlines()) == 1
+    stats = json.loads((tmp_path / "scored" / STATS_BESIDE_SHARDS).read_text())
+    assert stats["identity_holds"] is False and identity_violations(stats)
