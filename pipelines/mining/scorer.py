@@ -290,7 +290,7 @@ def fitting_rows(src: Sequence[str], tgt: Sequence[str], config: ScorerConfig) -
 
 
 def calibration_rows(srcs: Sequence[Sequence[str]], tgt: Sequence[str], config: ScorerConfig) -> np.ndarray:
-    """The rows `train_scorer_from_prefix` mines its calibration pools from: rows no language pair
+    """The rows `train_scorer` mines its calibration pools from: rows no language pair
     was fitted on (their target side is shared), at most `config.calibration_rows` of them."""
     fitted: set[int] = set()
     for n, src in enumerate(srcs):
@@ -406,44 +406,110 @@ def build_training_pairs(src: Sequence[str], tgt: Sequence[str], src_lang: str, 
     return into
 
 
-def train_scorer_from_prefix(prefix: str, src_langs: Sequence[str], tgt_lang: str, embedder_spec: str,
-                             output: str | os.PathLike, config: ScorerConfig = ScorerConfig(),
-                             embedder=None, lid=None) -> QualityScorer:
-    """Train on `PREFIX.{lang}[.gz]` line-aligned files and save the scorer under `output`."""
+WRONG_LANGUAGE_PREFERENCE = ("fr", "de", "cs", "es", "it", "ru")  # the prefix form's search order
+
+
+def shared_target(positives: Sequence) -> tuple[str, str]:
+    """(target language, target file) of the language pairs to train on, which must all share both:
+    one target file, line i of every source file its translation (the held-out calibration rows
+    are rows of that file, and another pair's source is a pair's wrong-language negative). A
+    ValueError says what is wrong: no pair, two targets, a language twice, a pair within one language."""
+    if not positives:
+        raise ValueError("--positives: give at least one SRC_LANG:PATH,TGT_LANG:PATH")
+    targets = {(spec.tgt_lang, _same_file_key(spec.tgt_path)) for spec in positives}
+    if len(targets) > 1:
+        raise ValueError("--positives: every language pair must have the same target file (line-aligned parallel "
+                         "text around one target side, e.g. de:train.de.gz,en:train.en.gz and fr:train.fr.gz,"
+                         "en:train.en.gz), got " + ", ".join(str(spec) for spec in positives))
+    sources = [spec.src_lang for spec in positives]
+    for spec in positives:
+        if spec.src_lang == spec.tgt_lang:
+            raise ValueError(f"--positives: {spec} pairs {spec.src_lang} with itself")
+        if sources.count(spec.src_lang) > 1:
+            raise ValueError(f"--positives: source language {spec.src_lang} is given twice")
+    return positives[0].tgt_lang, positives[0].tgt_path
+
+
+def _same_file_key(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
+
+
+def wrong_language_files(positives: Sequence, other_language: tuple[str, str] | None = None
+                         ) -> dict[str, tuple[str, str]]:
+    """Source language -> (language, file) of its "wrong language" negative: line i of that file is
+    line i of the target in a third language, paired with the source as if it were the target.
+
+    `other_language` (LANG, PATH), when given, serves every language pair it is a third language of;
+    the others take the source file of another language pair (in the order given: de-en gets fr's,
+    fr-en gets de's). A language pair left without one is a ValueError that says what to add.
+    """
+    chosen = {}
+    for spec in positives:
+        pair_langs = (spec.src_lang, spec.tgt_lang)
+        if other_language is not None and other_language[0] not in pair_langs:
+            chosen[spec.src_lang] = other_language
+            continue
+        other = next(((o.src_lang, o.src_path) for o in positives if o.src_lang not in pair_langs), None)
+        if other is None:
+            raise ValueError(
+                f"--positives {spec}: no third language for its wrong-language negatives (line i of the target "
+                f"translated into another language, paired with source line i); add --other-language LANG:PATH, "
+                f"a file line-aligned with {spec.tgt_path}, or another --positives language pair on the same "
+                f"target, or --other-language none to train without them")
+        chosen[spec.src_lang] = other
+    return chosen
+
+
+def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathLike,
+                 config: ScorerConfig = ScorerConfig(), wrong_language: dict | None = None,
+                 embedder=None, lid=None, training: dict | None = None) -> QualityScorer:
+    """Train on line-aligned parallel text and save the scorer under `output`.
+
+    `positives`: `ParallelTextSpec`s (`pipelines/io/parallel_text.py`), one per language pair, all
+    around one target file (`shared_target`). `wrong_language`: source language -> (language, file)
+    of its wrong-language negatives, None or absent for none (`wrong_language_files` derives it);
+    each such file must have as many lines as the target.
+    """
     from pipelines.mining.embedders import load_embedder
     from pipelines.text.langid import LanguageIdentifier
 
-    embedder = embedder or load_embedder(embedder_spec)
-    lid = lid or LanguageIdentifier()
+    tgt_lang, tgt_path = shared_target(positives)
+    wrong_language = wrong_language or {}
+    src_langs = [spec.src_lang for spec in positives]
+    src_paths = {spec.src_lang: spec.src_path for spec in positives}
 
     @functools.cache  # a file can be one pair's source and another's wrong-language negative: read it once
-    def lines(lang: str) -> list[str]:
-        path = find_parallel_file(prefix, lang)
-        if path is None:
-            raise FileNotFoundError(f"no parallel file {prefix}.{lang}[.gz]")
+    def lines(path: str) -> list[str]:
         return read_parallel_file(path)
 
-    tgt = lines(tgt_lang)
+    tgt = lines(tgt_path)
+    for src_lang in src_langs:  # every file is read (and checked) before any embedding work
+        lines(src_paths[src_lang])
+        other = wrong_language.get(src_lang)
+        if other is not None and len(lines(other[1])) != len(tgt):
+            raise ValueError(f"wrong-language file {other[1]} ({other[0]}) has {len(lines(other[1]))} lines, "
+                             f"the target {tgt_path} {len(tgt)}: they are not line-aligned")
+    embedder = embedder or load_embedder(embedder_spec)
+    lid = lid or LanguageIdentifier()
     data = TrainingSet()
     for n, src_lang in enumerate(src_langs):
-        src = lines(src_lang)
+        src = lines(src_paths[src_lang])
         # a third language's translation of the same line is the "wrong language" negative
-        other = next((lang for lang in ("fr", "de", "cs", "es", "it", "ru")
-                      if lang not in (src_lang, tgt_lang) and find_parallel_file(prefix, lang)), None)
-        other_lines = lines(other) if other else None
-        if other_lines is not None and len(other_lines) != len(tgt):
-            other_lines = None
+        other = wrong_language.get(src_lang)
+        other_lines = lines(other[1]) if other is not None else None
         build_training_pairs(src, tgt, src_lang, tgt_lang, embedder,
                              ScorerConfig(**{**asdict(config), "seed": config.seed + n}), other_lines, data)
     features = pair_features(data.src, data.tgt, data.src_lang, data.tgt_lang, data.cosine, data.margin, lid)
     labels = np.asarray(data.label)
     scorer = fit_scorer(features, labels, data.kind, config, embedder=embedder_spec, margin=config.margin, k=config.k,
-                        training={"prefix": prefix, "src_langs": list(src_langs), "tgt_lang": tgt_lang,
+                        training={**(training or {}), "positives": [str(spec) for spec in positives],
+                                  "src_langs": list(src_langs), "tgt_lang": tgt_lang,
+                                  "wrong_language": {lang: f"{o[0]}:{o[1]}" for lang, o in wrong_language.items() if o},
                                   "counts": data.counts(), "config": asdict(config)})
     probabilities = scorer.predict_proba(features)
     scorer.training["train_accuracy"] = float(((probabilities >= 0.5) == labels).mean())
     if config.calibration_rows > 0:
-        rows = calibration_rows([lines(lang) for lang in src_langs], tgt, config)
+        rows = calibration_rows([lines(src_paths[lang]) for lang in src_langs], tgt, config)
         if len(scaled_grid(len(rows))) == 0:
             LOG.warning("only %d held-out rows: the scorer is saved without calibration", len(rows))
         else:
@@ -451,7 +517,7 @@ def train_scorer_from_prefix(prefix: str, src_langs: Sequence[str], tgt_lang: st
             tgt_vectors = embedder.encode([tgt[i] for i in rows])
             pools = []
             for src_lang in src_langs:
-                pools += calibration_pools(lines(src_lang), tgt, rows, src_lang, tgt_lang, embedder, scorer,
+                pools += calibration_pools(lines(src_paths[src_lang]), tgt, rows, src_lang, tgt_lang, embedder, scorer,
                                            cached_lid, config, tgt_vectors=tgt_vectors)
             scorer.calibration = fit_calibration(pools, config.margin)
             scorer.training["calibration"] = {"held_out_rows": int(len(rows)), "pools": len(pools),
@@ -460,3 +526,27 @@ def train_scorer_from_prefix(prefix: str, src_langs: Sequence[str], tgt_lang: st
     LOG.info("scorer trained on %s, accuracy on its training pairs %.3f", data.counts(),
              scorer.training["train_accuracy"])
     return scorer
+
+
+def train_scorer_from_prefix(prefix: str, src_langs: Sequence[str], tgt_lang: str, embedder_spec: str,
+                             output: str | os.PathLike, config: ScorerConfig = ScorerConfig(),
+                             embedder=None, lid=None) -> QualityScorer:
+    """The older form (`labse-score train --positives PREFIX --src-langs --tgt-lang`, deprecated):
+    `PREFIX.{lang}[.gz|.txt]` files; each language pair's wrong-language file is the first of
+    `WRONG_LANGUAGE_PREFERENCE` found beside them (none when there is none)."""
+    from pipelines.io.parallel_text import ParallelTextSpec
+
+    def path(lang: str) -> str:
+        found = find_parallel_file(prefix, lang)
+        if found is None:
+            raise FileNotFoundError(f"no parallel file {prefix}.{lang}[.gz]")
+        return found
+
+    positives = [ParallelTextSpec(src_lang, path(src_lang), tgt_lang, path(tgt_lang)) for src_lang in src_langs]
+    wrong_language = {}
+    for src_lang in src_langs:
+        other = next((lang for lang in WRONG_LANGUAGE_PREFERENCE
+                      if lang not in (src_lang, tgt_lang) and find_parallel_file(prefix, lang)), None)
+        wrong_language[src_lang] = (other, path(other)) if other else None
+    return train_scorer(positives, embedder_spec, output, config, wrong_language, embedder, lid,
+                        training={"prefix": prefix})
