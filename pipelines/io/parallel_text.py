@@ -4,8 +4,8 @@
 
 Two line-aligned text files (plain or gzip, local or on a Beam file system such as `gs://`), line i
 of one the translation of line i of the other, each with its language. `labse-tfrecords
---parallel-text` and `labse-train --dev-data` take this form and parse it here; any other option
-that names parallel text should too (`parse_parallel_text(text, option="--my-option")` names the
+--parallel-text`, `labse-train --dev-data` and `labse-score train --positives` take this form and
+parse it here; any other option that names parallel text should too (`parse_parallel_text(text, option="--my-option")` names the
 option in its errors).
 
 No Beam, TensorFlow or torch import: the trainer parses its `--dev-data` with it.
