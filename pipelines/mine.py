@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import json
 import logging
 import math
 import os
@@ -33,16 +32,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.accounting import CountByName, MergeTallies, accounting_section, report_identity
 from pipelines.io.parquet import clean_output_root, write_parquet_atomic
 from pipelines.io.stage_output import (
-    STATS_BESIDE_SHARDS,
+    OUTPUT_REFUSED,
     IncompleteOutputError,
-    OutputExistsError,
-    OutputLockedError,
-    mark_complete,
-    output_lock,
-    prepare_output,
+    finish_shard_output,
+    fresh_output,
+    read_shard_stats,
     require_complete,
     usage_error,
-    write_stats_json,
 )
 from pipelines.mining.beam_mining import (
     CANDIDATES,
@@ -208,8 +204,7 @@ def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, sch
         # no pairs: still write one empty shard so readers of the directory see the schema
         write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", schema)
         stats["files_written"] = 1
-    write_stats_json(f"{output}/{STATS_BESIDE_SHARDS}", stats)
-    mark_complete(output, stats, stage="labse-mine")  # the last write: labse-score requires it
+    finish_shard_output(output, stats, stage="labse-mine")  # the last write: labse-score requires it
     yield stats
 
 
@@ -325,10 +320,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             LOG.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
     try:
-        with output_lock(output):  # before looking at the output: two runs never mix
-            prepare_output(output, overwrite=args.overwrite)
+        with fresh_output(output, overwrite=args.overwrite):  # locked first: two runs never mix
             stats = run(args.src, args.tgt, output, config, beam_args)
-    except (OutputExistsError, OutputLockedError) as error:
+    except OUTPUT_REFUSED as error:
         return usage_error("labse-mine", str(error))
     if stats is not None:
         LOG.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
@@ -347,7 +341,7 @@ def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence
     LOG.info("mined in %.0f s", time.perf_counter() - started)
     if "://" in output:
         return None
-    return json.loads(Path(output, STATS_BESIDE_SHARDS).read_text(encoding="utf-8"))
+    return read_shard_stats(output)
 
 
 # -------------------------------------------------------------------------------- demo
@@ -421,8 +415,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         scored_dirs.append(scored_dir)
     # one directory of scored shards for labse-tfrecords: both language pairs side by side
     combined = demo / "scored_all"
-    with output_lock(combined):
-        prepare_output(combined, overwrite=True)
+    with fresh_output(combined, overwrite=True):
         for scored_dir in scored_dirs:
             for shard in sorted(scored_dir.glob("*.parquet")):
                 try:
@@ -431,9 +424,8 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
                     import shutil
 
                     shutil.copyfile(shard, combined / f"{scored_dir.name}-{shard.name}")
-        merged_stats = {d.name: json.loads((d / STATS_BESIDE_SHARDS).read_text(encoding="utf-8")) for d in scored_dirs}
-        write_stats_json(combined / STATS_BESIDE_SHARDS, merged_stats)
-        mark_complete(combined, merged_stats, stage="demo: labse-score outputs side by side")
+        merged_stats = {d.name: read_shard_stats(d) for d in scored_dirs}
+        finish_shard_output(combined, merged_stats, stage="demo: labse-score outputs side by side")
     artifacts["scored_pairs"] = str(combined)
     lines.append(f"scored pairs for TFRecords: {combined}")
     return lines

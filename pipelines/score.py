@@ -35,16 +35,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.accounting import CountByName, MergeTallies, accounting_section, report_identity
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows, write_parquet_atomic
 from pipelines.io.stage_output import (
-    STATS_BESIDE_SHARDS,
+    OUTPUT_REFUSED,
     IncompleteOutputError,
-    OutputExistsError,
-    OutputLockedError,
-    mark_complete,
-    output_lock,
-    prepare_output,
+    finish_shard_output,
+    fresh_output,
+    read_shard_stats,
     require_complete,
     usage_error,
-    write_stats_json,
 )
 
 LOG = logging.getLogger("labse-score")
@@ -346,8 +343,7 @@ def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config
         "errors": sorted(errors, key=lambda e: e["file"])[:MAX_LISTED_ERRORS],
         "config": config,
     }
-    write_stats_json(f"{output}/{STATS_BESIDE_SHARDS}", stats)
-    mark_complete(output, stats, stage="labse-score")  # the last write of the stage
+    finish_shard_output(output, stats, stage="labse-score")  # the last write of the stage
     yield stats
 
 
@@ -543,21 +539,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
     output = args.output.rstrip("/")
     try:
-        with output_lock(output):  # before looking at the output: two runs never mix
-            prepare_output(output, overwrite=args.overwrite)
+        with fresh_output(output, overwrite=args.overwrite):  # locked first: two runs never mix
             started = time.perf_counter()
             with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
                 build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
                                labelled, args.keep_best_f1)
-    except (OutputExistsError, OutputLockedError) as error:
+    except OUTPUT_REFUSED as error:
         return usage_error("labse-score", str(error))
     LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
     if "://" in output:  # stats on remote storage: Beam wrote them; the check is for local runs
         return 0
-    import json
-    from pathlib import Path
-
-    return report_identity("labse-score", json.loads(Path(output, STATS_BESIDE_SHARDS).read_text(encoding="utf-8")))
+    return report_identity("labse-score", read_shard_stats(output))
 
 
 if __name__ == "__main__":

@@ -175,3 +175,18 @@ def test_the_module_imports_without_beam_torch_or_tensorflow():
             "heavy = [m for m in ('apache_beam', 'torch', 'tensorflow', 'pyarrow') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_fresh_output_locks_then_refuses_what_exists_and_shard_stats_round_trip(tmp_path):
+    out = tmp_path / "out"
+    with so.fresh_output(out, overwrite=False):
+        assert out.is_dir() and (tmp_path / "out.lock").is_file()
+        so.finish_shard_output(out, {"pairs": 3}, stage="test")
+    assert not (tmp_path / "out.lock").exists()
+    assert so.read_shard_stats(out) == {"pairs": 3}
+    assert so.require_complete(out, "out")["stage"] == "test"
+    with pytest.raises(so.OUTPUT_REFUSED):
+        with so.fresh_output(out, overwrite=False):
+            pass
+    with so.fresh_output(out, overwrite=True):
+        assert not list(out.iterdir())

@@ -81,6 +81,10 @@ class IncompleteOutputError(ValueError):
     """A stage's output without its completion marker: interrupted, or still being written."""
 
 
+# What a stage's CLI reports as a usage error (exit 2, one line) when `fresh_output` refuses.
+OUTPUT_REFUSED: tuple[type[Exception], ...] = (OutputExistsError, OutputLockedError)
+
+
 def is_remote(path: str | os.PathLike) -> bool:
     return "://" in str(path)
 
@@ -140,6 +144,16 @@ def output_lock(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     else:
         with _local_lock(_strip(path)) as holder:
             yield holder
+
+
+@contextmanager
+def fresh_output(path: str | os.PathLike, *, overwrite: bool) -> Iterator[dict[str, Any]]:
+    """Steps 1 and 2 of the module doc together: hold `output_lock(path)` for the `with` block and
+    `prepare_output(path, overwrite=...)` inside it. Raises one of OUTPUT_REFUSED when the output
+    cannot be had (a CLI reports it with `usage_error`). Yields the holder info."""
+    with output_lock(path) as holder:
+        prepare_output(path, overwrite=overwrite)
+        yield holder
 
 
 @contextmanager
@@ -319,6 +333,19 @@ def strict_json(payload: Any, *, indent: int | None = 2) -> str:
 def write_stats_json(path: str | os.PathLike, stats: Mapping[str, Any]) -> None:
     """A stage's stats file, strict JSON, written atomically (local or object store)."""
     write_bytes_atomic(path, (strict_json(stats) + "\n").encode("utf-8"))
+
+
+def finish_shard_output(output: str | os.PathLike, stats: Mapping[str, Any], *, stage: str) -> None:
+    """Step 4 of the module doc for a stage whose Parquet shards sit directly in `output`
+    (labse-mine, labse-score): its stats as `output/_stats.json`, then the completion marker."""
+    write_stats_json(f"{output}/{STATS_BESIDE_SHARDS}", stats)
+    mark_complete(output, stats, stage=stage)
+
+
+def read_shard_stats(output: str | os.PathLike) -> dict[str, Any]:
+    """The stats `finish_shard_output` wrote into the local output `output`."""
+    with open(os.path.join(output, STATS_BESIDE_SHARDS), encoding="utf-8") as f:
+        return json.loads(f.read())
 
 
 # --------------------------------------------------------------------------- completion
