@@ -14,13 +14,15 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import ContextManager
 
-from labse_model.checkpoint import CorruptCheckpointError
+from labse_model.checkpoint import CorruptCheckpointError, find_checkpoint
 from labse_model.config import CLI, CliOption
 from labse_model.distributed import (
     DistributedContext,
+    init_distributed,
     launched_by_torchrun,
     processes_on_this_host,
     resolve_device,
+    shutdown_distributed,
 )
 from pipelines.io.stage_output import OutputLockedError, output_lock
 
@@ -40,6 +42,32 @@ def run_dir_lock(run_dir: Path, ctx: DistributedContext) -> ContextManager:
     writing interleaved logs and checkpoints.
     """
     return output_lock(run_dir) if ctx.is_main else nullcontext()
+
+
+def run_in_run_dir(args: argparse.Namespace, body: Callable[[argparse.Namespace, DistributedContext], Any]) -> Any:
+    """`body(args, ctx)` in this process's distributed context (collective when launched by
+    torchrun), with rank 0 holding the lock of the run directory `args.output` throughout; the
+    process group is shut down however `body` ends."""
+    ctx = init_distributed(args.device)
+    try:
+        with run_dir_lock(args.output, ctx):
+            return body(args, ctx)
+    finally:
+        shutdown_distributed()
+
+
+def check_resumable(run_dir: Path, config_file: str, resume_step: int | None) -> None:
+    """--resume: the run directory must hold its config and a checkpoint (`resume_step`'s, or any);
+    fails early and clearly when there is none (FileNotFoundError)."""
+    if not (run_dir / config_file).is_file():
+        raise FileNotFoundError(f"--resume: {run_dir / config_file} not found (nothing to resume)")
+    find_checkpoint(run_dir, resume_step)
+
+
+def new_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup]:
+    """A trainer's parser (HelpFormatter) and its "data and run" group, which the caller fills."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
+    return parser, parser.add_argument_group("data and run")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -40,15 +40,15 @@ from typing import Any
 
 import torch
 
-from labse_model import checkpoint as ckpt
 from labse_model.cli import (
-    HelpFormatter,
     add_config_options,
     add_run_arguments,
+    check_resumable,
     command_main,
     config_from_args,
+    new_parser,
     resumable_fields,
-    run_dir_lock,
+    run_in_run_dir,
 )
 from labse_model.config import (
     PRESETS,
@@ -59,7 +59,7 @@ from labse_model.config import (
     count_vocab,
     file_sha256,
 )
-from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, init_distributed, shutdown_distributed
+from labse_model.distributed import DistributedContext, all_reduce_mean, barrier
 from labse_model.loop import (
     LoopParts,
     LoopSettings,
@@ -92,13 +92,11 @@ RESUMABLE_OVERRIDES = resumable_fields(PretrainConfig)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-pretrain",
-        description="Pre-train a BERT encoder with masked (MLM) and translation (TLM) language modelling and "
+    parser, data = new_parser(
+        "labse-pretrain",
+        "Pre-train a BERT encoder with masked (MLM) and translation (TLM) language modelling and "
         "progressive stacking, for `labse-train --init-from`.",
-        formatter_class=HelpFormatter,
     )
-    data = parser.add_argument_group("data and run")
     data.add_argument("--mono", action="append", required=True,
                       help="monolingual text: labse-clean's sentences/ directory (lang=XX partitions), or "
                       "LANG:GLOB of text files (one sentence a line, blank line between documents); repeatable")
@@ -201,9 +199,7 @@ def resolve_run_config(args: argparse.Namespace, ctx: DistributedContext) -> Pre
     """The run's configuration, new or resumed, checked; nothing is written yet."""
     run_dir: Path = args.output
     if args.resume:
-        if not (run_dir / CONFIG_FILE).is_file():
-            raise FileNotFoundError(f"--resume: {run_dir / CONFIG_FILE} not found (nothing to resume)")
-        ckpt.find_checkpoint(run_dir, args.resume_step)  # fail early and clearly when there is none
+        check_resumable(run_dir, CONFIG_FILE, args.resume_step)
         config = resumed_run_config(args, run_dir, ctx.world_size)
     else:
         if run_dir.exists() and any(run_dir.iterdir()):
@@ -235,12 +231,7 @@ def pretrain(args: argparse.Namespace) -> dict[str, Any]:
         raise FileNotFoundError(f"--vocab {args.vocab} not found")
     if args.pairs and not glob.glob(args.pairs):
         raise FileNotFoundError(f"--pairs {args.pairs!r} matches no files")
-    ctx = init_distributed(args.device)
-    try:
-        with run_dir_lock(args.output, ctx):
-            return _pretrain(args, ctx)
-    finally:
-        shutdown_distributed()
+    return run_in_run_dir(args, _pretrain)
 
 
 def stage_schedule(optimizer: torch.optim.Optimizer, stage: Stage, warmup_steps: int, max_steps: int):

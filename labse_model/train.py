@@ -25,13 +25,14 @@ import torch
 
 from labse_model import checkpoint as ckpt
 from labse_model.cli import (
-    HelpFormatter,
     add_config_options,
     add_run_arguments,
+    check_resumable,
     command_main,
     config_from_args,
+    new_parser,
     resumable_fields,
-    run_dir_lock,
+    run_in_run_dir,
 )
 from labse_model.config import (
     POOLING_MODES,
@@ -42,12 +43,7 @@ from labse_model.config import (
     check_dropout,
     count_vocab,
 )
-from labse_model.distributed import (
-    DistributedContext,
-    barrier,
-    init_distributed,
-    shutdown_distributed,
-)
+from labse_model.distributed import DistributedContext, barrier
 from labse_model.encoder import DualEncoder
 from labse_model.grad_cache import grad_cached_step
 from labse_model.loop import (
@@ -79,13 +75,11 @@ RESUMABLE_OVERRIDES = resumable_fields(TrainConfig)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-train",
-        description="Train a LaBSE-style dual encoder (shared BERT, [CLS] -> dense+tanh -> L2) with a "
+    parser, data = new_parser(
+        "labse-train",
+        "Train a LaBSE-style dual encoder (shared BERT, [CLS] -> dense+tanh -> L2) with a "
         "bidirectional additive-margin softmax and negatives gathered across processes.",
-        formatter_class=HelpFormatter,
     )
-    data = parser.add_argument_group("data and run")
     data.add_argument("--data", required=True, help="glob of TFRecord shards written by labse-tfrecords (quote it)")
     data.add_argument("--vocab", required=True, help="the vocab.txt the shards were tokenised with")
     data.add_argument("--output", required=True, type=Path, help="run directory (config, checkpoints, logs)")
@@ -180,9 +174,7 @@ def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Ad
 def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: StartingPoint | None) -> RunConfig:
     run_dir: Path = args.output
     if args.resume:
-        if not (run_dir / "config.json").is_file():
-            raise FileNotFoundError(f"--resume: {run_dir / 'config.json'} not found (nothing to resume)")
-        ckpt.find_checkpoint(run_dir, args.resume_step)  # fail early and clearly when there is none
+        check_resumable(run_dir, "config.json", args.resume_step)
         config = resumed_run_config(args, run_dir, ctx.world_size)
         if ctx.is_main:
             config.save(run_dir / "config.json")  # records overrides such as a longer --max-steps
@@ -204,12 +196,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         raise FileNotFoundError(f"--data {args.data!r} matches no files")
     if not Path(args.vocab).is_file():
         raise FileNotFoundError(f"--vocab {args.vocab} not found")
-    ctx = init_distributed(args.device)
-    try:
-        with run_dir_lock(args.output, ctx):
-            return _train(args, ctx)
-    finally:
-        shutdown_distributed()
+    return run_in_run_dir(args, _train)
 
 
 def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
