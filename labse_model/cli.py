@@ -1,21 +1,19 @@
-"""What every `labse_model` command line shares: options built from the config dataclasses, help
-formatting, the torchrun relaunch, error exits."""
+"""What every `labse_model` command line shares: the parser (its help formatting, and the options
+built from the config dataclasses, come from `pipelines.io.config_options`), the torchrun relaunch,
+error exits."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import subprocess
 import sys
-import typing
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from contextlib import nullcontext
 from pathlib import Path
 from typing import ContextManager
 
 from labse_model.checkpoint import CorruptCheckpointError, find_checkpoint
-from labse_model.config import CLI, CliOption
 from labse_model.distributed import (
     DistributedContext,
     init_distributed,
@@ -24,6 +22,7 @@ from labse_model.distributed import (
     resolve_device,
     shutdown_distributed,
 )
+from pipelines.io.config_options import HelpFormatter
 from pipelines.io.stage_output import OutputLockedError, output_lock
 
 logger = logging.getLogger("labse_model.cli")
@@ -68,124 +67,6 @@ def new_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, ar
     """A trainer's parser (HelpFormatter) and its "data and run" group, which the caller fills."""
     parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
     return parser, parser.add_argument_group("data and run")
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except the empty ones (None, False) that say nothing; a tuple as the option
-    takes it (`2,4,9`)."""
-
-    def _get_help_string(self, action):
-        if action.default is None or action.default is False:
-            return action.help
-        if isinstance(action.default, tuple) and action.help and "%(default)" not in action.help:
-            return f"{action.help} (default: {_comma_joined(action.default)})"
-        return super()._get_help_string(action)
-
-
-# ----------------------------------------------------------------------------------------------
-# Options built from a config dataclass. Each field carries its `CliOption` (labse_model.config.option)
-# or is marked `not_an_option`; the option's dest is the field's name.
-
-
-def config_options(cls: type) -> list[tuple[dataclasses.Field, CliOption | None]]:
-    """Every field of the dataclass `cls` with its `CliOption`, None where it is marked not an option.
-
-    TypeError for a field that says neither: every setting is an option or deliberately not one."""
-    found = []
-    for f in dataclasses.fields(cls):
-        if CLI not in f.metadata:
-            raise TypeError(f"{cls.__name__}.{f.name} has no command-line metadata: declare it with "
-                            "labse_model.config.option(...) or not_an_option(...)")
-        found.append((f, f.metadata[CLI]))
-    return found
-
-
-def option_flag(f: dataclasses.Field, spec: CliOption) -> str:
-    return spec.flag or "--" + f.name.replace("_", "-")
-
-
-def resumable_fields(cls: type) -> tuple[str, ...]:
-    """The fields of `cls` whose options are marked resumable (they may change on --resume)."""
-    return tuple(f.name for f, spec in config_options(cls) if spec is not None and spec.resumable)
-
-
-def _comma_joined(values: tuple) -> str:
-    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
-
-
-def _comma_separated(element: type) -> Callable[[str], tuple]:
-    kind = "integers" if element is int else "numbers"
-
-    def parse(text: str) -> tuple:
-        try:
-            return tuple(element(part) for part in text.split(","))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {kind}, got {text!r}") from None
-
-    parse.__name__ = f"comma-separated {kind}"
-    return parse
-
-
-def _argparse_settings(cls: type, f: dataclasses.Field, annotation: Any, spec: CliOption) -> dict[str, Any]:
-    """add_argument's keywords for one field: its action or type, default, help and metavar."""
-    flag = option_flag(f, spec)
-    settings: dict[str, Any] = {"dest": f.name, "help": spec.help}
-    if spec.choices is not None:
-        settings["choices"] = spec.choices
-    if annotation is bool:
-        # --flag / --no-flag, e.g. --gather-negatives / --no-gather-negatives, --bf16 / --no-bf16.
-        return {**settings, "action": argparse.BooleanOptionalAction, "default": f.default}
-    if typing.get_origin(annotation) is tuple:
-        settings["type"] = _comma_separated(typing.get_args(annotation)[0])
-    elif annotation in (int, float, str):
-        settings["type"] = annotation
-    else:
-        raise TypeError(f"{cls.__name__}.{f.name}: no command-line form for a {annotation!r} field")
-    settings["metavar"] = spec.metavar or flag.lstrip("-").replace("-", "_").upper()
-    if spec.derived is not None:
-        # None = not given: the command derives the value (`config_from_args(..., derived=)`).
-        settings["default"] = None
-        settings["help"] = f"{spec.help} (default {spec.derived.format(default=f.default)})"
-    elif spec.resumable:
-        # None = not given: a new run takes the field's default, a resumed run keeps the run's value.
-        settings["default"] = None
-        settings["help"] = f"{spec.help} (default {f.default})"
-    else:
-        settings["default"] = f.default
-    return settings
-
-
-def add_config_options(group: argparse._ActionsContainer, cls: type,
-                       groups: Mapping[str, argparse._ActionsContainer] | None = None) -> None:
-    """Add an option for every field of the dataclass `cls` that has one, to `group`, or to
-    `groups[name]` for a field whose `CliOption.group` is `name`."""
-    annotations = typing.get_type_hints(cls)
-    for f, spec in config_options(cls):
-        if spec is None:
-            continue
-        target = group if spec.group is None else (groups or {})[spec.group]
-        target.add_argument(option_flag(f, spec), **_argparse_settings(cls, f, annotations[f.name], spec))
-
-
-def config_from_args(cls: type, args: argparse.Namespace,
-                     derived: Mapping[str, Callable[[], Any]] | None = None) -> Any:
-    """The dataclass `cls` from the options `add_config_options` added (its `__post_init__` checks
-    every value: ValueError naming the setting). An option not given (None) takes the field's
-    default, or for a `derived` field `derived[name]()` (called only then: deriving a default may
-    itself fail, e.g. a depth without L/4 stages); a field that is not an option keeps its default."""
-    values = {}
-    for f, spec in config_options(cls):
-        if spec is None:
-            continue
-        value = getattr(args, f.name)
-        if value is None and spec.derived is not None:
-            if derived is None or f.name not in derived:
-                raise TypeError(f"{cls.__name__}.{f.name} is derived by the command: pass it in derived=")
-            value = derived[f.name]()
-        elif value is None and spec.resumable:
-            value = f.default
-        values[f.name] = value
-    return cls(**values)
 
 
 def configure_logging() -> None:

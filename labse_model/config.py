@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipelines.io.config_options import not_an_option, option
+
 # Preset encoders. "base" is the paper's (BERT-base); "tiny" is for tests, "mini" for CPU
 # benchmarks and the demo (minutes on 2 cores), "small" for longer CPU or single-GPU experiments.
 PRESETS: dict[str, dict[str, int]] = {
@@ -106,47 +108,10 @@ def _seed_problem(value: Any) -> str | None:
 
 # ----------------------------------------------------------------------------------------------
 # Command-line metadata. Every field of the settings that a command builds from its options
-# (TrainConfig for labse-train, PretrainConfig for labse-pretrain) says here how it is set: its
-# option, help text and choices sit beside its type and default, and `labse_model.cli` builds the
-# options and the dataclass back from this, so a setting is declared once. A field that has no
-# option says so with `not_an_option`.
-
-CLI = "cli"  # the metadata key
-
-
-@dataclass(frozen=True)
-class CliOption:
-    """How one dataclass field is set on the command line (read by `labse_model.cli.add_config_options`).
-
-    help: the help text; `--help` adds the default.
-    flag: the option, when it is not `--field-name` (e.g. `--lr` for `learning_rate`).
-    metavar, choices: as argparse's.
-    resumable: the setting may change on `--resume`. The option defaults to None ("not given"), so
-        that a resumed run can tell an option given from its default; a new run gets the field's default.
-    derived: the command derives the default from other options; the option defaults to None and
-        `--help` shows this text as the default (`{default}` is the field's default).
-    group: the argument group (a name the command maps to a group); None: the config's own group.
-
-    A bool field is a `--flag/--no-flag` pair; a `tuple[T, ...]` field takes comma-separated values.
-    """
-
-    help: str
-    flag: str | None = None
-    metavar: str | None = None
-    choices: tuple[Any, ...] | None = None
-    resumable: bool = False
-    derived: str | None = None
-    group: str | None = None
-
-
-def option(default: Any, help: str, **settings: Any) -> Any:
-    """A dataclass field with `default` that is a command-line option (`CliOption(help, **settings)`)."""
-    return field(default=default, metadata={CLI: CliOption(help, **settings)})
-
-
-def not_an_option(default: Any) -> Any:
-    """A dataclass field with `default` that deliberately has no command-line option."""
-    return field(default=default, metadata={CLI: None})
+# (TrainConfig for labse-train, PretrainConfig for labse-pretrain) says how it is set with
+# `option(...)` or `not_an_option(...)` (pipelines.io.config_options, shared with labse-clean):
+# its option, help text and choices sit beside its type and default, and the command builds the
+# options and the dataclass back from this, so a setting is declared once.
 
 
 @dataclass

@@ -40,16 +40,7 @@ from typing import Any
 
 import torch
 
-from labse_model.cli import (
-    add_config_options,
-    add_run_arguments,
-    check_resumable,
-    command_main,
-    config_from_args,
-    new_parser,
-    resumable_fields,
-    run_in_run_dir,
-)
+from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
     PRESETS,
     ModelConfig,
@@ -76,6 +67,7 @@ from labse_model.optim import build_optimizer
 from labse_model.run_log import RunLog
 from labse_model.stacking import Stage, build_model, default_stage_layers, grow, plan_stages
 from pipelines.io.atomic import atomic_path, write_text_atomic
+from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
 
 logger = logging.getLogger("labse_model.pretrain")
 

@@ -24,16 +24,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model.cli import (
-    add_config_options,
-    add_run_arguments,
-    check_resumable,
-    command_main,
-    config_from_args,
-    new_parser,
-    resumable_fields,
-    run_in_run_dir,
-)
+from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
     POOLING_MODES,
     PRESETS,
@@ -62,6 +53,7 @@ from labse_model.optim import build_optimizer, build_scheduler
 from labse_model.run_log import RunLog
 from labse_model.starting_point import StartingPoint, check_run_vocab, load_starting_point, model_config_for_run
 from pipelines.io.atomic import write_text_atomic
+from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
 
 logger = logging.getLogger("labse_model.train")
 

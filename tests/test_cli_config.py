@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 
 from labse_model import pretrain, train
-from labse_model.cli import config_from_args, config_options, option_flag, resumable_fields
-from labse_model.config import PretrainConfig, TrainConfig, option
+from labse_model.config import PretrainConfig, TrainConfig
 from labse_model.stacking import default_stage_layers
+from pipelines.io.config_options import config_from_args, config_options, option, option_flag, resumable_fields
 
 TRAIN_REQUIRED = ["--data", "shards/*.tfrecord", "--vocab", "vocab.txt", "--output", "run"]
 PRETRAIN_REQUIRED = ["--mono", "sentences", "--vocab", "vocab.txt", "--output", "pt"]

@@ -59,7 +59,7 @@ def test_pipelines_and_vocab_never_import_labse_model():
 
 @pytest.mark.parametrize("module", ["pipelines/io/tfrecord.py", "pipelines/io/stage_output.py",
                                     "pipelines/io/atomic.py", "pipelines/io/text_lines.py",
-                                    "pipelines/io/parallel_text.py",
+                                    "pipelines/io/parallel_text.py", "pipelines/io/config_options.py",
                                     "pipelines/tfrecords/encode.py"])
 def test_modules_used_without_beam_import_no_heavy_framework_at_load(module):
     """GPU hosts run torch alone: what the trainer loads from pipelines.io imports no Beam,
