@@ -33,6 +33,7 @@ from pipelines.clean_transforms import (
     load_main_content_model,
     per_file_violations,
 )
+from pipelines.io.config_options import add_config_options, config_from_args
 from pipelines.io.stage_output import (
     OutputExistsError,
     OutputLockedError,
@@ -75,24 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="input format for every --input; 'auto' (default) infers it per pattern from "
                              "the file name (.warc[.gz] -> warc, .wet -> wet, .xml[.bz2] -> wikipedia)")
     parser.add_argument("--output", required=True, metavar="DIR", help="output directory (local or gs://)")
-    parser.add_argument("--main-content-model", default=None, metavar="PATH",
-                        help="fastText main-content model from `labse-main-content` (local or gs://; workers "
-                             "copy it locally); without it, documented heuristic rules score lines "
-                             "(README, section clean)")
-    parser.add_argument("--main-content-threshold", type=float, default=CleanConfig.main_content_threshold,
-                        help="drop sentences whose line scores below this P(main content) (default %(default)s)")
-    parser.add_argument("--langid-threshold", type=float, default=CleanConfig.langid_threshold,
-                        help="lid.176 probability a web line needs to be kept under its language; for "
-                             "Wikipedia, the probability of ANOTHER language that removes a line "
-                             "(default %(default)s)")
-    parser.add_argument("--min-chars", type=int, default=CleanConfig.min_chars,
-                        help="shortest sentence kept, in characters (default %(default)s, as LaBSE)")
-    parser.add_argument("--max-chars", type=int, default=CleanConfig.max_chars,
-                        help="longest sentence kept, in characters (default %(default)s, as LaBSE)")
-    parser.add_argument("--max-line-chars", type=int, default=CleanConfig.max_line_chars,
-                        help="lines longer than this are dropped unsplit as `line_too_long` (default %(default)s)")
-    parser.add_argument("--rows-per-file", type=int, default=CleanConfig.rows_per_file,
-                        help="target rows per Parquet file; a language gets ceil(rows / this) files")
+    add_config_options(parser, CleanConfig)  # one option per CleanConfig field
     parser.add_argument("--per-file-limit", type=int, default=DEFAULT_PER_FILE_LIMIT, metavar="N",
                         help="stats.json lists the N input files with the most errored documents one by one "
                              "(`per_file`; its totals cover every file) (default %(default)s)")
@@ -162,15 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         except MainContentModelError as exc:
             print(f"labse-clean: error: --main-content-model: {exc}", file=sys.stderr)
             return 2
-    config = CleanConfig(
-        langid_threshold=args.langid_threshold,
-        main_content_model=args.main_content_model,
-        main_content_threshold=args.main_content_threshold,
-        min_chars=args.min_chars,
-        max_chars=args.max_chars,
-        max_line_chars=args.max_line_chars,
-        rows_per_file=args.rows_per_file,
-    )
+    config = config_from_args(CleanConfig, args)
     try:
         stats = run(inputs, args.output, config, beam_args, overwrite=args.overwrite,
                     per_file_limit=args.per_file_limit)

@@ -156,3 +156,23 @@ def test_help_shows_every_default():
                   "tokens per sequence (default 512, or the config's positions if fewer)",
                   "(default 0.5 with --pairs, else 0)", "steps between held-out evaluations (default 1000)"):
         assert shown in text, shown
+
+
+def test_labse_clean_builds_its_options_and_config_from_clean_config():
+    """labse-clean takes its CleanConfig settings the same way: one option per field, the
+    dataclass defaults when nothing is given, each option setting its own field."""
+    from pipelines.clean import build_parser
+    from pipelines.text.document import CleanConfig
+
+    parser = build_parser()
+    required = ["--input", "x.warc.gz", "--output", "out"]
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    for field, spec in config_options(CleanConfig):
+        assert spec is not None and option_flag(field, spec) in flags, field.name
+    assert config_from_args(CleanConfig, parser.parse_args(required)) == CleanConfig()
+    given = config_from_args(CleanConfig, parser.parse_args([
+        *required, "--main-content-model", "m.bin", "--langid-threshold", "0.7", "--min-chars", "5",
+        "--max-chars", "900", "--max-line-chars", "1000", "--rows-per-file", "7",
+        "--main-content-threshold", "0.25"]))
+    assert given == CleanConfig(langid_threshold=0.7, main_content_model="m.bin", main_content_threshold=0.25,
+                                min_chars=5, max_chars=900, max_line_chars=1000, rows_per_file=7)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pipelines.io.config_options import option
 from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document
 from pipelines.text.boilerplate import heuristic_main_content_scores
 from pipelines.text.filters import FilterConfig, first_failures
@@ -31,15 +32,23 @@ class CleanConfig:
     `rows_per_file` is the only field the per-document logic does not use (the Parquet sink's).
     """
 
-    langid_threshold: float = DEFAULT_THRESHOLD
-    main_content_model: str | None = None
-    main_content_threshold: float = 0.5
-    min_chars: int = 10            # LaBSE kept sentences of 10 to 5,000 characters
-    max_chars: int = 5000
+    langid_threshold: float = option(
+        DEFAULT_THRESHOLD, "lid.176 probability a web line needs to be kept under its language; for Wikipedia, "
+        "the probability of ANOTHER language that removes a line (default %(default)s)")
+    main_content_model: str | None = option(
+        None, "fastText main-content model from `labse-main-content` (local or gs://; workers copy it "
+        "locally); without it, documented heuristic rules score lines (README, section clean)", metavar="PATH")
+    main_content_threshold: float = option(
+        0.5, "drop sentences whose line scores below this P(main content) (default %(default)s)")
+    # LaBSE kept sentences of 10 to 5,000 characters.
+    min_chars: int = option(10, "shortest sentence kept, in characters (default %(default)s, as LaBSE)")
+    max_chars: int = option(5000, "longest sentence kept, in characters (default %(default)s, as LaBSE)")
     # A line longer than this is not split or identified but dropped as one `line_too_long`
     # sentence: it bounds the work one 10 MB single-line page can cause.
-    max_line_chars: int = 50_000
-    rows_per_file: int = DEFAULT_ROWS_PER_FILE
+    max_line_chars: int = option(
+        50_000, "lines longer than this are dropped unsplit as `line_too_long` (default %(default)s)")
+    rows_per_file: int = option(
+        DEFAULT_ROWS_PER_FILE, "target rows per Parquet file; a language gets ceil(rows / this) files")
 
     def filters(self) -> FilterConfig:
         return FilterConfig(min_chars=self.min_chars, max_chars=self.max_chars)
