@@ -81,7 +81,8 @@ def pretrain(name: str, args, vocab: Path, pairs: str) -> dict:
             "--max-steps", str(args.pretrain_steps), "--global-batch-size", str(args.pretrain_batch),
             "--max-seq-length", str(args.pretrain_seq_length), "--tlm-fraction", "0.5", "--lr", str(args.pretrain_lr),
             "--warmup-steps", str(args.pretrain_warmup), "--dropout", "0.1", "--log-every", "10",
-            "--eval-every", "0", "--save-every", "250", "--heldout-rate", "0.01", "--seed", "1"]
+            "--eval-every", "0", "--save-every", "250", "--heldout-rate", "0.01", "--seed", "1",
+            "--mlm-shuffle-window", str(args.mlm_shuffle_window)]
     for lang in (*LANGS, "en"):
         argv += ["--mono", f"{lang}:{args.data / 'multi30k' / f'train.{lang}.gz'}"]
     if (out / "pretrain_config.json").is_file():
@@ -147,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pretrain-batch", type=int, default=64)
     parser.add_argument("--pretrain-seq-length", type=int, default=64)
     parser.add_argument("--pretrain-lr", type=float, default=1e-3)
+    parser.add_argument("--mlm-shuffle-window", type=int, default=1000,
+                        help="labse-pretrain's window of shuffled MLM sequences (1: file order)")
     parser.add_argument("--pretrain-warmup", type=int, default=20, help="steps of warm-up in every stage")
     parser.add_argument("--steps", type=int, default=300, help="fine-tuning steps (x 64 pairs)")
     parser.add_argument("--lr", type=float, default=DEFAULT_FINE_TUNE_LR,
