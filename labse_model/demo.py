@@ -39,11 +39,10 @@ DEMO_LR = 1e-3
 # chance"), so the demo trains with mean pooling and, as nothing is seen twice in 300 steps,
 # without dropout. The LaBSE head (dense+tanh+L2) is kept.
 DEMO_POOLING = "mean"
-# A short pre-training (BENCHMARKS.md, pre-training, has what longer ones give; lr 1e-3 trained
-# the mini encoder's MLM faster than 5e-4 there).
+# A short pre-training (BENCHMARKS.md, pre-training, has what longer ones give).
 DEMO_PRETRAIN_STEPS = 150
 DEMO_PRETRAIN_BATCH = 32
-DEMO_PRETRAIN_LR = 1e-3
+DEMO_PRETRAIN_LR = 5e-4
 DEMO_DROPOUT = 0.0
 
 
