@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import Iterator, Mapping
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindow
+from apache_beam.transforms.window import BoundedWindow, GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -25,7 +25,8 @@ from pipelines.accounting import ReasonCounters, SumTallies, Tally, build_stats
 from pipelines.io.documents import Document, Dropped, ReadError, ReadResult
 from pipelines.io.parquet import WriteErrors, WriteSentenceShards, sentence_order
 from pipelines.io.stage_output import mark_complete, write_stats_json
-from pipelines.text.document import CleanConfig, clean_document, error_record
+from pipelines.text.bundle import PreparedDocument, clean_bundle, prepare_document
+from pipelines.text.document import CleanConfig, error_record
 from pipelines.text.langid import LanguageIdentifier
 from pipelines.text.normalise import dedup_key
 
@@ -41,6 +42,13 @@ DEFAULT_PER_FILE_LIMIT = 100
 def _global_window(value) -> WindowedValue:
     """An element emitted from `finish_bundle`, which has no input element to inherit a window from."""
     return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+def _in_window(value, window: BoundedWindow) -> WindowedValue:
+    """`value` in `window` (at its end; in the global window at MIN_TIMESTAMP, as `_global_window`)."""
+    if isinstance(window, GlobalWindow):
+        return _global_window(value)
+    return WindowedValue(value, window.max_timestamp(), [window])
 
 
 def load_main_content_model(path: str):
@@ -70,16 +78,32 @@ def load_main_content_model(path: str):
         os.unlink(local)
 
 
+# A bundle of documents is cleaned at once (`clean_bundle`) when it holds this many documents or
+# this many characters of lines, and at the end of every Beam bundle. Only lines are held (the HTML
+# is parsed as each document arrives), so the characters bound a worker's memory.
+DEFAULT_BUNDLE_DOCUMENTS = 256
+DEFAULT_BUNDLE_CHARS = 16 << 20
+
+
 class _CleanDocumentsFn(beam.DoFn):
     """Document | Dropped | ReadError -> ((lang, dedup key), row) candidates.
 
-    Side outputs: error records, one tally per bundle (summing in the DoFn keeps the per-element
-    Beam overhead off the counting path), and per bundle one (file, file tally) per input file seen
-    (`file_outcome`).
+    Documents are prepared as they arrive (`prepare_document`: HTML to lines, the model's scores)
+    and cleaned in bundles (`clean_bundle`: one lid.176 call, the filters over all sentences at
+    once), flushed when `bundle_documents` documents or `bundle_chars` characters of lines are held
+    and in `finish_bundle`. Each output carries the timestamp and window of the document it comes
+    from. Side outputs: error records, one tally per bundle (summing in the DoFn keeps the
+    per-element Beam overhead off the counting path), and per bundle one (file, file tally) per
+    input file seen (`file_outcome`).
     """
 
-    def __init__(self, config: CleanConfig):
+    def __init__(self, config: CleanConfig, bundle_documents: int = DEFAULT_BUNDLE_DOCUMENTS,
+                 bundle_chars: int = DEFAULT_BUNDLE_CHARS):
+        if bundle_documents < 1 or bundle_chars < 1:
+            raise ValueError("bundle_documents and bundle_chars must be positive")
         self.config = config
+        self.bundle_documents = bundle_documents
+        self.bundle_chars = bundle_chars
 
     def setup(self):
         # Heavy objects once per worker, never per element.
@@ -90,57 +114,112 @@ class _CleanDocumentsFn(beam.DoFn):
         self.counters = ReasonCounters()
 
     def start_bundle(self):
-        self.bundle_tally: Counter = Counter()
-        self.bundle_files: dict[str, Counter] = {}
+        # Tallies per window, and per (window, input file): each is emitted in its window.
+        self.bundle_tally: dict[BoundedWindow, Counter] = {}
+        self.bundle_files: dict[tuple[BoundedWindow, str], Counter] = {}
+        self.pending: list[PreparedDocument] = []
+        self.pending_places: list[tuple] = []  # (timestamp, window) of each pending document
+        self.pending_chars = 0
 
-    def process(self, element: ReadResult) -> Iterator:
-        rows: list[dict] = []
-        file = element.file if isinstance(element, (Document, Dropped, ReadError)) else ""
+    def process(self, element: ReadResult, timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam) -> Iterator:
+        if not isinstance(window, BoundedWindow):  # called directly, outside a pipeline (tests)
+            timestamp, window = MIN_TIMESTAMP, GlobalWindow()
         if isinstance(element, Document):
             try:
-                result = clean_document(element, self.lid, self.config, self.main_content_model)
+                prepared = prepare_document(element, self.config, self.main_content_model)
             except Exception as exc:  # bad input must never crash the run; it is routed to errors/
-                tally = {"documents.read": 1, "documents.errored": 1}
-                errors = [error_record(element.file, element.offset, "processing_failed",
-                                       f"{type(exc).__name__}: {exc}", doc_id=element.doc_id, url=element.url)]
-            else:
-                tally, errors, rows = result.tally, result.errors, result.rows
-        elif isinstance(element, Dropped):
-            tally, errors = {"documents.read": 1, f"documents.dropped.{element.reason}": 1}, []
+                error = self._failed(element, exc)
+                self._count(window, element.file, {"documents.read": 1, "documents.errored": 1}, [error])
+                yield beam.pvalue.TaggedOutput(ERRORS, error)
+                return
+            self.pending.append(prepared)
+            self.pending_places.append((timestamp, window))
+            self.pending_chars += sum(map(len, prepared.lines))
+            if len(self.pending) >= self.bundle_documents or self.pending_chars >= self.bundle_chars:
+                yield from self._flush()
+            return
+        if isinstance(element, Dropped):
+            file, tally, errors = element.file, {"documents.read": 1, f"documents.dropped.{element.reason}": 1}, []
         elif isinstance(element, ReadError):
-            tally = {"documents.read": 1, "documents.errored": 1}
+            file, tally = element.file, {"documents.read": 1, "documents.errored": 1}
             errors = [error_record(element.file, element.offset, element.reason, element.detail)]
         else:
-            tally = {"documents.read": 1, "documents.errored": 1}
+            file, tally = "", {"documents.read": 1, "documents.errored": 1}
             errors = [error_record("", 0, "unknown_element", repr(element)[:500])]
-        self.counters.inc_tally(tally)
-        self.bundle_tally.update(tally)
-        per_file = self.bundle_files.get(file)
-        if per_file is None:
-            per_file = self.bundle_files[file] = Counter()
-        per_file.update(file_outcome(tally, errors))
-        for row in rows:
-            yield (row["lang"], dedup_key(row["text"])), row
+        self._count(window, file, tally, errors)
         for error in errors:
             yield beam.pvalue.TaggedOutput(ERRORS, error)
 
     def finish_bundle(self):
-        if self.bundle_tally:
-            yield beam.pvalue.TaggedOutput(TALLY, _global_window(dict(self.bundle_tally)))
-        for file, per_file in self.bundle_files.items():
-            yield beam.pvalue.TaggedOutput(FILES, _global_window((file, dict(per_file))))
+        yield from self._flush()
+        for window, tally in self.bundle_tally.items():
+            yield beam.pvalue.TaggedOutput(TALLY, _in_window(dict(tally), window))
+        for (window, file), per_file in self.bundle_files.items():
+            yield beam.pvalue.TaggedOutput(FILES, _in_window((file, dict(per_file)), window))
+
+    @staticmethod
+    def _failed(doc: Document, exc: Exception) -> dict:
+        return error_record(doc.file, doc.offset, "processing_failed", f"{type(exc).__name__}: {exc}",
+                            doc_id=doc.doc_id, url=doc.url)
+
+    def _count(self, window: BoundedWindow, file: str, tally: Mapping[str, int], errors: list[dict]) -> None:
+        self.counters.inc_tally(tally)
+        bundle_tally = self.bundle_tally.get(window)
+        if bundle_tally is None:
+            bundle_tally = self.bundle_tally[window] = Counter()
+        bundle_tally.update(tally)
+        per_file = self.bundle_files.get((window, file))
+        if per_file is None:
+            per_file = self.bundle_files[(window, file)] = Counter()
+        per_file.update(file_outcome(tally, errors))
+
+    def _flush(self) -> Iterator:
+        pending, places = self.pending, self.pending_places
+        if not pending:
+            return
+        self.pending, self.pending_places, self.pending_chars = [], [], 0
+        try:
+            results = [clean_bundle(pending, self.lid, self.config)]
+            parts = [list(range(len(pending)))]
+        except Exception:
+            # A bug in one document must cost that document only: clean them one at a time.
+            results, parts = [], []
+            for i, prepared in enumerate(pending):
+                try:
+                    results.append(clean_bundle([prepared], self.lid, self.config))
+                    parts.append([i])
+                except Exception as exc:
+                    doc = prepared.doc
+                    error = self._failed(doc, exc)
+                    timestamp, window = places[i]
+                    self._count(window, doc.file, {"documents.read": 1, "documents.errored": 1}, [error])
+                    yield beam.pvalue.TaggedOutput(ERRORS, WindowedValue(error, timestamp, (window,)))
+        for result, indices in zip(results, parts):
+            for d, (doc, tally, errors) in enumerate(zip(result.docs, result.tallies, result.errors)):
+                timestamp, window = places[indices[d]]
+                self._count(window, doc.file, tally, errors)
+                for error in errors:
+                    yield beam.pvalue.TaggedOutput(ERRORS, WindowedValue(error, timestamp, (window,)))
+            for d, row in zip(result.doc, result.rows()):
+                timestamp, window = places[indices[d]]
+                yield WindowedValue(((row["lang"], dedup_key(row["text"])), row), timestamp, (window,))
 
 
 class ExtractSentences(beam.PTransform):
-    """Reader output -> candidate sentences, tallies and error records: `clean_document` per document.
+    """Reader output -> candidate sentences, tallies and error records: `clean_document`'s results
+    for every document, computed a bundle of documents at a time (`clean_bundle`).
 
     Every element counts as one document read: a `Document` is cleaned (an exception becomes one
-    `processing_failed` error, never a failed run), a `Dropped` is a document dropped by its reason,
-    a `ReadError` an errored document. lid.176 and the main-content model load once per worker.
+    `processing_failed` error for that document, never a failed run), a `Dropped` is a document
+    dropped by its reason, a `ReadError` an errored document. lid.176 and the main-content model load
+    once per worker.
 
     Args:
         config: the stage's `CleanConfig`; `config.main_content_model` is a path (local or
             gs://) that every worker loads in `DoFn.setup`, or None for the heuristic rules.
+        bundle_documents, bundle_chars: a worker cleans the documents it holds at once when they
+            are this many, or hold this many characters of lines, and at the end of a Beam bundle.
 
     Returns (from `expand`) a dict of PCollections:
         "rows": ((lang, dedup key), row) candidate sentences, before deduplication;
@@ -157,13 +236,16 @@ class ExtractSentences(beam.PTransform):
             _ = extracted["rows"] | beam.Values() | beam.Map(lambda row: print(row["lang"], row["text"]))
     """
 
-    def __init__(self, config: CleanConfig):
+    def __init__(self, config: CleanConfig, bundle_documents: int = DEFAULT_BUNDLE_DOCUMENTS,
+                 bundle_chars: int = DEFAULT_BUNDLE_CHARS):
         super().__init__()
         self.config = config
+        self.bundle_documents = bundle_documents
+        self.bundle_chars = bundle_chars
 
     def expand(self, documents: beam.PCollection[ReadResult]) -> dict[str, beam.PCollection]:
-        outputs = documents | "CleanDocuments" >> beam.ParDo(_CleanDocumentsFn(self.config)).with_outputs(
-            TALLY, ERRORS, FILES, main="rows")
+        clean = _CleanDocumentsFn(self.config, self.bundle_documents, self.bundle_chars)
+        outputs = documents | "CleanDocuments" >> beam.ParDo(clean).with_outputs(TALLY, ERRORS, FILES, main="rows")
         return {"rows": outputs.rows, "tally": outputs[TALLY], "errors": outputs[ERRORS], "files": outputs[FILES]}
 
 
