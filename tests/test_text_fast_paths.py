@@ -108,14 +108,14 @@ def sample_sentence_pages(labse_data):
     return pages
 
 
-def test_page_batched_filters_equal_the_filter_loop(sample_sentence_pages):
-    """`first_failures` over a whole page's sentences (mixed languages) == the reference per
+def test_batched_filters_equal_the_filter_loop(sample_sentence_pages):
+    """`first_failures` over many pages' sentences at once (mixed languages) == the reference per
     sentence, on every document of the five samples; and the parts it is made of agree with their
-    definitions: the page's table counts with the counts taken one character at a time, each
-    rule's page test is never False on a page where the rule fails a sentence, and a rule returns
-    only the reasons it declares."""
-    from pipelines.text.filters import (FILTERS, REASONS, FilterConfig, Page, Sentence, first_failure_reference,
-                                        first_failures)
+    definitions: the batch's table counts with the counts taken one character at a time, each
+    rule's batch form with its check on every sentence, and a rule returns only the reasons it
+    declares."""
+    from pipelines.text.filters import (FILTERS, REASONS, FilterConfig, Sentence, SentenceBatch,
+                                        first_failure_reference, first_failures)
 
     def counts(sentence):
         return (sentence.text, sentence.lang, sentence.visible, sentence.digits, sentence.symbols, sentence.letters,
@@ -123,32 +123,38 @@ def test_page_batched_filters_equal_the_filter_loop(sample_sentence_pages):
 
     checked = 0
     reasons = set()
-    skipped = {filter_rule.name: 0 for filter_rule in FILTERS if filter_rule.page_test is not None}
-    for page_number, texts in enumerate(sample_sentence_pages):
-        langs = [LANGS[(page_number + i) % len(LANGS)] for i in range(len(texts))]
+    fired = {filter_rule.name: 0 for filter_rule in FILTERS}
+    config = FilterConfig()
+    # Bundles of 40 pages, so that a bundle mixes languages and pages (as the Beam step's do).
+    for first in range(0, len(sample_sentence_pages), 40):
+        texts, langs = [], []
+        for page_number in range(first, min(first + 40, len(sample_sentence_pages))):
+            page = sample_sentence_pages[page_number]
+            texts += page
+            langs += [LANGS[(page_number + i) % len(LANGS)] for i in range(len(page))]
         expected = [first_failure_reference(t, l) for t, l in zip(texts, langs)]
         assert first_failures(texts, langs) == expected
-        page = Page.counted(texts, langs)
-        assert page is not None  # the samples hold no code point beyond the tables
+        batch = SentenceBatch.of(texts, langs)
         counted = [Sentence.counted(t, l) for t, l in zip(texts, langs)]
-        assert [counts(s) for s in page.sentences] == [counts(s) for s in counted]
-        config = FilterConfig()
+        batch_counts = list(zip(texts, langs, *(getattr(batch, name).tolist() for name in
+                                                ("visible", "digits", "symbols", "letters", "in_script"))))
+        assert batch_counts == [counts(s) for s in counted]
         for filter_rule in FILTERS:
-            found = {filter_rule.check(s, config) for s in counted}
-            assert found <= {None, *filter_rule.reasons}, filter_rule.name
-            if filter_rule.page_test is not None and not filter_rule.page_test(page, config):
-                assert found == {None}, (filter_rule.name, texts)
-                skipped[filter_rule.name] += 1
+            found = [filter_rule.check(s, config) for s in counted]
+            assert set(found) <= {None, *filter_rule.reasons}, filter_rule.name
+            names = (None,) + filter_rule.reasons
+            assert [names[code + 1] for code in filter_rule.batch(batch, config).tolist()] == found, filter_rule.name
+            fired[filter_rule.name] += sum(reason is not None for reason in found)
         reasons.update(expected)
         checked += len(texts)
     assert checked > 50_000
     # All but four reasons occur in the samples (the edge cases below and test_fused_filters_equal_the_filter_loop
     # hold the others).
     assert set(REASONS) - reasons == {"too_long", "replacement_character", "lorem_ipsum", "no_letters"}
-    assert all(skipped.values()), skipped  # every page test skips its rule somewhere
+    assert [name for name, count in fired.items() if not count] == ["replacement_character", "lorem_ipsum"]
 
 
-def test_page_batched_filters_on_edge_cases():
+def test_batched_filters_on_edge_cases():
     from pipelines.text.filters import FilterConfig, first_failure_reference, first_failures
 
     # A run of 10 equal characters only across two sentences is not a repeated-characters run;
@@ -159,6 +165,12 @@ def test_page_batched_filters_on_edge_cases():
         (["Two\nlines in one text.", "Plain sentence here."], ["en", "en"]),
         (["An old character \U00020000 here.", "中文句子在这里可以。"], ["en", "zh"]),
         (["Ok.", "A sentence that ends well... really.", "１２３４５６７８９０１２３。"], ["en", "en", "ja"]),
+        # Empty and whitespace-edged sentences, casefolding that changes lengths (ß, İ) before a
+        # policy phrase, ellipses in Chinese and English, closers and spaces before the end.
+        (["", "Straße und İstanbul: privacy policy.", "ok", "Dots.... and more...", "中文...好。", 'He said "yes." ',
+          "Klammer (siehe oben.) ", "   "], ["de", "de", "en", "en", "zh", "en", "de", "en"]),
+        (["aaaaaaaaa.", "bbbbbbbbbb.", "x" * 30, "ab" * 20 + ".", "Zahlen 1234567890 12345.", "Wörter ===== ++"],
+         ["en", "en", "en", "en", "de", "de"]),
         (["— « » — « » — « » —.", "Lorem ipsum dolor sit amet.", "Das Ger\ufffdt ist kaputt."], ["de", "la", "de"]),
     ]
     for texts, langs in pairs:
