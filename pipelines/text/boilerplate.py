@@ -24,8 +24,11 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+from typing import Sequence
 
-from pipelines.text.filters import TERMINAL_PUNCTUATION
+import numpy as np
+
+from pipelines.text.filters import TERMINAL_PUNCTUATION, ends_with_terminal
 
 # Matched as substrings of the casefolded line by one regex alternation (faster than a
 # case-insensitive regex, and than a loop of `in` tests).
@@ -149,6 +152,13 @@ def line_scores(lines: list[str]) -> list[float]:
 
 def heuristic_main_content_scores(lines: list[str]) -> list[float]:
     """P(main content) per line of ONE document, in order (contract 3's fallback)."""
+    if not lines:
+        return []
+    return heuristic_scores_of_documents(lines, [0, len(lines)]).tolist()
+
+
+def heuristic_main_content_scores_per_line(lines: list[str]) -> list[float]:
+    """`heuristic_main_content_scores` from `line_scores` and a loop for rule 5 (the page-wide form)."""
     scores = line_scores(lines)
     out = list(scores)
     last = len(lines) - 1
@@ -157,3 +167,81 @@ def heuristic_main_content_scores(lines: list[str]) -> list[float]:
                 and _ends_with_terminal(lines[i]):
             out[i] = 0.6
     return out
+
+
+def heuristic_scores_of_documents(lines: Sequence[str], bounds: Sequence[int]) -> np.ndarray:
+    """`heuristic_main_content_scores` for the lines of many documents at once.
+
+    `lines` are the documents' lines one after the other; document d has lines[bounds[d]:bounds[d + 1]]
+    (`bounds` starts at 0 and ends at len(lines)). Returns the scores as one float array. The
+    phrases and separators are found in all lines joined, the lengths, script density and end
+    punctuation are arrays, and rule 5 looks at neighbours inside each document only.
+    """
+    n = len(lines)
+    bounds = np.asarray(bounds, dtype=np.int64)
+    if n == 0:
+        return np.zeros(0)
+    joined = "\n".join(lines)
+    if joined.count("\n") != n - 1:  # not lines of documents: score one by one
+        return np.array([s for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())
+                         for s in heuristic_main_content_scores_per_line(list(lines[lo:hi]))], dtype=np.float64)
+    lengths = np.fromiter(map(len, lines), dtype=np.int64, count=n)
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+
+    # Rule 1: boilerplate phrases, found in the casefolded lines joined.
+    folded = joined.casefold()  # casefold never adds or removes a "\n"
+    if len(folded) == len(joined):  # the same total length means the same lines
+        folded_starts = starts
+    else:
+        folded_starts = np.zeros(n, dtype=np.int64)
+        folded_lengths = np.fromiter(map(len, folded.split("\n")), dtype=np.int64, count=n)
+        np.cumsum(folded_lengths[:-1] + 1, out=folded_starts[1:])
+    boilerplate = np.zeros(n, dtype=bool)
+    found = _boilerplate_lines(folded, folded_starts.tolist())
+    if found:
+        boilerplate[list(found)] = True
+
+    # Rule 2: two or more separators on a line.
+    separators = [match.start() for match in _SEPARATORS_DOC.finditer(joined)]
+    if separators:
+        per_line = np.bincount(np.searchsorted(starts, separators, side="right") - 1, minlength=n)
+        menu = (per_line >= 2) & ~boilerplate
+    else:
+        menu = np.zeros(n, dtype=bool)
+
+    # Rules 3 to 5: length (shorter limits for dense scripts) and end punctuation.
+    long_chars = np.full(n, 100)
+    medium_chars = np.full(n, 40)
+    not_ascii = np.flatnonzero(~np.fromiter(map(str.isascii, lines), dtype=bool, count=n)
+                               & (lengths >= 15))  # dense or not, a shorter line is short
+    if len(not_ascii):
+        heads = [lines[i][:200] for i in not_ascii.tolist()]
+        head_text = "".join(heads)
+        codes = np.frombuffer(head_text.encode("utf-32-le"), dtype=np.uint32)
+        dense_chars = ((codes >= 0x3040) & (codes <= 0x30FF)) | ((codes >= 0x3400) & (codes <= 0x9FFF)) \
+            | ((codes >= 0xAC00) & (codes <= 0xD7AF)) | ((codes >= 0x0E00) & (codes <= 0x0E7F))
+        head_lengths = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads))
+        head_starts = np.zeros(len(heads), dtype=np.int64)
+        np.cumsum(head_lengths[:-1], out=head_starts[1:])
+        dense_counts = np.add.reduceat(dense_chars.astype(np.int64), head_starts)
+        dense = dense_counts > np.minimum(lengths[not_ascii], 200) // 3
+        long_chars[not_ascii[dense]] = 40
+        medium_chars[not_ascii[dense]] = 15
+    terminal = ends_with_terminal(lines, _CLOSERS)
+    scores = np.where(lengths >= long_chars, np.where(terminal, 0.95, 0.7),
+                      np.where(lengths >= medium_chars, np.where(terminal, 0.8, 0.4), 0.2))
+    scores[menu] = 0.1
+    scores[boilerplate] = 0.05
+
+    # Rule 5: a short line ending in terminal punctuation between two lines of at least 0.8, in
+    # the same document (not a document's first or last line).
+    inner = np.ones(n, dtype=bool)
+    inner[bounds[:-1][bounds[:-1] < n]] = False
+    inner[bounds[1:][bounds[1:] > 0] - 1] = False
+    strong = scores >= 0.8
+    raised = np.zeros(n, dtype=bool)
+    if n > 2:
+        raised[1:-1] = (scores[1:-1] == 0.2) & inner[1:-1] & strong[:-2] & strong[2:] & terminal[1:-1]
+    scores[raised] = 0.6
+    return scores

@@ -14,17 +14,16 @@ every document. `clean_document` itself is `clean_bundle` on a bundle of one.
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, compress
 from typing import Sequence
 
 import numpy as np
 
 from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document
 from pipelines.text.document import CleanConfig, document_lines, error_record
-from pipelines.text.boilerplate import heuristic_main_content_scores
-from pipelines.text.filters import first_failures
+from pipelines.text.boilerplate import heuristic_scores_of_documents
+from pipelines.text.filters import REASONS, first_failure_codes
 from pipelines.text.html import parse_html, tree_to_lines
 from pipelines.text.langid import decide_language
 from pipelines.text.normalise import clean_text
@@ -86,7 +85,7 @@ class BundleResult:
     lang_score: list[float] = field(default_factory=list)
     position: list[int] = field(default_factory=list)
     main_content_score: list[float] = field(default_factory=list)
-    tallies: list[Counter] = field(default_factory=list)
+    tallies: list[dict] = field(default_factory=list)
     errors: list[list[dict]] = field(default_factory=list)
 
     def rows(self) -> list[dict]:
@@ -102,8 +101,12 @@ class BundleResult:
         ]
 
 
-# Whole-line outcomes of a line (one accounting unit each unless said otherwise).
-_LINE_TOO_LONG, _MAIN_CONTENT, _SPLIT = 0, 1, 2
+# Drop reasons of whole lines, then the filters' (a reason's index is its column in the counts).
+_LINE_REASONS = ("line_too_long", "main_content", "too_short", "langid_low_confidence", "langid_other_language")
+_REASONS = _LINE_REASONS + tuple(reason for reason in REASONS if reason not in _LINE_REASONS)
+_REASON_INDEX = {reason: i for i, reason in enumerate(_REASONS)}
+_FILTER_REASON_INDEX = np.array([_REASON_INDEX[reason] for reason in REASONS], dtype=np.int64)
+_DROPPED_KEYS = tuple(f"sentences.dropped.{reason}" for reason in _REASONS)
 
 
 def clean_bundle(prepared: Sequence[PreparedDocument], lid, config: CleanConfig) -> BundleResult:
@@ -121,146 +124,151 @@ def clean_bundle(prepared: Sequence[PreparedDocument], lid, config: CleanConfig)
     docs = [p.doc for p in prepared]
     n_docs = len(docs)
     result = BundleResult(docs)
-    result.tallies = tallies = [Counter({"documents.read": 1}) for _ in range(n_docs)]
     result.errors = errors = [[] for _ in range(n_docs)]
 
-    max_line_chars = config.max_line_chars
     threshold = config.main_content_threshold
     min_chars = config.min_chars
     langid_threshold = config.langid_threshold
 
-    # Every line of the bundle, flat; `line_doc` says whose.
+    # Every line of the bundle, flat; `line_doc` says whose, `bounds` where each document's start.
     counts = np.fromiter((len(p.lines) for p in prepared), dtype=np.int64, count=n_docs)
+    bounds = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(counts, out=bounds[1:])
     lines = list(chain.from_iterable(p.lines for p in prepared))
     n_lines = len(lines)
     line_doc = np.repeat(np.arange(n_docs, dtype=np.int64), counts)
     lengths = np.fromiter(map(len, lines), dtype=np.int64, count=n_lines)
-    oversized = lengths > max_line_chars
+    oversized = lengths > config.max_line_chars  # dropped unsplit, without a score
 
-    # Main-content scores of the workable lines (an oversized line has none: it is dropped unsplit).
+    # Main-content scores of the workable lines: Wikipedia article text is main content by
+    # construction, the model's scores came with the document, the rules score the rest at once.
     scores = np.full(n_lines, -1.0)
-    starts = np.concatenate(([0], np.cumsum(counts)))
-    for i, p in enumerate(prepared):
-        if not p.lines:
-            continue
-        lo, hi = starts[i], starts[i + 1]
-        big = oversized[lo:hi]
-        if p.doc.source == SOURCE_WIKI:
-            doc_scores = 1.0  # Wikipedia article text is main content by construction
-        elif p.scores is not None:
-            doc_scores = p.scores
-        else:
-            workable = [line for line, too_big in zip(p.lines, big) if not too_big] if big.any() else p.lines
-            doc_scores = heuristic_main_content_scores(workable)
-        if big.any():
-            scores[lo:hi][~big] = doc_scores
-        else:
-            scores[lo:hi] = doc_scores
+    wiki = np.fromiter((doc.source == SOURCE_WIKI for doc in docs), dtype=bool, count=n_docs)
+    given = np.fromiter((p.scores is not None for p in prepared), dtype=bool, count=n_docs) & ~wiki
+    workable = ~oversized
+    scores[wiki[line_doc] & workable] = 1.0
+    for d in np.flatnonzero(given).tolist():
+        lo, hi = bounds[d], bounds[d + 1]
+        scores[lo:hi][workable[lo:hi]] = prepared[d].scores
+    ruled = ~wiki & ~given
+    if ruled.any():
+        at = np.flatnonzero(ruled[line_doc] & workable)
+        ruled_lines = lines if len(at) == n_lines else [lines[i] for i in at.tolist()]
+        ruled_bounds = np.zeros(n_docs + 1, dtype=np.int64)
+        np.cumsum(np.bincount(line_doc[at], minlength=n_docs), out=ruled_bounds[1:])
+        scores[at] = heuristic_scores_of_documents(ruled_lines, ruled_bounds)
 
-    main = ~oversized & ~(scores < threshold)  # (a NaN score is not below the threshold)
+    main = workable & ~(scores < threshold)  # (a NaN score is not below the threshold)
     # lid.176 only for lines that pass the main-content threshold and can hold a long enough
     # sentence: the others are dropped anyway, and on web pages they are most lines.
     wanted = np.flatnonzero(main & (scores >= threshold) & (lengths >= min_chars))
+    prediction_at = np.full(n_lines, -1, dtype=np.int64)
+    prediction_at[wanted] = np.arange(len(wanted))
     predictions = lid.predict([lines[i] for i in wanted.tolist()])
-    prediction_of = dict(zip(wanted.tolist(), predictions))
 
     # Accounting units per line: 1 for a whole-line outcome, else its number of sentences.
     units = np.ones(n_lines, dtype=np.int64)
-    # Whole-line drops of main-content lines, as (line, reason, units).
-    line_drops: list[tuple[int, str, int]] = []
+    drop_line: list[int] = []      # whole-line drops of main-content lines: line, reason, units
+    drop_reason: list[int] = []
+    drop_units: list[int] = []
     split_failed: list[int] = []
-    # Candidate sentences: line, index in its line, text, decision.
-    cand_line: list[int] = []
-    cand_index: list[int] = []
+    kept_line: list[int] = []      # lines whose sentences go to the filters, and their sentences
+    kept_count: list[int] = []
+    kept_lang: list[str] = []
+    kept_score: list[float] = []
     cand_text: list[str] = []
-    cand_lang: list[str] = []
-    cand_score: list[float] = []
-    doc_lang = [d.lang for d in docs]
-    for i in np.flatnonzero(main).tolist():
-        line = lines[i]
-        d = int(line_doc[i])
+    doc_lang = [doc.lang for doc in docs]
+    too_short = _REASON_INDEX["too_short"]
+    main_lines = np.flatnonzero(main).tolist()
+    for i, d, p in zip(main_lines, line_doc[main_lines].tolist(), prediction_at[main_lines].tolist()):
         known = doc_lang[d]
-        prediction = prediction_of.get(i)
-        if prediction is None:  # main content but shorter than min_chars: split only to count
+        if p < 0:  # main content but shorter than min_chars: split only to count
             decision = None
             split_lang = known
         else:
-            decision = decide_language(prediction[0], prediction[1], known, langid_threshold)
-            split_lang = decision.lang or prediction[0]
+            predicted, probability = predictions[p]
+            decision = decide_language(predicted, probability, known, langid_threshold)
+            split_lang = decision.lang or predicted
         try:
             # Cleaned once per line: its sentences (stripped pieces of it) are then clean already.
-            sentences = split_sentences(clean_text(line), split_lang)
+            sentences = split_sentences(clean_text(lines[i]), split_lang)
         except Exception as exc:  # a splitter bug must cost one line, not the document
-            split_failed.append(i)
+            split_failed.append(d)
             doc = docs[d]
             errors[d].append(error_record(doc.file, doc.offset, "sentence_split_failed",
                                           f"{type(exc).__name__}: {exc}", doc_id=doc.doc_id, url=doc.url))
             continue
-        if not sentences:  # nothing visible was left after cleaning: one unit, too short
-            line_drops.append((i, "too_short", 1))
-            continue
         count = len(sentences)
+        if not count:  # nothing visible was left after cleaning: one unit, too short
+            drop_line.append(i)
+            drop_reason.append(too_short)
+            drop_units.append(1)
+            continue
         units[i] = count
-        if decision is None:
-            # Every sentence of a line shorter than min_chars is too short (cleaning only shrinks).
-            line_drops.append((i, "too_short", count))
+        if decision is None or decision.drop_reason is not None:
+            # A line shorter than min_chars: every sentence is too short (cleaning only shrinks).
+            drop_line.append(i)
+            drop_reason.append(too_short if decision is None else _REASON_INDEX[decision.drop_reason])
+            drop_units.append(count)
             continue
-        if decision.drop_reason is not None:
-            line_drops.append((i, decision.drop_reason, count))
-            continue
-        cand_line += [i] * count
-        cand_index += range(count)
+        kept_line.append(i)
+        kept_count.append(count)
+        kept_lang.append(decision.lang)
+        kept_score.append(decision.score)
         cand_text += sentences
-        cand_lang += [decision.lang] * count
-        cand_score += [decision.score] * count
 
     # Positions: every unit (kept, dropped or errored) of a document advances its position by one.
     ends = np.cumsum(units)
-    doc_base = np.concatenate(([0], ends))[starts[:-1]]  # units of the bundle before each document
-    first_position = ends - units - doc_base[line_doc]
-    units_per_doc = np.bincount(line_doc, weights=units, minlength=n_docs).astype(np.int64)
+    first_position = ends - units - np.concatenate(([0], ends))[bounds[:-1]][line_doc]
 
-    # The filters run once over the bundle's sentences (page-wide tests of the rare rules).
-    reasons = first_failures(cand_text, cand_lang, config.filters())
+    # The filters run once over the bundle's sentences.
+    cand_line = np.repeat(np.array(kept_line, dtype=np.int64), kept_count)
+    cand_lang = np.repeat(np.array(kept_lang, dtype=object), kept_count).tolist()
+    failure = first_failure_codes(cand_text, cand_lang, config.filters())
+    keep = failure < 0
 
-    dropped: list[Counter] = [Counter() for _ in range(n_docs)]
-    for i in np.flatnonzero(oversized).tolist():
-        dropped[int(line_doc[i])]["line_too_long"] += 1
-    for i in np.flatnonzero(~oversized & ~main).tolist():
-        dropped[int(line_doc[i])]["main_content"] += 1
-    for i, reason, count in line_drops:
-        dropped[int(line_doc[i])][reason] += count
-    for i in split_failed:
-        tallies[int(line_doc[i])]["sentences.errored"] += 1
+    # Drops per document and reason, from all the whole-line and per-sentence outcomes at once.
+    n_reasons = len(_REASONS)
+    drop_doc = np.concatenate((
+        line_doc[oversized], line_doc[workable & ~main],
+        line_doc[np.array(drop_line, dtype=np.int64)], line_doc[cand_line[~keep]]))
+    drop_code = np.concatenate((
+        np.full(int(oversized.sum()), _REASON_INDEX["line_too_long"]),
+        np.full(int((workable & ~main).sum()), _REASON_INDEX["main_content"]),
+        np.array(drop_reason, dtype=np.int64), _FILTER_REASON_INDEX[failure[~keep]]))
+    drop_weight = np.concatenate((
+        np.ones(int(oversized.sum()) + int((workable & ~main).sum()), dtype=np.int64),
+        np.array(drop_units, dtype=np.int64), np.ones(int((~keep).sum()), dtype=np.int64)))
+    dropped = np.bincount(drop_doc * n_reasons + drop_code, weights=drop_weight,
+                          minlength=n_docs * n_reasons).astype(np.int64).reshape(n_docs, n_reasons)
 
-    line_score = scores.tolist()
-    positions = first_position.tolist()
-    out_doc, out_text, out_lang, out_lang_score = result.doc, result.text, result.lang, result.lang_score
-    out_position, out_score = result.position, result.main_content_score
-    kept_per_doc = [0] * n_docs
-    for line, index, text, lang, score, reason in zip(cand_line, cand_index, cand_text, cand_lang, cand_score, reasons):
-        d = int(line_doc[line])
-        if reason is not None:
-            dropped[d][reason] += 1
+    kept_at = np.flatnonzero(keep)
+    kept_lines = cand_line[kept_at]
+    result.doc = line_doc[kept_lines].tolist()
+    result.text = list(compress(cand_text, keep.tolist()))
+    result.lang = list(compress(cand_lang, keep.tolist()))
+    result.lang_score = list(compress(np.repeat(np.array(kept_score), kept_count).tolist(), keep.tolist()))
+    sentence_index = np.arange(len(cand_line)) - np.repeat(np.cumsum(kept_count) - kept_count, kept_count)
+    result.position = (first_position[kept_lines] + sentence_index[kept_at]).tolist()
+    result.main_content_score = scores[kept_lines].tolist()
+
+    kept_per_doc = np.bincount(line_doc[kept_lines], minlength=n_docs).tolist()
+    units_per_doc = np.bincount(line_doc, weights=units, minlength=n_docs).astype(np.int64).tolist()
+    errored_per_doc = np.bincount(np.array(split_failed, dtype=np.int64), minlength=n_docs).tolist()
+    tallies = result.tallies
+    for d, (n, row) in enumerate(zip(counts.tolist(), dropped.tolist())):
+        if not n:
+            tallies.append({"documents.read": 1, "documents.dropped.no_text": 1})
             continue
-        kept_per_doc[d] += 1
-        out_doc.append(d)
-        out_text.append(text)
-        out_lang.append(lang)
-        out_lang_score.append(score)
-        out_position.append(positions[line] + index)
-        out_score.append(line_score[line])
-
-    for d in range(n_docs):
-        tally = tallies[d]
-        if not counts[d]:
-            tally["documents.dropped.no_text"] += 1
-            continue
-        tally["sentences.read"] += int(units_per_doc[d])
-        for reason, count in dropped[d].items():
-            tally[f"sentences.dropped.{reason}"] += count
+        tally = {"documents.read": 1, "sentences.read": units_per_doc[d]}
+        if errored_per_doc[d]:
+            tally["sentences.errored"] = errored_per_doc[d]
+        for key, count in zip(_DROPPED_KEYS, row):
+            if count:
+                tally[key] = count
         if kept_per_doc[d]:
-            tally["documents.with_candidates"] += 1
+            tally["documents.with_candidates"] = 1
         else:
-            tally["documents.dropped.no_sentences_kept"] += 1
+            tally["documents.dropped.no_sentences_kept"] = 1
+        tallies.append(tally)
     return result

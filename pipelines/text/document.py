@@ -113,4 +113,4 @@ def clean_document(
     from pipelines.text.bundle import clean_bundle, prepare_document
 
     bundle = clean_bundle([prepare_document(doc, config, main_content_model)], lid, config)
-    return DocumentResult(rows=bundle.rows(), tally=bundle.tallies[0], errors=bundle.errors[0])
+    return DocumentResult(rows=bundle.rows(), tally=Counter(bundle.tallies[0]), errors=bundle.errors[0])
