@@ -23,12 +23,12 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.accounting import ReasonCounters, SumTallies, Tally, build_stats
 from pipelines.io.documents import Document, Dropped, ReadError, ReadResult
-from pipelines.io.parquet import WriteErrors, WriteSentenceShards, sentence_order
+from pipelines.io.parquet import WriteErrors, WriteSentenceShards, row_dict  # noqa: F401 (row_dict: see ExtractSentences)
 from pipelines.io.stage_output import mark_complete, write_stats_json
-from pipelines.text.bundle import PreparedDocument, clean_bundle, prepare_document
+from pipelines.text.bundle import BundleResult, PreparedDocument, clean_bundle, prepare_document
 from pipelines.text.document import CleanConfig, error_record
 from pipelines.text.langid import LanguageIdentifier
-from pipelines.text.normalise import dedup_key
+from pipelines.text.normalise import dedup_keys
 
 TALLY = "tally"
 ERRORS = "errors"
@@ -86,7 +86,8 @@ DEFAULT_BUNDLE_CHARS = 16 << 20
 
 
 class _CleanDocumentsFn(beam.DoFn):
-    """Document | Dropped | ReadError -> ((lang, dedup key), row) candidates.
+    """Document | Dropped | ReadError -> (dedup key, row) candidates (`dedup_keys`, row a
+    `ROW_FIELDS` tuple).
 
     Documents are prepared as they arrive (`prepare_document`: HTML to lines, the model's scores)
     and cleaned in bundles (`clean_bundle`: one lid.176 call, the filters over all sentences at
@@ -174,36 +175,46 @@ class _CleanDocumentsFn(beam.DoFn):
             per_file = self.bundle_files[(window, file)] = Counter()
         per_file.update(file_outcome(tally, errors))
 
+    def _clean(self, prepared: list[PreparedDocument]) -> tuple[BundleResult, list[bytes], list[tuple]]:
+        result = clean_bundle(prepared, self.lid, self.config)
+        return result, dedup_keys(result.text, result.lang), result.row_tuples()
+
     def _flush(self) -> Iterator:
         pending, places = self.pending, self.pending_places
         if not pending:
             return
         self.pending, self.pending_places, self.pending_chars = [], [], 0
+        templates: dict[tuple, WindowedValue] = {}  # one per (timestamp, window): outputs copy it
+        for place in places:
+            if place not in templates:
+                templates[place] = WindowedValue(None, place[0], (place[1],))
         try:
-            results = [clean_bundle(pending, self.lid, self.config)]
-            parts = [list(range(len(pending)))]
+            cleaned = [(self._clean(pending), list(range(len(pending))))]
         except Exception:
             # A bug in one document must cost that document only: clean them one at a time.
-            results, parts = [], []
+            cleaned = []
             for i, prepared in enumerate(pending):
                 try:
-                    results.append(clean_bundle([prepared], self.lid, self.config))
-                    parts.append([i])
+                    cleaned.append((self._clean([prepared]), [i]))
                 except Exception as exc:
-                    doc = prepared.doc
-                    error = self._failed(doc, exc)
-                    timestamp, window = places[i]
-                    self._count(window, doc.file, {"documents.read": 1, "documents.errored": 1}, [error])
-                    yield beam.pvalue.TaggedOutput(ERRORS, WindowedValue(error, timestamp, (window,)))
-        for result, indices in zip(results, parts):
+                    error = self._failed(prepared.doc, exc)
+                    template = templates[places[i]]
+                    self._count(template.windows[0], prepared.doc.file,
+                                {"documents.read": 1, "documents.errored": 1}, [error])
+                    yield beam.pvalue.TaggedOutput(ERRORS, template.with_value(error))
+        for (result, keys, rows), indices in cleaned:
+            placed = [templates[places[i]] for i in indices]
             for d, (doc, tally, errors) in enumerate(zip(result.docs, result.tallies, result.errors)):
-                timestamp, window = places[indices[d]]
-                self._count(window, doc.file, tally, errors)
+                self._count(placed[d].windows[0], doc.file, tally, errors)
                 for error in errors:
-                    yield beam.pvalue.TaggedOutput(ERRORS, WindowedValue(error, timestamp, (window,)))
-            for d, row in zip(result.doc, result.rows()):
-                timestamp, window = places[indices[d]]
-                yield WindowedValue(((row["lang"], dedup_key(row["text"])), row), timestamp, (window,))
+                    yield beam.pvalue.TaggedOutput(ERRORS, placed[d].with_value(error))
+            if len(templates) == 1:
+                template = placed[0]
+                for key, row in zip(keys, rows):
+                    yield template.with_value((key, row))
+            else:
+                for d, key, row in zip(result.doc, keys, rows):
+                    yield placed[d].with_value((key, row))
 
 
 class ExtractSentences(beam.PTransform):
@@ -222,7 +233,9 @@ class ExtractSentences(beam.PTransform):
             are this many, or hold this many characters of lines, and at the end of a Beam bundle.
 
     Returns (from `expand`) a dict of PCollections:
-        "rows": ((lang, dedup key), row) candidate sentences, before deduplication;
+        "rows": (dedup key, row) candidate sentences, before deduplication: the key a digest of the
+            language and the normalised text (`pipelines.text.normalise.dedup_keys`), the row a
+            tuple of `pipelines.io.parquet.ROW_FIELDS` (`row_dict` makes it a dict);
         "tally": tally dicts (one per bundle) to sum with `pipelines.accounting.SumTallies`;
         "errors": error records (`pipelines.text.document.error_record`);
         "files": (input file, file tally) pairs (`file_outcome`), several per file, to sum per file.
@@ -233,7 +246,8 @@ class ExtractSentences(beam.PTransform):
             extracted = (pipeline
                          | ReadAll([("data/commoncrawl/*.warc.gz", "warc")])
                          | ExtractSentences(CleanConfig(min_chars=20)))
-            _ = extracted["rows"] | beam.Values() | beam.Map(lambda row: print(row["lang"], row["text"]))
+            _ = (extracted["rows"] | beam.Values() | beam.Map(row_dict)
+                 | beam.Map(lambda row: print(row["lang"], row["text"])))
     """
 
     def __init__(self, config: CleanConfig, bundle_documents: int = DEFAULT_BUNDLE_DOCUMENTS,
@@ -250,22 +264,21 @@ class ExtractSentences(beam.PTransform):
 
 
 class _FirstSource(beam.CombineFn):
-    """Among rows with one dedup key: the first by (file, offset, doc_id, position), and how many there were."""
+    """Among rows with one dedup key: the first by (file, offset, doc_id, position), and how many
+    there were. Rows are `ROW_FIELDS` tuples, which compare in that order."""
 
     def create_accumulator(self):
         return (None, 0)
 
     def add_input(self, acc, row):
         best, count = acc
-        if best is None or sentence_order(row) < sentence_order(best):
-            best = row
-        return (best, count + 1)
+        return (row if best is None or row < best else best, count + 1)
 
     def merge_accumulators(self, accs):
         best, count = None, 0
         for row, n in accs:
             count += n
-            if row is not None and (best is None or sentence_order(row) < sentence_order(best)):
+            if row is not None and (best is None or row < best):
                 best = row
         return (best, count)
 
@@ -286,7 +299,7 @@ class _EmitUniqueFn(beam.DoFn):
         self.kept += 1
         self.duplicates += count - 1
         # doc_id too: records of a file compressed as ONE gzip member share their offset.
-        self.documents.add((row["file"], row["offset"], row["doc_id"]))
+        self.documents.add(row[:3])  # (file, offset, doc_id)
         yield row
 
     def finish_bundle(self):
@@ -301,8 +314,9 @@ class _EmitUniqueFn(beam.DoFn):
 class DeduplicateSentences(beam.PTransform):
     """Exact dedup of normalised sentences per language over the whole run, keeping the first source.
 
-    Input: ((lang, dedup key), row). Returns {"rows": unique rows, "tally": sentences kept / dropped
-    as duplicate, "documents": (file, offset, doc_id) of documents with a kept sentence (may repeat)}.
+    Input: (dedup key, row), the row a `ROW_FIELDS` tuple. Returns {"rows": unique rows, "tally":
+    sentences kept / dropped as duplicate, "documents": (file, offset, doc_id) of documents with a
+    kept sentence (may repeat)}.
     """
 
     def expand(self, keyed_rows: beam.PCollection) -> dict[str, beam.PCollection]:

@@ -18,6 +18,7 @@ from apache_beam.transforms import window
 
 from pipelines.accounting import SumTallies
 from pipelines.io.documents import Document
+from pipelines.io.parquet import row_dict
 from pipelines.text.document import CleanConfig
 from tests.conftest import require_file
 
@@ -151,7 +152,7 @@ class _ReadInWindow(beam.DoFn):
 class _WithPlace(beam.DoFn):
     def process(self, keyed, timestamp=beam.DoFn.TimestampParam, win=beam.DoFn.WindowParam):
         _key, row = keyed
-        yield row["doc_id"], int(win.start), int(timestamp)
+        yield row_dict(row)["doc_id"], int(win.start), int(timestamp)
 
 
 def test_a_bug_in_one_document_costs_that_document_only(monkeypatch):
@@ -180,7 +181,7 @@ def test_a_bug_in_one_document_costs_that_document_only(monkeypatch):
     errors = [v for v, tag in zip(unwrap, tags) if tag == "errors"]
     assert [(e["doc_id"], e["reason"]) for e in errors] == [("d3", "processing_failed")]
     assert "bundle bug" in errors[0]["detail"]
-    rows = [v[1] for v, tag in zip(unwrap, tags) if tag is None]
+    rows = [row_dict(v[1]) for v, tag in zip(unwrap, tags) if tag is None]
     assert sorted({row["doc_id"] for row in rows}) == ["d0", "d1", "d4", "d5"]
     (tally,) = [v for v, tag in zip(unwrap, tags) if tag == "tally"]
     assert tally["documents.read"] == 6 and tally["documents.errored"] == 1
@@ -188,3 +189,21 @@ def test_a_bug_in_one_document_costs_that_document_only(monkeypatch):
     files = dict(v for v, tag in zip(unwrap, tags) if tag == "files")
     assert files["file-0.warc.gz"] == {"read": 2, "with_candidates": 1, "errored": 1, "errored.processing_failed": 1}
     assert sum(f["read"] for f in files.values()) == 6
+
+
+def test_row_tuples_make_the_same_parquet_table_as_row_dicts(sample_documents, lid):
+    """The compact rows that travel through the dedup shuffle become the same table as the rows."""
+    import pyarrow as pa
+
+    from pipelines.io.parquet import ROW_FIELDS, SENTENCE_SCHEMA, sentence_table
+    from pipelines.text.bundle import clean_bundle, prepare_document
+
+    config = CleanConfig()
+    result = clean_bundle([prepare_document(doc, config) for doc in sample_documents[:60]], lid, config)
+    tuples, dicts = result.row_tuples(), result.rows()
+    assert len(tuples) > 500 and [row_dict(row) for row in tuples] == dicts
+    assert all(dict(zip(ROW_FIELDS, row)) == d for row, d in zip(tuples, dicts))
+    assert sentence_table(tuples).equals(pa.Table.from_pylist(dicts, schema=SENTENCE_SCHEMA))
+    assert sentence_table([]).equals(pa.Table.from_pylist([], schema=SENTENCE_SCHEMA))
+    # Tuples compare in sentence order: (file, offset, doc_id, position).
+    assert sorted(tuples) == sorted(tuples, key=lambda row: (row[0], row[1], row[2], row[3]))

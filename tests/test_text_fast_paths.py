@@ -204,7 +204,8 @@ def test_a_dropped_boilerplate_line_is_one_unit_not_split():
 
 
 def test_fast_dedup_normalisation_equals_the_definition(web_lines):
-    from pipelines.text.normalise import normalise_for_dedup, normalise_for_dedup_reference
+    from pipelines.text.normalise import (dedup_key, dedup_keys, normalise_for_dedup, normalise_for_dedup_reference,
+                                          normalise_many_for_dedup)
 
     texts = [line for lines in web_lines[::2] for line in lines]
     texts += ["Hello, World!", "ＡＢＣ！", "„Zitat“ – Ende…", "  lead\x1c trail\u2028 ", "中文，标点。", "Ünïcödé?!"]
@@ -212,6 +213,17 @@ def test_fast_dedup_normalisation_equals_the_definition(web_lines):
     for text in texts:
         assert normalise_for_dedup(text) == normalise_for_dedup_reference(text), text
     assert normalise_for_dedup("„Hello,  World!“") == normalise_for_dedup("hello world") == "hello world"
+    # All at once (a bundle's sentences): the same, with empty, punctuation-only and edge cases.
+    texts += ["", " ", "...", "!? ¿", "e\u0301", "\u0301x", "ﬁ ligature", "ß", "x\u3000\u3000y", "\U00020000 — a"]
+    assert normalise_many_for_dedup(texts) == [normalise_for_dedup(text) for text in texts]
+    assert normalise_many_for_dedup(["a\nb", "c"]) == ["a b", "c"]  # a newline inside: one by one
+    assert normalise_many_for_dedup([]) == []
+    # dedup_keys: the same key exactly when the language and dedup_key agree.
+    langs = ["en", "de"] * (len(texts) // 2) + ["en"] * (len(texts) % 2)
+    keys = dedup_keys(texts, langs)
+    pairs = [(lang, dedup_key(text)) for lang, text in zip(langs, texts)]
+    assert len(set(keys)) == len(set(pairs))
+    assert len(set(zip(keys, pairs))) == len(set(pairs))
 
 
 def test_no_punctuation_or_symbol_lies_beyond_the_scanned_planes():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import chain, compress
+from operator import attrgetter
 from typing import Sequence
 
 import numpy as np
@@ -87,6 +88,14 @@ class BundleResult:
     main_content_score: list[float] = field(default_factory=list)
     tallies: list[dict] = field(default_factory=list)
     errors: list[list[dict]] = field(default_factory=list)
+
+    def row_tuples(self) -> list[tuple]:
+        """The candidates as `pipelines.io.parquet.ROW_FIELDS` tuples (file, offset, doc_id,
+        position, text, lang, lang_score, source, url, main_content_score)."""
+        docs = [self.docs[d] for d in self.doc]
+        return list(zip(map(attrgetter("file"), docs), map(attrgetter("offset"), docs), map(attrgetter("doc_id"), docs),
+                        self.position, self.text, self.lang, self.lang_score, map(attrgetter("source"), docs),
+                        map(attrgetter("url"), docs), self.main_content_score))
 
     def rows(self) -> list[dict]:
         """The candidates as Parquet rows (`pipelines.io.parquet.SENTENCE_COLUMNS`)."""
