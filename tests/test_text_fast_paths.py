@@ -44,10 +44,16 @@ def _reference_scores(lines):
 
 
 def test_page_wide_heuristic_equals_per_line_rules(web_lines):
-    from pipelines.text.boilerplate import heuristic_main_content_scores
+    from pipelines.text.boilerplate import heuristic_main_content_scores, heuristic_scores_of_documents
 
     for lines in web_lines:
         assert heuristic_main_content_scores(lines) == _reference_scores(lines)
+    # Many documents at once (a bundle): rule 5 looks at neighbours inside a document only.
+    bounds = [0]
+    for lines in web_lines:
+        bounds.append(bounds[-1] + len(lines))
+    together = heuristic_scores_of_documents([line for lines in web_lines for line in lines], bounds).tolist()
+    assert together == [score for lines in web_lines for score in _reference_scores(lines)]
     # Lines with a newline inside (not a document's lines) fall back to the per-line rules.
     odd = ["Home | News | About", "(c)\n2020 Example", "A long enough sentence that ends with a full stop."]
     assert heuristic_main_content_scores(odd) == _reference_scores(odd)

@@ -27,6 +27,8 @@ import re
 from typing import Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipelines.text.filters import TERMINAL_PUNCTUATION, ends_with_terminal
 
@@ -169,13 +171,33 @@ def heuristic_main_content_scores_per_line(lines: list[str]) -> list[float]:
     return out
 
 
+def _arrow_lines(joined: str, n: int) -> pa.Array:
+    """The n lines of `joined` ("\n" between them) as an Arrow string array."""
+    lines = pc.split_pattern(pa.array([joined]), "\n").flatten()
+    assert len(lines) == n
+    return lines
+
+
+def _re2_class(characters) -> str:
+    return "[" + "".join(f"\\x{{{ord(ch):x}}}" for ch in sorted(characters)) + "]"
+
+
+# The RE2 forms (Arrow compute) of BOILERPLATE_PHRASES, _SEPARATORS_DOC and _DENSE_SCRIPT. RE2's
+# \s is ASCII only, so Python's \s (str.isspace) is spelled out; no "\n" is inside a line.
+_BOILERPLATE_RE2 = "|".join(re.escape(phrase) for phrase in BOILERPLATE_PHRASES)
+_LINE_SPACE_RE2 = _re2_class(chr(cp) for cp in range(0x3001) if chr(cp).isspace() and cp != 0x0A)
+_SEPARATORS_RE2 = _LINE_SPACE_RE2 + _re2_class("|·»›•/-–") + _LINE_SPACE_RE2
+_DENSE_RE2 = r"[\x{3040}-\x{30FF}\x{3400}-\x{9FFF}\x{AC00}-\x{D7AF}\x{0E00}-\x{0E7F}]"
+
+
 def heuristic_scores_of_documents(lines: Sequence[str], bounds: Sequence[int]) -> np.ndarray:
     """`heuristic_main_content_scores` for the lines of many documents at once.
 
     `lines` are the documents' lines one after the other; document d has lines[bounds[d]:bounds[d + 1]]
     (`bounds` starts at 0 and ends at len(lines)). Returns the scores as one float array. The
-    phrases and separators are found in all lines joined, the lengths, script density and end
-    punctuation are arrays, and rule 5 looks at neighbours inside each document only.
+    phrases, separators and dense-script characters are found by RE2 (Arrow compute) in all lines at
+    once, the lengths and end punctuation are arrays, and rule 5 looks at neighbours inside each
+    document only.
     """
     n = len(lines)
     bounds = np.asarray(bounds, dtype=np.int64)
@@ -189,45 +211,37 @@ def heuristic_scores_of_documents(lines: Sequence[str], bounds: Sequence[int]) -
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1] + 1, out=starts[1:])
 
-    # Rule 1: boilerplate phrases, found in the casefolded lines joined.
-    folded = joined.casefold()  # casefold never adds or removes a "\n"
-    if len(folded) == len(joined):  # the same total length means the same lines
-        folded_starts = starts
-    else:
-        folded_starts = np.zeros(n, dtype=np.int64)
-        folded_lengths = np.fromiter(map(len, folded.split("\n")), dtype=np.int64, count=n)
-        np.cumsum(folded_lengths[:-1] + 1, out=folded_starts[1:])
-    boilerplate = np.zeros(n, dtype=bool)
-    found = _boilerplate_lines(folded, folded_starts.tolist())
-    if found:
-        boilerplate[list(found)] = True
+    # Rule 1: boilerplate phrases, in the casefolded lines (casefold never adds or removes a "\n").
+    # The phrases, separators and dense-script characters are found per line by RE2 over Arrow
+    # arrays of the lines (one pass each, C++), not by a Python loop per occurrence.
+    folded = joined.casefold()
+    boilerplate = pc.match_substring_regex(_arrow_lines(folded, n), _BOILERPLATE_RE2).to_numpy(zero_copy_only=False)
+    if "(c)" in folded:
+        if len(folded) == len(joined):  # the same total length means the same lines
+            folded_starts = starts
+        else:
+            folded_starts = np.zeros(n, dtype=np.int64)
+            folded_lengths = np.fromiter(map(len, folded.split("\n")), dtype=np.int64, count=n)
+            np.cumsum(folded_lengths[:-1] + 1, out=folded_starts[1:])
+        years = [match.start() for match in _COPYRIGHT_YEAR_DOC.finditer(folded)]
+        if years:
+            boilerplate = boilerplate.copy()
+            boilerplate[np.searchsorted(folded_starts, years, side="right") - 1] = True
 
     # Rule 2: two or more separators on a line.
-    separators = [match.start() for match in _SEPARATORS_DOC.finditer(joined)]
-    if separators:
-        per_line = np.bincount(np.searchsorted(starts, separators, side="right") - 1, minlength=n)
-        menu = (per_line >= 2) & ~boilerplate
-    else:
-        menu = np.zeros(n, dtype=bool)
+    arrow_lines = _arrow_lines(joined, n)
+    menu = (pc.count_substring_regex(arrow_lines, _SEPARATORS_RE2).to_numpy() >= 2) & ~boilerplate
 
     # Rules 3 to 5: length (shorter limits for dense scripts) and end punctuation.
     long_chars = np.full(n, 100)
     medium_chars = np.full(n, 40)
-    not_ascii = np.flatnonzero(~np.fromiter(map(str.isascii, lines), dtype=bool, count=n)
-                               & (lengths >= 15))  # dense or not, a shorter line is short
-    if len(not_ascii):
-        heads = [lines[i][:200] for i in not_ascii.tolist()]
-        head_text = "".join(heads)
-        codes = np.frombuffer(head_text.encode("utf-32-le"), dtype=np.uint32)
-        dense_chars = ((codes >= 0x3040) & (codes <= 0x30FF)) | ((codes >= 0x3400) & (codes <= 0x9FFF)) \
-            | ((codes >= 0xAC00) & (codes <= 0xD7AF)) | ((codes >= 0x0E00) & (codes <= 0x0E7F))
-        head_lengths = np.fromiter(map(len, heads), dtype=np.int64, count=len(heads))
-        head_starts = np.zeros(len(heads), dtype=np.int64)
-        np.cumsum(head_lengths[:-1], out=head_starts[1:])
-        dense_counts = np.add.reduceat(dense_chars.astype(np.int64), head_starts)
-        dense = dense_counts > np.minimum(lengths[not_ascii], 200) // 3
-        long_chars[not_ascii[dense]] = 40
-        medium_chars[not_ascii[dense]] = 15
+    maybe_dense = ~np.fromiter(map(str.isascii, lines), dtype=bool, count=n) & (lengths >= 15)  # else short anyway
+    if maybe_dense.any():
+        heads = pc.utf8_slice_codeunits(arrow_lines, 0, 200)
+        dense_counts = pc.count_substring_regex(heads, _DENSE_RE2).to_numpy()
+        dense = maybe_dense & (dense_counts > np.minimum(lengths, 200) // 3)
+        long_chars[dense] = 40
+        medium_chars[dense] = 15
     terminal = ends_with_terminal(lines, _CLOSERS)
     scores = np.where(lengths >= long_chars, np.where(terminal, 0.95, 0.7),
                       np.where(lengths >= medium_chars, np.where(terminal, 0.8, 0.4), 0.2))
