@@ -277,3 +277,24 @@ def test_clean_text_fast_path_equals_the_definition(web_lines, labse_data):
     assert len(texts) > 20_000
     for text in texts:
         assert clean_text(text) == definition(text), repr(text)
+
+
+def test_splitting_many_lines_equals_splitting_each(web_lines):
+    """`split_sentences_many` (a bundle's lines, the rare terminators looked for once) ==
+    `split_sentences` per line; a line whose splitting raises gets the exception, the others not."""
+    import pipelines.text.sentences as sentences
+    from pipelines.text.sentences import split_sentences, split_sentences_many
+
+    texts = [line for lines in web_lines for line in lines]
+    texts += ["ខ្ញុំទៅផ្សារ។ គាត់ទៅសាលា។", "ဒါဟာစာကြောင်းပါ။ နောက်တစ်ခု။", "ภาษาไทย ไม่มี จุด", "Ok.  Next one here.", "", "   "]
+    langs = [("de", "en", None, "km", "my", "th")[i % 6] for i in range(len(texts))]
+    assert split_sentences_many(texts, langs) == [split_sentences(t, l) for t, l in zip(texts, langs)]
+    plain = [t for t in texts if not any(ch in t for ch in sentences._TERMINATOR_CHARACTERS)]
+    assert split_sentences_many(plain, ["en"] * len(plain)) == [split_sentences(t, "en") for t in plain]
+
+    class Broken(str):
+        def isspace(self):
+            raise RuntimeError("broken line")
+
+    out = split_sentences_many(["One. Two.", Broken("x y")], ["en", "en"])
+    assert out[0] == ["One.", "Two."] and isinstance(out[1], RuntimeError)

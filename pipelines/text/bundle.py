@@ -28,7 +28,7 @@ from pipelines.text.filters import REASONS, first_failure_codes
 from pipelines.text.html import parse_html, tree_to_lines
 from pipelines.text.langid import decide_language
 from pipelines.text.normalise import clean_text
-from pipelines.text.sentences import split_sentences
+from pipelines.text.sentences import split_sentences_many
 
 
 @dataclass
@@ -175,6 +175,18 @@ def clean_bundle(prepared: Sequence[PreparedDocument], lid, config: CleanConfig)
     prediction_at[wanted] = np.arange(len(wanted))
     predictions = lid.predict([lines[i] for i in wanted.tolist()])
 
+    # The language decision of each main-content line that lid.176 saw (None for a shorter one:
+    # split only to count its sentences as too short), and the language its sentences are split in.
+    main_lines = np.flatnonzero(main)
+    main_doc = line_doc[main_lines].tolist()
+    doc_lang = [doc.lang for doc in docs]
+    decisions = [None if p < 0 else decide_language(*predictions[p], doc_lang[d], langid_threshold)
+                 for d, p in zip(main_doc, prediction_at[main_lines].tolist())]
+    split_langs = [doc_lang[d] if decision is None else (decision.lang or predictions[p][0])
+                   for d, p, decision in zip(main_doc, prediction_at[main_lines].tolist(), decisions)]
+    # Cleaned once per line: its sentences (stripped pieces of it) are then clean already.
+    split = split_sentences_many([clean_text(lines[i]) for i in main_lines.tolist()], split_langs)
+
     # Accounting units per line: 1 for a whole-line outcome, else its number of sentences.
     units = np.ones(n_lines, dtype=np.int64)
     drop_line: list[int] = []      # whole-line drops of main-content lines: line, reason, units
@@ -186,26 +198,13 @@ def clean_bundle(prepared: Sequence[PreparedDocument], lid, config: CleanConfig)
     kept_lang: list[str] = []
     kept_score: list[float] = []
     cand_text: list[str] = []
-    doc_lang = [doc.lang for doc in docs]
     too_short = _REASON_INDEX["too_short"]
-    main_lines = np.flatnonzero(main).tolist()
-    for i, d, p in zip(main_lines, line_doc[main_lines].tolist(), prediction_at[main_lines].tolist()):
-        known = doc_lang[d]
-        if p < 0:  # main content but shorter than min_chars: split only to count
-            decision = None
-            split_lang = known
-        else:
-            predicted, probability = predictions[p]
-            decision = decide_language(predicted, probability, known, langid_threshold)
-            split_lang = decision.lang or predicted
-        try:
-            # Cleaned once per line: its sentences (stripped pieces of it) are then clean already.
-            sentences = split_sentences(clean_text(lines[i]), split_lang)
-        except Exception as exc:  # a splitter bug must cost one line, not the document
+    for i, d, decision, sentences in zip(main_lines.tolist(), main_doc, decisions, split):
+        if isinstance(sentences, Exception):  # a splitter bug costs one line, not the document
             split_failed.append(d)
             doc = docs[d]
             errors[d].append(error_record(doc.file, doc.offset, "sentence_split_failed",
-                                          f"{type(exc).__name__}: {exc}", doc_id=doc.doc_id, url=doc.url))
+                                          f"{type(sentences).__name__}: {sentences}", doc_id=doc.doc_id, url=doc.url))
             continue
         count = len(sentences)
         if not count:  # nothing visible was left after cleaning: one unit, too short
