@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import chain, compress
-from operator import attrgetter
+from operator import itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -92,10 +92,14 @@ class BundleResult:
     def row_tuples(self) -> list[tuple]:
         """The candidates as `pipelines.io.parquet.ROW_FIELDS` tuples (file, offset, doc_id,
         position, text, lang, lang_score, source, url, main_content_score)."""
-        docs = [self.docs[d] for d in self.doc]
-        return list(zip(map(attrgetter("file"), docs), map(attrgetter("offset"), docs), map(attrgetter("doc_id"), docs),
-                        self.position, self.text, self.lang, self.lang_score, map(attrgetter("source"), docs),
-                        map(attrgetter("url"), docs), self.main_content_score))
+        if not self.doc:
+            return []
+        take = itemgetter(*self.doc) if len(self.doc) > 1 else (lambda seq: (seq[self.doc[0]],))
+        docs = self.docs
+        files, offsets, doc_ids, sources, urls = (take([getattr(doc, name) for doc in docs])
+                                                  for name in ("file", "offset", "doc_id", "source", "url"))
+        return list(zip(files, offsets, doc_ids, self.position, self.text, self.lang, self.lang_score, sources,
+                        urls, self.main_content_score))
 
     def rows(self) -> list[dict]:
         """The candidates as Parquet rows (`pipelines.io.parquet.SENTENCE_COLUMNS`)."""
