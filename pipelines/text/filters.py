@@ -33,6 +33,8 @@ from operator import itemgetter
 from typing import Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import regex
 
 
@@ -232,26 +234,27 @@ class SentenceBatch:
         """Index of the sentence holding each offset of `text`."""
         return np.searchsorted(self.starts, offsets, side="right") - 1
 
-    def containing(self, offsets: Sequence[int], folded: bool = False) -> np.ndarray:
-        """Per sentence: does one of `offsets` (of `text`, or of `folded` if so) fall in it?"""
+    def containing(self, offsets: Sequence[int]) -> np.ndarray:
+        """Per sentence: does one of `offsets` (of `text`) fall in it?"""
         out = np.zeros(self.n, dtype=bool)
         if len(offsets):
-            starts = self.folded_starts if folded else self.starts
-            out[np.searchsorted(starts, np.asarray(offsets, dtype=np.int64), side="right") - 1] = True
+            out[np.searchsorted(self.starts, np.asarray(offsets, dtype=np.int64), side="right") - 1] = True
         return out
 
     @cached_property
     def folded(self) -> str:
         return self.text.casefold()  # per character: sentence i is the i-th line of it
 
-    @cached_property
-    def folded_starts(self) -> np.ndarray:
-        if len(self.folded) == len(self.text):  # casefolding changed no length
-            return self.starts
-        lengths = np.fromiter(map(len, self.folded.split("\n")[:-1]), dtype=np.int64, count=self.n)
-        starts = np.zeros(self.n, dtype=np.int64)
-        np.cumsum(lengths[:-1] + 1, out=starts[1:])
-        return starts
+    def arrow(self, folded: bool = False) -> pa.Array:
+        """The sentences (casefolded if `folded`) as an Arrow string array."""
+        key = "_arrow_folded" if folded else "_arrow"
+        array = self.__dict__.get(key)
+        if array is None:
+            text = self.folded if folded else self.text
+            array = self.__dict__[key] = pc.split_pattern(pa.array([text[:-1]]), "\n").flatten()
+            if len(array) != self.n:
+                raise ValueError("a sentence holds a newline")  # of() let no such batch through
+        return array
 
     @cached_property
     def _tabled(self) -> tuple[np.ndarray, np.ndarray]:
@@ -441,30 +444,23 @@ def terminal_punctuation(sentence: Sentence, config: FilterConfig) -> str | None
     return "no_terminal_punctuation"
 
 
-def _find_all(haystack: str, needle: str) -> list[int]:
-    found = []
-    at = haystack.find(needle)
-    while at >= 0:
-        found.append(at)
-        at = haystack.find(needle, at + 1)
-    return found
-
-
 def substring_rule(reason: str, substrings: tuple[str, ...], casefold: bool) -> Rule:
     """A rule that drops a sentence holding one of `substrings` (in its casefolded form if
-    `casefold`). In a batch, the substrings are found in the joined text (casefolding goes
-    character by character and keeps the "\\n" between sentences) and each occurrence is given to
-    the sentence it lies in; a substring holds no "\\n", so none spans two sentences."""
+    `casefold`). In a batch, RE2 (Arrow compute) looks for all substrings at once in every
+    sentence of an Arrow array of the (casefolded) sentences: one C++ pass."""
     def holds_one(text: str) -> bool:
         return any(map(text.__contains__, substrings))
 
     def check(sentence: Sentence, config: FilterConfig) -> str | None:
         return reason if holds_one(sentence.text.casefold() if casefold else sentence.text) else None
 
+    pattern = "|".join(re.escape(substring) for substring in substrings)  # an RE2 alternation of literals
+
     def batch(b: SentenceBatch, config: FilterConfig) -> np.ndarray:
-        text = b.folded if casefold else b.text
-        offsets = [at for substring in substrings if substring in text for at in _find_all(text, substring)]
-        return _fails(b.containing(offsets, folded=casefold))
+        if not casefold and not holds_one(b.text):  # (the casefolded text is searched whatever it holds)
+            return np.full(b.n, -1)
+        found = pc.match_substring_regex(b.arrow(casefold), pattern)
+        return _fails(found.to_numpy(zero_copy_only=False))
 
     check.__name__ = check.__qualname__ = reason
     return Rule(check, (reason,), batch)
