@@ -298,3 +298,32 @@ def test_splitting_many_lines_equals_splitting_each(web_lines):
 
     out = split_sentences_many(["One. Two.", Broken("x y")], ["en", "en"])
     assert out[0] == ["One.", "Two."] and isinstance(out[1], RuntimeError)
+
+
+def test_the_unicode_facts_the_bundle_forms_rely_on():
+    """Over every code point: NFKC and casefolding never produce a newline (texts are joined by
+    one and split again), casefolding never maps a character to nothing, and never maps a character
+    to or from a space, a separator or a dense-script character (the heuristic runs rules 2 and 3
+    on the casefolded lines when casefolding changed no length). A newer Unicode database that
+    breaks one of these must fail here."""
+    import sys
+    import unicodedata
+
+    separators = set("|·»›•/-–")
+
+    def special(ch):
+        cp = ord(ch)
+        return ch.isspace() or ch in separators or 0x3040 <= cp <= 0x30FF or 0x3400 <= cp <= 0x9FFF \
+            or 0xAC00 <= cp <= 0xD7AF or 0x0E00 <= cp <= 0x0E7F
+
+    broken = []
+    for cp in range(sys.maxunicode + 1):
+        if 0xD800 <= cp <= 0xDFFF or cp == 0x0A:
+            continue
+        ch = chr(cp)
+        folded = ch.casefold()
+        if "\n" in unicodedata.normalize("NFKC", ch) or "\n" in folded or not folded:
+            broken.append(cp)
+        elif folded != ch and (special(ch) or any(map(special, folded))):
+            broken.append(cp)
+    assert broken == []

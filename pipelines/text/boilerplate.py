@@ -215,7 +215,8 @@ def heuristic_scores_of_documents(lines: Sequence[str], bounds: Sequence[int]) -
     # The phrases, separators and dense-script characters are found per line by RE2 over Arrow
     # arrays of the lines (one pass each, C++), not by a Python loop per occurrence.
     folded = joined.casefold()
-    boilerplate = pc.match_substring_regex(_arrow_lines(folded, n), _BOILERPLATE_RE2).to_numpy(zero_copy_only=False)
+    folded_lines = _arrow_lines(folded, n)
+    boilerplate = pc.match_substring_regex(folded_lines, _BOILERPLATE_RE2).to_numpy(zero_copy_only=False)
     if "(c)" in folded:
         if len(folded) == len(joined):  # the same total length means the same lines
             folded_starts = starts
@@ -228,8 +229,11 @@ def heuristic_scores_of_documents(lines: Sequence[str], bounds: Sequence[int]) -
             boilerplate = boilerplate.copy()
             boilerplate[np.searchsorted(folded_starts, years, side="right") - 1] = True
 
-    # Rule 2: two or more separators on a line.
-    arrow_lines = _arrow_lines(joined, n)
+    # Rule 2: two or more separators on a line. Casefolding maps no character to or from a space,
+    # separator or dense-script character, nor to nothing; when it changed no length (most
+    # bundles), each folded line has those characters where its line has them, so the folded
+    # lines serve for rules 2 and 3 as well.
+    arrow_lines = folded_lines if len(folded) == len(joined) else _arrow_lines(joined, n)
     menu = (pc.count_substring_regex(arrow_lines, _SEPARATORS_RE2).to_numpy() >= 2) & ~boilerplate
 
     # Rules 3 to 5: length (shorter limits for dense scripts) and end punctuation.
