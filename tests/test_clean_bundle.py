@@ -207,3 +207,18 @@ def test_row_tuples_make_the_same_parquet_table_as_row_dicts(sample_documents, l
     assert sentence_table([]).equals(pa.Table.from_pylist([], schema=SENTENCE_SCHEMA))
     # Tuples compare in sentence order: (file, offset, doc_id, position).
     assert sorted(tuples) == sorted(tuples, key=lambda row: (row[0], row[1], row[2], row[3]))
+
+
+def test_the_buffer_holds_lines_not_pages_and_flushes_at_the_character_limit():
+    import pipelines.clean_transforms as transforms
+
+    fn = transforms._CleanDocumentsFn(CleanConfig(), bundle_documents=100, bundle_chars=150)
+    fn.setup()
+    fn.start_bundle()
+    first = list(fn.process(_page_doc(0, PAGES[0])))
+    assert first == [] and len(fn.pending) == 1 and fn.pending[0].doc.body == ""  # held: its lines only
+    assert fn.pending[0].lines and fn.pending_chars == sum(map(len, fn.pending[0].lines)) < 150
+    second = list(fn.process(_page_doc(1, PAGES[1])))  # now over 150 characters: cleaned at once
+    assert fn.pending == [] and fn.pending_chars == 0
+    assert sorted(row_dict(o.value[1])["doc_id"] for o in second) == ["d0", "d1"]
+    assert list(fn.finish_bundle())  # the tallies

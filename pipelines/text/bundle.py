@@ -14,7 +14,7 @@ every document. `clean_document` itself is `clean_bundle` on a bundle of one.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, compress
 from operator import itemgetter
 from typing import Sequence
@@ -33,8 +33,9 @@ from pipelines.text.sentences import split_sentences_many
 
 @dataclass
 class PreparedDocument:
-    """A document with its lines, and its lines' main-content scores when the page was needed for
-    them (the model's HTML feature); else `scores` is None and `clean_bundle` scores the lines."""
+    """A document (without its body: a bundle holds lines, not pages) with its lines, and its
+    lines' main-content scores when the page was needed for them (the model's HTML feature);
+    else `scores` is None and `clean_bundle` scores the lines."""
 
     doc: Document
     lines: list[str]
@@ -56,7 +57,7 @@ def prepare_document(doc: Document, config: CleanConfig, main_content_model=None
         max_line_chars = config.max_line_chars
         workable = [line for line in lines if len(line) <= max_line_chars]
         scores = _model_scores(main_content_model, workable, tree)
-    return PreparedDocument(doc, lines, scores)
+    return PreparedDocument(replace(doc, body=""), lines, scores)
 
 
 def _model_scores(model, lines: list[str], tree) -> list[float]:
