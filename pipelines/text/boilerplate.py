@@ -153,14 +153,11 @@ def line_scores(lines: list[str]) -> list[float]:
 
 
 def heuristic_main_content_scores(lines: list[str]) -> list[float]:
-    """P(main content) per line of ONE document, in order (contract 3's fallback)."""
-    if not lines:
-        return []
-    return heuristic_scores_of_documents(lines, [0, len(lines)]).tolist()
+    """P(main content) per line of ONE document, in order (contract 3's fallback).
 
-
-def heuristic_main_content_scores_per_line(lines: list[str]) -> list[float]:
-    """`heuristic_main_content_scores` from `line_scores` and a loop for rule 5 (the page-wide form)."""
+    The page-wide form (`line_scores` and a loop for rule 5); `heuristic_scores_of_documents` gives
+    the same scores for many documents at once (labse-clean uses it), with a fixed cost per call
+    that one page does not repay."""
     scores = line_scores(lines)
     out = list(scores)
     last = len(lines) - 1
@@ -206,7 +203,7 @@ def heuristic_scores_of_documents(lines: Sequence[str], bounds: Sequence[int]) -
     joined = "\n".join(lines)
     if joined.count("\n") != n - 1:  # not lines of documents: score one by one
         return np.array([s for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())
-                         for s in heuristic_main_content_scores_per_line(list(lines[lo:hi]))], dtype=np.float64)
+                         for s in heuristic_main_content_scores(list(lines[lo:hi]))], dtype=np.float64)
     lengths = np.fromiter(map(len, lines), dtype=np.int64, count=n)
     starts = np.zeros(n, dtype=np.int64)
     np.cumsum(lengths[:-1] + 1, out=starts[1:])

@@ -80,6 +80,11 @@ def clean_document(
 ) -> DocumentResult:
     """Lines, scores, language, sentences and filters for ONE document.
 
+    This is `pipelines.text.bundle.clean_bundle` on a bundle of one. To clean many documents,
+    give them to `clean_bundle` together (as labse-clean does, 256 at a time): the same results,
+    and one page alone pays the fixed cost of the bundle's array operations (about 3.0 ms a page
+    one at a time against 2.1 ms in bundles of 256, on the web-pages sample).
+
     Args:
         doc: a reader's `Document` (HTML from WARC, or text lines from WET / Wikipedia).
         lid: the language identifier (lid.176), loaded once and reused for every document.
