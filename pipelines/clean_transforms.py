@@ -1,12 +1,13 @@
 """The cleaning stage's Beam transforms: reader output in, sentence shards, errors and stats.json out.
 
     ReadAll(inputs) -> CleanCorpus(output_dir, config)
-        = ExtractSentences (clean_document per document) -> DeduplicateSentences
+        = ExtractSentences (clean_bundle per bundle of documents) -> DeduplicateSentences
           -> WriteSentenceShards / WriteErrors -> stats.json, then _SUCCESS
 
-The per-document logic is `pipelines.text.document.clean_document` (no Beam); this module only
-loads models once per worker, calls it, counts and deduplicates across documents. The CLI is
-`pipelines.clean`.
+The cleaning logic is `pipelines.text.bundle` (`prepare_document` per page, `clean_bundle` per
+bundle; `pipelines.text.document.clean_document` is a bundle of one), without Beam; this module
+only loads models once per worker, holds documents until a bundle is full, calls it, counts and
+deduplicates across documents. The CLI is `pipelines.clean`.
 """
 from __future__ import annotations
 
