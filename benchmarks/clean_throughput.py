@@ -7,8 +7,10 @@ in one run, one process each, all on the same pages:
                 HTML already decoded by our reader (its reading is NOT timed: in its favour);
   teacher       `pipelines.main_content.labels.teacher_extract` (trafilatura, favor_precision,
                 tables): the main-content classifier's teacher, issue 3's speed reference;
-  text loop     our text functions in a plain Python loop: `clean_document` per page (HTML to lines,
-                heuristic main content, lid.176, sentences, filters) plus a dict for dedup;
+  text loop     our text functions without Beam, as the pipeline's cleaning step runs them:
+                `prepare_document` per page (HTML to lines), then `clean_bundle` per bundle of 256
+                pages (heuristic main content, one lid.176 call, sentences, filters) and the
+                bundle's `dedup_keys`, plus a dict for dedup;
   pipeline      the whole `labse-clean` Beam pipeline (DirectRunner, one in-process worker): WARC
                 reading and decompression, all of the above, dedup, Parquet, errors, stats.json;
   ... + model   the text loop and the pipeline again with the fastText main-content classifier
@@ -17,9 +19,11 @@ in one run, one process each, all on the same pages:
                 every line with the page's HTML feature.
 
 Pages per second per core = pages / CPU seconds of the process (and, for the pipeline, its
-children), so the numbers do not depend on how busy the shared machine was; wall-clock rates are
-printed too. "Beam overhead" = pipeline CPU time / text-loop CPU time. Last, the CPU cost of each
-step of the text path per page, each step timed alone.
+children); wall-clock rates are printed too. CPU time still depends on how busy the machine is
+(other processes on the same cores slow every row, trafilatura more than ours), so the load
+average is printed before and after, and the ratios compare rows of one run. "Beam overhead" =
+pipeline CPU time / text-loop CPU time. Last, the CPU cost of each step of the text path per
+page, each step timed alone.
 
     .venv/bin/python benchmarks/clean_throughput.py --data ../shared/data [--pages 2000] \
         [--main-content-model model.bin | --no-model]
@@ -38,6 +42,13 @@ import time
 from pathlib import Path
 
 WEB_PAGES = "commoncrawl/web-pages-sample.warc.gz"
+# Measure the code of this checkout, not whatever `pipelines` the environment installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+BUNDLE = 256  # documents per clean_bundle call, as the pipeline's default (DEFAULT_BUNDLE_DOCUMENTS)
+
+
+def load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg()) + " (1/5/15 min)"
 
 
 def cpu_seconds() -> float:
@@ -69,12 +80,16 @@ def main(argv=None) -> int:
 
     import trafilatura
 
+    import pipelines
     from pipelines.clean import run
     from pipelines.io.documents import Document
     from pipelines.io.readers import read_records
-    from pipelines.text.document import CleanConfig, clean_document
+    from pipelines.text.bundle import clean_bundle, prepare_document
+    from pipelines.text.document import CleanConfig
     from pipelines.text.langid import LanguageIdentifier
-    from pipelines.text.normalise import dedup_key
+    from pipelines.text.normalise import dedup_keys
+
+    print(f"code: {Path(pipelines.__file__).parent}; load average {load()}", file=sys.stderr, flush=True)
 
     source = args.data / WEB_PAGES
     pages_once = [r for r in read_records(str(source), "warc") if isinstance(r, Document)]
@@ -115,10 +130,12 @@ def main(argv=None) -> int:
                 from pipelines.main_content.model import MainContentModel
 
                 model = MainContentModel.load(config.main_content_model)
-            seen: dict[tuple[str, str], tuple] = {}
-            for doc in docs:
-                for row in clean_document(doc, lid, config, model).rows:
-                    seen.setdefault((row["lang"], dedup_key(row["text"])), (row["file"], row["offset"]))
+            seen: dict[bytes, tuple] = {}
+            for start in range(0, len(docs), BUNDLE):
+                prepared = [prepare_document(doc, config, model) for doc in docs[start:start + BUNDLE]]
+                result = clean_bundle(prepared, lid, config)
+                for key, row in zip(dedup_keys(result.text, result.lang), result.row_tuples()):
+                    seen.setdefault(key, row[:2])
         results[label] = t
         print(f"{label}: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({len(seen)} unique sentences)",
               file=sys.stderr, flush=True)
@@ -134,28 +151,29 @@ def main(argv=None) -> int:
         assert stats["documents_read"] >= n and stats["identity_holds"]
 
     config = CleanConfig()
-    text_loop(config, "text functions, plain loop")
+    text_loop(config, "text functions, bundles of 256, no Beam")
     pipeline(config, "labse-clean pipeline (DirectRunner)")
     if model_path:
         model_config = CleanConfig(main_content_model=str(model_path))
-        text_loop(model_config, "text functions + main-content model, plain loop")
+        text_loop(model_config, "text functions + main-content model, bundles of 256, no Beam")
         pipeline(model_config, "labse-clean pipeline + main-content model")
 
     peer = results["trafilatura.extract loop"]
     teacher = results["teacher (trafilatura favor_precision) loop"]
-    print(f"\n{n} pages of {WEB_PAGES} repeated x{copies}\n")
+    print(f"\n{n} pages of {WEB_PAGES} repeated x{copies}; load average {load()} at the end\n")
     print("| what | wall s | CPU s | pages/s (wall) | pages/s/core (CPU) | vs trafilatura (per core) | vs teacher (per core) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, t in results.items():
         print(f"| {name} | {t.wall:.1f} | {t.cpu:.1f} | {n / t.wall:.0f} | {n / t.cpu:.0f} | "
               f"{peer.cpu / t.cpu:.2f}x | {teacher.cpu / t.cpu:.2f}x |")
-    for suffix, loop, pipe in (("", "text functions, plain loop", "labse-clean pipeline (DirectRunner)"),
-                               (" with the model", "text functions + main-content model, plain loop",
+    for suffix, loop, pipe in (("", "text functions, bundles of 256, no Beam", "labse-clean pipeline (DirectRunner)"),
+                               (" with the model", "text functions + main-content model, bundles of 256, no Beam",
                                 "labse-clean pipeline + main-content model")):
         if pipe in results:
             print(f"\nBeam overhead{suffix} (pipeline CPU / text-loop CPU): {results[pipe].cpu / results[loop].cpu:.2f}x")
     print("\nWhere one page's CPU time goes (ms per page; each step timed alone, best of 3 passes over "
-          f"the {len(pages_once)} distinct pages x10; steps after the heuristic on the lines it keeps):\n")
+          f"the {len(pages_once)} distinct pages x10, bundles of {BUNDLE}; steps after the heuristic on the "
+          "lines it keeps):\n")
     print("| step | ms/page |")
     print("| --- | --- |")
     for step, ms in stage_costs(source, pages_once).items():
@@ -166,21 +184,25 @@ def main(argv=None) -> int:
 
 
 def stage_costs(source: Path, pages: list, copies: int = 10, passes: int = 3) -> dict[str, float]:
-    """CPU ms per page of each step of `clean_document` (rule-based main content), timed alone."""
+    """CPU ms per page of each step of the cleaning step (rule-based main content), each timed
+    alone: the per-page steps on every page, the bundle steps on bundles of BUNDLE pages."""
     from collections import Counter
 
+    import numpy as np
+
     from pipelines.io.readers import read_records
-    from pipelines.text.boilerplate import heuristic_main_content_scores
-    from pipelines.text.document import CleanConfig, clean_document
-    from pipelines.text.filters import first_failures
+    from pipelines.text.boilerplate import heuristic_scores_of_documents
+    from pipelines.text.bundle import clean_bundle, prepare_document
+    from pipelines.text.document import CleanConfig
+    from pipelines.text.filters import first_failure_codes
     from pipelines.text.html import parse_html, tree_to_lines
     from pipelines.text.langid import DEFAULT_THRESHOLD, LanguageIdentifier, decide_language
-    from pipelines.text.normalise import clean_text, dedup_key
+    from pipelines.text.normalise import clean_text, dedup_keys
     from pipelines.text.sentences import split_sentences
 
     config = CleanConfig()
     lid = LanguageIdentifier()
-    first_failures(["Warm-up of the filter tables."], ["en"])
+    first_failure_codes(["Warm-up of the filter tables."], ["en"])
     docs = pages * copies
     best: dict[str, float] = {}
 
@@ -192,23 +214,28 @@ def stage_costs(source: Path, pages: list, copies: int = 10, passes: int = 3) ->
         list(read_records(str(source), "warc"))
         keep_best("read WARC + inflate + decode (FastWARC, ISA-L)", time.process_time() - started, len(pages))
         spent: Counter = Counter()
+        page_lines = []
         for doc in docs:
             t0 = time.process_time()
             tree = parse_html(doc.body)
             t1 = time.process_time()
-            lines = tree_to_lines(tree)
+            page_lines.append(tree_to_lines(tree))
+            spent["resiliparse parse"] += t1 - t0
+            spent["resiliparse extract + line clean-up"] += time.process_time() - t1
+        for start in range(0, len(docs), BUNDLE):
+            bundle = page_lines[start:start + BUNDLE]
+            lines = [line for page in bundle for line in page]
+            bounds = np.concatenate(([0], np.cumsum([len(page) for page in bundle])))
             t2 = time.process_time()
-            scores = heuristic_main_content_scores(lines)
+            scores = heuristic_scores_of_documents(lines, bounds)
             t3 = time.process_time()
-            wanted = [line for line, score in zip(lines, scores)
+            wanted = [line for line, score in zip(lines, scores.tolist())
                       if score >= config.main_content_threshold and len(line) >= config.min_chars]
             predictions = lid.predict(wanted)
             t4 = time.process_time()
-            spent["resiliparse parse"] += t1 - t0
-            spent["resiliparse extract + line clean-up"] += t2 - t1
-            spent["heuristic main-content scores"] += t3 - t2
-            spent["lid.176"] += t4 - t3
-            candidates = []
+            spent["heuristic main-content scores (per bundle)"] += t3 - t2
+            spent["lid.176 (one call per bundle)"] += t4 - t3
+            texts, langs = [], []
             for line, (lang, probability) in zip(wanted, predictions):
                 decision = decide_language(lang, probability, None, DEFAULT_THRESHOLD)
                 if decision.lang is None:
@@ -216,26 +243,29 @@ def stage_costs(source: Path, pages: list, copies: int = 10, passes: int = 3) ->
                 t5 = time.process_time()
                 cleaned = clean_text(line)
                 t6 = time.process_time()
-                candidates += [(text, decision.lang) for text in split_sentences(cleaned, decision.lang)]
+                sentences = split_sentences(cleaned, decision.lang)
                 t7 = time.process_time()
+                texts += sentences
+                langs += [decision.lang] * len(sentences)
                 spent["clean_text"] += t6 - t5
                 spent["sentencex"] += t7 - t6
             t8 = time.process_time()
-            reasons = first_failures([c[0] for c in candidates], [c[1] for c in candidates], config.filters())
+            codes = first_failure_codes(texts, langs, config.filters())
             t9 = time.process_time()
-            for (text, _lang), reason in zip(candidates, reasons):
-                if reason is None:
-                    dedup_key(text)
+            kept = (codes < 0).tolist()
+            dedup_keys([t for t, k in zip(texts, kept) if k], [g for g, k in zip(langs, kept) if k])
             t10 = time.process_time()
-            spent["filters"] += t9 - t8
-            spent["dedup key"] += t10 - t9
+            spent["filters (per bundle)"] += t9 - t8
+            spent["dedup keys (per bundle)"] += t10 - t9
         for name, seconds in spent.items():
             keep_best(name, seconds, len(docs))
         started = time.process_time()
-        for doc in docs:
-            clean_document(doc, lid, config)
-        keep_best("clean_document, all of the above but reading (one call per page)", time.process_time() - started,
-                  len(docs))
+        for start in range(0, len(docs), BUNDLE):
+            result = clean_bundle([prepare_document(doc, config) for doc in docs[start:start + BUNDLE]], lid, config)
+            dedup_keys(result.text, result.lang)
+            result.row_tuples()
+        keep_best("prepare_document + clean_bundle + dedup keys + rows: all of the above but reading",
+                  time.process_time() - started, len(docs))
     return best
 
 

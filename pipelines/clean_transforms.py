@@ -1,12 +1,13 @@
 """The cleaning stage's Beam transforms: reader output in, sentence shards, errors and stats.json out.
 
     ReadAll(inputs) -> CleanCorpus(output_dir, config)
-        = ExtractSentences (clean_document per document) -> DeduplicateSentences
+        = ExtractSentences (clean_bundle per bundle of documents) -> DeduplicateSentences
           -> WriteSentenceShards / WriteErrors -> stats.json, then _SUCCESS
 
-The per-document logic is `pipelines.text.document.clean_document` (no Beam); this module only
-loads models once per worker, calls it, counts and deduplicates across documents. The CLI is
-`pipelines.clean`.
+The cleaning logic is `pipelines.text.bundle` (`prepare_document` per page, `clean_bundle` per
+bundle; `pipelines.text.document.clean_document` is a bundle of one), without Beam; this module
+only loads models once per worker, holds documents until a bundle is full, calls it, counts and
+deduplicates across documents. The CLI is `pipelines.clean`.
 """
 from __future__ import annotations
 
@@ -17,17 +18,18 @@ from dataclasses import asdict
 from typing import Iterator, Mapping
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindow
+from apache_beam.transforms.window import BoundedWindow, GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.accounting import ReasonCounters, SumTallies, Tally, build_stats
 from pipelines.io.documents import Document, Dropped, ReadError, ReadResult
-from pipelines.io.parquet import WriteErrors, WriteSentenceShards, sentence_order
+from pipelines.io.parquet import WriteErrors, WriteSentenceShards, row_dict  # noqa: F401 (row_dict: see ExtractSentences)
 from pipelines.io.stage_output import mark_complete, write_stats_json
-from pipelines.text.document import CleanConfig, clean_document, error_record
+from pipelines.text.bundle import BundleResult, PreparedDocument, clean_bundle, prepare_document
+from pipelines.text.document import CleanConfig, error_record
 from pipelines.text.langid import LanguageIdentifier
-from pipelines.text.normalise import dedup_key
+from pipelines.text.normalise import dedup_keys
 
 TALLY = "tally"
 ERRORS = "errors"
@@ -41,6 +43,13 @@ DEFAULT_PER_FILE_LIMIT = 100
 def _global_window(value) -> WindowedValue:
     """An element emitted from `finish_bundle`, which has no input element to inherit a window from."""
     return WindowedValue(value, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+def _in_window(value, window: BoundedWindow) -> WindowedValue:
+    """`value` in `window` (at its end; in the global window at MIN_TIMESTAMP, as `_global_window`)."""
+    if isinstance(window, GlobalWindow):
+        return _global_window(value)
+    return WindowedValue(value, window.max_timestamp(), [window])
 
 
 def load_main_content_model(path: str):
@@ -70,16 +79,33 @@ def load_main_content_model(path: str):
         os.unlink(local)
 
 
-class _CleanDocumentsFn(beam.DoFn):
-    """Document | Dropped | ReadError -> ((lang, dedup key), row) candidates.
+# A bundle of documents is cleaned at once (`clean_bundle`) when it holds this many documents or
+# this many characters of lines, and at the end of every Beam bundle. Only lines are held (the HTML
+# is parsed as each document arrives), so the characters bound a worker's memory.
+DEFAULT_BUNDLE_DOCUMENTS = 256
+DEFAULT_BUNDLE_CHARS = 16 << 20
 
-    Side outputs: error records, one tally per bundle (summing in the DoFn keeps the per-element
-    Beam overhead off the counting path), and per bundle one (file, file tally) per input file seen
-    (`file_outcome`).
+
+class _CleanDocumentsFn(beam.DoFn):
+    """Document | Dropped | ReadError -> (dedup key, row) candidates (`dedup_keys`, row a
+    `ROW_FIELDS` tuple).
+
+    Documents are prepared as they arrive (`prepare_document`: HTML to lines, the model's scores)
+    and cleaned in bundles (`clean_bundle`: one lid.176 call, the filters over all sentences at
+    once), flushed when `bundle_documents` documents or `bundle_chars` characters of lines are held
+    and in `finish_bundle`. Each output carries the timestamp and window of the document it comes
+    from. Side outputs: error records, one tally per bundle (summing in the DoFn keeps the
+    per-element Beam overhead off the counting path), and per bundle one (file, file tally) per
+    input file seen (`file_outcome`).
     """
 
-    def __init__(self, config: CleanConfig):
+    def __init__(self, config: CleanConfig, bundle_documents: int = DEFAULT_BUNDLE_DOCUMENTS,
+                 bundle_chars: int = DEFAULT_BUNDLE_CHARS):
+        if bundle_documents < 1 or bundle_chars < 1:
+            raise ValueError("bundle_documents and bundle_chars must be positive")
         self.config = config
+        self.bundle_documents = bundle_documents
+        self.bundle_chars = bundle_chars
 
     def setup(self):
         # Heavy objects once per worker, never per element.
@@ -90,60 +116,127 @@ class _CleanDocumentsFn(beam.DoFn):
         self.counters = ReasonCounters()
 
     def start_bundle(self):
-        self.bundle_tally: Counter = Counter()
-        self.bundle_files: dict[str, Counter] = {}
+        # Tallies per window, and per (window, input file): each is emitted in its window.
+        self.bundle_tally: dict[BoundedWindow, Counter] = {}
+        self.bundle_files: dict[tuple[BoundedWindow, str], Counter] = {}
+        self.pending: list[PreparedDocument] = []
+        self.pending_places: list[tuple] = []  # (timestamp, window) of each pending document
+        self.pending_chars = 0
 
-    def process(self, element: ReadResult) -> Iterator:
-        rows: list[dict] = []
-        file = element.file if isinstance(element, (Document, Dropped, ReadError)) else ""
+    def process(self, element: ReadResult, timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam) -> Iterator:
+        if not isinstance(window, BoundedWindow):  # called directly, outside a pipeline (tests)
+            timestamp, window = MIN_TIMESTAMP, GlobalWindow()
         if isinstance(element, Document):
             try:
-                result = clean_document(element, self.lid, self.config, self.main_content_model)
+                prepared = prepare_document(element, self.config, self.main_content_model)
             except Exception as exc:  # bad input must never crash the run; it is routed to errors/
-                tally = {"documents.read": 1, "documents.errored": 1}
-                errors = [error_record(element.file, element.offset, "processing_failed",
-                                       f"{type(exc).__name__}: {exc}", doc_id=element.doc_id, url=element.url)]
-            else:
-                tally, errors, rows = result.tally, result.errors, result.rows
-        elif isinstance(element, Dropped):
-            tally, errors = {"documents.read": 1, f"documents.dropped.{element.reason}": 1}, []
+                error = self._failed(element, exc)
+                self._count(window, element.file, {"documents.read": 1, "documents.errored": 1}, [error])
+                yield beam.pvalue.TaggedOutput(ERRORS, error)
+                return
+            self.pending.append(prepared)
+            self.pending_places.append((timestamp, window))
+            self.pending_chars += sum(map(len, prepared.lines))
+            if len(self.pending) >= self.bundle_documents or self.pending_chars >= self.bundle_chars:
+                yield from self._flush()
+            return
+        if isinstance(element, Dropped):
+            file, tally, errors = element.file, {"documents.read": 1, f"documents.dropped.{element.reason}": 1}, []
         elif isinstance(element, ReadError):
-            tally = {"documents.read": 1, "documents.errored": 1}
+            file, tally = element.file, {"documents.read": 1, "documents.errored": 1}
             errors = [error_record(element.file, element.offset, element.reason, element.detail)]
         else:
-            tally = {"documents.read": 1, "documents.errored": 1}
+            file, tally = "", {"documents.read": 1, "documents.errored": 1}
             errors = [error_record("", 0, "unknown_element", repr(element)[:500])]
-        self.counters.inc_tally(tally)
-        self.bundle_tally.update(tally)
-        per_file = self.bundle_files.get(file)
-        if per_file is None:
-            per_file = self.bundle_files[file] = Counter()
-        per_file.update(file_outcome(tally, errors))
-        for row in rows:
-            yield (row["lang"], dedup_key(row["text"])), row
+        self._count(window, file, tally, errors)
         for error in errors:
             yield beam.pvalue.TaggedOutput(ERRORS, error)
 
     def finish_bundle(self):
-        if self.bundle_tally:
-            yield beam.pvalue.TaggedOutput(TALLY, _global_window(dict(self.bundle_tally)))
-        for file, per_file in self.bundle_files.items():
-            yield beam.pvalue.TaggedOutput(FILES, _global_window((file, dict(per_file))))
+        yield from self._flush()
+        for window, tally in self.bundle_tally.items():
+            yield beam.pvalue.TaggedOutput(TALLY, _in_window(dict(tally), window))
+        for (window, file), per_file in self.bundle_files.items():
+            yield beam.pvalue.TaggedOutput(FILES, _in_window((file, dict(per_file)), window))
+
+    @staticmethod
+    def _failed(doc: Document, exc: Exception) -> dict:
+        return error_record(doc.file, doc.offset, "processing_failed", f"{type(exc).__name__}: {exc}",
+                            doc_id=doc.doc_id, url=doc.url)
+
+    def _count(self, window: BoundedWindow, file: str, tally: Mapping[str, int], errors: list[dict]) -> None:
+        self.counters.inc_tally(tally)
+        bundle_tally = self.bundle_tally.get(window)
+        if bundle_tally is None:
+            bundle_tally = self.bundle_tally[window] = Counter()
+        bundle_tally.update(tally)
+        per_file = self.bundle_files.get((window, file))
+        if per_file is None:
+            per_file = self.bundle_files[(window, file)] = Counter()
+        per_file.update(file_outcome(tally, errors))
+
+    def _clean(self, prepared: list[PreparedDocument]) -> tuple[BundleResult, list[bytes], list[tuple]]:
+        result = clean_bundle(prepared, self.lid, self.config)
+        return result, dedup_keys(result.text, result.lang), result.row_tuples()
+
+    def _flush(self) -> Iterator:
+        pending, places = self.pending, self.pending_places
+        if not pending:
+            return
+        self.pending, self.pending_places, self.pending_chars = [], [], 0
+        templates: dict[tuple, WindowedValue] = {}  # one per (timestamp, window): outputs copy it
+        for place in places:
+            if place not in templates:
+                templates[place] = WindowedValue(None, place[0], (place[1],))
+        try:
+            cleaned = [(self._clean(pending), list(range(len(pending))))]
+        except Exception:
+            # A bug in one document must cost that document only: clean them one at a time.
+            cleaned = []
+            for i, prepared in enumerate(pending):
+                try:
+                    cleaned.append((self._clean([prepared]), [i]))
+                except Exception as exc:
+                    error = self._failed(prepared.doc, exc)
+                    template = templates[places[i]]
+                    self._count(template.windows[0], prepared.doc.file,
+                                {"documents.read": 1, "documents.errored": 1}, [error])
+                    yield beam.pvalue.TaggedOutput(ERRORS, template.with_value(error))
+        for (result, keys, rows), indices in cleaned:
+            placed = [templates[places[i]] for i in indices]
+            for d, (doc, tally, errors) in enumerate(zip(result.docs, result.tallies, result.errors)):
+                self._count(placed[d].windows[0], doc.file, tally, errors)
+                for error in errors:
+                    yield beam.pvalue.TaggedOutput(ERRORS, placed[d].with_value(error))
+            if len(templates) == 1:
+                template = placed[0]
+                for key, row in zip(keys, rows):
+                    yield template.with_value((key, row))
+            else:
+                for d, key, row in zip(result.doc, keys, rows):
+                    yield placed[d].with_value((key, row))
 
 
 class ExtractSentences(beam.PTransform):
-    """Reader output -> candidate sentences, tallies and error records: `clean_document` per document.
+    """Reader output -> candidate sentences, tallies and error records: `clean_document`'s results
+    for every document, computed a bundle of documents at a time (`clean_bundle`).
 
     Every element counts as one document read: a `Document` is cleaned (an exception becomes one
-    `processing_failed` error, never a failed run), a `Dropped` is a document dropped by its reason,
-    a `ReadError` an errored document. lid.176 and the main-content model load once per worker.
+    `processing_failed` error for that document, never a failed run), a `Dropped` is a document
+    dropped by its reason, a `ReadError` an errored document. lid.176 and the main-content model load
+    once per worker.
 
     Args:
         config: the stage's `CleanConfig`; `config.main_content_model` is a path (local or
             gs://) that every worker loads in `DoFn.setup`, or None for the heuristic rules.
+        bundle_documents, bundle_chars: a worker cleans the documents it holds at once when they
+            are this many, or hold this many characters of lines, and at the end of a Beam bundle.
 
     Returns (from `expand`) a dict of PCollections:
-        "rows": ((lang, dedup key), row) candidate sentences, before deduplication;
+        "rows": (dedup key, row) candidate sentences, before deduplication: the key a digest of the
+            language and the normalised text (`pipelines.text.normalise.dedup_keys`), the row a
+            tuple of `pipelines.io.parquet.ROW_FIELDS` (`row_dict` makes it a dict);
         "tally": tally dicts (one per bundle) to sum with `pipelines.accounting.SumTallies`;
         "errors": error records (`pipelines.text.document.error_record`);
         "files": (input file, file tally) pairs (`file_outcome`), several per file, to sum per file.
@@ -154,36 +247,39 @@ class ExtractSentences(beam.PTransform):
             extracted = (pipeline
                          | ReadAll([("data/commoncrawl/*.warc.gz", "warc")])
                          | ExtractSentences(CleanConfig(min_chars=20)))
-            _ = extracted["rows"] | beam.Values() | beam.Map(lambda row: print(row["lang"], row["text"]))
+            _ = (extracted["rows"] | beam.Values() | beam.Map(row_dict)
+                 | beam.Map(lambda row: print(row["lang"], row["text"])))
     """
 
-    def __init__(self, config: CleanConfig):
+    def __init__(self, config: CleanConfig, bundle_documents: int = DEFAULT_BUNDLE_DOCUMENTS,
+                 bundle_chars: int = DEFAULT_BUNDLE_CHARS):
         super().__init__()
         self.config = config
+        self.bundle_documents = bundle_documents
+        self.bundle_chars = bundle_chars
 
     def expand(self, documents: beam.PCollection[ReadResult]) -> dict[str, beam.PCollection]:
-        outputs = documents | "CleanDocuments" >> beam.ParDo(_CleanDocumentsFn(self.config)).with_outputs(
-            TALLY, ERRORS, FILES, main="rows")
+        clean = _CleanDocumentsFn(self.config, self.bundle_documents, self.bundle_chars)
+        outputs = documents | "CleanDocuments" >> beam.ParDo(clean).with_outputs(TALLY, ERRORS, FILES, main="rows")
         return {"rows": outputs.rows, "tally": outputs[TALLY], "errors": outputs[ERRORS], "files": outputs[FILES]}
 
 
 class _FirstSource(beam.CombineFn):
-    """Among rows with one dedup key: the first by (file, offset, doc_id, position), and how many there were."""
+    """Among rows with one dedup key: the first by (file, offset, doc_id, position), and how many
+    there were. Rows are `ROW_FIELDS` tuples, which compare in that order."""
 
     def create_accumulator(self):
         return (None, 0)
 
     def add_input(self, acc, row):
         best, count = acc
-        if best is None or sentence_order(row) < sentence_order(best):
-            best = row
-        return (best, count + 1)
+        return (row if best is None or row < best else best, count + 1)
 
     def merge_accumulators(self, accs):
         best, count = None, 0
         for row, n in accs:
             count += n
-            if row is not None and (best is None or sentence_order(row) < sentence_order(best)):
+            if row is not None and (best is None or row < best):
                 best = row
         return (best, count)
 
@@ -204,7 +300,7 @@ class _EmitUniqueFn(beam.DoFn):
         self.kept += 1
         self.duplicates += count - 1
         # doc_id too: records of a file compressed as ONE gzip member share their offset.
-        self.documents.add((row["file"], row["offset"], row["doc_id"]))
+        self.documents.add(row[:3])  # (file, offset, doc_id)
         yield row
 
     def finish_bundle(self):
@@ -219,8 +315,9 @@ class _EmitUniqueFn(beam.DoFn):
 class DeduplicateSentences(beam.PTransform):
     """Exact dedup of normalised sentences per language over the whole run, keeping the first source.
 
-    Input: ((lang, dedup key), row). Returns {"rows": unique rows, "tally": sentences kept / dropped
-    as duplicate, "documents": (file, offset, doc_id) of documents with a kept sentence (may repeat)}.
+    Input: (dedup key, row), the row a `ROW_FIELDS` tuple. Returns {"rows": unique rows, "tally":
+    sentences kept / dropped as duplicate, "documents": (file, offset, doc_id) of documents with a
+    kept sentence (may repeat)}.
     """
 
     def expand(self, keyed_rows: beam.PCollection) -> dict[str, beam.PCollection]:

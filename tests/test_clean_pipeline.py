@@ -335,15 +335,16 @@ def test_every_sentence_is_accounted_for_in_one_document(lid):
 
 def test_a_line_that_breaks_the_splitter_costs_that_line_only(lid, monkeypatch):
     import pipelines.text.document as document
+    import pipelines.text.sentences as sentences
 
-    real = document.split_sentences
+    real = sentences.sentencex.segment
 
-    def flaky(text, lang):
+    def flaky(lang, text):
         if text.startswith("Critics"):
             raise RuntimeError("splitter bug")
-        return real(text, lang)
+        return real(lang, text)
 
-    monkeypatch.setattr(document, "split_sentences", flaky)
+    monkeypatch.setattr(sentences.sentencex, "segment", flaky)
     result = document.clean_document(_doc(_page(ARTICLE, OTHER)), lid, CleanConfig())
     assert [r["text"] for r in result.rows] == [ARTICLE]
     assert result.tally["sentences.errored"] == 1

@@ -44,10 +44,16 @@ def _reference_scores(lines):
 
 
 def test_page_wide_heuristic_equals_per_line_rules(web_lines):
-    from pipelines.text.boilerplate import heuristic_main_content_scores
+    from pipelines.text.boilerplate import heuristic_main_content_scores, heuristic_scores_of_documents
 
     for lines in web_lines:
         assert heuristic_main_content_scores(lines) == _reference_scores(lines)
+    # Many documents at once (a bundle): rule 5 looks at neighbours inside a document only.
+    bounds = [0]
+    for lines in web_lines:
+        bounds.append(bounds[-1] + len(lines))
+    together = heuristic_scores_of_documents([line for lines in web_lines for line in lines], bounds).tolist()
+    assert together == [score for lines in web_lines for score in _reference_scores(lines)]
     # Lines with a newline inside (not a document's lines) fall back to the per-line rules.
     odd = ["Home | News | About", "(c)\n2020 Example", "A long enough sentence that ends with a full stop."]
     assert heuristic_main_content_scores(odd) == _reference_scores(odd)
@@ -108,14 +114,14 @@ def sample_sentence_pages(labse_data):
     return pages
 
 
-def test_page_batched_filters_equal_the_filter_loop(sample_sentence_pages):
-    """`first_failures` over a whole page's sentences (mixed languages) == the reference per
+def test_batched_filters_equal_the_filter_loop(sample_sentence_pages):
+    """`first_failures` over many pages' sentences at once (mixed languages) == the reference per
     sentence, on every document of the five samples; and the parts it is made of agree with their
-    definitions: the page's table counts with the counts taken one character at a time, each
-    rule's page test is never False on a page where the rule fails a sentence, and a rule returns
-    only the reasons it declares."""
-    from pipelines.text.filters import (FILTERS, REASONS, FilterConfig, Page, Sentence, first_failure_reference,
-                                        first_failures)
+    definitions: the batch's table counts with the counts taken one character at a time, each
+    rule's batch form with its check on every sentence, and a rule returns only the reasons it
+    declares."""
+    from pipelines.text.filters import (FILTERS, REASONS, FilterConfig, Sentence, SentenceBatch,
+                                        first_failure_reference, first_failures)
 
     def counts(sentence):
         return (sentence.text, sentence.lang, sentence.visible, sentence.digits, sentence.symbols, sentence.letters,
@@ -123,32 +129,38 @@ def test_page_batched_filters_equal_the_filter_loop(sample_sentence_pages):
 
     checked = 0
     reasons = set()
-    skipped = {filter_rule.name: 0 for filter_rule in FILTERS if filter_rule.page_test is not None}
-    for page_number, texts in enumerate(sample_sentence_pages):
-        langs = [LANGS[(page_number + i) % len(LANGS)] for i in range(len(texts))]
+    fired = {filter_rule.name: 0 for filter_rule in FILTERS}
+    config = FilterConfig()
+    # Bundles of 40 pages, so that a bundle mixes languages and pages (as the Beam step's do).
+    for first in range(0, len(sample_sentence_pages), 40):
+        texts, langs = [], []
+        for page_number in range(first, min(first + 40, len(sample_sentence_pages))):
+            page = sample_sentence_pages[page_number]
+            texts += page
+            langs += [LANGS[(page_number + i) % len(LANGS)] for i in range(len(page))]
         expected = [first_failure_reference(t, l) for t, l in zip(texts, langs)]
         assert first_failures(texts, langs) == expected
-        page = Page.counted(texts, langs)
-        assert page is not None  # the samples hold no code point beyond the tables
+        batch = SentenceBatch.of(texts, langs)
         counted = [Sentence.counted(t, l) for t, l in zip(texts, langs)]
-        assert [counts(s) for s in page.sentences] == [counts(s) for s in counted]
-        config = FilterConfig()
+        batch_counts = list(zip(texts, langs, *(getattr(batch, name).tolist() for name in
+                                                ("visible", "digits", "symbols", "letters", "in_script"))))
+        assert batch_counts == [counts(s) for s in counted]
         for filter_rule in FILTERS:
-            found = {filter_rule.check(s, config) for s in counted}
-            assert found <= {None, *filter_rule.reasons}, filter_rule.name
-            if filter_rule.page_test is not None and not filter_rule.page_test(page, config):
-                assert found == {None}, (filter_rule.name, texts)
-                skipped[filter_rule.name] += 1
+            found = [filter_rule.check(s, config) for s in counted]
+            assert set(found) <= {None, *filter_rule.reasons}, filter_rule.name
+            names = (None,) + filter_rule.reasons
+            assert [names[code + 1] for code in filter_rule.batch(batch, config).tolist()] == found, filter_rule.name
+            fired[filter_rule.name] += sum(reason is not None for reason in found)
         reasons.update(expected)
         checked += len(texts)
     assert checked > 50_000
     # All but four reasons occur in the samples (the edge cases below and test_fused_filters_equal_the_filter_loop
     # hold the others).
     assert set(REASONS) - reasons == {"too_long", "replacement_character", "lorem_ipsum", "no_letters"}
-    assert all(skipped.values()), skipped  # every page test skips its rule somewhere
+    assert [name for name, count in fired.items() if not count] == ["replacement_character", "lorem_ipsum"]
 
 
-def test_page_batched_filters_on_edge_cases():
+def test_batched_filters_on_edge_cases():
     from pipelines.text.filters import FilterConfig, first_failure_reference, first_failures
 
     # A run of 10 equal characters only across two sentences is not a repeated-characters run;
@@ -159,6 +171,12 @@ def test_page_batched_filters_on_edge_cases():
         (["Two\nlines in one text.", "Plain sentence here."], ["en", "en"]),
         (["An old character \U00020000 here.", "中文句子在这里可以。"], ["en", "zh"]),
         (["Ok.", "A sentence that ends well... really.", "１２３４５６７８９０１２３。"], ["en", "en", "ja"]),
+        # Empty and whitespace-edged sentences, casefolding that changes lengths (ß, İ) before a
+        # policy phrase, ellipses in Chinese and English, closers and spaces before the end.
+        (["", "Straße und İstanbul: privacy policy.", "ok", "Dots.... and more...", "中文...好。", 'He said "yes." ',
+          "Klammer (siehe oben.) ", "   "], ["de", "de", "en", "en", "zh", "en", "de", "en"]),
+        (["aaaaaaaaa.", "bbbbbbbbbb.", "x" * 30, "ab" * 20 + ".", "Zahlen 1234567890 12345.", "Wörter ===== ++"],
+         ["en", "en", "en", "en", "de", "de"]),
         (["— « » — « » — « » —.", "Lorem ipsum dolor sit amet.", "Das Ger\ufffdt ist kaputt."], ["de", "la", "de"]),
     ]
     for texts, langs in pairs:
@@ -192,7 +210,8 @@ def test_a_dropped_boilerplate_line_is_one_unit_not_split():
 
 
 def test_fast_dedup_normalisation_equals_the_definition(web_lines):
-    from pipelines.text.normalise import normalise_for_dedup, normalise_for_dedup_reference
+    from pipelines.text.normalise import (dedup_key, dedup_keys, normalise_for_dedup, normalise_for_dedup_reference,
+                                          normalise_many_for_dedup)
 
     texts = [line for lines in web_lines[::2] for line in lines]
     texts += ["Hello, World!", "ＡＢＣ！", "„Zitat“ – Ende…", "  lead\x1c trail\u2028 ", "中文，标点。", "Ünïcödé?!"]
@@ -200,6 +219,17 @@ def test_fast_dedup_normalisation_equals_the_definition(web_lines):
     for text in texts:
         assert normalise_for_dedup(text) == normalise_for_dedup_reference(text), text
     assert normalise_for_dedup("„Hello,  World!“") == normalise_for_dedup("hello world") == "hello world"
+    # All at once (a bundle's sentences): the same, with empty, punctuation-only and edge cases.
+    texts += ["", " ", "...", "!? ¿", "e\u0301", "\u0301x", "ﬁ ligature", "ß", "x\u3000\u3000y", "\U00020000 — a"]
+    assert normalise_many_for_dedup(texts) == [normalise_for_dedup(text) for text in texts]
+    assert normalise_many_for_dedup(["a\nb", "c"]) == ["a b", "c"]  # a newline inside: one by one
+    assert normalise_many_for_dedup([]) == []
+    # dedup_keys: the same key exactly when the language and dedup_key agree.
+    langs = ["en", "de"] * (len(texts) // 2) + ["en"] * (len(texts) % 2)
+    keys = dedup_keys(texts, langs)
+    pairs = [(lang, dedup_key(text)) for lang, text in zip(langs, texts)]
+    assert len(set(keys)) == len(set(pairs))
+    assert len(set(zip(keys, pairs))) == len(set(pairs))
 
 
 def test_no_punctuation_or_symbol_lies_beyond_the_scanned_planes():
@@ -247,3 +277,53 @@ def test_clean_text_fast_path_equals_the_definition(web_lines, labse_data):
     assert len(texts) > 20_000
     for text in texts:
         assert clean_text(text) == definition(text), repr(text)
+
+
+def test_splitting_many_lines_equals_splitting_each(web_lines):
+    """`split_sentences_many` (a bundle's lines, the rare terminators looked for once) ==
+    `split_sentences` per line; a line whose splitting raises gets the exception, the others not."""
+    import pipelines.text.sentences as sentences
+    from pipelines.text.sentences import split_sentences, split_sentences_many
+
+    texts = [line for lines in web_lines for line in lines]
+    texts += ["ខ្ញុំទៅផ្សារ។ គាត់ទៅសាលា។", "ဒါဟာစာကြောင်းပါ။ နောက်တစ်ခု။", "ภาษาไทย ไม่มี จุด", "Ok.  Next one here.", "", "   "]
+    langs = [("de", "en", None, "km", "my", "th")[i % 6] for i in range(len(texts))]
+    assert split_sentences_many(texts, langs) == [split_sentences(t, l) for t, l in zip(texts, langs)]
+    plain = [t for t in texts if not any(ch in t for ch in sentences._TERMINATOR_CHARACTERS)]
+    assert split_sentences_many(plain, ["en"] * len(plain)) == [split_sentences(t, "en") for t in plain]
+
+    class Broken(str):
+        def isspace(self):
+            raise RuntimeError("broken line")
+
+    out = split_sentences_many(["One. Two.", Broken("x y")], ["en", "en"])
+    assert out[0] == ["One.", "Two."] and isinstance(out[1], RuntimeError)
+
+
+def test_the_unicode_facts_the_bundle_forms_rely_on():
+    """Over every code point: NFKC and casefolding never produce a newline (texts are joined by
+    one and split again), casefolding never maps a character to nothing, and never maps a character
+    to or from a space, a separator or a dense-script character (the heuristic runs rules 2 and 3
+    on the casefolded lines when casefolding changed no length). A newer Unicode database that
+    breaks one of these must fail here."""
+    import sys
+    import unicodedata
+
+    separators = set("|·»›•/-–")
+
+    def special(ch):
+        cp = ord(ch)
+        return ch.isspace() or ch in separators or 0x3040 <= cp <= 0x30FF or 0x3400 <= cp <= 0x9FFF \
+            or 0xAC00 <= cp <= 0xD7AF or 0x0E00 <= cp <= 0x0E7F
+
+    broken = []
+    for cp in range(sys.maxunicode + 1):
+        if 0xD800 <= cp <= 0xDFFF or cp == 0x0A:
+            continue
+        ch = chr(cp)
+        folded = ch.casefold()
+        if "\n" in unicodedata.normalize("NFKC", ch) or "\n" in folded or not folded:
+            broken.append(cp)
+        elif folded != ch and (special(ch) or any(map(special, folded))):
+            broken.append(cp)
+    assert broken == []

@@ -103,11 +103,11 @@ def test_letters_are_in_their_languages_scripts():
 def test_prolonged_sound_and_iteration_marks_are_in_script(text, lang):
     """ー and 々 are letters of Japanese and Chinese text, not off-script ones (their Unicode names
     start with KATAKANA-HIRAGANA and IDEOGRAPHIC, which is how they were miscounted)."""
-    from pipelines.text.filters import Page, Sentence, first_failure_reference
+    from pipelines.text.filters import Sentence, SentenceBatch, first_failure_reference
 
     counted = Sentence.counted(text, lang)
     assert counted.letters and counted.in_script == counted.letters
-    assert Page.counted([text], [lang]).sentences[0].in_script == counted.letters
+    assert SentenceBatch.of([text], [lang]).in_script.tolist() == [counted.letters]
     assert first_failure(text, lang) is None
     assert first_failure_reference(text, lang) is None
 

@@ -41,6 +41,12 @@ SENTENCE_SCHEMA = pa.schema(
     ]
 )
 SENTENCE_COLUMNS = tuple(SENTENCE_SCHEMA.names)
+# Between its steps the cleaning stage moves a sentence as a plain tuple of these fields (compact
+# to encode, no per-row dict): the first four are the sentence order, so tuples compare in it.
+ROW_FIELDS = ("file", "offset", "doc_id", "position", "text", "lang", "lang_score", "source", "url",
+              "main_content_score")
+ROW_TEXT, ROW_LANG = ROW_FIELDS.index("text"), ROW_FIELDS.index("lang")
+_ROW_INDEX = tuple(ROW_FIELDS.index(name) for name in SENTENCE_COLUMNS)
 DEFAULT_ROWS_PER_FILE = 200_000
 NO_SENTENCES_FILE = "no-sentences.parquet"
 
@@ -68,9 +74,27 @@ def sentence_order(row: dict) -> tuple:
     return (row["file"], row["offset"], row["doc_id"], row["position"])
 
 
+def row_dict(row: tuple) -> dict:
+    """A `ROW_FIELDS` tuple as a dict of the Parquet columns (`SENTENCE_COLUMNS`)."""
+    return {name: row[i] for name, i in zip(SENTENCE_COLUMNS, _ROW_INDEX)}
+
+
+def sentence_table(rows: list[tuple]) -> pa.Table:
+    """`ROW_FIELDS` tuples as a table of SENTENCE_SCHEMA, built column by column."""
+    if not rows:
+        return SENTENCE_SCHEMA.empty_table()
+    columns = list(zip(*rows))
+    return pa.Table.from_arrays([pa.array(columns[i], type=field.type) for field, i in zip(SENTENCE_SCHEMA, _ROW_INDEX)],
+                                schema=SENTENCE_SCHEMA)
+
+
 def write_parquet_atomic(rows: list[dict], path: str, schema: pa.Schema = SENTENCE_SCHEMA) -> None:
     """Write `rows` as one Parquet file at `path` (local or any Beam filesystem), atomically."""
-    table = pa.Table.from_pylist(rows, schema=schema)
+    write_table_atomic(pa.Table.from_pylist(rows, schema=schema), path)
+
+
+def write_table_atomic(table: pa.Table, path: str) -> None:
+    """Write `table` as one Parquet file at `path` (local or any Beam filesystem), atomically."""
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
     directory, name = path.rsplit("/", 1)
@@ -103,17 +127,18 @@ def iter_parquet_rows(handle, path: str, required: Iterable[str], optional: Iter
         yield from batch.to_pylist()
 
 
-def shard_of(row: dict, num_shards: int) -> int:
+def shard_of(row: tuple, num_shards: int) -> int:
     # crc32 of the text, not Python's hash(): stable across processes and runs.
-    return zlib.crc32(row["text"].encode("utf-8")) % num_shards if num_shards > 1 else 0
+    return zlib.crc32(row[ROW_TEXT].encode("utf-8")) % num_shards if num_shards > 1 else 0
 
 
 class _CountPerLanguage(beam.CombineFn):
     def create_accumulator(self) -> dict:
         return {}
 
-    def add_input(self, acc: dict, row: dict) -> dict:
-        acc[row["lang"]] = acc.get(row["lang"], 0) + 1
+    def add_input(self, acc: dict, row: tuple) -> dict:
+        lang = row[ROW_LANG]
+        acc[lang] = acc.get(lang, 0) + 1
         return acc
 
     def merge_accumulators(self, accs) -> dict:
@@ -131,11 +156,11 @@ class _WriteShard(beam.DoFn):
     def __init__(self, sentences_dir: str):
         self.sentences_dir = sentences_dir
 
-    def process(self, keyed: tuple[tuple[str, int, int], Iterable[dict]]):
+    def process(self, keyed: tuple[tuple[str, int, int], Iterable[tuple]]):
         (lang, shard, num_shards), rows = keyed
-        rows = sorted(rows, key=sentence_order)
+        rows = sorted(rows)  # ROW_FIELDS tuples compare in sentence order
         path = f"{self.sentences_dir}/lang={lang}/part-{shard:05d}-of-{num_shards:05d}.parquet"
-        write_parquet_atomic(rows, path)
+        write_table_atomic(sentence_table(rows), path)
         yield {lang: len(rows)}
 
 
@@ -150,7 +175,8 @@ class _WriteEmptyDatasetIfNoRows(beam.DoFn):
 
 
 class WriteSentenceShards(beam.PTransform):
-    """Sentence rows -> `DIR/sentences/lang=XX/part-*.parquet`; outputs {lang: rows} per file written.
+    """Sentence rows (`ROW_FIELDS` tuples) -> `DIR/sentences/lang=XX/part-*.parquet`; outputs
+    {lang: rows} per file written. Rows in a file are sorted in sentence order.
 
     The number of files per language is ceil(rows / rows_per_file), so a worker holds at most about
     `rows_per_file` rows of one shard in memory. Without any row it writes one empty file,
@@ -162,14 +188,15 @@ class WriteSentenceShards(beam.PTransform):
         self.sentences_dir = output_dir.rstrip("/") + "/sentences"
         self.rows_per_file = rows_per_file
 
-    def expand(self, rows: beam.PCollection[dict]) -> beam.PCollection[dict[str, int]]:
+    def expand(self, rows: beam.PCollection[tuple]) -> beam.PCollection[dict[str, int]]:
         rows_per_file = self.rows_per_file
         # One combine (lifted into the producing stage) instead of a Map and a shuffle per row.
         counts = rows | "CountPerLang" >> beam.CombineGlobally(_CountPerLanguage())
 
-        def key_by_shard(row: dict, counts_by_lang: dict[str, int]):
-            num_shards = max(1, math.ceil(counts_by_lang[row["lang"]] / rows_per_file))
-            return (row["lang"], shard_of(row, num_shards), num_shards), row
+        def key_by_shard(row: tuple, counts_by_lang: dict[str, int]):
+            lang = row[ROW_LANG]
+            num_shards = max(1, math.ceil(counts_by_lang[lang] / rows_per_file))
+            return (lang, shard_of(row, num_shards), num_shards), row
 
         shards = (
             rows

@@ -24,8 +24,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
+from typing import Sequence
 
-from pipelines.text.filters import TERMINAL_PUNCTUATION
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipelines.text.filters import TERMINAL_PUNCTUATION, ends_with_terminal
 
 # Matched as substrings of the casefolded line by one regex alternation (faster than a
 # case-insensitive regex, and than a loop of `in` tests).
@@ -148,7 +153,11 @@ def line_scores(lines: list[str]) -> list[float]:
 
 
 def heuristic_main_content_scores(lines: list[str]) -> list[float]:
-    """P(main content) per line of ONE document, in order (contract 3's fallback)."""
+    """P(main content) per line of ONE document, in order (contract 3's fallback).
+
+    The page-wide form (`line_scores` and a loop for rule 5); `heuristic_scores_of_documents` gives
+    the same scores for many documents at once (labse-clean uses it), with a fixed cost per call
+    that one page does not repay."""
     scores = line_scores(lines)
     out = list(scores)
     last = len(lines) - 1
@@ -157,3 +166,97 @@ def heuristic_main_content_scores(lines: list[str]) -> list[float]:
                 and _ends_with_terminal(lines[i]):
             out[i] = 0.6
     return out
+
+
+def _arrow_lines(joined: str, n: int) -> pa.Array:
+    """The n lines of `joined` ("\n" between them) as an Arrow string array."""
+    lines = pc.split_pattern(pa.array([joined]), "\n").flatten()
+    assert len(lines) == n
+    return lines
+
+
+def _re2_class(characters) -> str:
+    return "[" + "".join(f"\\x{{{ord(ch):x}}}" for ch in sorted(characters)) + "]"
+
+
+# The RE2 forms (Arrow compute) of BOILERPLATE_PHRASES, _SEPARATORS_DOC and _DENSE_SCRIPT. RE2's
+# \s is ASCII only, so Python's \s (str.isspace) is spelled out; no "\n" is inside a line.
+_BOILERPLATE_RE2 = "|".join(re.escape(phrase) for phrase in BOILERPLATE_PHRASES)
+_LINE_SPACE_RE2 = _re2_class(chr(cp) for cp in range(0x3001) if chr(cp).isspace() and cp != 0x0A)
+_SEPARATORS_RE2 = _LINE_SPACE_RE2 + _re2_class("|·»›•/-–") + _LINE_SPACE_RE2
+_DENSE_RE2 = r"[\x{3040}-\x{30FF}\x{3400}-\x{9FFF}\x{AC00}-\x{D7AF}\x{0E00}-\x{0E7F}]"
+
+
+def heuristic_scores_of_documents(lines: Sequence[str], bounds: Sequence[int]) -> np.ndarray:
+    """`heuristic_main_content_scores` for the lines of many documents at once.
+
+    `lines` are the documents' lines one after the other; document d has lines[bounds[d]:bounds[d + 1]]
+    (`bounds` starts at 0 and ends at len(lines)). Returns the scores as one float array. The
+    phrases, separators and dense-script characters are found by RE2 (Arrow compute) in all lines at
+    once, the lengths and end punctuation are arrays, and rule 5 looks at neighbours inside each
+    document only.
+    """
+    n = len(lines)
+    bounds = np.asarray(bounds, dtype=np.int64)
+    if n == 0:
+        return np.zeros(0)
+    joined = "\n".join(lines)
+    if joined.count("\n") != n - 1:  # not lines of documents: score one by one
+        return np.array([s for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())
+                         for s in heuristic_main_content_scores(list(lines[lo:hi]))], dtype=np.float64)
+    lengths = np.fromiter(map(len, lines), dtype=np.int64, count=n)
+    starts = np.zeros(n, dtype=np.int64)
+    np.cumsum(lengths[:-1] + 1, out=starts[1:])
+
+    # Rule 1: boilerplate phrases, in the casefolded lines (casefold never adds or removes a "\n").
+    # The phrases, separators and dense-script characters are found per line by RE2 over Arrow
+    # arrays of the lines (one pass each, C++), not by a Python loop per occurrence.
+    folded = joined.casefold()
+    folded_lines = _arrow_lines(folded, n)
+    boilerplate = pc.match_substring_regex(folded_lines, _BOILERPLATE_RE2).to_numpy(zero_copy_only=False)
+    if "(c)" in folded:
+        if len(folded) == len(joined):  # the same total length means the same lines
+            folded_starts = starts
+        else:
+            folded_starts = np.zeros(n, dtype=np.int64)
+            folded_lengths = np.fromiter(map(len, folded.split("\n")), dtype=np.int64, count=n)
+            np.cumsum(folded_lengths[:-1] + 1, out=folded_starts[1:])
+        years = [match.start() for match in _COPYRIGHT_YEAR_DOC.finditer(folded)]
+        if years:
+            boilerplate = boilerplate.copy()
+            boilerplate[np.searchsorted(folded_starts, years, side="right") - 1] = True
+
+    # Rule 2: two or more separators on a line. Casefolding maps no character to or from a space,
+    # separator or dense-script character, nor to nothing; when it changed no length (most
+    # bundles), each folded line has those characters where its line has them, so the folded
+    # lines serve for rules 2 and 3 as well.
+    arrow_lines = folded_lines if len(folded) == len(joined) else _arrow_lines(joined, n)
+    menu = (pc.count_substring_regex(arrow_lines, _SEPARATORS_RE2).to_numpy() >= 2) & ~boilerplate
+
+    # Rules 3 to 5: length (shorter limits for dense scripts) and end punctuation.
+    long_chars = np.full(n, 100)
+    medium_chars = np.full(n, 40)
+    maybe_dense = ~np.fromiter(map(str.isascii, lines), dtype=bool, count=n) & (lengths >= 15)  # else short anyway
+    if maybe_dense.any():
+        heads = pc.utf8_slice_codeunits(arrow_lines, 0, 200)
+        dense_counts = pc.count_substring_regex(heads, _DENSE_RE2).to_numpy()
+        dense = maybe_dense & (dense_counts > np.minimum(lengths, 200) // 3)
+        long_chars[dense] = 40
+        medium_chars[dense] = 15
+    terminal = ends_with_terminal(lines, _CLOSERS)
+    scores = np.where(lengths >= long_chars, np.where(terminal, 0.95, 0.7),
+                      np.where(lengths >= medium_chars, np.where(terminal, 0.8, 0.4), 0.2))
+    scores[menu] = 0.1
+    scores[boilerplate] = 0.05
+
+    # Rule 5: a short line ending in terminal punctuation between two lines of at least 0.8, in
+    # the same document (not a document's first or last line).
+    inner = np.ones(n, dtype=bool)
+    inner[bounds[:-1][bounds[:-1] < n]] = False
+    inner[bounds[1:][bounds[1:] > 0] - 1] = False
+    strong = scores >= 0.8
+    raised = np.zeros(n, dtype=bool)
+    if n > 2:
+        raised[1:-1] = (scores[1:-1] == 0.2) & inner[1:-1] & strong[:-2] & strong[2:] & terminal[1:-1]
+    scores[raised] = 0.6
+    return scores

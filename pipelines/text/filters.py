@@ -13,12 +13,14 @@ Rules follow C4 (TFDS `c4_utils.py`) and Gopher (Rae et al. 2021), applied per s
 - `script`: the letters are mostly not in the script(s) of the sentence's language (by the
   Unicode Script_Extensions property, through the `regex` package).
 
-Each rule is declared once (`@rule`: its reasons, its check, and for the rare ones a page-wide
-test), as datatrove's filters are: `first_failure_reference` runs the checks one sentence at a
-time, counting characters one by one (the definition); `first_failures` runs the same checks on a
-page of sentences at once, with the counts taken from per-code-point tables built from the same
-character classes, and skips a rare rule for the whole page when its page-wide test says that no
-sentence can fail it. `REASONS` is derived from the rules.
+Each rule is declared once (`@rule`: its reasons, its check, and its batch form next to it), as
+datatrove's filters are: `first_failure_reference` runs the checks one sentence at a time,
+counting characters one by one (the definition); `first_failures` runs each rule's batch form over
+many sentences at once (a bundle of documents' worth, `SentenceBatch`): numpy arrays of per-sentence
+counts taken from per-code-point tables built from the same character classes, substrings found in
+the joined text, and the first failing rule's reason kept per sentence. Tests compare each batch
+form with its check, and `first_failures` with the reference, on every sentence of the samples.
+`REASONS` is derived from the rules.
 """
 from __future__ import annotations
 
@@ -27,9 +29,12 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from operator import itemgetter
 from typing import Callable, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import regex
 
 
@@ -156,7 +161,7 @@ def in_scripts(ch: str, scripts: frozenset[str]) -> bool:
     return ch.isalpha() and script_pattern(scripts).match(ch) is not None
 
 
-# ----------------------------------------------------------------------------- sentences and pages
+# ----------------------------------------------------------------------------- sentences
 class Sentence:
     """A sentence, its language, and the character counts that the counting rules read."""
 
@@ -173,7 +178,7 @@ class Sentence:
 
     @classmethod
     def counted(cls, text: str, lang: str) -> "Sentence":
-        """Counted one character at a time: the definition the page tables must agree with."""
+        """Counted one character at a time: the definition the batch tables must agree with."""
         visible = digits = symbols = letters = in_script = 0
         scripts = expected_scripts(lang)
         for ch, n in Counter(text).items():
@@ -191,77 +196,165 @@ class Sentence:
         return cls(text, lang, visible, digits, symbols, letters, in_script)
 
 
-class Page:
-    """The sentences of one document, counted all at once: their code points go through the
-    per-code-point tables with numpy and are summed per sentence. Also what the rare rules'
-    page-wide tests read: the text of all sentences joined, its casefolded form, runs of one
-    character."""
+class SentenceBatch:
+    """Many sentences (a bundle of documents' worth), held as arrays: the rules' batch forms read
+    these instead of looking at one sentence at a time.
 
-    def __init__(self, texts: Sequence[str], langs: Sequence[str], text: str, codes: np.ndarray,
-                 tables: "_CharacterTables"):
+    `text` is the sentences joined by "\\n", plus a final "\\n" (no sentence holds one: the caller
+    checks), and `codes` its code points; `starts[i]` is where sentence i begins in `text`. The
+    counts (`visible`, `digits`, `symbols`, `letters`, `in_script`) come from per-code-point tables
+    built from the same character classes as `Sentence.counted`, summed per sentence with
+    `np.add.reduceat`; a sentence with a code point beyond the tables is counted one character at a
+    time. Everything is computed on first use.
+    """
+
+    def __init__(self, texts: Sequence[str], langs: Sequence[str], text: str):
+        self.texts = texts
+        self.langs = langs
+        self.n = len(texts)
         self.text = text
-        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
-        self._starts = starts = np.zeros(len(texts), dtype=np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        self._codes = codes
-        classes = tables.classes[codes]
-
-        def per_sentence(flags: np.ndarray) -> list[int]:
-            return np.add.reduceat(flags.astype(np.int32), starts).tolist()
-
-        visible = (lengths - np.add.reduceat((classes & SPACE != 0).astype(np.int32), starts)).tolist()
-        digits, symbols, letters = (per_sentence(classes & flag != 0) for flag in (DIGIT, SYMBOL, LETTER))
-        by_lang = {lang: per_sentence(tables.in_scripts(expected_scripts(lang))[codes]) for lang in set(langs)}
-        in_script = by_lang[langs[0]] if len(by_lang) == 1 else [by_lang[lang][i] for i, lang in enumerate(langs)]
-        self.sentences = list(map(Sentence, texts, langs, visible, digits, symbols, letters, in_script))
+        self.lengths = np.fromiter(map(len, texts), dtype=np.int64, count=self.n)
+        self.starts = np.zeros(self.n, dtype=np.int64)
+        np.cumsum(self.lengths[:-1] + 1, out=self.starts[1:])
+        self.codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
 
     @classmethod
-    def counted(cls, texts: Sequence[str], langs: Sequence[str]) -> "Page | None":
-        """None where the tables cannot count the page: an empty sentence (per-sentence sums need
-        every sentence non-empty) or a code point beyond the tabled planes (rare)."""
-        if not all(texts):
+    def of(cls, texts: Sequence[str], langs: Sequence[str]) -> "SentenceBatch | None":
+        """None where the batch form does not apply: a sentence with a newline inside."""
+        text = "\n".join(texts) + "\n"
+        if text.count("\n") != len(texts):
             return None
-        text = "".join(texts)
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        tables = _character_tables()
-        if int(codes.max()) >= len(tables.classes):
-            return None
-        return cls(texts, langs, text, codes, tables)
+        return cls(texts, langs, text)
+
+    def per_sentence(self, flags: np.ndarray) -> np.ndarray:
+        """Sum of `flags` (one per code point of `text`) over each sentence (its "\\n" included)."""
+        return np.add.reduceat(flags, self.starts)
+
+    def sentence_of(self, offsets: np.ndarray) -> np.ndarray:
+        """Index of the sentence holding each offset of `text`."""
+        return np.searchsorted(self.starts, offsets, side="right") - 1
+
+    def containing(self, offsets: Sequence[int]) -> np.ndarray:
+        """Per sentence: does one of `offsets` (of `text`) fall in it?"""
+        out = np.zeros(self.n, dtype=bool)
+        if len(offsets):
+            out[np.searchsorted(self.starts, np.asarray(offsets, dtype=np.int64), side="right") - 1] = True
+        return out
 
     @cached_property
     def folded(self) -> str:
-        return self.text.casefold()
+        return self.text.casefold()  # per character: sentence i is the i-th line of it
 
-    def has_run(self, run: int) -> bool:
-        """Does any sentence hold `run` equal characters in a row? (runs across sentences do not count)"""
-        codes = self._codes
-        if len(codes) < run:
-            return False
-        same = codes[1:] == codes[:-1]
-        same[self._starts[1:] - 1] = False  # the last character of a sentence and the first of the next
-        steps = run - 1
-        total = np.concatenate(([0], np.cumsum(same, dtype=np.int64)))
-        return bool((total[steps:] - total[:-steps] == steps).any())
+    def arrow(self, folded: bool = False) -> pa.Array:
+        """The sentences (casefolded if `folded`) as an Arrow string array."""
+        key = "_arrow_folded" if folded else "_arrow"
+        array = self.__dict__.get(key)
+        if array is None:
+            text = self.folded if folded else self.text
+            array = self.__dict__[key] = pc.split_pattern(pa.array([text[:-1]]), "\n").flatten()
+            if len(array) != self.n:
+                raise ValueError("a sentence holds a newline")  # of() let no such batch through
+        return array
+
+    @cached_property
+    def _tabled(self) -> tuple[np.ndarray, np.ndarray]:
+        """Code points clipped into the tables, and per sentence whether one lay beyond them."""
+        codes = self.codes
+        limit = UNICODE_PUNCTUATION_AND_SYMBOLS_END
+        if self.n and int(codes.max()) >= limit:
+            beyond = np.maximum.reduceat(codes, self.starts) >= limit
+            return np.minimum(codes, limit - 1), beyond
+        return codes, np.zeros(self.n, dtype=bool)
+
+    @cached_property
+    def _counts(self) -> dict[str, np.ndarray]:
+        codes, beyond = self._tabled
+        tables = _character_tables()
+        classes = tables.classes[codes]
+
+        def count(flag: int) -> np.ndarray:
+            return self.per_sentence(((classes & flag) != 0).astype(np.int32))
+
+        counts = {
+            "visible": self.lengths - (count(SPACE) - 1),  # each sentence's "\n" is a space
+            "digits": count(DIGIT),
+            "symbols": count(SYMBOL),
+            "letters": count(LETTER),
+        }
+        # In-script letters: each code point's scripts as bits, each sentence's language as a mask.
+        mask_of = {lang: tables.script_mask(expected_scripts(lang)) for lang in set(self.langs)}
+        if len(mask_of) == 1:
+            in_script = (tables.script_bits[codes] & mask_of[self.langs[0]]) != 0
+        else:
+            masks = np.fromiter(map(mask_of.__getitem__, self.langs), dtype=np.uint32, count=self.n)
+            in_script = (tables.script_bits[codes] & np.repeat(masks, self.lengths + 1)) != 0
+        counts["in_script"] = self.per_sentence(in_script.astype(np.int32))
+        for i in np.flatnonzero(beyond).tolist():  # rare: counted one character at a time
+            counted = Sentence.counted(self.texts[i], self.langs[i])
+            for name in counts:
+                counts[name][i] = getattr(counted, name)
+        return counts
+
+    @property
+    def visible(self) -> np.ndarray:
+        return self._counts["visible"]
+
+    @property
+    def digits(self) -> np.ndarray:
+        return self._counts["digits"]
+
+    @property
+    def symbols(self) -> np.ndarray:
+        return self._counts["symbols"]
+
+    @property
+    def letters(self) -> np.ndarray:
+        return self._counts["letters"]
+
+    @property
+    def in_script(self) -> np.ndarray:
+        return self._counts["in_script"]
+
+    @cached_property
+    def ascii(self) -> np.ndarray:
+        return np.maximum.reduceat(self.codes, self.starts) < 128
+
+    def lang_in(self, langs: frozenset[str]) -> np.ndarray:
+        return np.fromiter(map(langs.__contains__, self.langs), dtype=bool, count=self.n)
 
 
 class _CharacterTables:
-    """Per code point of planes 0-1: its `character_class` flags; per set of scripts, whether it is
-    a letter of one of them (`in_scripts`)."""
+    """Per code point of planes 0-1: its `character_class` flags, and as bits the scripts (of those
+    asked for so far) whose Script_Extensions hold it when it is a letter (`in_scripts`)."""
 
     def __init__(self):
         size = UNICODE_PUNCTUATION_AND_SYMBOLS_END
         self.classes = np.fromiter((_character_class(chr(cp)) for cp in range(size)), dtype=np.uint8, count=size)
-        self._in_scripts: dict[frozenset[str], np.ndarray] = {}
+        self.script_bits = np.zeros(size, dtype=np.uint32)
+        self._bit: dict[str, int] = {}
+        self._masks: dict[frozenset[str], int] = {}
 
-    def in_scripts(self, scripts: frozenset[str]) -> np.ndarray:
-        table = self._in_scripts.get(scripts)
-        if table is None:
+    def script_mask(self, scripts: frozenset[str]) -> int:
+        mask = self._masks.get(scripts)
+        if mask is None:
+            mask = 0
+            for name in sorted(scripts):
+                mask |= self._script_bit(name)
+            self._masks[scripts] = mask
+        return mask
+
+    def _script_bit(self, name: str) -> int:
+        bit = self._bit.get(name)
+        if bit is None:
+            if len(self._bit) == 32:
+                raise ValueError("more than 32 scripts in the language table")
+            bit = self._bit[name] = 1 << len(self._bit)
             table = np.zeros(len(self.classes), dtype=bool)
-            for run in script_pattern(scripts).finditer(_tabled_characters()):
+            for run in script_pattern(frozenset({name})).finditer(_tabled_characters()):
                 table[run.start():run.end()] = True
             table &= (self.classes & LETTER) != 0
-            self._in_scripts[scripts] = table
-        return table
+            self.script_bits[table] |= np.uint32(bit)
+        return bit
 
 
 @lru_cache(maxsize=1)
@@ -274,22 +367,39 @@ def _character_tables() -> _CharacterTables:
     return _CharacterTables()
 
 
+# Whitespace characters (`str.isspace`; none lies beyond U+3000).
+_WHITESPACE = frozenset(chr(cp) for cp in range(0x3001) if chr(cp).isspace())
+
+
+def ends_with_terminal(texts: Sequence[str], closers: str) -> np.ndarray:
+    """Per text: does it end, after trailing whitespace and then `closers`, in TERMINAL_PUNCTUATION?
+    (`text.rstrip().rstrip(closers)[-1:]`, for many texts: only a text that ends in whitespace or a
+    closer is stripped one by one.)"""
+    lasts = list(map(itemgetter(slice(-1, None)), texts))
+    out = np.fromiter(map(TERMINAL_PUNCTUATION.__contains__, lasts), dtype=bool, count=len(texts))
+    special = _WHITESPACE.union(closers).__contains__
+    for i in [i for i, last in enumerate(lasts) if special(last)]:
+        end = texts[i].rstrip().rstrip(closers)
+        out[i] = bool(end) and end[-1] in TERMINAL_PUNCTUATION
+    return out
+
+
 # ----------------------------------------------------------------------------- rules
 Check = Callable[[Sentence, FilterConfig], "str | None"]
-PageTest = Callable[[Page, FilterConfig], bool]
+# The batch form of a rule: per sentence, the index in `reasons` of the reason it fails with, or -1.
+BatchCheck = Callable[[SentenceBatch, FilterConfig], np.ndarray]
 
 
 @dataclass(frozen=True)
 class Rule:
     """One filter: `check` returns one of `reasons` for a sentence that fails, None to keep it.
 
-    `page_test`, for rules that rarely fire, is True whenever `check` could fail some sentence of
-    the page (it may also be True when none does): on a page where it is False, `first_failures`
-    skips the rule for every sentence.
+    `batch` is the same rule over a `SentenceBatch`: per sentence, the index in `reasons` of the
+    reason `check` returns, or -1 (tests compare the two on every sentence of the samples).
     """
     check: Check
     reasons: tuple[str, ...]
-    page_test: PageTest | None = None
+    batch: BatchCheck
 
     @property
     def name(self) -> str:
@@ -300,14 +410,20 @@ class Rule:
         return self.check(Sentence.counted(text, lang), config)
 
 
-def rule(*reasons: str, page_test: PageTest | None = None) -> Callable[[Check], Rule]:
-    """Declares a filter: `@rule("reason", ...)` over its check function makes it a Rule."""
+def rule(*reasons: str, batch: BatchCheck) -> Callable[[Check], Rule]:
+    """Declares a filter: `@rule("reason", ..., batch=...)` over its check function makes it a Rule."""
     def declare(check: Check) -> Rule:
-        return Rule(check, reasons, page_test)
+        return Rule(check, reasons, batch)
     return declare
 
 
-@rule("too_short", "too_long")
+def _fails(failing: np.ndarray) -> np.ndarray:
+    """A one-reason rule's batch result from its per-sentence failure flags."""
+    return np.where(failing, 0, -1)
+
+
+@rule("too_short", "too_long",
+      batch=lambda b, config: np.where(b.lengths < config.min_chars, 0, np.where(b.lengths > config.max_chars, 1, -1)))
 def length(sentence: Sentence, config: FilterConfig) -> str | None:
     n = len(sentence.text)
     if n < config.min_chars:
@@ -317,7 +433,8 @@ def length(sentence: Sentence, config: FilterConfig) -> str | None:
     return None
 
 
-@rule("no_terminal_punctuation")
+@rule("no_terminal_punctuation",
+      batch=lambda b, config: _fails(~ends_with_terminal(b.texts, _CLOSERS) & ~b.lang_in(NO_TERMINAL_PUNCTUATION_LANGUAGES)))
 def terminal_punctuation(sentence: Sentence, config: FilterConfig) -> str | None:
     if sentence.lang in NO_TERMINAL_PUNCTUATION_LANGUAGES:
         return None
@@ -329,16 +446,24 @@ def terminal_punctuation(sentence: Sentence, config: FilterConfig) -> str | None
 
 def substring_rule(reason: str, substrings: tuple[str, ...], casefold: bool) -> Rule:
     """A rule that drops a sentence holding one of `substrings` (in its casefolded form if
-    `casefold`). A substring of a sentence is a substring of the page's joined text, and
-    casefolding goes character by character, so the same test on the page is its page test."""
+    `casefold`). In a batch, RE2 (Arrow compute) looks for all substrings at once in every
+    sentence of an Arrow array of the (casefolded) sentences: one C++ pass."""
     def holds_one(text: str) -> bool:
         return any(map(text.__contains__, substrings))
 
     def check(sentence: Sentence, config: FilterConfig) -> str | None:
         return reason if holds_one(sentence.text.casefold() if casefold else sentence.text) else None
 
+    pattern = "|".join(re.escape(substring) for substring in substrings)  # an RE2 alternation of literals
+
+    def batch(b: SentenceBatch, config: FilterConfig) -> np.ndarray:
+        if not casefold and not holds_one(b.text):  # (the casefolded text is searched whatever it holds)
+            return np.full(b.n, -1)
+        found = pc.match_substring_regex(b.arrow(casefold), pattern)
+        return _fails(found.to_numpy(zero_copy_only=False))
+
     check.__name__ = check.__qualname__ = reason
-    return Rule(check, (reason,), lambda page, config: holds_one(page.folded if casefold else page.text))
+    return Rule(check, (reason,), batch)
 
 
 replacement_character = substring_rule("replacement_character", ("\uFFFD",), casefold=False)
@@ -353,7 +478,23 @@ def _repeated_pattern(max_repeated_run: int) -> re.Pattern:
     return re.compile(r"(.)\1{%d,}" % max_repeated_run)
 
 
-@rule("repeated_characters", page_test=lambda page, config: page.has_run(config.max_repeated_run + 1))
+def _has_run(b: SentenceBatch, config: FilterConfig) -> np.ndarray:
+    """Per sentence: does it hold max_repeated_run + 1 equal characters (not newlines) in a row?"""
+    codes = b.codes
+    steps = config.max_repeated_run
+    if len(codes) <= steps:
+        return np.zeros(b.n, dtype=bool)
+    # run[i]: codes[i] equals each of the `width` characters after it (a newline ends every sentence)
+    run = (codes[1:] == codes[:-1]) & (codes[:-1] != 10)
+    width = 1
+    while width < steps:  # doubling: runs of width 2, 4, ... then the rest
+        step = min(width, steps - width)
+        run = run[:-step] & run[step:]
+        width += step
+    return b.containing(np.flatnonzero(run))
+
+
+@rule("repeated_characters", batch=lambda b, config: _fails(_has_run(b, config)))
 def repeated_characters(sentence: Sentence, config: FilterConfig) -> str | None:
     return "repeated_characters" if _repeated_pattern(config.max_repeated_run).search(sentence.text) else None
 
@@ -362,7 +503,20 @@ _HAN_RUN = re.compile(r"[\u3400-\u9fff]{2,}")
 _HAN_PAIR = re.compile(r"[\u4e00-\u9fff]{2,}")
 
 
-@rule("gbk_mojibake", page_test=lambda page, config: _HAN_RUN.search(page.text) is not None)
+def _gbk_batch(b: SentenceBatch, config: FilterConfig) -> np.ndarray:
+    out = np.full(b.n, -1)
+    if _HAN_RUN.search(b.text) is None:
+        return out
+    codes = b.codes
+    han = (codes >= 0x3400) & (codes <= 0x9FFF)
+    with_run = b.containing(np.flatnonzero(han[1:] & han[:-1]))  # two Han characters in a row
+    for i in np.flatnonzero(with_run).tolist():  # the check itself, on the sentences with a Han run
+        if gbk_mojibake.check(Sentence(b.texts[i], b.langs[i], 0, 0, 0, 0, 0), config) is not None:
+            out[i] = 0
+    return out
+
+
+@rule("gbk_mojibake", batch=_gbk_batch)
 def gbk_mojibake(sentence: Sentence, config: FilterConfig) -> str | None:
     """UTF-8 Chinese that was decoded as GBK before it reached us ("澳洲" became "婢虫床"): a run
     of Han characters whose GBK bytes, read as UTF-8, give two or more Han characters in a row.
@@ -378,14 +532,38 @@ def gbk_mojibake(sentence: Sentence, config: FilterConfig) -> str | None:
     return None
 
 
-@rule("digits")
+def _ratio_above(part: np.ndarray, whole: np.ndarray, limit: float) -> np.ndarray:
+    """part / whole > limit where whole > 0 (IEEE division, as Python's)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (whole > 0) & (part / np.maximum(whole, 1) > limit)
+
+
+@rule("digits", batch=lambda b, config: _fails((b.visible == 0) | _ratio_above(b.digits, b.visible, config.max_digit_ratio)))
 def digits(sentence: Sentence, config: FilterConfig) -> str | None:
     if not sentence.visible or sentence.digits / sentence.visible > config.max_digit_ratio:
         return "digits"
     return None
 
 
-@rule("symbols")
+_NO_ELLIPSIS_RULE = frozenset({"zh", "ja"})
+
+
+def _symbols_batch(b: SentenceBatch, config: FilterConfig) -> np.ndarray:
+    visible = np.maximum(b.visible, 1)
+    ratio = b.symbols / visible
+    if "..." in b.text:
+        # str.count("...") per sentence: non-overlapping from the left, and a "\n" ends every run.
+        ellipses = np.bincount(b.sentence_of(np.fromiter((m.start() for m in _ELLIPSIS.finditer(b.text)),
+                                                         dtype=np.int64)), minlength=b.n)
+        counted = (ellipses > 0) & ~b.lang_in(_NO_ELLIPSIS_RULE)
+        ratio = np.where(counted, ratio + 3 * ellipses / visible, ratio)
+    return _fails((b.visible == 0) | (ratio > config.max_symbol_ratio))
+
+
+_ELLIPSIS = re.compile(r"\.\.\.")
+
+
+@rule("symbols", batch=_symbols_batch)
 def symbols(sentence: Sentence, config: FilterConfig) -> str | None:
     visible = sentence.visible
     if not visible:
@@ -398,7 +576,15 @@ def symbols(sentence: Sentence, config: FilterConfig) -> str | None:
     return "symbols" if ratio > config.max_symbol_ratio else None
 
 
-@rule("no_letters", "script_mismatch")
+def _script_batch(b: SentenceBatch, config: FilterConfig) -> np.ndarray:
+    letters, in_script = b.letters, b.in_script
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = in_script / np.maximum(letters, 1) < config.min_script_ratio
+    mismatch = np.where(b.ascii, in_script == 0, low)
+    return np.where(letters == 0, 0, np.where(mismatch, 1, -1))
+
+
+@rule("no_letters", "script_mismatch", batch=_script_batch)
 def script(sentence: Sentence, config: FilterConfig) -> str | None:
     if not sentence.letters:
         return "no_letters"
@@ -448,17 +634,32 @@ def first_failure(text: str, lang: str, config: FilterConfig = _DEFAULT_CONFIG) 
     return first_failures([text], [lang], config)[0]
 
 
-def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterConfig = _DEFAULT_CONFIG) -> list[str | None]:
-    """`first_failure` for each of many sentences (one document's); equal to calling it one by one.
+def first_failure_codes(texts: Sequence[str], langs: Sequence[str], config: FilterConfig = _DEFAULT_CONFIG) -> np.ndarray:
+    """`first_failures` as indices into REASONS (-1: kept), one array for many sentences."""
+    n = len(texts)
+    batch = SentenceBatch.of(texts, langs) if n else None
+    if batch is None:
+        index = {reason: i for i, reason in enumerate(REASONS)}
+        return np.fromiter((-1 if r is None else index[r] for r in
+                            (first_failure_reference(t, l, config) for t, l in zip(texts, langs))),
+                           dtype=np.int64, count=n)
+    out = np.full(n, -1, dtype=np.int64)
+    offset = 0
+    for filter_rule in FILTERS:
+        found = filter_rule.batch(batch, config)
+        first = (out < 0) & (found >= 0)
+        out[first] = found[first] + offset
+        offset += len(filter_rule.reasons)
+    return out
 
-    This runs on every sentence of the corpus, so the characters of all the sentences are counted
-    at once (`Page`), and a rare rule whose page test finds nothing is skipped for all of them.
+
+def first_failures(texts: Sequence[str], langs: Sequence[str], config: FilterConfig = _DEFAULT_CONFIG) -> list[str | None]:
+    """`first_failure` for each of many sentences (a bundle of documents'); equal to calling it one
+    by one.
+
+    This runs on every sentence of the corpus, so the sentences are checked all at once: each
+    rule's batch form (`Rule.batch`) over a `SentenceBatch` (characters counted with per-code-point
+    tables, substrings found in the joined text), the first failing rule's reason kept.
     """
-    if not texts:
-        return []
-    page = Page.counted(texts, langs)
-    if page is None:
-        return [first_failure_reference(text, lang, config) for text, lang in zip(texts, langs)]
-    checks = [filter_rule.check for filter_rule in FILTERS
-              if filter_rule.page_test is None or filter_rule.page_test(page, config)]
-    return _first_reasons(checks, page.sentences, config)
+    names = (None,) + REASONS  # index -1 + 1 = 0: None
+    return [names[code + 1] for code in first_failure_codes(texts, langs, config).tolist()]

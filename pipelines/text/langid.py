@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add, itemgetter
+
+import numpy as np
 
 LABEL_PREFIX = "__label__"
 # fastText's cost is linear in the text, so only a prefix of each line is identified: a
@@ -83,12 +87,24 @@ class LanguageIdentifier:
     def predict(self, texts: list[str]) -> list[tuple[str, float]]:
         if not texts:
             return []
-        labels, probs = self._model.predict([_prepare(t) for t in texts], k=1)
-        return [
-            (correct_by_script(text, normalise_label(lab[0])) if len(lab) else "und",
-             min(1.0, float(p[0])) if len(p) else 0.0)
-            for text, lab, p in zip(texts, labels, probs)
-        ]
+        prefixes = list(map(itemgetter(slice(0, MAX_LID_CHARS)), texts))
+        joined = "\n".join(prefixes)
+        if "\r" in joined or joined.count("\n") != len(texts) - 1:
+            prefixes = [_prepare(t) for t in texts]
+        # fastText's predict() checks every string for "\n" and appends one in Python; the prefixes
+        # hold none (checked above), so they go to its batch call directly.
+        labels, probs = self._model.f.multilinePredict(list(map(add, prefixes, repeat("\n"))), 1, 0.0, "strict")
+        if any(len(lab) != 1 for lab in labels):  # fastText gives no label only below its threshold (0 here)
+            return [(correct_by_script(text, normalise_label(lab[0])) if len(lab) else "und",
+                     min(1.0, float(p[0])) if len(p) else 0.0)
+                    for text, lab, p in zip(texts, labels, probs)]
+        top = list(map(itemgetter(0), labels))
+        code_of = {label: normalise_label(label) for label in set(top)}
+        codes = list(map(code_of.__getitem__, top))
+        if "ja" in code_of.values():
+            codes = [correct_by_script(text, code) if code == "ja" else code for text, code in zip(texts, codes)]
+        p = np.concatenate(probs).astype(np.float64)
+        return list(zip(codes, np.where(p < 1.0, p, 1.0).tolist()))  # min(1.0, p), as Python's min
 
     def probability_of(self, texts: list[str], lang: str, k: int = 5) -> list[float]:
         """Probability lid.176 gives `lang` for each text (0.0 when not in its top k)."""

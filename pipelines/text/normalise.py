@@ -5,6 +5,10 @@ import hashlib
 import re
 import unicodedata
 from functools import lru_cache
+from itertools import repeat
+from typing import Sequence
+
+import numpy as np
 
 _CONTROL = re.compile(r"[\x00-\x08\x0B-\x1F\x7F-\x9F\u200B\u200E\u200F\u202A-\u202E\u2066-\u2069\uFEFF]")
 _SPACES = re.compile(r"\s+")
@@ -80,3 +84,69 @@ def _punctuation_to_space() -> dict[int, str]:
 def dedup_key(text: str) -> str:
     """A 128-bit hex digest of `normalise_for_dedup(text)`: a small, fixed-size shuffle key."""
     return hashlib.blake2b(normalise_for_dedup(text).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def normalise_many_for_dedup(texts: Sequence[str]) -> list[str]:
+    """`normalise_for_dedup` of each text, as much as possible done once for all of them.
+
+    NFKC and casefolding run per text (NFKC's quick check skips the texts that are normalised
+    already, most of them, which one call on the joined texts could not do once any is not); then
+    the texts are joined by "\n" (no character's NFKC or casefold holds one) and the punctuation
+    and whitespace are handled on the code points with numpy: punctuation becomes a space, a
+    whitespace run inside a text one space, at a text's start or end nothing. Texts with a "\n"
+    inside are normalised one by one.
+    """
+    if not texts:
+        return []
+    folded = "\n".join(map(str.casefold, map(unicodedata.normalize, repeat("NFKC"), texts)))
+    if folded.count("\n") != len(texts) - 1:
+        return [normalise_for_dedup(text) for text in texts]
+    codes = np.frombuffer(folded.encode("utf-32-le"), dtype=np.uint32).copy()
+    tables = _dedup_tables()
+    flags = tables[np.minimum(codes, len(tables) - 1)]
+    codes[(flags & _PUNCTUATION) != 0] = 0x20
+    space = (flags & (_PUNCTUATION | _WHITESPACE)) != 0  # punctuation is a space now; "\n" is neither
+    n = len(codes)
+    if space.any():
+        before = np.empty(n, dtype=bool)  # the previous code point is a space too
+        before[0] = False
+        np.logical_and(space[1:], space[:-1], out=before[1:])
+        run_starts = np.flatnonzero(space & ~before)
+        after = np.empty(n, dtype=bool)  # the next code point is a space too
+        after[-1] = False
+        np.logical_and(space[:-1], space[1:], out=after[:-1])
+        run_ends = np.flatnonzero(space & ~after)
+        # A run stays (as one space) when a character other than "\n" is on both sides of it.
+        left = run_starts - 1
+        right = run_ends + 1
+        inside = (left >= 0) & (right < n)
+        inside[inside] = (codes[left[inside]] != 0x0A) & (codes[np.minimum(right[inside], n - 1)] != 0x0A)
+        keep = ~space
+        keep[run_starts[inside]] = True
+        codes[run_starts[inside]] = 0x20
+        codes = codes[keep]
+    return codes.tobytes().decode("utf-32-le").split("\n")
+
+
+_PUNCTUATION, _WHITESPACE = 1, 2
+
+
+@lru_cache(maxsize=1)
+def _dedup_tables() -> np.ndarray:
+    """Per code point of planes 0-1 (all punctuation and whitespace lie there): _PUNCTUATION
+    (category P*) and _WHITESPACE (`str.isspace`, what `str.split` splits on; "\n" left out)."""
+    from pipelines.text.filters import UNICODE_PUNCTUATION_AND_SYMBOLS_END
+
+    table = np.zeros(UNICODE_PUNCTUATION_AND_SYMBOLS_END, dtype=np.uint8)
+    table[list(_punctuation_to_space())] |= _PUNCTUATION
+    table[[cp for cp in range(0x3001) if chr(cp).isspace() and cp != 0x0A]] |= _WHITESPACE
+    return table
+
+
+def dedup_keys(texts: Sequence[str], langs: Sequence[str]) -> list[bytes]:
+    """The deduplication key of each (text, language): a 128-bit digest of the language and
+    `normalise_for_dedup(text)`. Two sentences share a key when they have the same language and
+    the same normalised text (as the pair (lang, dedup_key(text)) tells), up to hash collisions."""
+    blake2b = hashlib.blake2b
+    return [blake2b(f"{lang}\n{normalised}".encode("utf-8"), digest_size=16).digest()
+            for lang, normalised in zip(langs, normalise_many_for_dedup(texts))]

@@ -12,6 +12,7 @@ Two additions on top of it:
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 import sentencex
 
@@ -27,10 +28,36 @@ def split_sentences(text: str, lang: str | None) -> list[str]:
     """Sentences of one block of text (one line of a document), stripped, empty ones removed."""
     if not text or text.isspace():
         return []
-    pieces = [p for p in sentencex.segment(lang or "en", text)]
-    if _EXTRA_TERMINATORS.search(text):
+    return _split(text, lang, _EXTRA_TERMINATORS.search(text) is not None)
+
+
+def _split(text: str, lang: str | None, extra_terminators: bool) -> list[str]:
+    pieces = sentencex.segment(lang or "en", text)
+    if extra_terminators:
         pieces = [q for p in pieces for q in _EXTRA_TERMINATORS.split(p)]
     space_rule = _SPACE_SEPARATED_SCRIPTS.get(lang or "")
     if space_rule is not None:
         pieces = [q for p in pieces for q in space_rule.split(p)]
-    return [p.strip() for p in pieces if p and not p.isspace()]
+    # strip() leaves a piece empty exactly when it was empty or all whitespace
+    return list(filter(None, map(str.strip, pieces)))
+
+
+_TERMINATOR_CHARACTERS = "\u17D4\u17D5\u104A\u104B\u0F0D\u0589\u06D4"
+
+
+def split_sentences_many(texts: Sequence[str], langs: Sequence[str | None]) -> list[list[str] | Exception]:
+    """`split_sentences` of each (text, lang), for the lines of a bundle of documents: the rare
+    terminators are looked for once in all texts. A text whose splitting raises gets the exception
+    instead of its sentences (a splitter bug costs that line only)."""
+    joined = "\n".join(texts)
+    extra = any(map(joined.__contains__, _TERMINATOR_CHARACTERS))
+    out: list[list[str] | Exception] = []
+    for text, lang in zip(texts, langs):
+        try:
+            if not text or text.isspace():
+                out.append([])
+            else:
+                out.append(_split(text, lang, extra and _EXTRA_TERMINATORS.search(text) is not None))
+        except Exception as exc:
+            out.append(exc)
+    return out
