@@ -327,3 +327,14 @@ def test_the_unicode_facts_the_bundle_forms_rely_on():
         elif folded != ch and (special(ch) or any(map(special, folded))):
             broken.append(cp)
     assert broken == []
+
+
+def test_deciding_many_languages_equals_deciding_each():
+    from pipelines.text.langid import decide_language, decide_languages
+
+    predictions = [(lang, p) for lang in ("en", "de", "und", "lv", "lt", "ltg") for p in (0.0, 0.2, 0.5, 0.7, 1.0)]
+    for known in (None, "en", "de", "ltg"):
+        for threshold in (0.0, 0.5, 0.9):
+            many = decide_languages(predictions, [known] * len(predictions), threshold)
+            each = [decide_language(lang, p, known, threshold) for lang, p in predictions]
+            assert many == [(d.lang, d.score, d.drop_reason) for d in each]

@@ -26,7 +26,7 @@ from pipelines.text.document import CleanConfig, document_lines, error_record
 from pipelines.text.boilerplate import heuristic_scores_of_documents
 from pipelines.text.filters import REASONS, first_failure_codes
 from pipelines.text.html import parse_html, tree_to_lines
-from pipelines.text.langid import decide_language
+from pipelines.text.langid import decide_languages
 from pipelines.text.normalise import clean_text
 from pipelines.text.sentences import split_sentences_many
 
@@ -184,11 +184,13 @@ def clean_bundle(prepared: Sequence[PreparedDocument], lid, config: CleanConfig)
     # split only to count its sentences as too short), and the language its sentences are split in.
     main_lines = np.flatnonzero(main)
     main_doc = line_doc[main_lines].tolist()
+    main_prediction = prediction_at[main_lines].tolist()
     doc_lang = [doc.lang for doc in docs]
-    decisions = [None if p < 0 else decide_language(*predictions[p], doc_lang[d], langid_threshold)
-                 for d, p in zip(main_doc, prediction_at[main_lines].tolist())]
-    split_langs = [doc_lang[d] if decision is None else (decision.lang or predictions[p][0])
-                   for d, p, decision in zip(main_doc, prediction_at[main_lines].tolist(), decisions)]
+    decided = iter(decide_languages(predictions, [doc_lang[d] for d in line_doc[wanted].tolist()], langid_threshold))
+    # (lid.176 saw the main-content lines in order, so its decisions come in the order of these lines)
+    decisions = [None if p < 0 else next(decided) for p in main_prediction]
+    split_langs = [doc_lang[d] if decision is None else (decision[0] or predictions[p][0])
+                   for d, p, decision in zip(main_doc, main_prediction, decisions)]
     # Cleaned once per line: its sentences (stripped pieces of it) are then clean already.
     split = split_sentences_many([clean_text(lines[i]) for i in main_lines.tolist()], split_langs)
 
@@ -218,16 +220,16 @@ def clean_bundle(prepared: Sequence[PreparedDocument], lid, config: CleanConfig)
             drop_units.append(1)
             continue
         units[i] = count
-        if decision is None or decision.drop_reason is not None:
+        if decision is None or decision[2] is not None:
             # A line shorter than min_chars: every sentence is too short (cleaning only shrinks).
             drop_line.append(i)
-            drop_reason.append(too_short if decision is None else _REASON_INDEX[decision.drop_reason])
+            drop_reason.append(too_short if decision is None else _REASON_INDEX[decision[2]])
             drop_units.append(count)
             continue
         kept_line.append(i)
         kept_count.append(count)
-        kept_lang.append(decision.lang)
-        kept_score.append(decision.score)
+        kept_lang.append(decision[0])
+        kept_score.append(decision[1])
         cand_text += sentences
 
     # Positions: every unit (kept, dropped or errored) of a document advances its position by one.

@@ -10,6 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 from itertools import repeat
+from typing import Sequence
 from operator import add, itemgetter
 
 import numpy as np
@@ -125,6 +126,30 @@ class LanguageDecision:
     # lid.176 put, unsure, in another language gets 1 - that probability: an upper bound.
     score: float
     drop_reason: str | None
+
+
+def decide_languages(predictions: Sequence[tuple[str, float]], known_langs: Sequence[str | None],
+                     threshold: float) -> list[tuple[str | None, float, str | None]]:
+    """`decide_language` for many lines, as (lang, score, drop_reason) tuples (no LanguageDecision
+    objects: this runs on every main-content line of a bundle)."""
+    out = []
+    append = out.append
+    for (predicted, probability), known in zip(predictions, known_langs):
+        if known is None:
+            if probability >= threshold and predicted != "und":
+                append((predicted, probability, None))
+            else:
+                append((None, probability, "langid_low_confidence"))
+        elif predicted == known:
+            append((known, probability, None))
+        elif probability >= threshold and predicted not in CLOSE_LANGUAGES.get(known, _NOT_CLOSE):
+            append((None, probability, "langid_other_language"))
+        else:
+            append((known, 1.0 - probability, None))
+    return out
+
+
+_NOT_CLOSE: frozenset[str] = frozenset()
 
 
 def decide_language(predicted: str, probability: float, known_lang: str | None, threshold: float) -> LanguageDecision:

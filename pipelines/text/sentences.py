@@ -50,14 +50,27 @@ def split_sentences_many(texts: Sequence[str], langs: Sequence[str | None]) -> l
     terminators are looked for once in all texts. A text whose splitting raises gets the exception
     instead of its sentences (a splitter bug costs that line only)."""
     joined = "\n".join(texts)
-    extra = any(map(joined.__contains__, _TERMINATOR_CHARACTERS))
+    if any(map(joined.__contains__, _TERMINATOR_CHARACTERS)) or any(map(_SPACE_SEPARATED_SCRIPTS.__contains__, langs)):
+        split = _split_one
+    else:  # the common case, _split without the two rules that cannot apply
+        split = _segment_and_strip
     out: list[list[str] | Exception] = []
+    append = out.append
     for text, lang in zip(texts, langs):
         try:
-            if not text or text.isspace():
-                out.append([])
-            else:
-                out.append(_split(text, lang, extra and _EXTRA_TERMINATORS.search(text) is not None))
+            append(split(text, lang))
         except Exception as exc:
-            out.append(exc)
+            append(exc)
     return out
+
+
+def _split_one(text: str, lang: str | None) -> list[str]:
+    if not text or text.isspace():
+        return []
+    return _split(text, lang, _EXTRA_TERMINATORS.search(text) is not None)
+
+
+def _segment_and_strip(text: str, lang: str | None) -> list[str]:
+    if not text or text.isspace():
+        return []
+    return list(filter(None, map(str.strip, sentencex.segment(lang or "en", text))))
