@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pipelines.io.config_options import not_an_option, option
 
@@ -81,18 +81,6 @@ def refuse_problems(problems: list[str | None]) -> None:
     found = [problem for problem in problems if problem]
     if found:
         raise ValueError("; ".join(found))
-
-
-def _optimizer_problems(learning_rate: Any, weight_decay: Any, adam_betas: tuple, adam_eps: Any,
-                        max_grad_norm: Any, lowest_learning_rate_open: bool) -> list[str | None]:
-    betas_ok = len(adam_betas) == 2 and all(finite_in("beta", b, 0.0, 1.0) is None for b in adam_betas)
-    return [
-        finite_in("learning_rate (--lr)", learning_rate, 0.0, low_open=lowest_learning_rate_open),
-        finite_in("weight_decay", weight_decay, 0.0),
-        None if betas_ok else f"adam_betas must be two finite numbers in [0, 1), got {list(adam_betas)!r}",
-        finite_in("adam_eps", adam_eps, 0.0, low_open=True),
-        finite_in("max_grad_norm", max_grad_norm, 0.0),  # 0 turns clipping off
-    ]
 
 
 # Seeds feed torch.manual_seed (at most 2**64 - 1, shifted by rank and step) and numpy's
@@ -181,44 +169,76 @@ class ModelConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainerSettings:
+    """What `labse-train` (TrainConfig) and `labse-pretrain` (PretrainConfig) share: AdamW with
+    BERT's decay groups (labse_model.optim), gradient clipping, and the cadence of logs,
+    evaluations and checkpoints that the one training loop (labse_model.loop) follows.
+
+    Each trainer's config extends it; `config.json` stays flat, so run directories written before
+    this class existed resume unchanged.
+    """
+
+    learning_rate: float = option(1e-4, "peak AdamW learning rate", flag="--lr")
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
+    adam_betas: tuple[float, float] = not_an_option((0.9, 0.999))
+    adam_eps: float = not_an_option(1e-6)
+    max_grad_norm: float = option(1.0, "gradient clipping (0: off)")
+    # The fields marked resumable may change on --resume (pipelines.io.config_options.resumable_fields).
+    eval_every: int = option(1000, "steps between evaluations (labse-train: dev retrieval; labse-pretrain: "
+                             "held-out masked tokens)", resumable=True, group="run")
+    save_every: int = option(1000, "steps between checkpoints", resumable=True, group="run")
+    log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
+    keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
+    bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
+
+    # Whether learning rate 0 is valid (TrainConfig says why it allows it).
+    zero_learning_rate_allowed: ClassVar[bool] = False
+
+    def trainer_problems(self) -> list[str | None]:
+        """The problems of the shared fields (refuse_problems reports them with the trainer's own)."""
+        self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives a list
+        betas_ok = len(self.adam_betas) == 2 and all(finite_in("beta", b, 0.0, 1.0) is None for b in self.adam_betas)
+        return [
+            finite_in("learning_rate (--lr)", self.learning_rate, 0.0, low_open=not self.zero_learning_rate_allowed),
+            finite_in("weight_decay", self.weight_decay, 0.0),
+            None if betas_ok else f"adam_betas must be two finite numbers in [0, 1), got {list(self.adam_betas)!r}",
+            finite_in("adam_eps", self.adam_eps, 0.0, low_open=True),
+            finite_in("max_grad_norm", self.max_grad_norm, 0.0),  # 0 turns clipping off
+            int_at_least("eval_every", self.eval_every, 0, " (0: only at the end of the run or stage)"),
+            int_at_least("save_every", self.save_every, 0, " (0: only at the end)"),
+            int_at_least("log_every", self.log_every, 1),
+            int_at_least("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)"),
+        ]
+
+
+@dataclass
+class TrainConfig(TrainerSettings):
     """Optimisation and loss settings of one `labse-train` run."""
+
+    # A run at learning rate 0 keeps its starting point's weights: it checks --init-from and
+    # labse-export end to end (README, starting from a published model).
+    zero_learning_rate_allowed: ClassVar[bool] = True
 
     # The paper's batch; split evenly over ranks.
     global_batch_size: int = option(4096, "pairs per step over all processes (must divide by the process count)")
     # Additive margin m, subtracted from the positive cosine only (paper).
     margin: float = option(0.3, "additive margin on the positive")
     # Logit scale s multiplies cosines in [-1, 1]. TF Model Garden's LaBSE uses 100 with a
-    # pre-trained BERT. This toolkit learns its own vocabulary, so its encoders start from random
-    # weights, where every [CLS] embedding is nearly the same vector. Measured (BENCHMARKS.md,
-    # model): from that start, scale 100 with margin 0.3 sat at the collapsed loss
-    # 2*ln(1 + (B-1)*e^(0.3*100)) with chance-level retrieval after 150 steps, while 20 had started to
-    # learn; after 300 steps both had moved and 20 was still (within noise) ahead. With mean pooling
-    # (which does learn from scratch), 300 steps: scale 20 73.4% vs 100 70.8% Multi30k. A high scale
+    # pre-trained BERT; from random weights (every [CLS] embedding nearly the same vector) 100 sat at
+    # the collapsed loss while 20 learned (BENCHMARKS.md, "Trainer": the scale rows). A high scale
     # puts the softmax weight on the few currently-closest negatives, which at initialisation are
     # noise; CLIP likewise starts its learned scale at 1/0.07 ~ 14 and caps it at 100. Use
     # --scale 100 with --init-from a pre-trained encoder to follow Model Garden.
     scale: float = option(20.0, "logit scale on cosines")
     # Score local rows against the global batch (cross-device negatives).
     gather_negatives: bool = option(True, "score local pairs against every process's pairs (the global batch)")
-    # The fields marked resumable may change on --resume (labse_model.train.RESUMABLE_OVERRIDES).
     max_steps: int = option(50_000, "total optimizer steps", resumable=True)
-    learning_rate: float = option(1e-4, "peak AdamW learning rate", flag="--lr")
-    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
-    adam_betas: tuple[float, float] = not_an_option((0.9, 0.999))
-    adam_eps: float = not_an_option(1e-6)
     warmup_steps: int = option(1000, "linear warm-up, then linear decay to 0")
-    max_grad_norm: float = option(1.0, "gradient clipping (0: off)")
     seed: int = option(42, "seed of the initial weights, the data order and dropout")
     # The paper's; sequences in the shards are already truncated to this.
     max_seq_length: int = option(64, "truncate longer sequences")
-    eval_every: int = option(1000, "steps between dev evaluations", resumable=True, group="run")
-    save_every: int = option(1000, "steps between checkpoints", resumable=True, group="run")
-    log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
     shuffle_buffer: int = option(10_000, "records in the data loader's shuffle buffer")
     num_workers: int = option(0, "DataLoader workers per process", resumable=True, group="run")
-    keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
-    bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
     # Gradient caching (labse_model.grad_cache): encode each rank's batch C pairs at a time, so the
     # softmax spans the global batch while activation memory is that of C pairs. 0 = off.
     grad_cache_chunk: int = option(
@@ -226,7 +246,6 @@ class TrainConfig:
         "negatives of the whole global batch, one extra forward); 0 = off", metavar="C")
 
     def __post_init__(self) -> None:
-        self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives a list
         refuse_problems([
             int_at_least("global_batch_size", self.global_batch_size, 2,
                          " (in-batch negatives need at least one negative)"),
@@ -234,25 +253,40 @@ class TrainConfig:
             finite_in("margin", self.margin, 0.0),
             finite_in("scale", self.scale, 0.0, low_open=True),
             int_at_least("max_steps", self.max_steps, 1),
-            # A learning rate of 0 is allowed: a run that keeps its starting point's weights checks
-            # --init-from and labse-export end to end (README, starting from a published model).
-            *_optimizer_problems(self.learning_rate, self.weight_decay, self.adam_betas, self.adam_eps,
-                                 self.max_grad_norm, lowest_learning_rate_open=False),
+            *self.trainer_problems(),
             int_at_least("warmup_steps", self.warmup_steps, 0),
             _seed_problem(self.seed),
             int_at_least("max_seq_length", self.max_seq_length, 2, " ([CLS] and [SEP])"),
-            int_at_least("eval_every", self.eval_every, 0, " (0: only at the end)"),
-            int_at_least("save_every", self.save_every, 0, " (0: only at the end)"),
-            int_at_least("log_every", self.log_every, 1),
             int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
             int_at_least("num_workers", self.num_workers, 0),
-            int_at_least("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)"),
             int_at_least("grad_cache_chunk", self.grad_cache_chunk, 0, " (0 turns gradient caching off)"),
         ])
 
 
+class JsonConfigFile:
+    """A run's JSON config file (`RUN_DIR/config.json`, `PT_DIR/pretrain_config.json`): written
+    atomically, read back through the dataclass's own `from_dict`, whose checks refuse an edited or
+    damaged file as clearly as a bad command-line option (ValueError naming the file)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        from pipelines.io.atomic import write_text_atomic
+
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return cls.from_dict(json.load(handle))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{path} is not a valid {cls.__name__} file: {exc}") from None
+
+
 @dataclass
-class RunConfig:
+class RunConfig(JsonConfigFile):
     """Everything `RUN_DIR/config.json` records: model, training, and the data it saw."""
 
     model: ModelConfig
@@ -264,9 +298,6 @@ class RunConfig:
     init_from: str | None = None  # the --init-from starting point; its vocabulary is the run's
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
         return cls(
@@ -275,18 +306,9 @@ class RunConfig:
             **{k: v for k, v in data.items() if k not in ("model", "train")},
         )
 
-    def save(self, path: str | Path) -> None:
-        from pipelines.io.atomic import write_text_atomic
-
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> "RunConfig":
-        return _load_config(cls, path)
-
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(TrainerSettings):
     """Settings of one `labse-pretrain` run (MLM + TLM with progressive stacking).
 
     Masking follows LaBSE (20% of the tokens, at most 80 a sequence) and BERT's 80/10/10 rule;
@@ -309,30 +331,18 @@ class PretrainConfig:
     # Share of each batch that is translation pairs.
     tlm_fraction: float = option(0.0, "share of each batch that is TLM pairs", derived="0.5 with --pairs, else 0")
     lang_alpha: float = option(0.3, "language sampling exponent: p ~ sentences ** alpha")
-    learning_rate: float = option(1e-4, "peak AdamW learning rate", flag="--lr")
-    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm)")
-    adam_betas: tuple[float, float] = not_an_option((0.9, 0.999))
-    adam_eps: float = not_an_option(1e-6)
     # Per stage: every stage starts a fresh optimizer (see labse_model.pretrain).
     warmup_steps: int = option(10_000, "linear warm-up of each stage")
-    max_grad_norm: float = option(1.0, "gradient clipping (0: off)")
     seed: int = option(42, "seed of the initial weights, sampling, masking and dropout")
     # Share of packed sequences never trained on.
     heldout_rate: float = option(0.01, "share of packed monolingual sequences held out for evaluation")
     heldout_per_language: int = option(64, "held-out sequences scored per language")
-    # The fields marked resumable may change on --resume (labse_model.pretrain.RESUMABLE_OVERRIDES).
-    eval_every: int = option(1000, "steps between held-out evaluations", resumable=True, group="run")
-    save_every: int = option(1000, "steps between checkpoints", resumable=True, group="run")
-    log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
-    keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
     shuffle_buffer: int = not_an_option(10_000)  # of the TLM pair reader
     mlm_shuffle_window: int = option(1000, "packed monolingual sequences of a file shuffled together (1: file order)")
-    bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
 
     def __post_init__(self) -> None:
         self.stage_layers = tuple(self.stage_layers)
         self.stage_fractions = tuple(self.stage_fractions)
-        self.adam_betas = tuple(self.adam_betas)  # JSON round trip gives lists
         refuse_problems([
             int_at_least("global_batch_size", self.global_batch_size, 1),
             int_at_least("max_steps", self.max_steps, 1),
@@ -344,16 +354,11 @@ class PretrainConfig:
             int_at_least("max_predictions", self.max_predictions, 1),
             finite_in("tlm_fraction", self.tlm_fraction, 0.0, 1.0, high_open=False),
             finite_in("lang_alpha", self.lang_alpha, 0.0),
-            *_optimizer_problems(self.learning_rate, self.weight_decay, self.adam_betas, self.adam_eps,
-                                 self.max_grad_norm, lowest_learning_rate_open=True),
+            *self.trainer_problems(),
             int_at_least("warmup_steps", self.warmup_steps, 0),
             _seed_problem(self.seed),
             finite_in("heldout_rate", self.heldout_rate, 0.0, 1.0),
             int_at_least("heldout_per_language", self.heldout_per_language, 1, " (--heldout-rate 0 turns it off)"),
-            int_at_least("eval_every", self.eval_every, 0, " (0: only at stage ends)"),
-            int_at_least("save_every", self.save_every, 0, " (0: only at the end)"),
-            int_at_least("log_every", self.log_every, 1),
-            int_at_least("keep_checkpoints", self.keep_checkpoints, 0, " (0 keeps all)"),
             int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
             int_at_least("mlm_shuffle_window", self.mlm_shuffle_window, 1),
         ])
@@ -361,7 +366,7 @@ class PretrainConfig:
 
 
 @dataclass
-class PretrainRunConfig:
+class PretrainRunConfig(JsonConfigFile):
     """Everything `PT_DIR/pretrain_config.json` records; `labse-train --init-from PT_DIR` reads it."""
 
     model: ModelConfig
@@ -371,35 +376,10 @@ class PretrainRunConfig:
     pairs: str | None = None
     world_size: int = 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PretrainRunConfig":
         return cls(model=ModelConfig(**data["model"]), pretrain=PretrainConfig(**data["pretrain"]),
                    **{k: v for k, v in data.items() if k not in ("model", "pretrain")})
-
-    def save(self, path: str | Path) -> None:
-        from pipelines.io.atomic import write_text_atomic
-
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> "PretrainRunConfig":
-        return _load_config(cls, path)
-
-
-def _load_config(cls, path: str | Path):
-    """`cls.from_dict` of a JSON file; ValueError naming the file when it is not a valid `cls`.
-
-    The dataclasses check every value as they are built, so an edited or damaged config.json is
-    refused as clearly as a bad command-line option.
-    """
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_dict(json.load(handle))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ValueError(f"{path} is not a valid {cls.__name__} file: {exc}") from None
 
 
 def file_sha256(path: str | Path) -> str:

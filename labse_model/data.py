@@ -49,7 +49,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -366,27 +366,15 @@ class TrainLoader:
         return next(self._iterator)
 
 
-def build_train_loader(
-    pattern: str,
-    *,
-    global_batch_size: int,
-    rank: int,
-    world_size: int,
-    seed: int,
-    pad_id: int = 0,
-    shuffle_buffer: int = 10000,
-    num_workers: int = 0,
-    start_step: int = 0,
-    num_steps: int | None = None,
-    max_seq_length: int | None = None,
-    check_crc: bool = True,
-) -> TrainLoader:
+def build_train_loader(pattern: str, *, num_workers: int = 0, **stream_settings: Any) -> TrainLoader:
     """This rank's batches for steps ``start_step, start_step + 1, ...`` (see the module docstring).
 
     Args:
         pattern: the shards: a glob (``"shards/*.tfrecord*"``), a directory, or a comma-separated
             list of either. A ``schema.json`` beside them (labse-tfrecords) must have a supported
             version; shards of other tools need int64 ``src_ids`` and ``tgt_ids``.
+        num_workers: DataLoader worker processes parsing this rank's rows (0: in this process).
+        stream_settings: `PairBatchStream`'s keyword arguments (defaults there), which are:
         global_batch_size: pairs per step over all ranks; divisible by ``world_size``.
         rank, world_size: this process and the number of processes; rank ``r`` gets rows
             ``[r*B, (r+1)*B)`` of the global batch, ``B = global_batch_size // world_size``.
@@ -394,7 +382,6 @@ def build_train_loader(
             global batches for any ``world_size`` and ``num_workers``.
         pad_id: the id padding each rank's slice to its longest sequence (``[PAD]`` = 0).
         shuffle_buffer: records in the seeded shuffle buffer (tf.data semantics).
-        num_workers: DataLoader worker processes parsing this rank's rows (0: in this process).
         start_step: the first step to yield; a resumed run passes its checkpoint's step and gets
             exactly the batches an uninterrupted run would have seen.
         num_steps: stop after this many steps (default: infinite, epochs repeat).
@@ -417,22 +404,11 @@ def build_train_loader(
     paths = resolve_shards(pattern)
     schema = load_schema(paths)
     index = ShardIndex.build(paths)
-    stream = PairBatchStream(
-        index,
-        global_batch_size=global_batch_size,
-        rank=rank,
-        world_size=world_size,
-        seed=seed,
-        pad_id=pad_id,
-        shuffle_buffer=shuffle_buffer,
-        start_step=start_step,
-        num_steps=num_steps,
-        max_seq_length=max_seq_length,
-        check_crc=check_crc,
-    )
+    stream = PairBatchStream(index, **stream_settings)
     logger.info(
         "training data: %d records in %d shards, %d steps per epoch of %d (rank %d of %d, %d workers)",
-        index.num_records, len(paths), stream.steps_per_epoch, global_batch_size, rank, world_size, num_workers,
+        index.num_records, len(paths), stream.steps_per_epoch, stream.global_batch_size, stream.rank,
+        stream.world_size, num_workers,
     )
     return TrainLoader(stream, num_workers, schema)
 

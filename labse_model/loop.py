@@ -24,6 +24,7 @@ from typing import Any, Callable, ContextManager, Iterator
 import torch
 
 from labse_model import checkpoint as ckpt
+from labse_model.config import TrainerSettings
 from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, synchronize
 from labse_model.run_log import RunLog
 
@@ -53,16 +54,6 @@ def forward_backward(compute_loss: LossFn | BackpropagatedStep, batch: Batch,
     return loss, scalars
 
 
-@dataclass(frozen=True)
-class LoopSettings:
-    max_grad_norm: float
-    log_every: int
-    save_every: int
-    eval_every: int
-    keep_checkpoints: int
-    bf16: bool
-
-
 @dataclass
 class LoopParts:
     """What the loop steps: `model` is what checkpoints hold, `trained` what is called (DDP or model)."""
@@ -73,7 +64,7 @@ class LoopParts:
     trained: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
-    settings: LoopSettings
+    settings: TrainerSettings  # the trainer's config: clipping, bf16, log/eval/save cadence
     log: RunLog
 
 

@@ -5,17 +5,19 @@ from typing import Callable
 
 import torch
 
+from labse_model.config import TrainerSettings
 
-def build_optimizer(model: torch.nn.Module, *, learning_rate: float, weight_decay: float,
-                    betas: tuple[float, float], eps: float) -> torch.optim.AdamW:
-    """AdamW without weight decay on biases and LayerNorm weights (the BERT convention)."""
+
+def build_optimizer(model: torch.nn.Module, settings: TrainerSettings) -> torch.optim.AdamW:
+    """AdamW without weight decay on biases and LayerNorm weights (the BERT convention), with the
+    learning rate, decay, betas and eps of a trainer's config (TrainConfig or PretrainConfig)."""
     decay, no_decay = [], []
     for parameter in model.parameters():
         if parameter.requires_grad:
             (decay if parameter.ndim >= 2 else no_decay).append(parameter)
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=learning_rate, betas=betas, eps=eps,
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.learning_rate, betas=settings.adam_betas, eps=settings.adam_eps,
     )
 
 

@@ -53,7 +53,6 @@ from labse_model.config import (
 from labse_model.distributed import DistributedContext, all_reduce_mean, barrier
 from labse_model.loop import (
     LoopParts,
-    LoopSettings,
     autocast_context,
     restore_rng,
     resume_point,
@@ -330,9 +329,6 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         logger.info("held-out set: %d sequences", len(sequences))
 
     log = RunLog(run_dir, enabled=ctx.is_main, resumed_at_step=start_step if args.resume else None)
-    loop_settings = LoopSettings(max_grad_norm=settings.max_grad_norm, log_every=settings.log_every,
-                                 save_every=settings.save_every, eval_every=settings.eval_every,
-                                 keep_checkpoints=settings.keep_checkpoints, bf16=settings.bf16)
     stop_at = settings.max_steps if args.stop_after_steps is None else min(settings.max_steps,
                                                                             start_step + args.stop_after_steps)
     previous = _read_summary(run_dir) if args.resume else {}
@@ -347,14 +343,13 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
             if ctx.is_main:
                 logger.info("stage %d: stacked %d -> %d layers", stage.index + 1, layers, stage.num_layers)
         layers = stage.num_layers
-        optimizer = build_optimizer(model, learning_rate=settings.learning_rate, weight_decay=settings.weight_decay,
-                                    betas=settings.adam_betas, eps=settings.adam_eps)
+        optimizer = build_optimizer(model, settings)
         scheduler = stage_schedule(optimizer, stage, settings.warmup_steps, settings.max_steps)
         if resumed is not None and stage.begin < step:  # resumed inside this stage
             optimizer.load_state_dict(resumed.state["optimizer"])
             scheduler.load_state_dict(resumed.state["scheduler"])
         parts = LoopParts(ctx=ctx, run_dir=run_dir, model=model, trained=wrap_ddp(model, ctx), optimizer=optimizer,
-                          scheduler=scheduler, settings=loop_settings, log=log)
+                          scheduler=scheduler, settings=settings, log=log)
 
         def compute_loss(batch, parts=parts, tokens=tokens):
             tokens.add_(batch["attention_mask"].sum().item())

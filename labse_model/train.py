@@ -40,7 +40,6 @@ from labse_model.grad_cache import grad_cached_step
 from labse_model.loop import (
     BackpropagatedStep,
     LoopParts,
-    LoopSettings,
     autocast_context,
     restore_rng,
     resume_point,
@@ -154,11 +153,6 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
     return config
 
 
-def optimizer_for(model: torch.nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    return build_optimizer(model, learning_rate=config.learning_rate, weight_decay=config.weight_decay,
-                           betas=config.adam_betas, eps=config.adam_eps)
-
-
 # ----------------------------------------------------------------------------------------------
 # Training
 
@@ -209,7 +203,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
 
     torch.manual_seed(tc.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
     model = DualEncoder(mc).to(ctx.device)
-    optimizer = optimizer_for(model, tc)
+    optimizer = build_optimizer(model, tc)
     scheduler = build_scheduler(optimizer, tc.warmup_steps, tc.max_steps)
 
     start_step, resumed = 0, None
@@ -259,8 +253,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     parts = LoopParts(
         ctx=ctx, run_dir=run_dir, model=model.encoder, trained=wrap_ddp(model, ctx), optimizer=optimizer,
         scheduler=scheduler, log=log,
-        settings=LoopSettings(max_grad_norm=tc.max_grad_norm, log_every=tc.log_every, save_every=tc.save_every,
-                              eval_every=tc.eval_every, keep_checkpoints=tc.keep_checkpoints, bf16=tc.bf16),
+        settings=tc,
     )
     loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale, gather_negatives=tc.gather_negatives)
     checked_ids = [False]

@@ -81,10 +81,10 @@ def _rank_gradients(rank: int, world: int, port: int, vocab_size: int, batch_pat
 
 def _step(model: torch.nn.Module, gradients: dict[str, torch.Tensor]) -> None:
     from labse_model.config import TrainConfig
-    from labse_model.train import optimizer_for
+    from labse_model.optim import build_optimizer
 
     config = TrainConfig(learning_rate=1e-3)
-    optimizer = optimizer_for(model, config)
+    optimizer = build_optimizer(model, config)
     for name, parameter in model.named_parameters():
         parameter.grad = gradients[name].clone()
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
