@@ -296,6 +296,21 @@ class ResumePoint:
         apply_model_weights(model, self.weights, self.path / MODEL_FILE)
         self.weights = {}
 
+    def restore_rng(self, rank: int, world_size: int, seed: int) -> dict[str, Any] | None:
+        """Restore this rank's RNG streams; returns the rank's saved data state.
+
+        A checkpoint written by another number of processes has no stream for every rank: then the
+        streams are re-seeded from the run's `seed`, the step and the rank (the run goes on, no
+        longer bit-exact) and a warning says so.
+        """
+        if self.rng is None:
+            logger.warning("checkpoint was written by %s processes, now %d: RNG streams are re-seeded",
+                           self.state.get("world_size"), world_size)
+            torch.manual_seed(seed + 1_000_003 * self.step + rank)
+            return None
+        set_rng_state(self.rng)
+        return self.rng.get("data")
+
 
 def read_resume_point(checkpoint: Path, rank: int, world_size: int,
                       required_state: tuple[str, ...] = ()) -> ResumePoint:

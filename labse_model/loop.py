@@ -56,7 +56,9 @@ def forward_backward(compute_loss: LossFn | BackpropagatedStep, batch: Batch,
 
 @dataclass
 class LoopParts:
-    """What the loop steps: `model` is what checkpoints hold, `trained` what is called (DDP or model)."""
+    """What the loop steps: `model` is what checkpoints hold, `trained` what is called. `trained` is
+    given as the plain module and wrapped in DistributedDataParallel here when the run has several
+    processes (`wrap_ddp`)."""
 
     ctx: DistributedContext
     run_dir: Path
@@ -66,6 +68,9 @@ class LoopParts:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     settings: TrainerSettings  # the trainer's config: clipping, bf16, log/eval/save cadence
     log: RunLog
+
+    def __post_init__(self) -> None:
+        self.trained = wrap_ddp(self.trained, self.ctx)
 
 
 @dataclass
@@ -151,21 +156,6 @@ def set_aside_later_checkpoints(run_dir: Path, ctx: DistributedContext, resumed:
             logger.warning("resuming from step %d: set aside the later checkpoints %s (kept, no longer used)",
                            resumed.step, ", ".join(path.name for path in moved))
     barrier()
-
-
-def restore_rng(resumed: ckpt.ResumePoint, ctx: DistributedContext, reseed: int) -> dict[str, Any] | None:
-    """Restore this rank's RNG streams from a checkpoint; returns the rank's saved data state.
-
-    A checkpoint written by another number of processes has no stream for every rank: then the
-    streams are re-seeded from `reseed` (the run goes on, no longer bit-exact) and a warning says so.
-    """
-    if resumed.rng is None:
-        logger.warning("checkpoint was written by %s processes, now %d: RNG streams are re-seeded",
-                       resumed.state.get("world_size"), ctx.world_size)
-        torch.manual_seed(reseed + ctx.rank)
-        return None
-    ckpt.set_rng_state(resumed.rng)
-    return resumed.rng.get("data")
 
 
 def run_loop(

@@ -54,11 +54,9 @@ from labse_model.distributed import DistributedContext, all_reduce_mean, barrier
 from labse_model.loop import (
     LoopParts,
     autocast_context,
-    restore_rng,
     resume_point,
     run_loop,
     set_aside_later_checkpoints,
-    wrap_ddp,
 )
 from labse_model.masking import MaskingSpec
 from labse_model.mlm import MaskedLanguageModel
@@ -73,9 +71,6 @@ logger = logging.getLogger("labse_model.pretrain")
 CONFIG_FILE = "pretrain_config.json"
 ENCODER_FILE = "encoder.safetensors"
 SUMMARY_FILE = "pretrain_summary.json"
-# PretrainConfig fields a user may change when resuming (those whose option PretrainConfig marks
-# resumable); the others shape the run and must match.
-RESUMABLE_OVERRIDES = resumable_fields(PretrainConfig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -170,7 +165,7 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
     differences = [
         f"{name}: run has {getattr(saved.pretrain, name)!r}, asked {getattr(asked.pretrain, name)!r}"
         for name in (f.name for f in dataclasses.fields(PretrainConfig))
-        if name not in RESUMABLE_OVERRIDES and getattr(saved.pretrain, name) != getattr(asked.pretrain, name)
+        if name not in resumable_fields(PretrainConfig) and getattr(saved.pretrain, name) != getattr(asked.pretrain, name)
     ]
     if saved.model != asked.model:
         differences.insert(0, f"model: run has {saved.model.preset} ({saved.model.num_layers} layers, vocabulary "
@@ -181,7 +176,7 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
     if differences:
         raise ValueError(f"--resume: {run_dir} is a run with other settings; " + "; ".join(differences))
     saved.pretrain = dataclasses.replace(saved.pretrain,
-                                         **{name: getattr(asked.pretrain, name) for name in RESUMABLE_OVERRIDES})
+                                         **{name: getattr(asked.pretrain, name) for name in resumable_fields(PretrainConfig)})
     saved.mono, saved.pairs, saved.world_size = asked.mono, asked.pairs, world_size
     return saved
 
@@ -296,7 +291,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     model = build_model(model_config, layers, settings.seed)
     if resumed is not None:
         resumed.restore_model(model)
-        position = restore_rng(resumed, ctx, reseed=settings.seed + 1_000_003 * start_step)
+        position = resumed.restore_rng(ctx.rank, ctx.world_size, settings.seed)
         if ctx.is_main:
             logger.info("resumed %s at step %d (%d layers)", resumed.path, start_step, layers)
     else:
@@ -348,7 +343,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         if resumed is not None and stage.begin < step:  # resumed inside this stage
             optimizer.load_state_dict(resumed.state["optimizer"])
             scheduler.load_state_dict(resumed.state["scheduler"])
-        parts = LoopParts(ctx=ctx, run_dir=run_dir, model=model, trained=wrap_ddp(model, ctx), optimizer=optimizer,
+        parts = LoopParts(ctx=ctx, run_dir=run_dir, model=model, trained=model, optimizer=optimizer,
                           scheduler=scheduler, settings=settings, log=log)
 
         def compute_loss(batch, parts=parts, tokens=tokens):

@@ -41,11 +41,9 @@ from labse_model.loop import (
     BackpropagatedStep,
     LoopParts,
     autocast_context,
-    restore_rng,
     resume_point,
     run_loop,
     set_aside_later_checkpoints,
-    wrap_ddp,
 )
 from labse_model.loss import BidirectionalAMSLoss
 from labse_model.optim import build_optimizer, build_scheduler
@@ -55,11 +53,6 @@ from pipelines.io.atomic import write_text_atomic
 from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
 
 logger = logging.getLogger("labse_model.train")
-
-# TrainConfig fields a user may change when resuming (the rest are the run's): those whose option
-# TrainConfig marks resumable. Their options default to None, so one not given keeps the run's value.
-RESUMABLE_OVERRIDES = resumable_fields(TrainConfig)
-
 
 # ----------------------------------------------------------------------------------------------
 # Command line
@@ -144,7 +137,10 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
 
 def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int) -> RunConfig:
     config = RunConfig.load(run_dir / "config.json")
-    overrides = {name: getattr(args, name) for name in RESUMABLE_OVERRIDES if getattr(args, name, None) is not None}
+    # Only the fields TrainConfig marks resumable may change; their options default to None, so one
+    # not given keeps the run's value.
+    overrides = {name: getattr(args, name) for name in resumable_fields(TrainConfig)
+                 if getattr(args, name, None) is not None}
     config.train = dataclasses.replace(config.train, **overrides)  # checked again, as any TrainConfig
     config.data = args.data
     if args.dev_data is not None:
@@ -213,7 +209,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         optimizer.load_state_dict(resumed.state["optimizer"])
         scheduler.load_state_dict(resumed.state["scheduler"])
         start_step = resumed.step
-        restore_rng(resumed, ctx, reseed=tc.seed + 1_000_003 * start_step)
+        resumed.restore_rng(ctx.rank, ctx.world_size, tc.seed)
         if ctx.is_main:
             logger.info("resumed %s at step %d", resumed.path, start_step)
     else:
@@ -251,7 +247,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         set_aside_later_checkpoints(run_dir, ctx, resumed)
     log = RunLog(run_dir, enabled=ctx.is_main, resumed_at_step=start_step if args.resume else None)
     parts = LoopParts(
-        ctx=ctx, run_dir=run_dir, model=model.encoder, trained=wrap_ddp(model, ctx), optimizer=optimizer,
+        ctx=ctx, run_dir=run_dir, model=model.encoder, trained=model, optimizer=optimizer,
         scheduler=scheduler, log=log,
         settings=tc,
     )

@@ -39,6 +39,7 @@ from pipelines.io.stage_output import (
     OutputLockedError,
     output_lock,
     prepare_output,
+    stage_parser,
     usage_error,
 )
 from pipelines.text.document import CleanConfig, clean_document
@@ -63,13 +64,10 @@ def infer_format(pattern: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-clean",
-        description="Clean CommonCrawl WARC/WET and Wikipedia pages-articles dumps into per-language "
-                    "sentence Parquet shards (Apache Beam). Unknown options are passed to Beam "
-                    "(e.g. --runner DataflowRunner --project P --region R --temp_location gs://B/tmp "
-                    "--setup_file ./setup.py, or --direct_running_mode multi_processing --direct_num_workers 2).",
-    )
+    parser = stage_parser(
+        "labse-clean",
+        "Clean CommonCrawl WARC/WET and Wikipedia pages-articles dumps into per-language sentence Parquet "
+        "shards (Apache Beam).")
     parser.add_argument("--input", action="append", required=True, metavar="PATTERN",
                         help="Beam file pattern (local or gs://); repeat for several inputs")
     parser.add_argument("--format", default="auto", choices=FORMATS + ("auto",),

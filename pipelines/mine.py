@@ -29,15 +29,15 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import CountByName, MergeTallies, accounting_section, report_identity
+from pipelines.accounting import CountByName, MergeTallies, accounting_section, run_sharded_stage
 from pipelines.io.parquet import clean_output_root, write_parquet_atomic
 from pipelines.io.stage_output import (
-    OUTPUT_REFUSED,
     IncompleteOutputError,
     finish_shard_output,
     fresh_output,
     read_shard_stats,
     require_complete,
+    stage_parser,
     usage_error,
 )
 from pipelines.mining.beam_mining import (
@@ -249,13 +249,11 @@ def _matched_files(path: str) -> set[str]:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-mine",
-        description="Mine translation pairs between two monolingual sentence sets: embed both sides "
-                    "(RunInference), k-nearest neighbours in both directions over sharded cells (FAISS), "
-                    "margin scoring (Artetxe & Schwenk 2019) and a selection strategy.",
-        epilog="Unknown options are passed to Beam, e.g. --runner DataflowRunner --project P --region R "
-               "--temp_location gs://B/tmp, or --direct_running_mode multi_processing --direct_num_workers 2.")
+    parser = stage_parser(
+        "labse-mine",
+        "Mine translation pairs between two monolingual sentence sets: embed both sides (RunInference), "
+        "k-nearest neighbours in both directions over sharded cells (FAISS), margin scoring "
+        "(Artetxe & Schwenk 2019) and a selection strategy.")
     parser.add_argument("--src", required=True, help="source sentences: a labse-clean `sentences/lang=XX` "
                         "directory, Parquet/text files or a glob (text: one sentence per line)")
     parser.add_argument("--tgt", required=True, help="target sentences, same forms as --src")
@@ -319,16 +317,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
             LOG.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
-    try:
-        with fresh_output(output, overwrite=args.overwrite):  # locked first: two runs never mix
-            stats = run(args.src, args.tgt, output, config, beam_args)
-    except OUTPUT_REFUSED as error:
-        return usage_error("labse-mine", str(error))
-    if stats is not None:
-        LOG.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
-                 stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
-        return report_identity("labse-mine", stats)
-    return 0
+
+    def mine_and_log() -> None:
+        stats = run(args.src, args.tgt, output, config, beam_args)
+        if stats is not None:
+            LOG.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
+                     stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
+
+    return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log)
 
 
 def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:

@@ -32,15 +32,13 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import CountByName, MergeTallies, accounting_section, report_identity
+from pipelines.accounting import CountByName, MergeTallies, accounting_section, run_sharded_stage
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows, write_parquet_atomic
 from pipelines.io.stage_output import (
-    OUTPUT_REFUSED,
     IncompleteOutputError,
     finish_shard_output,
-    fresh_output,
-    read_shard_stats,
     require_complete,
+    stage_parser,
     usage_error,
 )
 
@@ -486,12 +484,10 @@ def train_main(argv: Sequence[str]) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-score",
-        description="Score mined pairs with the quality model and keep, per language pair, the best "
-                    "fraction or the most pairs reaching a target precision. `labse-score train --help` "
-                    "trains the model.",
-        epilog="Unknown options are passed to Beam (e.g. --runner DataflowRunner ...).")
+    parser = stage_parser(
+        "labse-score",
+        "Score mined pairs with the quality model and keep, per language pair, the best fraction or the "
+        "most pairs reaching a target precision. `labse-score train --help` trains the model.")
     parser.add_argument("--pairs", required=True, help="PAIRS_DIR written by labse-mine")
     parser.add_argument("--output", required=True, help="SCORED_DIR: Parquet shards and stats.json")
     parser.add_argument("--model", required=True, help="scorer directory from `labse-score train`")
@@ -538,18 +534,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     keep_precision = args.keep_precision if args.keep_precision is not None else (
         None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
     output = args.output.rstrip("/")
-    try:
-        with fresh_output(output, overwrite=args.overwrite):  # locked first: two runs never mix
-            started = time.perf_counter()
-            with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-                build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
-                               labelled, args.keep_best_f1)
-    except OUTPUT_REFUSED as error:
-        return usage_error("labse-score", str(error))
-    LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
-    if "://" in output:  # stats on remote storage: Beam wrote them; the check is for local runs
-        return 0
-    return report_identity("labse-score", read_shard_stats(output))
+
+    def score() -> None:
+        started = time.perf_counter()
+        with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+            build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
+                           labelled, args.keep_best_f1)
+        LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
+
+    return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import logging
 import sys
 from pathlib import Path
 
-from pipelines.io.stage_output import OutputExistsError, OutputLockedError, usage_error
+from pipelines.io.stage_output import OutputExistsError, OutputLockedError, stage_parser, usage_error
 from vocab.builder import VocabConfig, build
 from vocab.learn import VocabSizeError
 
@@ -32,12 +32,10 @@ def _parse_text_input(value: str) -> tuple[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = VocabConfig()
-    parser = argparse.ArgumentParser(
-        prog="labse-vocab",
-        description="Learn a cased multilingual WordPiece vocabulary (vocab.txt) from labse-clean output "
-        "or plain text files. Unknown options go to Apache Beam (e.g. --runner DataflowRunner).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = stage_parser(
+        "labse-vocab",
+        "Learn a cased multilingual WordPiece vocabulary (vocab.txt) from labse-clean output or plain text files.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--input", help="labse-clean's DIR/sentences (hive lang=XX/*.parquet with text, lang)")
     parser.add_argument("--input-text", action="append", type=_parse_text_input, default=[], metavar="LANG=PATH",
                         help="a plain text file or pattern, one sentence per line, of language LANG (repeatable)")

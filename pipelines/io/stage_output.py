@@ -36,6 +36,7 @@ No Beam, TensorFlow or torch import at module level: `labse_model` uses this on 
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import logging
@@ -83,6 +84,18 @@ class IncompleteOutputError(ValueError):
 
 # What a stage's CLI reports as a usage error (exit 2, one line) when `fresh_output` refuses.
 OUTPUT_REFUSED: tuple[type[Exception], ...] = (OutputExistsError, OutputLockedError)
+
+
+BEAM_OPTIONS_HELP = ("Options the command does not know are passed to Apache Beam, e.g. --runner DataflowRunner "
+                     "--project P --region R --temp_location gs://B/tmp --setup_file ./setup.py, or "
+                     "--direct_running_mode multi_processing --direct_num_workers 2.")
+
+
+def stage_parser(prog: str, description: str, **parser_settings: Any) -> argparse.ArgumentParser:
+    """The command line of a Beam stage: `prog`'s own options, with an epilog saying that any
+    other option goes to Beam (the command parses with `parse_known_args` and gives the rest to
+    `PipelineOptions`)."""
+    return argparse.ArgumentParser(prog=prog, description=description, epilog=BEAM_OPTIONS_HELP, **parser_settings)
 
 
 def is_remote(path: str | os.PathLike) -> bool:

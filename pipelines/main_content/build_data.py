@@ -38,6 +38,7 @@ from pipelines.io.stage_output import (
     mark_complete,
     output_lock,
     prepare_output,
+    stage_parser,
     usage_error,
     write_stats_json,
 )
@@ -290,12 +291,10 @@ class BuildTrainingData(beam.PTransform):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-main-content build-data",
-        description="Label every line of every HTML page in WARC files with the teacher (trafilatura) and "
-                    "write page-disjoint train/dev/test files in fastText format plus stats.json. Any other "
-                    "option is passed to Beam unchanged (e.g. --runner DataflowRunner --project P "
-                    "--region R --temp_location gs://B/tmp).")
+    parser = stage_parser(
+        "labse-main-content build-data",
+        "Label every line of every HTML page in WARC files with the teacher (trafilatura) and write "
+        "page-disjoint train/dev/test files in fastText format plus stats.json.")
     parser.add_argument("--input", required=True, help="WARC file pattern (local or gs://), e.g. 'crawl/*.warc.gz'")
     parser.add_argument("--output", required=True, help="output directory (local or gs://)")
     defaults = BuildConfig()

@@ -32,6 +32,7 @@ from pipelines.io.stage_output import (
     output_lock,
     prepare_output,
     read_completion,
+    stage_parser,
     usage_error,
 )
 from pipelines.io.parallel_text import parse_parallel_text
@@ -83,13 +84,10 @@ def check_pairs_complete(location: str, files: Sequence[str]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-tfrecords",
-        description="Tokenise translation pairs and write globally shuffled tf.train.Example shards "
-                    "(src_ids, tgt_ids, src_lang, tgt_lang, score) with schema.json and stats.json.",
-        epilog="Unknown options are passed to Beam, e.g. --runner DataflowRunner --project P --region R "
-               "--temp_location gs://B/tmp, or --direct_running_mode multi_processing --direct_num_workers 2.",
-    )
+    parser = stage_parser(
+        "labse-tfrecords",
+        "Tokenise translation pairs and write globally shuffled tf.train.Example shards "
+        "(src_ids, tgt_ids, src_lang, tgt_lang, score) with schema.json and stats.json.")
     parser.add_argument("--pairs", action="append", default=[],
                         help="scored pairs: a directory of Parquet files (searched recursively) or a glob; repeatable")
     parser.add_argument("--parallel-text", action="append", default=[], metavar="SRC_LANG:PATH,TGT_LANG:PATH",
