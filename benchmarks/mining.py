@@ -313,8 +313,11 @@ def bench_quality(args) -> None:
         margin_threshold, laser = best_threshold_f1(pairs, gold)
         components = score_mined(src, tgt, pairs, lang, "en", scorer, lid)
         best_f1 = keep_automatically(pairs, components, scorer, gold, f"{lang}-en", None, keep_best_f1=True)
+        best_f1_fixed = keep_automatically(pairs, components, scorer, gold, f"{lang}-en", None, keep_best_f1=True,
+                                           adapt=False)
         for target in targets:
             ours = keep_automatically(pairs, components, scorer, gold, f"{lang}-en", target)
+            fixed = keep_automatically(pairs, components, scorer, gold, f"{lang}-en", target, adapt=False)
             before = keep_automatically(pairs, components, uncalibrated, gold, f"{lang}-en", target)
             row = {"set": name, "family": family, "asked_precision": target,
                    "precision": round(ours["precision"], 4), "recall": round(ours["recall"], 4),
@@ -325,6 +328,10 @@ def bench_quality(args) -> None:
                    "true_good_share": round(ours["true_good_share"], 4), "mined_pairs": ours["mined_pairs"],
                    "gold": len(gold), "n_src": len(src), "n_tgt": len(tgt), "calibration": ours["calibration"],
                    "z_in_calibration_range": ours["z_in_range"],
+                   "log_lr_shift": round(ours["log_lr_shift"], 3), "log_lr_scale": round(ours["log_lr_scale"], 3),
+                   "unadapted_precision": round(fixed["precision"], 4), "unadapted_f1": round(fixed["f1"], 4),
+                   "unadapted_estimated_good_share": round(fixed["estimated_good_share"], 4),
+                   "unadapted_best_f1_mode_f1": round(best_f1_fixed["f1"], 4),
                    "uncalibrated_precision": round(before["precision"], 4), "uncalibrated_recall": round(before["recall"], 4),
                    "uncalibrated_f1": round(before["f1"], 4),
                    "uncalibrated_estimated_good_share": round(before["estimated_good_share"], 4)}
@@ -340,17 +347,21 @@ def print_quality_table(rows: list[dict]) -> None:
     where it is above, keeping every mined pair is the right answer and its precision is the share.
     """
     print("\n| set | asked P | measured P | recall | F1 | LASER oracle F1 | est. / true good share | "
-          "F1, --keep-best-f1 | before: P / est. share |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "F1, --keep-best-f1 | shift, scale | unadapted: P / est. share / --keep-best-f1 F1 | "
+          "uncalibrated: P / est. share |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['set']} | {r['asked_precision']:.2f} | {r['precision']:.3f} | {r['recall']:.3f} | {r['f1']:.3f} "
               f"| {r['laser_oracle_f1']:.3f} | {r['estimated_good_share']:.3f} / {r['true_good_share']:.3f} "
-              f"| {r['best_f1_mode_f1']:.3f} | {r['uncalibrated_precision']:.3f} / "
+              f"| {r['best_f1_mode_f1']:.3f} | {r['log_lr_shift']:+.2f}, {r['log_lr_scale']:.2f} "
+              f"| {r['unadapted_precision']:.3f} / {r['unadapted_estimated_good_share']:.3f} / "
+              f"{r['unadapted_best_f1_mode_f1']:.3f} | {r['uncalibrated_precision']:.3f} / "
               f"{r['uncalibrated_estimated_good_share']:.3f} |")
     print("\n| family | asked P | sets (share < asked) | measured P mean (min-max) | mean abs(P - asked) | "
-          "before: P mean (min-max) | mean abs(est - true share), before | F1 > LASER oracle | "
-          "--keep-best-f1 F1 > LASER oracle |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "unadapted: P mean (min-max), mean abs(P - asked) | uncalibrated: P mean (min-max) | "
+          "mean abs(est - true share): now, unadapted, uncalibrated | F1 > LASER oracle | "
+          "--keep-best-f1 F1 > LASER oracle: now, unadapted |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     groups: dict = {}
     for r in rows:
         groups.setdefault((r["family"], r["asked_precision"]), []).append(r)
@@ -358,15 +369,19 @@ def print_quality_table(rows: list[dict]) -> None:
         below = [r for r in group if r["true_good_share"] < target]
         measured = np.array([r["precision"] for r in below]) if below else np.array([np.nan])
         before = np.array([r["uncalibrated_precision"] for r in below]) if below else np.array([np.nan])
+        fixed = np.array([r["unadapted_precision"] for r in below]) if below else np.array([np.nan])
         share_error = np.mean([abs(r["estimated_good_share"] - r["true_good_share"]) for r in group])
+        share_error_fixed = np.mean([abs(r["unadapted_estimated_good_share"] - r["true_good_share"]) for r in group])
         share_error_before = np.mean([abs(r["uncalibrated_estimated_good_share"] - r["true_good_share"]) for r in group])
         print(f"| {family} | {target:.2f} | {len(group)} ({len(below)}) "
               f"| {np.mean(measured):.3f} ({np.min(measured):.3f}-{np.max(measured):.3f}) "
               f"| {np.mean(np.abs(measured - target)):.3f} "
+              f"| {np.mean(fixed):.3f} ({np.min(fixed):.3f}-{np.max(fixed):.3f}), {np.mean(np.abs(fixed - target)):.3f} "
               f"| {np.mean(before):.3f} ({np.min(before):.3f}-{np.max(before):.3f}) "
-              f"| {share_error:.3f}, {share_error_before:.3f} "
+              f"| {share_error:.3f}, {share_error_fixed:.3f}, {share_error_before:.3f} "
               f"| {sum(r['f1'] > r['laser_oracle_f1'] for r in group)}/{len(group)} "
-              f"| {sum(r['best_f1_mode_f1'] > r['laser_oracle_f1'] for r in group)}/{len(group)} |")
+              f"| {sum(r['best_f1_mode_f1'] > r['laser_oracle_f1'] for r in group)}/{len(group)}, "
+              f"{sum(r['unadapted_best_f1_mode_f1'] > r['laser_oracle_f1'] for r in group)}/{len(group)} |")
 
 
 # ------------------------------------------------------------------------------------ speed

@@ -176,19 +176,22 @@ def calibrated_scores(scorer, components, decision: dict) -> np.ndarray:
         return recalibrate(ranker * sanity, prior)
     calibration, _ = scorer.calibration.for_language_pair(decision["language_pair"])
     log_lr = calibration.log_likelihood_ratio(ranker, sanity, cosine, margin, decision["set_statistic"])
-    return sigmoid(logit(prior) + log_lr)
+    shift, scale = decision.get("log_lr_shift", 0.0), decision.get("log_lr_scale", 1.0)
+    return sigmoid(logit(prior) + (log_lr - shift) / scale)
 
 
 def decide_threshold(language_pair: str, components, ratings: Sequence[tuple[Sequence[float], int]],
-                     keep_precision, keep_fraction, scorer, keep_best_f1: bool = False) -> dict:
+                     keep_precision, keep_fraction, scorer, keep_best_f1: bool = False, adapt: bool = True) -> dict:
     """(language pair, (ranker, sanity, cosine, margin) of all its pairs, (those four, 0/1) of its rated
     pairs) -> its share of good pairs, calibration and threshold.
 
-    The share of good pairs is estimated from all the pairs (no labels; `calibration.py`), then every
-    pair gets its probability under that share. With ratings (and no keep_fraction / keep_best_f1) the
-    precision is measured on them; else it is expected from the probabilities.
+    The share of good pairs is estimated from all the pairs (no labels; `calibration.py`), after the
+    log LR is adapted to the set's own distribution (`adapt_to_set`; `adapt=False` skips it, as before
+    it existed), then every pair gets its probability under that share. With ratings (and no
+    keep_fraction / keep_best_f1) the precision is measured on them; else it is expected from the
+    probabilities.
     """
-    from pipelines.mining.calibration import estimate_share
+    from pipelines.mining.calibration import adapt_to_set, estimate_share
     from pipelines.mining.thresholds import (
         adapt_to_prior,
         threshold_for_expected_f1,
@@ -205,10 +208,14 @@ def decide_threshold(language_pair: str, components, ratings: Sequence[tuple[Seq
     else:
         calibration, name = scorer.calibration.for_language_pair(language_pair)
         z = calibration.set_statistic(components[:, 2], components[:, 3])
-        _, prior = estimate_share(calibration.log_likelihood_ratio(*components.T, z))
+        log_lr = calibration.log_likelihood_ratio(*components.T, z)
+        # the set's own log LR distribution corrects an over-confident LR (shift, scale; no labels)
+        shift, scale = adapt_to_set(log_lr, calibration.reference) if adapt else (0.0, 1.0)
+        _, prior = estimate_share((log_lr - shift) / scale)
         low, high = calibration.z_range
         decision.update({"estimated_good_share": prior, "calibration": name, "set_statistic": z,
-                         "set_statistic_in_calibration_range": bool(low <= z <= high)})
+                         "set_statistic_in_calibration_range": bool(low <= z <= high),
+                         "log_lr_shift": shift, "log_lr_scale": scale})
     probabilities = calibrated_scores(scorer, components, decision)
     if keep_fraction is not None:
         threshold = threshold_for_fraction(probabilities, keep_fraction)

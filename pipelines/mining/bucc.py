@@ -123,11 +123,12 @@ def score_mined(src: Sequence[str], tgt: Sequence[str], pairs, src_lang: str, tg
 
 
 def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[int, int]], language_pair: str,
-                       keep_precision: float | None = 0.8, keep_best_f1: bool = False) -> dict:
-    """labse-score's decision on mined pairs, measured against the gold alignment."""
+                       keep_precision: float | None = 0.8, keep_best_f1: bool = False, adapt: bool = True) -> dict:
+    """labse-score's decision on mined pairs, measured against the gold alignment (`adapt=False`: without
+    the per-set adaptation of the log LR, as before it existed)."""
     from pipelines.score import calibrated_scores, decide_threshold
 
-    decision = decide_threshold(language_pair, components, [], keep_precision, None, scorer, keep_best_f1)
+    decision = decide_threshold(language_pair, components, [], keep_precision, None, scorer, keep_best_f1, adapt)
     probabilities = calibrated_scores(scorer, components, decision)
     chosen = [(int(i), int(j)) for i, j, q in zip(pairs.src, pairs.tgt, probabilities) if q >= decision["threshold"]]
     good = [(int(i), int(j)) in gold for i, j in zip(pairs.src, pairs.tgt)]
@@ -136,7 +137,8 @@ def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[in
             "estimated_good_share": decision["estimated_good_share"],
             "true_good_share": float(np.mean(good)) if good else 0.0, "mined_pairs": len(good),
             "set_statistic": decision.get("set_statistic"), "calibration": decision["calibration"],
-            "z_in_range": decision.get("set_statistic_in_calibration_range")}
+            "z_in_range": decision.get("set_statistic_in_calibration_range"),
+            "log_lr_shift": decision.get("log_lr_shift"), "log_lr_scale": decision.get("log_lr_scale")}
 
 
 def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, int]], embedder_spec: str,

@@ -31,6 +31,12 @@ weight of the two-component mixture whose component ratio is that LR — the fix
 of Saerens, Latinne & Decaestecker (2002), pi = mean_i sigmoid(logit pi + log LR_i), found by
 root finding (the likelihood is concave in pi, so the root is unique) — and each pair's
 probability is sigmoid(logit pi + log LR_i). No label of the mined set is used.
+
+Out of the calibration's domain (Tatoeba's short sentences, language pairs never calibrated) the log
+LR comes out shifted and stretched: over-confident, so pi is over-estimated. Before the EM, the set's
+log LRs are therefore mapped back, log LR = shift + scale * u, with (shift, scale) fitted on the set's
+own log LR distribution against the calibration pools' per-class distributions (`adapt_to_set`,
+`reference`); in the calibrated domain the map stays near the identity.
 """
 from __future__ import annotations
 
@@ -47,6 +53,13 @@ _EPS = 1e-9
 POOL_GRID = tuple((n_true, n_distractor) for n_true in (500, 1000, 2000)
                   for n_distractor in (250, 1000, 2000, 4000, 5500))
 POOL_GRID_ROWS = 13_000
+# adapt_to_set: quantiles kept per class, the kernel bandwidth over them (in log LR units), the prior sd of
+# (shift, log scale) — chosen, with the clipping in adapt_to_set, on the benchmark's seed-13 sets only
+# (BENCHMARKS.md, section mining; seed-14 sets reported apart) — and the most pairs one fit reads
+REFERENCE_QUANTILES = 100
+ADAPT_BANDWIDTH = 0.7
+ADAPT_PRIOR_SD = (0.5, 0.5)
+ADAPT_MAX_PAIRS = 20_000
 
 
 class CalibrationError(ValueError):
@@ -102,6 +115,9 @@ class Calibration:
     pools: list[dict] = field(default_factory=list)
     # language pair -> its own calibration (fitted on its pools only); others use this pooled one
     language_pairs: dict[str, "Calibration"] = field(default_factory=dict)
+    # quantiles of the calibration pools' log LR, row 0 of their good pairs, row 1 of their bad pairs
+    # (`adapt_to_set`); None for a calibration saved before it existed (then no per-set adaptation)
+    reference: np.ndarray | None = None
 
     def for_language_pair(self, language_pair: str) -> tuple["Calibration", str]:
         """(the calibration for pairs of `language_pair`, its name: the language pair or "pooled")."""
@@ -122,6 +138,8 @@ class Calibration:
         payload = {"phi": list(PHI_NAMES), "mean": self.mean.tolist(), "scale": self.scale.tolist(),
                    "coef": self.coef.tolist(), "offset": self.offset, "offset_z": self.offset_z,
                    "margin": self.margin_kind, "z_range": list(self.z_range), "pools": self.pools}
+        if self.reference is not None:
+            payload["reference"] = self.reference.tolist()
         if self.language_pairs:
             payload["language_pairs"] = {lp: c.to_dict() for lp, c in sorted(self.language_pairs.items())}
         return payload
@@ -145,8 +163,16 @@ class Calibration:
         language_pairs = payload.get("language_pairs", {})
         if not isinstance(language_pairs, dict):
             raise CalibrationError("malformed calibration: language_pairs is not an object")
+        reference = payload.get("reference")
+        if reference is not None:
+            try:
+                reference = np.asarray(reference, dtype=np.float64)
+            except (TypeError, ValueError) as error:
+                raise CalibrationError(f"malformed calibration reference: {error}") from error
+            if reference.ndim != 2 or reference.shape[0] != 2 or not np.isfinite(reference).all():
+                raise CalibrationError("calibration reference is not two rows of finite quantiles")
         return cls(*arrays, offset, offset_z, payload.get("margin", "ratio"), z_range, list(payload.get("pools", [])),
-                   {str(lp): cls.from_dict(c) for lp, c in language_pairs.items()})
+                   {str(lp): cls.from_dict(c) for lp, c in language_pairs.items()}, reference)
 
 
 def estimate_share(log_lr: Sequence[float]) -> tuple[np.ndarray, float]:
@@ -242,14 +268,84 @@ def _fit_one(pools: Sequence[dict], margin_kind: str, c: float) -> Calibration:
     else:
         offset_z, offset = 0.0, float(np.median(left))
     calibration = Calibration(mean, scale, coef, offset, offset_z, margin_kind, (float(min(zs)), float(max(zs))))
+    log_lrs = []
     for pool, z in zip(usable, zs):
-        _, estimated = estimate_share(calibration.log_likelihood_ratio(pool["ranker"], pool["sanity"],
-                                                                        pool["cosine"], pool["margin"], z))
+        log_lrs.append(calibration.log_likelihood_ratio(pool["ranker"], pool["sanity"], pool["cosine"],
+                                                        pool["margin"], z))
+        _, estimated = estimate_share(log_lrs[-1])
         described = {k: v for k, v in pool.items() if k not in ("ranker", "sanity", "cosine", "margin", "label")}
         calibration.pools.append({**described, "pairs": int(len(pool["label"])), "z": round(z, 5),
                                   "good_share": round(float(np.mean(pool["label"])), 4),
                                   "estimated_good_share": round(estimated, 4)})
+    log_lr, good = np.concatenate(log_lrs), np.concatenate([np.asarray(p["label"]) == 1 for p in usable])
+    calibration.reference = reference_quantiles(log_lr[good], log_lr[~good])
     return calibration
+
+
+def reference_quantiles(good_log_lr, bad_log_lr, n: int = REFERENCE_QUANTILES) -> np.ndarray:
+    """(2, n): evenly spaced quantiles of the log LR of good pairs (row 0) and bad pairs (row 1)."""
+    levels = (np.arange(n) + 0.5) / n
+    return np.vstack([np.quantile(np.asarray(good_log_lr, dtype=np.float64), levels),
+                      np.quantile(np.asarray(bad_log_lr, dtype=np.float64), levels)])
+
+
+def _log_density(u: np.ndarray, quantiles: np.ndarray, bandwidth: float) -> np.ndarray:
+    """log of a Gaussian kernel density through the reference quantiles, at u."""
+    from scipy.special import logsumexp
+
+    d = (u[:, None] - quantiles[None, :]) / bandwidth
+    return logsumexp(-0.5 * d * d, axis=1) - np.log(len(quantiles) * bandwidth * np.sqrt(2 * np.pi))
+
+
+def adapt_to_set(log_lr: Sequence[float], reference: np.ndarray | None, prior_sd: tuple[float, float] = ADAPT_PRIOR_SD,
+                 bandwidth: float = ADAPT_BANDWIDTH, max_pairs: int = ADAPT_MAX_PAIRS, seed: int = 0) -> tuple[float, float]:
+    """(shift, scale) such that (log LR - shift) / scale is this set's log likelihood ratio; no labels used.
+
+    The calibration pools give the distribution of log LR among good and among bad pairs in the domain
+    the scorer was calibrated on (`reference`). On a set from elsewhere (short everyday sentences,
+    a language pair never calibrated), the same scorer's log LRs come out shifted and stretched — the
+    LR is over-confident. Model: the set's log LR is shift + scale * u, where u has the calibrated
+    distributions, so its density is the two-component mixture
+        (pi f_good((s - shift) / scale) + (1 - pi) f_bad((s - shift) / scale)) / scale
+    and, since u is the calibrated log LR, each pair's probability is sigmoid(logit pi + u). (pi,
+    shift, log scale) are fitted by maximum a posteriori on the set's own log LRs (Nelder-Mead), with
+    Gaussian priors of sd `prior_sd` on shift and log scale centred on no change (0, 1): small sets
+    with few bad (or good) pairs cannot identify the map alone. In the calibrated domain it stays near
+    (0, 1). Only over-confidence is corrected: shift is clipped at 0 and scale at 1 from below.
+    Returns (0.0, 1.0) without a reference or when the share of good pairs is estimated at 0 or 1
+    (nothing to fit). At most `max_pairs` pairs (a fixed random sample) enter the fit.
+    """
+    from scipy.optimize import minimize
+
+    s = np.asarray(log_lr, dtype=np.float64)
+    s = s[np.isfinite(s)]
+    if reference is None or len(s) < 2:
+        return 0.0, 1.0
+    _, share = estimate_share(s)
+    if not 1e-3 < share < 1 - 1e-3:
+        return 0.0, 1.0
+    if len(s) > max_pairs:
+        s = np.random.default_rng(seed).choice(s, max_pairs, replace=False)
+    good_q, bad_q = np.asarray(reference[0]), np.asarray(reference[1])
+    sd_shift, sd_log_scale = prior_sd
+
+    def objective(theta: np.ndarray) -> float:
+        a, shift, log_scale = theta
+        u = (s - shift) / np.exp(log_scale)
+        log_pi, log_rest = -np.logaddexp(0.0, -a), -np.logaddexp(0.0, a)
+        mixture = np.logaddexp(log_pi + _log_density(u, good_q, bandwidth), log_rest + _log_density(u, bad_q, bandwidth))
+        return float(-mixture.mean() + log_scale + (0.5 * (shift / sd_shift) ** 2 + 0.5 * (log_scale / sd_log_scale) ** 2)
+                     / len(s))
+
+    fit = minimize(objective, np.array([float(logit(share)), 0.0, 0.0]), method="Nelder-Mead",
+                   options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 2000})
+    _, shift, log_scale = fit.x
+    if not (fit.success or fit.status == 2) or not np.isfinite([shift, log_scale]).all():
+        return 0.0, 1.0
+    # only over-confidence is corrected: a fit that would make the LR more confident than calibrated
+    # (shift < 0: towards good; scale < 1) is noise in the calibrated domain (measured on Multi30k sets:
+    # shift -0.6 to +0.05, scale 0.94-1.14) and on small sets with few bad pairs
+    return max(float(shift), 0.0), max(float(np.exp(log_scale)), 1.0)
 
 
 def scaled_grid(rows: int, grid: Sequence[tuple[int, int]] = POOL_GRID, grid_rows: int = POOL_GRID_ROWS,
