@@ -92,20 +92,88 @@ def test_a_bundle_gives_each_document_what_it_gets_alone(sample_documents, lid, 
     assert sum(len(r.rows) for r in alone) > 20_000
 
 
-def test_a_bundle_with_a_main_content_model_matches_too(sample_documents, lid, tmp_path, labse_data):
+@pytest.fixture(scope="module")
+def main_content_model_path(tmp_path_factory, labse_data):
+    """A main-content model trained on the Common Crawl samples, as `make demo` does."""
     from pipelines.main_content.cli import main as main_content
-    from pipelines.main_content.model import MainContentModel
 
-    data, path = tmp_path / "data", tmp_path / "model.bin"
+    root = tmp_path_factory.mktemp("main-content")
+    data, path = root / "data", root / "model.bin"
     assert main_content(["build-data", "--input", str(labse_data / "commoncrawl/*.warc.gz"),
                          "--output", str(data), "--overwrite"]) == 0
     assert main_content(["train", "--data", str(data), "--output", str(path)]) == 0
+    return path
+
+
+def test_a_bundle_with_a_main_content_model_matches_too(sample_documents, lid, main_content_model_path):
+    from pipelines.main_content.model import MainContentModel
+
+    path = main_content_model_path
     model = MainContentModel.load(str(path))
     config = CleanConfig(main_content_model=str(path))
     docs = sample_documents[:300] + sample_documents[-4:]
     alone = _alone(docs, lid, config, model)
     for doc, expected, (rows, tally, errors) in zip(docs, alone, _together(docs, lid, config, model)):
         assert (rows, tally, errors) == (expected.rows, dict(expected.tally), expected.errors), doc.url
+
+
+def test_the_pipeline_with_a_main_content_model_writes_what_the_plain_path_gives(lid, main_content_model_path,
+                                                                                 labse_data, tmp_path):
+    """labse-clean with the model (the Beam DoFn: models loaded in setup, pages prepared as they
+    arrive, bundles flushed) == `clean_document` with the model on every page of the WARC samples,
+    deduplicated by hand (first source kept): the same sentence rows, and the same tallies."""
+    from collections import Counter
+
+    import numpy as np
+    import pyarrow.dataset as ds
+
+    from pipelines.clean import run
+    from pipelines.io.documents import Dropped
+    from pipelines.io.parquet import SENTENCE_COLUMNS
+    from pipelines.io.readers import read_records
+    from pipelines.main_content.model import MainContentModel
+    from pipelines.text.document import clean_document
+    from pipelines.text.normalise import dedup_keys
+
+    config = CleanConfig(main_content_model=str(main_content_model_path))
+    model = MainContentModel.load(str(main_content_model_path))
+    inputs = [(str(require_file(labse_data, relative)), fmt) for relative, fmt in SAMPLES if fmt == "warc"]
+    tally: Counter = Counter()
+    first: dict[bytes, tuple] = {}
+    copies: Counter = Counter()
+    for path, fmt in inputs:
+        for record in read_records(path, fmt):
+            if isinstance(record, Dropped):
+                tally.update({"documents.read": 1, f"documents.dropped.{record.reason}": 1})
+                continue
+            assert isinstance(record, Document), record
+            cleaned = clean_document(record, lid, config, model)
+            assert not cleaned.errors
+            tally.update(cleaned.tally)
+            for row, key in zip(cleaned.rows, dedup_keys([r["text"] for r in cleaned.rows],
+                                                          [r["lang"] for r in cleaned.rows])):
+                order = (row["file"], row["offset"], row["doc_id"], row["position"])
+                copies[key] += 1
+                if key not in first or order < first[key][0]:
+                    first[key] = (order, row)
+
+    out = tmp_path / "out"
+    stats = run(inputs, str(out), config)
+
+    def comparable(row: dict) -> tuple:  # Parquet holds the scores as float32
+        return tuple(float(np.float32(row[c])) if c.endswith("score") else row[c] for c in SENTENCE_COLUMNS)
+
+    written = ds.dataset(str(out / "sentences"), partitioning="hive").to_table().to_pylist()
+    expected = [row for _order, row in first.values()]
+    assert len(expected) > 1000
+    assert sorted(map(comparable, written)) == sorted(map(comparable, expected))
+    dropped = {key[len("sentences.dropped."):]: n for key, n in tally.items() if key.startswith("sentences.dropped.")}
+    dropped["duplicate"] = sum(copies.values()) - len(first)
+    assert stats["sentences_dropped"] == dropped
+    assert stats["sentences_kept"] == len(first)
+    assert stats["sentences_read"] == tally["sentences.read"] and stats["documents_read"] == tally["documents.read"]
+    assert stats["sentences_errored"] == 0 and stats["documents_errored"] == 0 and stats["identity_holds"]
+    assert stats["per_language"] == dict(Counter(row["lang"] for row in expected))
 
 
 def _page_doc(i: int, body: str) -> Document:

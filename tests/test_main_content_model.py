@@ -278,6 +278,29 @@ ODD_LINES = ["", " ", "\t a  B\u00a0c ", "ΟΔΟΣ Σ.", "x" * 700, " ".join(["T
              "word " * 20 + "end.", "Menu »", "¿Qué?", "価格は100円です。"]
 
 
+def test_html_flags_equal_the_reference_on_every_sample_page(labse_data):
+    """html_main_flags (normalised blocks by html_to_lines' fast path) == membership in the set of
+    `" ".join(block.split())` of resiliparse's main-content blocks, on every sample page, with
+    empty and whitespace-odd lines added."""
+    from resiliparse.extract.html2text import extract_plain_text
+
+    from pipelines.main_content.evaluate import html_pages
+    from pipelines.text.html import parse_html, tree_to_lines
+
+    pages = 0
+    for name in ("commoncrawl/CC-MAIN-2020-34-sample.warc.gz", "commoncrawl/web-pages-sample.warc.gz",
+                 "maincontent/article-pages.warc.gz"):
+        for _url, html in html_pages(str(require_file(labse_data, name))):
+            tree = parse_html(html)
+            lines = tree_to_lines(tree) + ODD_LINES
+            text = extract_plain_text(tree, preserve_formatting=True, main_content=True, list_bullets=False,
+                                      alt_texts=False, links=False, form_fields=False, noscript=False)
+            kept = {" ".join(block.split()) for block in text.split("\n")}
+            assert html_main_flags(lines, tree) == [line in kept for line in lines]
+            pages += 1
+    assert pages >= 300
+
+
 def test_featurisation_equals_the_reference_on_every_sample_page(sample_pages):
     for lines, flags in sample_pages:
         assert featurise_document(lines) == _featurise_reference(lines, "")

@@ -77,8 +77,15 @@ def html_main_flags(lines: Sequence[str], html) -> list[bool] | None:
                                   alt_texts=False, links=False, form_fields=False, noscript=False)
     except Exception:  # resiliparse is tolerant; a page it cannot parse simply has no HTML feature
         return None
-    kept = {" ".join(block.split()) for block in text.split("\n")}
-    return [line in kept for line in lines]
+    from pipelines.text.html import normalise_lines
+
+    # The whitespace-normalised blocks (`" ".join(block.split())`), as html_to_lines normalises its
+    # lines (with its fast path for the many blocks that need no change); the empty block only
+    # matters for an empty line, which html_to_lines never gives.
+    kept = set(normalise_lines(text))
+    if "" in lines and any(not block.strip() for block in text.split("\n")):
+        kept.add("")
+    return list(map(kept.__contains__, lines))
 
 
 def featurise_document(lines: Sequence[str], html_main: Sequence[bool] | None = None) -> list[str]:
@@ -238,17 +245,20 @@ def postprocess_scores(raw: np.ndarray | Sequence[float], lines: Sequence[str], 
 _NUMPY_FROM_LINES = 100
 
 
-def _postprocess(scores: list[float], lines: Sequence[str], window: int = SMOOTH_WINDOW,
+def _postprocess(scores: list[float] | np.ndarray, lines: Sequence[str], window: int = SMOOTH_WINDOW,
                  region_pivot: float = 0.5, region_min_share: float = REGION_MIN_SHARE,
                  outside_factor: float = OUTSIDE_REGION_FACTOR) -> np.ndarray:
-    """``postprocess_scores`` of float64 scores. Two implementations of the same float64 operations
-    in the same order, so with the same results: plain Python for short pages, numpy for long ones."""
-    if not scores:
+    """``postprocess_scores`` of float64 scores (a list of floats or a float64 array). Two
+    implementations of the same float64 operations in the same order, so with the same results:
+    plain Python for short pages, numpy for long ones."""
+    if not len(scores):
         return np.zeros(0, dtype=np.float32)
     if len(scores) < _NUMPY_FROM_LINES and window == 2:
+        if isinstance(scores, np.ndarray):
+            scores = scores.tolist()
         return np.array(_postprocess_short(scores, lines, region_pivot, region_min_share, outside_factor),
                         dtype=np.float32)
-    return _postprocess_long(np.array(scores, dtype=np.float64), lines, window, region_pivot, region_min_share,
+    return _postprocess_long(np.asarray(scores, dtype=np.float64), lines, window, region_pivot, region_min_share,
                              outside_factor)
 
 
@@ -502,15 +512,19 @@ class MainContentModel:
 
     def raw_scores(self, lines: Sequence[str], html_main: Sequence[bool] | None = None) -> np.ndarray:
         """fastText's P(main) per line before page-level smoothing (one batched predict call)."""
-        return np.array(self._main_probabilities(lines, html_main), dtype=np.float64)
+        return self._main_probabilities(lines, html_main)
 
-    def _main_probabilities(self, lines: Sequence[str], html_main: Sequence[bool] | None) -> list[float]:
+    def _main_probabilities(self, lines: Sequence[str], html_main: Sequence[bool] | None) -> np.ndarray:
+        """fastText's P(main) per line, float64 (one batched predict call)."""
         if not lines:
-            return []
+            return np.zeros(0, dtype=np.float64)
         # fastText's own predict() re-checks every string in Python; ours never hold a newline, and
         # the trailing "\n" is what adds the end-of-sentence token the model was trained with.
         labels, probs = self._model.f.multilinePredict(_featurise(lines, "\n", html_main), 1, 0.0, "replace")
         # k=1 with threshold 0 gives exactly one (label, float32 probability) per line; fastText's
-        # probabilities can exceed 1 by its 1e-5 smoothing, hence the clipping.
-        return [0.0 if (p := top if is_main else 1.0 - top) < 0.0 else (1.0 if p > 1.0 else p)
-                for top, is_main in zip(map(np.ndarray.item, probs), map(_MAIN_ONLY.__eq__, labels))]
+        # probabilities can exceed 1 by its 1e-5 smoothing, hence the clipping. As arrays: the same
+        # float64 operations as per line in Python, without a Python float per line.
+        top = np.concatenate(probs).astype(np.float64)
+        is_main = np.fromiter(map(_MAIN_ONLY.__eq__, labels), dtype=bool, count=len(labels))
+        main = np.where(is_main, top, 1.0 - top)
+        return np.clip(main, 0.0, 1.0, out=main)
