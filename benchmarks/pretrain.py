@@ -21,7 +21,9 @@ then labse-export and Multi30k test_2016 de/fr/cs-en and Tatoeba deu/fra/ces ret
 
 Usage (BENCHMARKS.md, section pre-training, has the commands and results):
   nice -n 5 .venv/bin/python benchmarks/pretrain.py --data ../shared/data --work bench_out/pretrain
-Finished steps are skipped when the script is re-run (delete --work to start over).
+Finished steps are skipped when the script is re-run (delete --work to start over). A fine-tuning lr
+other than the default (--lr) is part of every name (results/RUN-lrX-seedN.json, runs/, models/, logs/,
+results-lrX.json), so a sweep over --lr keeps each lr's results apart.
 """
 from __future__ import annotations
 
@@ -94,10 +96,16 @@ def pretrain(name: str, args, vocab: Path, pairs: str) -> dict:
     return summary
 
 
+def lr_tag(lr: float) -> str:
+    """'-lrX' for a fine-tuning lr other than the default, '' for the default, so that a sweep's
+    results, runs, models, logs and summary never overwrite another lr's (earlier default-lr
+    results keep their names)."""
+    return "" if lr == DEFAULT_FINE_TUNE_LR else f"-lr{lr:g}"
+
+
 def fine_tune(name: str, seed: int, args, vocab: Path, shards: dict[str, str]) -> dict:
     spec = FINE_TUNES[name]
-    # The lr is in the tag only when it is not the default, so earlier results keep their names.
-    tag = f"{name}-seed{seed}" if args.lr == DEFAULT_FINE_TUNE_LR else f"{name}-lr{args.lr:g}-seed{seed}"
+    tag = f"{name}{lr_tag(args.lr)}-seed{seed}"
     result_path = args.work / "results" / f"{tag}.json"
     if result_path.is_file():
         return json.loads(result_path.read_text())
@@ -209,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         s, f = pretrained["stacked"], pretrained["flat"]
         print(f"stacking: wall-clock stacked / flat {s.get('wall_s', 0) / max(f.get('wall_s', 1e-9), 1e-9):.2f}; "
               f"[CLS] fine-tuned from stacked / flat: {mean_of('cls-pretrained') / max(mean_of('cls-flat'), 1e-9):.2f}x")
-    (args.work / "results.json").write_text(json.dumps({"pretrained": pretrained, "fine_tuned": results}, indent=2))
+    (args.work / f"results{lr_tag(args.lr)}.json").write_text(json.dumps({"pretrained": pretrained, "fine_tuned": results}, indent=2))
     return 0
 
 
