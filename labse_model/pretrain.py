@@ -326,8 +326,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     log = RunLog(run_dir, enabled=ctx.is_main, resumed_at_step=start_step if args.resume else None)
     stop_at = settings.max_steps if args.stop_after_steps is None else min(settings.max_steps,
                                                                             start_step + args.stop_after_steps)
-    previous = _read_summary(run_dir) if args.resume else {}
-    stage_results: dict[int, dict[str, Any]] = {int(k): v for k, v in previous.get("stages", {}).items()}
+    stage_results = _timing_carried_over(_read_summary(run_dir), start_step, stages) if args.resume else {}
     tokens = torch.zeros((), dtype=torch.float64)
     step = start_step
     for stage in stages:
@@ -405,6 +404,20 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         logger.info("done at step %d%s", step, f": encoder written to {run_dir / ENCODER_FILE}" if finished else "")
     barrier()
     return summary
+
+
+def _timing_carried_over(previous: dict[str, Any], start_step: int, stages: list[Stage]) -> dict[int, dict[str, Any]]:
+    """The per-stage records of earlier invocations that a resume at `start_step` keeps.
+
+    A record holds the time and tokens of the steps its invocations ran. When the summary reaches
+    past `start_step` (the newest checkpoint did not load, or --resume-step picked an older one),
+    the steps after `start_step` run again now: the records of the stages that were not over by
+    `start_step` are dropped rather than counted twice (their `steps_timed` then says how many
+    steps their time covers)."""
+    records = {int(k): v for k, v in previous.get("stages", {}).items()}
+    if int(previous.get("step", 0)) <= start_step:
+        return records
+    return {index: record for index, record in records.items() if stages[index].end <= start_step}
 
 
 def _read_summary(run_dir: Path) -> dict[str, Any]:

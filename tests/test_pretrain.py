@@ -425,3 +425,16 @@ def test_resume_skips_a_corrupt_latest_checkpoint(inputs, tmp_path, caplog):
     assert (run / "checkpoints" / "step-00000004.corrupt").is_dir()
     after = {m["step"]: m["loss"] for m in read_metrics(run) if "loss" in m}
     assert after == before  # steps 3 and 4 trained again from step 2, bit-identically
+
+
+def test_a_resume_from_an_earlier_checkpoint_does_not_count_the_rerun_steps_twice(inputs, tmp_path):
+    vocab, shards, sentences = inputs
+    run = tmp_path / "run"
+    assert pretrain_main(_args(vocab, shards, sentences, run, "--stop-after-steps", "6")) == 0
+    timed = {k: s["steps_timed"] for k, s in json.loads((run / "pretrain_summary.json").read_text())["stages"].items()}
+    assert timed == {"0": 4, "1": 2}
+    # Back to the stage boundary: stage 2's steps 5 and 6 run again and are timed once.
+    assert pretrain_main(_args(vocab, shards, sentences, run, "--resume", "--resume-step", "4")) == 0
+    summary = json.loads((run / "pretrain_summary.json").read_text())
+    assert summary["finished"] and {k: s["steps_timed"] for k, s in summary["stages"].items()} == {"0": 4, "1": 4}
+
