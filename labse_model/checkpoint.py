@@ -7,18 +7,20 @@ Layout (contract 9):
         training_state.pt      optimizer, scheduler, step, data position   (torch.load weights_only=True)
         rng-rank00000.pt       each rank's torch / CUDA / Python / NumPy RNG states (and data position)
 
-A checkpoint is written into a hidden temporary folder beside the final one and renamed into place,
-so a `step-*` folder is always complete; a crash leaves at most a `.tmp-*` folder, which is ignored.
+A checkpoint is written into a hidden temporary folder beside the final one, flushed to the disk and
+renamed into place (`durable_replace`), so a `step-*` folder is always complete; a crash leaves at
+most a `.tmp-*` folder, which is ignored.
 
-Reading one back never trusts it: a file that does not parse (truncated by a full disk or a crash
-of the machine before the data reached it, overwritten) raises `CorruptCheckpointError` naming the
-file, and nothing is unpickled (torch files are read with `weights_only=True`; a file that holds
+Reading one back never trusts it: a file that does not parse (truncated by a full disk, overwritten)
+or weights whose bytes no longer match the sha256 recorded in them raise `CorruptCheckpointError`
+naming the file, and nothing is unpickled (torch files are read with `weights_only=True`; a file that holds
 other objects is refused without PyTorch's advice to load it unsafely). Without an explicit step,
 readers take the newest checkpoint whose files all read back (`choose_checkpoint`) and say in one
 line which ones they skipped; a resume then renames those out of the way (`set_aside_after`).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import pickle
@@ -33,7 +35,7 @@ from typing import Any, Callable, Generic, TypeVar
 import numpy as np
 import torch
 
-from pipelines.io.atomic import atomic_path
+from pipelines.io.atomic import atomic_path, durable_replace
 
 logger = logging.getLogger("labse_model.checkpoint")
 
@@ -125,28 +127,57 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_model_weights(model: torch.nn.Module, path: Path) -> None:
+# The safetensors metadata key holding `tensors_digest` of the file's tensors (safetensors itself
+# has no checksum: it only checks that the header parses and that the tensors cover the file).
+DIGEST_KEY = "labse_sha256"
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over the names, dtypes, shapes and bytes of `tensors` (CPU, contiguous), in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name]
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Write `tensors` as a safetensors file, atomically, with their `tensors_digest` in its metadata."""
     from safetensors.torch import save_file
 
-    tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in model.state_dict().items()}
+    tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in tensors.items()}
     with atomic_path(path) as tmp:
-        save_file(tensors, tmp, metadata={"format": "pt"})
+        save_file(tensors, tmp, metadata={"format": "pt", DIGEST_KEY: tensors_digest(tensors)})
+
+
+def save_model_weights(model: torch.nn.Module, path: Path) -> None:
+    save_weights(model.state_dict(), path)
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file, on CPU; CorruptCheckpointError when the file does not parse.
+    """The tensors of a safetensors file, on CPU; CorruptCheckpointError when the file does not parse
+    or its tensors do not match the digest it was written with.
 
     safetensors checks that its header is valid JSON and that the tensors it lists cover the file
-    exactly, so a truncated, zero-filled or overwritten file is caught here. (There is no checksum:
-    damage inside the tensor bytes that keeps the size cannot be seen.)
+    exactly, so a truncated, zero-filled or overwritten file is caught by it; damage inside the
+    tensor bytes that keeps the size (a flipped bit on disk or in a copy) is caught by the digest
+    that `save_weights` records. Files from elsewhere (a Hugging Face model) have no digest and are
+    read as they are.
     """
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
     try:
-        return load_file(str(path), device="cpu")
+        with safe_open(str(path), framework="pt") as handle:
+            recorded = (handle.metadata() or {}).get(DIGEST_KEY)
+        tensors = load_file(str(path), device="cpu")
     except SafetensorError as exc:
         raise CorruptCheckpointError(f"{path} is not a valid safetensors file (truncated or damaged: {exc})") from None
+    if recorded is not None and tensors_digest(tensors) != recorded:
+        raise CorruptCheckpointError(f"{path} is damaged: its tensors do not match the sha256 recorded when it "
+                                     "was written (a changed byte of the same size)")
+    return tensors
 
 
 def read_torch_file(path: Path) -> Any:
@@ -243,7 +274,7 @@ def save_checkpoint(
     torch.save({**training_state, "step": step, "world_size": world_size}, staging / STATE_FILE)
     if final.exists():
         shutil.rmtree(final)
-    os.replace(staging, final)
+    durable_replace(staging, final)
     if keep_last:
         for _, old in list_checkpoints(run_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from pipelines.io.atomic import durable_replace
 from labse_model import checkpoint as ckpt
 from labse_model.config import RunConfig
 from labse_model.encoder import SentenceEncoder
@@ -117,7 +117,7 @@ def _export_locked(run_dir: Path, output: Path, step: int | None, max_seq_length
             shutil.copyfile(Path(run_dir) / "vocab.txt", staging / "vocab.txt")
             if output.exists():
                 shutil.rmtree(output)
-            os.replace(staging, output)
+            durable_replace(staging, output)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

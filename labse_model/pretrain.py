@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from labse_model import checkpoint as ckpt
 from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
     PRESETS,
@@ -253,11 +254,7 @@ def heldout_scores(model: MaskedLanguageModel, batches: list[dict[str, torch.Ten
 
 
 def write_encoder(model: MaskedLanguageModel, path: Path) -> None:
-    from safetensors.torch import save_file
-
-    tensors = {name: t.detach().to("cpu").contiguous() for name, t in model.encoder_state_dict().items()}
-    with atomic_path(path) as tmp:
-        save_file(tensors, tmp, metadata={"format": "pt"})
+    ckpt.save_weights(model.encoder_state_dict(), path)
 
 
 def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:

@@ -15,7 +15,6 @@ import dataclasses
 import glob
 import json
 import logging
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import torch
 
+from pipelines.io.atomic import atomic_path
 from labse_model import checkpoint as ckpt
 from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
@@ -166,8 +166,8 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: St
     config = make_run_config(args, ctx.world_size, start)
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(args.vocab, run_dir / ".vocab.txt.tmp")  # the starting point's vocab.txt (same sha256)
-        os.replace(run_dir / ".vocab.txt.tmp", run_dir / "vocab.txt")
+        with atomic_path(run_dir / "vocab.txt") as tmp:
+            shutil.copyfile(args.vocab, tmp)  # the starting point's vocab.txt (same sha256)
         config.save(run_dir / "config.json")
     return config
 

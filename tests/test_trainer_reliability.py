@@ -70,6 +70,13 @@ def fill_with_garbage(path: Path) -> None:
     path.write_bytes(os.urandom(path.stat().st_size))
 
 
+def flip_one_bit(path: Path) -> None:
+    """A changed byte of the same size, inside the tensor data (a safetensors file ends with it)."""
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
 def replace_with_code_pickle(path: Path) -> None:
     torch.save({"step": 6, "optimizer": _RunsCodeWhenUnpickled(path.parent / "PWNED")}, path)
 
@@ -77,6 +84,7 @@ def replace_with_code_pickle(path: Path) -> None:
 DAMAGES = {
     "model-truncated": (ckpt.MODEL_FILE, truncate),
     "model-garbage": (ckpt.MODEL_FILE, fill_with_garbage),
+    "model-bit-flip": (ckpt.MODEL_FILE, flip_one_bit),
     "state-truncated": (ckpt.STATE_FILE, truncate),
     "state-code-pickle": (ckpt.STATE_FILE, replace_with_code_pickle),
     "rng-garbage": ("rng-rank00000.pt", fill_with_garbage),
@@ -385,3 +393,21 @@ def test_the_one_gpu_of_a_one_gpu_host_passes_the_device_check(tmp_path, caplog,
         status = train_main([*NO_INPUTS, "--output", str(tmp_path / "run"), "--device", device])
         # Past the device check, the first thing train() looks at is the missing data.
         _assert_refused_before_any_work(status, caplog, tmp_path, "matches no files")
+
+
+def test_weights_carry_a_digest_that_catches_a_same_size_change_and_files_without_one_still_read(tmp_path):
+    from safetensors.torch import save_file
+
+    tensors = {"bert.embeddings.weight": torch.randn(7, 4).to(torch.bfloat16), "head.bias": torch.zeros(4),
+               "step": torch.tensor(3)}
+    path = tmp_path / "encoder.safetensors"
+    ckpt.save_weights(tensors, path)
+    read = ckpt.read_weights(path)
+    assert all(torch.equal(read[name], tensors[name]) for name in tensors)
+    flip_one_bit(path)
+    with pytest.raises(ckpt.CorruptCheckpointError, match="do not match the sha256"):
+        ckpt.read_weights(path)
+    # A file written elsewhere (a Hugging Face model.safetensors) has no digest: read as it is.
+    foreign = tmp_path / "model.safetensors"
+    save_file({"weight": torch.ones(2, 2)}, str(foreign), metadata={"format": "pt"})
+    assert torch.equal(ckpt.read_weights(foreign)["weight"], torch.ones(2, 2))

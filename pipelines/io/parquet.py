@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.io.atomic import write_bytes_atomic
+
 SENTENCE_SCHEMA = pa.schema(
     [
         ("text", pa.string()),
@@ -97,6 +99,9 @@ def write_table_atomic(table: pa.Table, path: str) -> None:
     """Write `table` as one Parquet file at `path` (local or any Beam filesystem), atomically."""
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
+    if "://" not in path:  # a local file: flushed to the disk before the rename (write_bytes_atomic)
+        write_bytes_atomic(path, buffer.getvalue())
+        return
     directory, name = path.rsplit("/", 1)
     tmp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
     with FileSystems.create(tmp) as handle:

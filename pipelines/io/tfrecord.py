@@ -30,6 +30,8 @@ from typing import BinaryIO, Iterator, Mapping, Sequence
 import google_crc32c as _google_crc32c
 import numpy as np
 
+from pipelines.io.atomic import durable_replace
+
 __all__ = [
     "TFRecordCorruptError",
     "crc32c",
@@ -113,11 +115,9 @@ class TFRecordWriter:
     def close(self) -> None:
         if self._file is None:
             return
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
         self._file = None
-        os.replace(self._tmp, self.path)
+        durable_replace(self._tmp, self.path)
 
     def abort(self) -> None:
         if self._file is not None:
