@@ -9,7 +9,6 @@ language as monolingual text) and TLM on the FIFTH of the pairs only, so that th
 comparison below never shows the pre-trained model a pair the 1/5 fine-tuning does not see.
   stacked   --stage-layers 1,2,4 --stage-fractions 2,4,9 (LaBSE's L/4, L/2, L)
   flat      --stage-layers 4 --stage-fractions 1 (no stacking), the same steps
-  stacked-allpairs  as stacked, but TLM reads all the pairs (only for mean-pretrained-allpairs)
 
 Fine-tuning (labse-train, as benchmarks/train.py: 1 process x 64 pairs, 300 steps, lr 1e-3 (--lr), margin
 0.3, scale 20, dropout 0, 32 tokens), each for every --seeds:
@@ -18,7 +17,6 @@ Fine-tuning (labse-train, as benchmarks/train.py: 1 process x 64 pairs, 300 step
   mean-pretrained-fifth                mean pooling from `stacked`, fine-tuned on the fifth only
   cls-pretrained-fifth                 the same with [CLS]
   cls-flat                             [CLS] from the flat pre-training (does stacking cost quality?)
-  mean-pretrained-allpairs             mean pooling from `stacked-allpairs` (more TLM pairs)
 then labse-export and Multi30k test_2016 de/fr/cs-en and Tatoeba deu/fra/ces retrieval.
 
 Usage (BENCHMARKS.md, section pre-training, has the commands and results):
@@ -51,13 +49,8 @@ FINE_TUNES = {
     "mean-pretrained-fifth": dict(pooling="mean", init="stacked", pairs="fifth"),
     "cls-pretrained-fifth": dict(pooling="cls", init="stacked", pairs="fifth"),
     "cls-flat": dict(pooling="cls", init="flat", pairs="all"),
-    "mean-pretrained-allpairs": dict(pooling="mean", init="stacked-allpairs", pairs="all"),
 }
-# name: (stage layers, stage fractions, the pairs TLM reads). TLM reads the fifth of the pairs
-# (see the docstring); stacked-allpairs reads all of them, for the mean-pooling runs only (its
-# fine-tunes see all pairs anyway; the data-saving rows must not use it).
-PRETRAININGS = {"stacked": ("1,2,4", "2,4,9", "fifth"), "flat": ("4", "1", "fifth"),
-                "stacked-allpairs": ("1,2,4", "2,4,9", "all")}
+PRETRAININGS = {"stacked": ("1,2,4", "2,4,9"), "flat": ("4", "1")}
 DEFAULT_FINE_TUNE_LR = 1e-3  # benchmarks/train.py's
 
 
@@ -85,7 +78,7 @@ def pretrain(name: str, args, vocab: Path, pairs: str) -> dict:
     out = args.work / "pretrained" / name
     if (out / "encoder.safetensors").is_file():
         return json.loads((out / "pretrain_summary.json").read_text())
-    layers, fractions, _ = PRETRAININGS[name]
+    layers, fractions = PRETRAININGS[name]
     argv = [PY, "-m", "labse_model.pretrain", "--pairs", pairs, "--vocab", str(vocab), "--output", str(out),
             "--config", "mini", "--stage-layers", layers, "--stage-fractions", fractions,
             "--max-steps", str(args.pretrain_steps), "--global-batch-size", str(args.pretrain_batch),
@@ -95,7 +88,7 @@ def pretrain(name: str, args, vocab: Path, pairs: str) -> dict:
             "--mlm-shuffle-window", str(args.mlm_shuffle_window)]
     for lang in (*LANGS, "en"):
         argv += ["--mono", f"{lang}:{args.data / 'multi30k' / f'train.{lang}.gz'}"]
-    if any((out / "checkpoints").glob("*")):
+    if any((out / "checkpoints").glob("step-*[0-9]")):
         argv.append("--resume")  # an interrupted benchmark continues where it stopped
     elif out.exists():
         # killed before its first checkpoint: nothing to resume from, and labse-pretrain refuses a used dir
@@ -189,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     pretrained = {}
     for name in args.pretrainings.split(","):
         started = time.perf_counter()
-        pretrained[name] = pretrain(name, args, vocab, shards[PRETRAININGS[name][2]])
+        pretrained[name] = pretrain(name, args, vocab, shards["fifth"])
         print(f"pretrain {name}: {time.perf_counter() - started:.0f} s", flush=True)
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[str, list[dict]] = {}
