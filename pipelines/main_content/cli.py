@@ -60,7 +60,9 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     if main(argv) != 0:
         raise RuntimeError("labse-main-content build-data failed")
     build_seconds = time.perf_counter() - started
-    argv = ["train", "--data", str(data_dir), "--output", str(model_path)]
+    # One thread: fastText's training repeats exactly only single-threaded, and every later stage of
+    # the demo (vocabulary, mining, training) depends on the sentences this model keeps.
+    argv = ["train", "--data", str(data_dir), "--output", str(model_path), "--threads", "1"]
     print("labse-main-content " + " ".join(argv), flush=True)
     if main(argv) != 0:
         raise RuntimeError("labse-main-content train failed")
