@@ -166,12 +166,11 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     read as they are.
     """
     from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
 
     try:
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
             recorded = (handle.metadata() or {}).get(DIGEST_KEY)
-        tensors = load_file(str(path), device="cpu")
+            tensors = {name: handle.get_tensor(name) for name in handle.keys()}
     except SafetensorError as exc:
         raise CorruptCheckpointError(f"{path} is not a valid safetensors file (truncated or damaged: {exc})") from None
     if recorded is not None and tensors_digest(tensors) != recorded:

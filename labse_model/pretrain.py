@@ -253,10 +253,6 @@ def heldout_scores(model: MaskedLanguageModel, batches: list[dict[str, torch.Ten
     return {"heldout_mlm_loss": total_loss / max(1, targets), "heldout_mlm_accuracy": correct / max(1, targets)}
 
 
-def write_encoder(model: MaskedLanguageModel, path: Path) -> None:
-    ckpt.save_weights(model.encoder_state_dict(), path)
-
-
 def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     from labse_model.pretrain_data import (
         Packer,
@@ -396,7 +392,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     if ctx.is_main:
         log.close()
         if finished:
-            write_encoder(model, run_dir / ENCODER_FILE)
+            ckpt.save_weights(model.encoder_state_dict(), run_dir / ENCODER_FILE)
         write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
         logger.info("done at step %d%s", step, f": encoder written to {run_dir / ENCODER_FILE}" if finished else "")
     barrier()

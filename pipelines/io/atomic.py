@@ -4,8 +4,9 @@ A reader either sees the previous complete file or the new complete one, never a
 file: data goes to a hidden temporary file in the same directory, then `durable_replace` renames it
 into place. The data is flushed to the disk (fsync) before the rename and the directory after it,
 so a power cut or kernel crash cannot leave a renamed but empty or partly written file behind: on
-many filesystems (ext4 with delalloc, XFS) the rename can reach the disk before the data does. For remote paths (gs://…) Beam's FileSystems makes the object visible only when the
-upload completes, which is atomic for readers already.
+many filesystems (ext4 with delalloc, XFS) the rename can reach the disk before the data does.
+For remote paths (gs://…) Beam's FileSystems makes the object visible only when the upload
+completes, which is atomic for readers already.
 
 No Beam, TensorFlow or torch import at module level: the trainer uses this on GPU hosts too.
 """
@@ -31,19 +32,19 @@ def _shareable(tmp: str) -> None:
 
 
 def _fsync_path(path: str | os.PathLike) -> None:
-    """fsync one file or directory. Directories cannot be opened for fsync everywhere (Windows);
+    """fsync one file or directory. Directories cannot be opened or fsynced everywhere (Windows);
     there the rename's durability is the filesystem's business and nothing more can be done."""
-    flags = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if os.path.isdir(path) else os.O_RDONLY
+    is_dir = os.path.isdir(path)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if is_dir else 0))
     except OSError:
-        if os.path.isdir(path):
+        if is_dir:
             return
         raise
     try:
         os.fsync(fd)
     except OSError:
-        if not os.path.isdir(path):
+        if not is_dir:
             raise
     finally:
         os.close(fd)
