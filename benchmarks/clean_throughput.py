@@ -1,41 +1,45 @@
 """Cleaning throughput: the labse-clean pipeline vs a `trafilatura.extract` loop, on the same pages.
 
-The web-pages WARC (110 real pages) is repeated to at least --pages pages (default 2,000). Measured
-in one run, one process each, all on the same pages:
+The web-pages WARC (110 real pages) is repeated to at least --pages pages (default 10,000). Each of
+our workloads is measured AT THE SAME TIME as its peer: ours runs in this process while the peer
+runs in a second process (on the other core) over the same pages, decoded before it starts, in a
+loop, until ours ends. Both rates are pages per CPU second of their own process over the same
+wall-clock window, so a change of the machine's speed moves both alike: run one after the other,
+two identical runs here differed by 10% (BENCHMARKS.md); run side by side, the ratio repeats to
+about 1%. Workloads and their peers:
 
-  trafilatura   `trafilatura.extract(html)` per page (what datatrove-style pipelines run), given
-                HTML already decoded by our reader (its reading is NOT timed: in its favour);
-  teacher       `pipelines.main_content.labels.teacher_extract` (trafilatura, favor_precision,
-                tables): the main-content classifier's teacher, issue 3's speed reference;
-  text loop     our text functions without Beam, as the pipeline's cleaning step runs them:
-                `prepare_document` per page (HTML to lines), then `clean_bundle` per bundle of 256
-                pages (heuristic main content, one lid.176 call, sentences, filters) and the
-                bundle's `dedup_keys`, plus a dict for dedup;
-  pipeline      the whole `labse-clean` Beam pipeline (DirectRunner, one in-process worker): WARC
-                reading and decompression, all of the above, dedup, Parquet, errors, stats.json;
-  ... + model   the text loop and the pipeline again with the fastText main-content classifier
-                (`--main-content-model PATH`, else one is trained first with `labse-main-content
-                build-data` + `train` on commoncrawl/*.warc.gz; training is not timed), scoring
-                every line with the page's HTML feature.
+  text loop         our text functions without Beam, as the pipeline's cleaning step runs them:
+                    `prepare_document` per page (HTML to lines), then `clean_bundle` per bundle of
+                    256 pages (heuristic main content, one lid.176 call, sentences, filters) and the
+                    bundle's `dedup_keys`, plus a dict for dedup; given pages already decoded
+  pipeline          the whole `labse-clean` Beam pipeline (DirectRunner, one in-process worker): WARC
+                    reading and decompression, all of the above, dedup, Parquet, errors, stats.json
+     peer of both:  `trafilatura.extract(html)` per page (what datatrove-style pipelines run), given
+                    HTML already decoded by our reader (its reading is NOT timed: in its favour)
+  ... + model       the text loop and the pipeline with the fastText main-content classifier
+                    (`--main-content-model PATH`, else one is trained first with `labse-main-content
+                    build-data` + `train` on commoncrawl/*.warc.gz; training is not timed), scoring
+                    every line with the page's HTML feature
+     peer of both:  `pipelines.main_content.labels.teacher_extract` (trafilatura, favor_precision,
+                    tables): the classifier's teacher, issue 3's speed reference
 
-Pages per second per core = pages / CPU seconds of the process (and, for the pipeline, its
-children); wall-clock rates are printed too. CPU time still depends on how busy the machine is
-(other processes on the same cores slow every row, trafilatura more than ours), so the load
-average is printed before and after, and the ratios compare rows of one run. "Beam overhead" =
-pipeline CPU time / text-loop CPU time. Last, the CPU cost of each step of the text path per
-page, each step timed alone.
+--runs N repeats all four pairs; ratios are printed per run and as mean (min-max). "Beam overhead" =
+(text loop vs peer) / (pipeline vs peer), the pipeline's extra CPU per page with the drift
+cancelled. Last, the CPU cost of each step of the text path per page, each step timed alone.
 
-    .venv/bin/python benchmarks/clean_throughput.py --data ../shared/data [--pages 2000] \
+    .venv/bin/python benchmarks/clean_throughput.py --data ../shared/data [--pages 10000] [--runs 3] \
         [--main-content-model model.bin | --no-model]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +49,7 @@ WEB_PAGES = "commoncrawl/web-pages-sample.warc.gz"
 # Measure the code of this checkout, not whatever `pipelines` the environment installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 BUNDLE = 256  # documents per clean_bundle call, as the pipeline's default (DEFAULT_BUNDLE_DOCUMENTS)
+PEERS = ("trafilatura", "teacher")
 
 
 def load() -> str:
@@ -52,33 +57,89 @@ def load() -> str:
 
 
 def cpu_seconds() -> float:
+    """CPU seconds of this process and its waited-for children (the peer is waited for only after
+    our workload's time is taken)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-class Timer:
+def peer_extractor(kind: str):
+    if kind == "trafilatura":
+        import trafilatura
+
+        return trafilatura.extract
+    from pipelines.main_content.labels import teacher_extract
+
+    return teacher_extract
+
+
+def run_peer(kind: str, warc: str, stop_file: str) -> int:
+    """The peer process: decode the pages (not timed), say "ready", extract pages in a loop until
+    `stop_file` exists, then print pages done and CPU / wall seconds as JSON."""
+    from pipelines.io.documents import Document
+    from pipelines.io.readers import read_records
+
+    extract = peer_extractor(kind)
+    docs = [r for r in read_records(warc, "warc") if isinstance(r, Document)]
+    extract(docs[0].body)  # imports and lazy set-up outside the window
+    print("ready", flush=True)
+    pages, started_cpu, started_wall = 0, time.process_time(), time.perf_counter()
+    while not os.path.exists(stop_file):
+        for doc in docs:
+            extract(doc.body)
+            pages += 1
+            if pages % 16 == 0 and os.path.exists(stop_file):
+                break
+    print(json.dumps({"pages": pages, "cpu": time.process_time() - started_cpu,
+                      "wall": time.perf_counter() - started_wall}), flush=True)
+    return 0
+
+
+class BesidePeer:
+    """Time a workload of ours (CPU and wall) while `peer` extracts pages in a second process."""
+
+    def __init__(self, peer: str, warc: Path, workdir: Path):
+        self.peer, self.warc, self.stop_file = peer, warc, workdir / f"stop-{peer}"
+
     def __enter__(self):
+        self.stop_file.unlink(missing_ok=True)
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--peer", self.peer, "--peer-input", str(self.warc),
+             "--peer-stop", str(self.stop_file)], stdout=subprocess.PIPE, text=True)
+        if self.process.stdout.readline().strip() != "ready":
+            self.process.kill()
+            raise RuntimeError(f"peer {self.peer} did not start")
         self.wall, self.cpu = time.perf_counter(), cpu_seconds()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         self.wall = time.perf_counter() - self.wall
         self.cpu = cpu_seconds() - self.cpu
+        self.stop_file.touch()
+        line = self.process.stdout.readline()
+        self.process.wait()
+        self.stop_file.unlink(missing_ok=True)
+        if exc_type is None:
+            self.peer_result = json.loads(line)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path(os.environ.get("LABSE_DATA", "../shared/data")))
-    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--pages", type=int, default=10000)
+    parser.add_argument("--runs", type=int, default=3, help="repetitions of the four measurements")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a temporary directory")
     parser.add_argument("--main-content-model", default=None, metavar="PATH",
                         help="main-content model for the '+ model' rows (default: train one first, untimed)")
     parser.add_argument("--no-model", action="store_true", help="skip the '+ model' rows")
+    parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # the peer process (internal)
+    parser.add_argument("--peer-input", help=argparse.SUPPRESS)
+    parser.add_argument("--peer-stop", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.getLogger().setLevel(logging.WARNING)
-
-    import trafilatura
+    if args.peer:
+        return run_peer(args.peer, args.peer_input, args.peer_stop)
 
     import pipelines
     from pipelines.clean import run
@@ -103,74 +164,64 @@ def main(argv=None) -> int:
     n = len(docs)
     print(f"{n} pages ({len(pages_once)} distinct x {copies}), {sum(len(d.body) for d in docs) / 1e6:.0f} MB of HTML",
           file=sys.stderr, flush=True)
-
-    results = {}
-
-    with Timer() as t:
-        extracted = sum(1 for d in docs if trafilatura.extract(d.body))
-    results["trafilatura.extract loop"] = t
-    print(f"trafilatura: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({extracted} pages with text)", file=sys.stderr, flush=True)
-
-    from pipelines.main_content.labels import teacher_extract
-
-    with Timer() as t:
-        extracted = sum(1 for d in docs if teacher_extract(d.body))
-    results["teacher (trafilatura favor_precision) loop"] = t
-    print(f"teacher: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({extracted} pages with text)", file=sys.stderr, flush=True)
-
     model_path = None
     if not args.no_model:
         model_path = args.main_content_model or train_model(args.data, workdir)
 
-    def text_loop(config: CleanConfig, label: str) -> None:
+    def text_loop(config: CleanConfig) -> str:
         model = None
-        with Timer() as t:
-            lid = LanguageIdentifier()
-            if config.main_content_model:
-                from pipelines.main_content.model import MainContentModel
+        lid = LanguageIdentifier()
+        if config.main_content_model:
+            from pipelines.main_content.model import MainContentModel
 
-                model = MainContentModel.load(config.main_content_model)
-            seen: dict[bytes, tuple] = {}
-            for start in range(0, len(docs), BUNDLE):
-                prepared = [prepare_document(doc, config, model) for doc in docs[start:start + BUNDLE]]
-                result = clean_bundle(prepared, lid, config)
-                for key, row in zip(dedup_keys(result.text, result.lang), result.row_tuples()):
-                    seen.setdefault(key, row[:2])
-        results[label] = t
-        print(f"{label}: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({len(seen)} unique sentences)",
-              file=sys.stderr, flush=True)
+            model = MainContentModel.load(config.main_content_model)
+        seen: dict[bytes, tuple] = {}
+        for start in range(0, len(docs), BUNDLE):
+            prepared = [prepare_document(doc, config, model) for doc in docs[start:start + BUNDLE]]
+            result = clean_bundle(prepared, lid, config)
+            for key, row in zip(dedup_keys(result.text, result.lang), result.row_tuples()):
+                seen.setdefault(key, row[:2])
+        return f"{len(seen)} unique sentences"
 
-    def pipeline(config: CleanConfig, label: str) -> None:
+    def pipeline(config: CleanConfig) -> str:
         out = workdir / "out"
         shutil.rmtree(out, ignore_errors=True)
-        with Timer() as t:
-            stats = run([(str(repeated), "warc")], str(out), config, ["--direct_num_workers", "1"])
-        results[label] = t
-        print(f"{label}: {t.wall:.1f} s wall, {t.cpu:.1f} s CPU ({stats['sentences_kept']} sentences kept)",
-              file=sys.stderr, flush=True)
+        stats = run([(str(repeated), "warc")], str(out), config, ["--direct_num_workers", "1"])
         assert stats["documents_read"] >= n and stats["identity_holds"]
+        return f"{stats['sentences_kept']} sentences kept"
 
-    config = CleanConfig()
-    text_loop(config, "text functions, bundles of 256, no Beam")
-    pipeline(config, "labse-clean pipeline (DirectRunner)")
+    plain, with_model = CleanConfig(), CleanConfig(main_content_model=str(model_path) if model_path else None)
+    workloads = [("text functions, bundles of 256, no Beam", text_loop, plain, "trafilatura"),
+                 ("labse-clean pipeline (DirectRunner)", pipeline, plain, "trafilatura")]
     if model_path:
-        model_config = CleanConfig(main_content_model=str(model_path))
-        text_loop(model_config, "text functions + main-content model, bundles of 256, no Beam")
-        pipeline(model_config, "labse-clean pipeline + main-content model")
+        workloads += [("text functions + main-content model, no Beam", text_loop, with_model, "teacher"),
+                      ("labse-clean pipeline + main-content model", pipeline, with_model, "teacher")]
+    ratios: dict[str, list[float]] = {name: [] for name, *_ in workloads}
+    print("| run | what | ours: CPU s, pages/s/core | peer (beside it) | peer: pages, CPU s, pages/s/core | ratio |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for run_index in range(1, args.runs + 1):
+        for name, workload, config, peer in workloads:
+            with BesidePeer(peer, repeated, workdir) as timed:
+                outcome = workload(config)
+            theirs = timed.peer_result
+            ours_rate, peer_rate = n / timed.cpu, theirs["pages"] / theirs["cpu"]
+            ratios[name].append(ours_rate / peer_rate)
+            print(f"| {run_index} | {name} | {timed.cpu:.1f}, {ours_rate:.0f} | {peer} | {theirs['pages']}, "
+                  f"{theirs['cpu']:.1f}, {peer_rate:.1f} | {ours_rate / peer_rate:.2f}x |", flush=True)
+            print(f"  ({outcome}; {timed.wall:.1f} s wall; load average {load()})", file=sys.stderr, flush=True)
 
-    peer = results["trafilatura.extract loop"]
-    teacher = results["teacher (trafilatura favor_precision) loop"]
-    print(f"\n{n} pages of {WEB_PAGES} repeated x{copies}; load average {load()} at the end\n")
-    print("| what | wall s | CPU s | pages/s (wall) | pages/s/core (CPU) | vs trafilatura (per core) | vs teacher (per core) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for name, t in results.items():
-        print(f"| {name} | {t.wall:.1f} | {t.cpu:.1f} | {n / t.wall:.0f} | {n / t.cpu:.0f} | "
-              f"{peer.cpu / t.cpu:.2f}x | {teacher.cpu / t.cpu:.2f}x |")
-    for suffix, loop, pipe in (("", "text functions, bundles of 256, no Beam", "labse-clean pipeline (DirectRunner)"),
-                               (" with the model", "text functions + main-content model, bundles of 256, no Beam",
-                                "labse-clean pipeline + main-content model")):
-        if pipe in results:
-            print(f"\nBeam overhead{suffix} (pipeline CPU / text-loop CPU): {results[pipe].cpu / results[loop].cpu:.2f}x")
+    print(f"\n{n} pages of {WEB_PAGES} repeated x{copies}; {args.runs} runs; load average {load()} at the end\n")
+    print("| what | vs | ratio, mean (min-max) |")
+    print("| --- | --- | --- |")
+    for name, *_, peer in workloads:
+        values = ratios[name]
+        print(f"| {name} | {peer} | {sum(values) / len(values):.2f}x ({min(values):.2f}-{max(values):.2f}) |")
+    names = [name for name, *_ in workloads]
+    for suffix, loop, pipe in zip((" without the model", " with the model"), names[0::2], names[1::2]):
+        if ratios[pipe]:
+            overhead = [a / b for a, b in zip(ratios[loop], ratios[pipe])]
+            print(f"\nBeam overhead{suffix} ((text loop vs peer) / (pipeline vs peer)): "
+                  f"{sum(overhead) / len(overhead):.2f}x ({min(overhead):.2f}-{max(overhead):.2f})")
     print("\nWhere one page's CPU time goes (ms per page; each step timed alone, best of 3 passes over "
           f"the {len(pages_once)} distinct pages x10, bundles of {BUNDLE}; steps after the heuristic on the "
           "lines it keeps):\n")
