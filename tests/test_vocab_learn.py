@@ -130,5 +130,35 @@ def test_weighted_counts_and_errors():
     assert len(result.vocab) == 12 and result.vocab[5:9] == ["a", "b", "##a", "##b"]
     with pytest.raises(VocabSizeError):
         learn(words, np.ones(5), LearnerConfig(vocab_size=6, char_min_count=1, progress=False))
+    # exactly the reserved and character tokens: no room to learn (was a ZeroDivisionError)
+    with pytest.raises(VocabSizeError, match="no room for learned tokens"):
+        learn(words, np.ones(5), LearnerConfig(vocab_size=5 + 4, char_min_count=1, progress=False))
     with pytest.raises(VocabSizeError):
         learn(words, np.ones(5), LearnerConfig(vocab_size=1000, char_min_count=1, progress=False))
+
+
+def test_weighted_counts_do_not_depend_on_the_order_beam_wrote_the_lines(tmp_path):
+    """Beam writes the (lang, word, count) lines in any order. Summed as floats in that order, a word
+    counted in several languages got a total that differed in the last bit from run to run, which
+    reordered tied tokens: two `make demo` runs gave vocabularies with the same tokens in different
+    orders (different ids), and so different TFRecords and models."""
+    from vocab.builder import weighted_counts
+
+    weights = {"de": 0.1, "en": 0.2, "fr": 0.3}
+    lines = [f"{lang}\t{word}\t{count}" for word, count in (("Starbucks", 1), ("tam", 7), ("Firefox", 3))
+             for lang in weights] + ["en\tonly\t5"]
+    results = []
+    for order, name in ((lines, "forward"), (lines[::-1], "backward")):
+        work = tmp_path / name
+        (work / "counts").mkdir(parents=True)
+        (work / "counts" / "counts-00000-of-00001.tsv").write_text("\n".join(order) + "\n", encoding="utf-8")
+        results.append(weighted_counts(str(work), weights))
+    (words_a, counts_a), (words_b, counts_b) = results
+    assert words_a == words_b == sorted(words_a)
+    assert counts_a.tobytes() == counts_b.tobytes()
+    # 0.1 + 0.2 + 0.3 summed in one order is 0.6000000000000001, in the other 0.6: exactly 0.6 here
+    assert dict(zip(words_a, counts_a.tolist()))["Starbucks"] == 0.6
+    assert dict(zip(words_a, counts_a.tolist()))["only"] == 1.0
+    vocab_a = learn(words_a, counts_a, LearnerConfig(vocab_size=5 + 26 + 3, char_min_count=1, progress=False)).vocab
+    vocab_b = learn(words_b, counts_b, LearnerConfig(vocab_size=5 + 26 + 3, char_min_count=1, progress=False)).vocab
+    assert vocab_a == vocab_b

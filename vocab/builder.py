@@ -131,19 +131,30 @@ def load_work(work_dir: str) -> tuple[dict, dict[str, list[str]]]:
     return tally, heldout
 
 
+# Weights in fixed point: integer sums are exact, so a word's total does not depend on the order in
+# which the runner wrote its (language, word, count) lines (float sums did, in the last bit, which
+# reordered tied tokens and so changed the vocabulary from run to run).
+_WEIGHT_SCALE = 1 << 64
+
+
 def weighted_counts(work_dir: str, weights: Mapping[str, float]) -> tuple[list[str], "np.ndarray"]:
-    """Sum over languages of count x weight, word by word, from the counts TSV shards."""
+    """Sum over languages of count x weight, word by word, from the counts TSV shards.
+
+    Words in sorted order and totals summed exactly: the result is the same whatever order Beam
+    wrote the lines in (one run's vocabulary is every run's).
+    """
     import numpy as np
     from tqdm.auto import tqdm
 
     from vocab.count import parse_count
 
-    totals: dict[str, float] = defaultdict(float)
+    scaled = {lang: round(weight * _WEIGHT_SCALE) for lang, weight in weights.items()}
+    totals: dict[str, int] = defaultdict(int)
     for line in tqdm(_read_lines(f"{work_dir}/counts/counts*.tsv"), desc="loading counts", unit=" words", mininterval=5):
         lang, word, count = parse_count(line)
-        totals[word] += count * weights[lang]
-    words = list(totals)
-    return words, np.fromiter((totals[w] for w in words), dtype=np.float64, count=len(words))
+        totals[word] += count * scaled[lang]
+    words = sorted(totals)
+    return words, np.fromiter((totals[w] / _WEIGHT_SCALE for w in words), dtype=np.float64, count=len(words))
 
 
 def _check_inputs(sentences_dir: str | None, text_files: Mapping[str, str] | None) -> None:

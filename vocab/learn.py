@@ -272,11 +272,11 @@ def learn(
     del code_id, ok_char, pos_word
     fixed = len(SPECIAL_TOKENS) + config.num_unused + 2 * len(chars)
     needed = config.vocab_size - fixed
-    if needed < 0:
+    if needed <= 0:
         raise VocabSizeError(
-            f"vocab size {config.vocab_size} is smaller than the {len(SPECIAL_TOKENS)} reserved tokens, "
-            f"{config.num_unused} unused slots and {2 * len(chars)} character tokens; raise --vocab-size "
-            f"or --char-min-count"
+            f"vocab size {config.vocab_size} leaves no room for learned tokens after the {len(SPECIAL_TOKENS)} "
+            f"reserved tokens, {config.num_unused} unused slots and {2 * len(chars)} character tokens; raise "
+            f"--vocab-size or --char-min-count"
         )
     keep_idx = np.flatnonzero(word_ok)
     kept_words = [words[i] for i in keep_idx] if len(keep_idx) < len(words) else words
