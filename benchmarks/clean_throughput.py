@@ -5,8 +5,9 @@ our workloads is measured AT THE SAME TIME as its peer: ours runs in this proces
 runs in a second process (on the other core) over the same pages, decoded before it starts, in a
 loop, until ours ends. Both rates are pages per CPU second of their own process over the same
 wall-clock window, so a change of the machine's speed moves both alike: run one after the other,
-two identical runs here differed by 10% (BENCHMARKS.md); run side by side, the ratio repeats to
-about 1%. Workloads and their peers:
+two identical runs here differed by 10% (BENCHMARKS.md); run side by side, the pipeline's ratios
+stayed within 3% over 3 runs (the text loop's, which holds all decoded pages in its process,
+within 10%). Workloads and their peers:
 
   text loop         our text functions without Beam, as the pipeline's cleaning step runs them:
                     `prepare_document` per page (HTML to lines), then `clean_bundle` per bundle of
