@@ -165,19 +165,25 @@ def recalibrate(raw_scores, prior: float):
 
 def calibrated_scores(scorer, components, decision: dict) -> np.ndarray:
     """P(good pair) of pairs given as rows of (ranker, sanity, cosine, margin), in the mined set that
-    `decision` describes (its estimated share of good pairs and its statistic z). The one function
-    behind both the threshold decision and the `score` column, so they cannot disagree."""
-    from pipelines.mining.calibration import logit, sigmoid
-
+    `decision` describes (its estimated share of good pairs and its statistic z). It and
+    `decide_threshold` both end in `_probabilities`, so the threshold and the `score` column cannot
+    disagree."""
     components = np.asarray(components, dtype=np.float64).reshape(-1, 4)
     ranker, sanity, cosine, margin = components.T
     prior = decision["estimated_good_share"]
     if scorer.calibration is None:  # a scorer trained before calibration existed
         return recalibrate(ranker * sanity, prior)
     calibration, _ = scorer.calibration.for_language_pair(decision["language_pair"])
-    log_lr = calibration.log_likelihood_ratio(ranker, sanity, cosine, margin, decision["set_statistic"])
+    return _probabilities(calibration.log_likelihood_ratio(ranker, sanity, cosine, margin, decision["set_statistic"]),
+                          decision)
+
+
+def _probabilities(log_lr: np.ndarray, decision: dict) -> np.ndarray:
+    """P(good pair) from the calibrated log LR under `decision`'s share and per-set map."""
+    from pipelines.mining.calibration import logit, sigmoid
+
     shift, scale = decision.get("log_lr_shift", 0.0), decision.get("log_lr_scale", 1.0)
-    return sigmoid(logit(prior) + (log_lr - shift) / scale)
+    return sigmoid(logit(decision["estimated_good_share"]) + (log_lr - shift) / scale)
 
 
 def decide_threshold(language_pair: str, components, ratings: Sequence[tuple[Sequence[float], int]],
@@ -216,7 +222,8 @@ def decide_threshold(language_pair: str, components, ratings: Sequence[tuple[Seq
         decision.update({"estimated_good_share": prior, "calibration": name, "set_statistic": z,
                          "set_statistic_in_calibration_range": bool(low <= z <= high),
                          "log_lr_shift": shift, "log_lr_scale": scale})
-    probabilities = calibrated_scores(scorer, components, decision)
+    probabilities = (calibrated_scores(scorer, components, decision) if scorer.calibration is None
+                     else _probabilities(log_lr, decision))
     if keep_fraction is not None:
         threshold = threshold_for_fraction(probabilities, keep_fraction)
     elif keep_best_f1:
