@@ -24,12 +24,16 @@ within 10%). Workloads and their peers:
      peer of both:  `pipelines.main_content.labels.teacher_extract` (trafilatura, favor_precision,
                     tables): the classifier's teacher, issue 3's speed reference
 
+Side by side, both processes run slower than alone (shared caches and memory bandwidth).
+--alternate N adds a check without that contention (but with the drift back): N rounds of the peer
+(on 3,300 pages) and then the pipeline, each alone on the machine in a fresh process.
+
 --runs N repeats all four pairs; ratios are printed per run and as mean (min-max). "Beam overhead" =
 (text loop vs peer) / (pipeline vs peer), the pipeline's extra CPU per page with the drift
 cancelled. Last, the CPU cost of each step of the text path per page, each step timed alone.
 
     .venv/bin/python benchmarks/clean_throughput.py --data ../shared/data [--pages 10000] [--runs 3] \
-        [--main-content-model model.bin | --no-model]
+        [--main-content-model model.bin | --no-model] [--alternate 4]
 """
 from __future__ import annotations
 
@@ -97,6 +101,45 @@ def run_peer(kind: str, warc: str, stop_file: str) -> int:
     return 0
 
 
+ALONE_PEER_PAGES = 3300  # 30 passes over the 110 distinct pages: the peer's rate, in a fraction of the time
+
+
+def run_alone(kind: str, warc: str, model: str | None, out: str) -> int:
+    """One measurement alone in this fresh process: a peer on the first ALONE_PEER_PAGES pages
+    (decoded before the clock starts), or the labse-clean pipeline on the whole WARC. Prints pages
+    and CPU seconds as JSON."""
+    from pipelines.io.documents import Document
+    from pipelines.io.readers import read_records
+
+    if kind in PEERS:
+        extract = peer_extractor(kind)
+        docs = [r for r in read_records(warc, "warc") if isinstance(r, Document)][:ALONE_PEER_PAGES]
+        extract(docs[0].body)
+        started = time.process_time()
+        for doc in docs:
+            extract(doc.body)
+        print(json.dumps({"pages": len(docs), "cpu": time.process_time() - started}), flush=True)
+        return 0
+    from pipelines.clean import run
+    from pipelines.text.document import CleanConfig
+
+    shutil.rmtree(out, ignore_errors=True)
+    started = cpu_seconds()
+    stats = run([(warc, "warc")], out, CleanConfig(main_content_model=model), ["--direct_num_workers", "1"])
+    print(json.dumps({"pages": stats["documents_read"], "cpu": cpu_seconds() - started}), flush=True)
+    return 0
+
+
+def alone_rate(kind: str, warc: Path, model: str | None, workdir: Path) -> float:
+    """Pages per CPU second of `run_alone` in a fresh process."""
+    argv = [sys.executable, __file__, "--alone", kind, "--alone-input", str(warc), "--alone-out", str(workdir / "out")]
+    if model:
+        argv += ["--alone-model", model]
+    done = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["pages"] / result["cpu"]
+
+
 class BesidePeer:
     """Time a workload of ours (CPU and wall) while `peer` extracts pages in a second process."""
 
@@ -134,6 +177,12 @@ def main(argv=None) -> int:
     parser.add_argument("--main-content-model", default=None, metavar="PATH",
                         help="main-content model for the '+ model' rows (default: train one first, untimed)")
     parser.add_argument("--no-model", action="store_true", help="skip the '+ model' rows")
+    parser.add_argument("--alternate", type=int, default=0, metavar="N",
+                        help="also N rounds of peer and pipeline alternated, each alone in a fresh process")
+    parser.add_argument("--alone", choices=(*PEERS, "pipeline"), help=argparse.SUPPRESS)  # internal
+    parser.add_argument("--alone-input", help=argparse.SUPPRESS)
+    parser.add_argument("--alone-model", help=argparse.SUPPRESS)
+    parser.add_argument("--alone-out", help=argparse.SUPPRESS)
     parser.add_argument("--peer", choices=PEERS, help=argparse.SUPPRESS)  # the peer process (internal)
     parser.add_argument("--peer-input", help=argparse.SUPPRESS)
     parser.add_argument("--peer-stop", help=argparse.SUPPRESS)
@@ -141,6 +190,8 @@ def main(argv=None) -> int:
     logging.getLogger().setLevel(logging.WARNING)
     if args.peer:
         return run_peer(args.peer, args.peer_input, args.peer_stop)
+    if args.alone:
+        return run_alone(args.alone, args.alone_input, args.alone_model, args.alone_out)
 
     import pipelines
     from pipelines.clean import run
@@ -216,6 +267,8 @@ def main(argv=None) -> int:
     print("| --- | --- | --- |")
     for name, *_, peer in workloads:
         values = ratios[name]
+        if not values:  # --runs 0: only the alternated check
+            continue
         print(f"| {name} | {peer} | {sum(values) / len(values):.2f}x ({min(values):.2f}-{max(values):.2f}) |")
     names = [name for name, *_ in workloads]
     for suffix, loop, pipe in zip((" without the model", " with the model"), names[0::2], names[1::2]):
@@ -223,6 +276,26 @@ def main(argv=None) -> int:
             overhead = [a / b for a, b in zip(ratios[loop], ratios[pipe])]
             print(f"\nBeam overhead{suffix} ((text loop vs peer) / (pipeline vs peer)): "
                   f"{sum(overhead) / len(overhead):.2f}x ({min(overhead):.2f}-{max(overhead):.2f})")
+    if args.alternate:
+        pairs = [("labse-clean pipeline", "trafilatura", None)]
+        if model_path:
+            pairs.append(("labse-clean pipeline + main-content model", "teacher", str(model_path)))
+        alternated: dict[str, list[float]] = {name: [] for name, *_ in pairs}
+        print(f"\nAlternated, each alone in a fresh process ({args.alternate} rounds; the peer on "
+              f"{ALONE_PEER_PAGES} pages, ours on {n}):\n")
+        print("| round | what | ours pages/s/core | peer | peer pages/s/core | ratio |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for round_index in range(1, args.alternate + 1):
+            for name, peer, model in pairs:
+                peer_rate = alone_rate(peer, repeated, None, workdir)
+                ours_rate = alone_rate("pipeline", repeated, model, workdir)
+                alternated[name].append(ours_rate / peer_rate)
+                print(f"| {round_index} | {name} | {ours_rate:.0f} | {peer} | {peer_rate:.1f} | "
+                      f"{ours_rate / peer_rate:.2f}x |", flush=True)
+        for name, peer, _ in pairs:
+            values = alternated[name]
+            print(f"\n{name} vs {peer}, alternated: {sum(values) / len(values):.2f}x "
+                  f"({min(values):.2f}-{max(values):.2f})")
     print("\nWhere one page's CPU time goes (ms per page; each step timed alone, best of 3 passes over "
           f"the {len(pages_once)} distinct pages x10, bundles of {BUNDLE}; steps after the heuristic on the "
           "lines it keeps):\n")

@@ -347,7 +347,8 @@ def bench_diagnose(args) -> None:
     as `quality`, then: how many kept false positives are near-copies of the gold translation
     (difflib ratio on lowercased words >= --near, the gold's own near-duplicates), the estimated vs
     true share of good pairs, and two label-free signals of a pair's class: the share of mutual best
-    matches under the margin among good and bad pairs, and quantiles of bad pairs' margins."""
+    matches under the margin (labse-mine's `intersect`) among good and bad pairs, and quantiles of
+    bad pairs' margins."""
     import difflib
     import re
 
@@ -400,13 +401,12 @@ def bench_diagnose(args) -> None:
         if partners is not None:
             near = sum(max(difflib.SequenceMatcher(None, words(english), words(tgt[pairs.tgt[k]])).ratio()
                            for english in partners[src[pairs.src[k]]]) >= args.near for k in false)
-        # mutual best match under the ratio margin (k = 4), over the whole set
-        sims = x @ y.T
-        fwd = np.sort(sims, axis=1)[:, -4:].mean(axis=1)
-        bwd = np.sort(sims, axis=0)[-4:, :].mean(axis=0)
-        margins = sims / ((fwd[:, None] + bwd[None, :]) / 2)
-        row_best, col_best = margins.argmax(axis=1), margins.argmax(axis=0)
-        mutual = (row_best[pairs.src] == pairs.tgt) & (col_best[pairs.tgt] == pairs.src)
+        # mutual best match: the pair is both its source's and its target's best candidate under the
+        # margin, as labse-mine's `intersect` strategy keeps
+        nn = neighbours(x, y, 4)
+        src_best = best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, "ratio")[0]
+        tgt_best = best_candidates(nn.bwd_sims, nn.bwd_ids, nn.bwd_mean, nn.fwd_mean, "ratio")[0]
+        mutual = (src_best[pairs.src] == pairs.tgt) & (tgt_best[pairs.tgt] == pairs.src)
         emit({"part": "diagnose", "set": name, "asked_precision": args.keep_precision,
               "kept": int(kept.sum()), "precision": round(float(good[kept].mean()), 4) if kept.any() else None,
               "false_positives": len(false), f"false_positives_near_gold (ratio >= {args.near})": near,

@@ -211,6 +211,7 @@ def decide_threshold(language_pair: str, components, ratings: Sequence[tuple[Seq
         _, prior = adapt_to_prior(components[:, 0] * components[:, 1])
         decision.update({"estimated_good_share": prior, "calibration": "uncalibrated scorer: EM on its product",
                          "train_prior": 0.5})
+        probabilities = calibrated_scores(scorer, components, decision)
     else:
         calibration, name = scorer.calibration.for_language_pair(language_pair)
         z = calibration.set_statistic(components[:, 2], components[:, 3])
@@ -222,8 +223,7 @@ def decide_threshold(language_pair: str, components, ratings: Sequence[tuple[Seq
         decision.update({"estimated_good_share": prior, "calibration": name, "set_statistic": z,
                          "set_statistic_in_calibration_range": bool(low <= z <= high),
                          "log_lr_shift": shift, "log_lr_scale": scale})
-    probabilities = (calibrated_scores(scorer, components, decision) if scorer.calibration is None
-                     else _probabilities(log_lr, decision))
+        probabilities = _probabilities(log_lr, decision)
     if keep_fraction is not None:
         threshold = threshold_for_fraction(probabilities, keep_fraction)
     elif keep_best_f1:
