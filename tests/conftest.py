@@ -4,6 +4,9 @@ from pathlib import Path
 
 import pytest
 
+# `gcs`: a local Cloud Storage emulator for the object-store tests (tests/gcs_emulator.py).
+pytest_plugins = ["gcs_emulator"]
+
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

@@ -1,0 +1,165 @@
+"""A local Google Cloud Storage for tests: the pure-Python `gcp-storage-emulator` (PyPI) in a child
+process, plus a token endpoint on loopback, so that Beam's GCS IO, google-cloud-storage and gcsfs
+all talk to it with their ordinary code paths and no network.
+
+Why a token endpoint: without credentials, Beam's client retries Application Default Credentials
+for ~20 s per process before it goes anonymous, and every stage is a process. A service-account
+key made here, whose `token_uri` is a loopback server answering every token request, gives the
+clients credentials at once; the emulator ignores them.
+
+Why `GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`: gcsfs's default probes each bucket's type over gRPC,
+which the emulator does not serve (a 60 s timeout before it falls back).
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PROJECT = "labse-test-123"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _TokenHandler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps({"access_token": "emulator", "expires_in": 3600, "token_type": "Bearer"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def _service_account_key(path: Path, token_uri: str) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    path.write_text(json.dumps({
+        "type": "service_account", "project_id": PROJECT, "private_key_id": "emulator",
+        "private_key": pem, "client_email": f"emulator@{PROJECT}.iam.gserviceaccount.com",
+        "client_id": "1", "token_uri": token_uri,
+    }))
+
+
+@dataclass
+class GcsEmulator:
+    endpoint: str
+    env: dict[str, str]
+
+    def new_bucket(self, prefix: str = "labse") -> str:
+        """A fresh, empty bucket's name (tests never share a bucket)."""
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        request = urllib.request.Request(
+            f"{self.endpoint}/storage/v1/b?project={PROJECT}", method="POST",
+            data=json.dumps({"name": name}).encode(), headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+        return name
+
+    def client(self):
+        """A google-cloud-storage client on the emulator (for uploads and checks in tests)."""
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        return storage.Client(project=PROJECT, credentials=AnonymousCredentials(),
+                              client_options={"api_endpoint": self.endpoint})
+
+    def upload_tree(self, local: Path, url: str) -> None:
+        """Copy a local file or folder to gs://BUCKET/PREFIX (folder: every file below it)."""
+        bucket_name, _, prefix = url.removeprefix("gs://").partition("/")
+        bucket = self.client().bucket(bucket_name)
+        files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+        for path in files:
+            name = prefix if local.is_file() else f"{prefix.rstrip('/')}/{path.relative_to(local).as_posix()}"
+            bucket.blob(name).upload_from_filename(str(path))
+
+    def list(self, url: str) -> dict[str, bytes]:
+        """{object name below the prefix: content} for gs://BUCKET/PREFIX."""
+        bucket_name, _, prefix = url.removeprefix("gs://").partition("/")
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        return {blob.name[len(prefix):]: blob.download_as_bytes()
+                for blob in self.client().list_blobs(bucket_name, prefix=prefix)}
+
+
+def _wait_until_up(endpoint: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"gcp-storage-emulator exited ({process.returncode}): {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"{endpoint}/storage/v1/b?project={PROJECT}", timeout=2):
+                return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(0.2)
+    raise RuntimeError(f"gcp-storage-emulator did not answer at {endpoint} within 60 s")
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory) -> GcsEmulator:
+    """The emulator for the whole session; its variables are set in os.environ (so subprocesses
+    and in-process Beam both use it) and restored at the end."""
+    executable = shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable)) \
+        or shutil.which("gcp-storage-emulator")
+    if executable is None:
+        pytest.fail("gcp-storage-emulator is not installed: `pip install -e '.[dev]'` installs it", pytrace=False)
+    root = tmp_path_factory.mktemp("gcs_emulator")
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = root / "emulator.log"
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen(
+            [executable, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--quiet"],
+            stdout=log_file, stderr=subprocess.STDOUT)
+    token_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenHandler)
+    threading.Thread(target=token_server.serve_forever, daemon=True).start()
+    key = root / "service-account.json"
+    _service_account_key(key, f"http://127.0.0.1:{token_server.server_address[1]}/token")
+    env = {
+        "STORAGE_EMULATOR_HOST": endpoint,
+        "GOOGLE_APPLICATION_CREDENTIALS": str(key),
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        "NO_GCE_CHECK": "true",
+    }
+    saved = {name: os.environ.get(name) for name in env}
+    try:
+        _wait_until_up(endpoint, process, log)
+        os.environ.update(env)
+        yield GcsEmulator(endpoint=endpoint, env=env)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        token_server.shutdown()
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
