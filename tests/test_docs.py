@@ -102,11 +102,15 @@ def test_readme_is_a_map_with_a_resolving_table_of_contents():
     assert not [s for s in sections if s not in links], "sections missing from the table of contents"
 
 
-def test_readme_links_to_files_that_exist():
+def test_readme_links_to_files_and_headings_that_exist():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)#][^)]*)\)", text) if "://" not in t]
-    missing = [t for t in targets if not (ROOT / t).exists()]
+    targets = [t for t in re.findall(r"\]\(([^)#][^)]*)\)", text) if "://" not in t]
+    missing = [t for t in targets if not (ROOT / t.split("#")[0]).exists()]
     assert targets and not missing, f"README links to missing files: {missing}"
+    # A link into another Markdown file's section (BENCHMARKS.md#...) must name one of its headings.
+    broken = [t for t in targets if "#" in t and t.split("#")[0].endswith(".md")
+              and t.split("#", 1)[1] not in readme_anchors((ROOT / t.split("#")[0]).read_text(encoding="utf-8"))]
+    assert not broken, f"README links to sections that do not exist: {broken}"
 
 
 def test_readme_first_two_commands_are_make_demo_and_make_test():
