@@ -118,3 +118,34 @@ def test_readme_first_two_commands_are_make_demo_and_make_test():
     first_block = re.search(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M)
     commands = [line.split("#")[0].strip() for line in first_block.group(1).splitlines() if line.strip()]
     assert commands[:2] == ["make demo", "make test"], commands
+
+
+# Beam's own options, passed through by every Beam command (not in the commands' --help).
+BEAM_OPTIONS = {"--runner", "--project", "--region", "--experiments"}
+
+
+def example_commands(text: str) -> list[tuple[str, list[str]]]:
+    """(command line, its --options) for every labse-* command in the text's code blocks."""
+    found = []
+    for block_text in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
+        for command in block_text.replace("\\\n", " ").splitlines():
+            words = command.split("#")[0].split()
+            if not words or not words[0].startswith("labse-"):
+                continue
+            line = words[0] + (f" {words[1]}" if len(words) > 1 and not words[1].startswith(("-", "…", "...")) else "")
+            options = [w.lstrip("[|(").rstrip("]|)").split("=")[0] for w in words]
+            options = [o for o in options if o.startswith("--") and len(o) > 2]
+            found.append((line, [o for o in options if "_" not in o and o not in BEAM_OPTIONS]))
+    return found
+
+
+def test_examples_use_only_options_the_commands_have():
+    generator = load_generator()
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    examples = {page.name: example_commands(page.read_text(encoding="utf-8")) for page in pages}
+    lines = sorted({line for found in examples.values() for line, _ in found})
+    assert "labse-clean" in lines and "labse-train" in lines, lines
+    helps = generator.run_helps(lines, generator.console_scripts())
+    unknown = [f"{page}: {line} {option}" for page, found in examples.items() for line, options in found
+               for option in options if not re.search(re.escape(option) + r"\b", helps[line])]
+    assert not unknown, f"examples use options their command does not have: {unknown}"
