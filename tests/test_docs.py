@@ -141,7 +141,8 @@ def example_commands(text: str) -> list[tuple[str, list[str]]]:
 
 def test_examples_use_only_options_the_commands_have():
     generator = load_generator()
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    # Not docs/benchmarks.md (BENCHMARKS.md): it records the commands as they were run.
+    pages = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if not p.is_symlink())]
     examples = {page.name: example_commands(page.read_text(encoding="utf-8")) for page in pages}
     lines = sorted({line for found in examples.values() for line, _ in found})
     assert "labse-clean" in lines and "labse-train" in lines, lines
