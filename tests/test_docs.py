@@ -2,6 +2,7 @@
 commands' `--help` prints today, and README.md is a map whose table of contents resolves."""
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import re
 import subprocess
@@ -38,7 +39,7 @@ def test_every_command_has_a_reference_page_whose_options_match_its_help():
     stale = {}
     for path, (on_disk, expected) in generator.expected_pages().items():
         if on_disk != expected:
-            stale[path.name] = "".join(__import__("difflib").unified_diff(
+            stale[path.name] = "".join(difflib.unified_diff(
                 on_disk.splitlines(True), expected.splitlines(True), "on disk", "from --help", n=1))[:3000]
     assert not stale, ("reference pages out of date with the commands' --help; run "
                        "`python docs/gen_reference.py`:\n" + "\n".join(stale.values()))
