@@ -8,7 +8,7 @@ export LABSE_DATA
 # Beam, TensorFlow and torch each start thread pools per process; on 2 cores more threads only thrash.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast docs bench clean
 
 venv: $(STAMP)
 
@@ -29,5 +29,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"
 
+# The docs site (mkdocs.yml, docs/) into site/; --strict fails on any warning. Refresh the generated
+# option blocks of docs/reference/ first with `$(PY) docs/gen_reference.py` after changing a command.
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf demo_out bench_out .pytest_cache
+	rm -rf demo_out bench_out site .pytest_cache

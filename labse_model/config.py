@@ -216,7 +216,7 @@ class TrainConfig(TrainerSettings):
     """Optimisation and loss settings of one `labse-train` run."""
 
     # A run at learning rate 0 keeps its starting point's weights: it checks --init-from and
-    # labse-export end to end (README, starting from a published model).
+    # labse-export end to end (docs/reference/labse-train.md, starting from a published model).
     zero_learning_rate_allowed: ClassVar[bool] = True
 
     # The paper's batch; split evenly over ranks.

@@ -62,7 +62,7 @@ class BidirectionalAMSLoss(nn.Module):
     Args:
         margin: subtracted from each positive's cosine only (the paper's 0.3).
         scale: multiplies the cosines before the softmax (20 here; TF Model Garden's LaBSE
-            config uses 100 from a pre-trained encoder; README, section model, Loss).
+            config uses 100 from a pre-trained encoder; docs/reference/labse-train.md, Loss).
         bidirectional: add the target->source direction (True, as the paper); False gives the
             source->target loss alone.
         gather_negatives: in a distributed run, score this rank's rows against every rank's

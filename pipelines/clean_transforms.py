@@ -503,7 +503,7 @@ class CleanCorpus(beam.PTransform):
     """The whole cleaning stage after reading: reader output -> files under `output_dir`.
 
     `ExtractSentences` -> `DeduplicateSentences` -> `WriteSentenceShards` (sentences/lang=XX/*.parquet)
-    and `WriteErrors` (errors/*.jsonl) -> stats.json, then `_SUCCESS` (README, section clean). It does
+    and `WriteErrors` (errors/*.jsonl) -> stats.json, then `_SUCCESS` (docs/reference/labse-clean.md). It does
     not lock or check `output_dir`: `pipelines.clean.run` does that around the pipeline.
 
     Args:

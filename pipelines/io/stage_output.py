@@ -11,7 +11,7 @@ A stage that writes OUT does, in this order:
 
 and the stage that reads OUT calls `require_complete(OUT, "...")` before any work.
 
-Choices (README, section "Reliability"):
+Choices (docs/reliability.md):
 - The lock is a file BESIDE the output, `OUT.lock`, never inside it: nothing inside OUT changes
   for readers (pyarrow datasets, `*.parquet` / `*.tfrecord` globs), `--overwrite` can remove OUT
   whole while the lock is held, and a file output (vocab.txt) locks the same way (vocab.txt.lock).

@@ -36,7 +36,7 @@ class CleanConfig:
         "the probability of ANOTHER language that removes a line (default %(default)s)")
     main_content_model: str | None = option(
         None, "fastText main-content model from `labse-main-content` (local or gs://; workers copy it "
-        "locally); without it, documented heuristic rules score lines (README, section clean)", metavar="PATH")
+        "locally); without it, documented heuristic rules score lines (docs/reference/labse-clean.md)", metavar="PATH")
     main_content_threshold: float = option(
         0.5, "drop sentences whose line scores below this P(main content) (default %(default)s)")
     # LaBSE kept sentences of 10 to 5,000 characters.
