@@ -67,11 +67,11 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "labse-clean=pipelines.clean:main",
+            "labse-clean=pipelines.clean.cli:main",
             "labse-main-content=pipelines.main_content.cli:main",
             "labse-vocab=vocab.cli:main",
-            "labse-mine=pipelines.mine:main",
-            "labse-score=pipelines.score:main",
+            "labse-mine=pipelines.mine.cli:main",
+            "labse-score=pipelines.score.cli:main",
             "labse-tfrecords=pipelines.tfrecords:main",
             "labse-pretrain=labse_model.pretrain:main",
             "labse-train=labse_model.train:main",

@@ -83,7 +83,7 @@ def run_peer(kind: str, warc: str, stop_file: str) -> int:
     """The peer process: decode the pages (not timed), say "ready", extract pages in a loop until
     `stop_file` exists, then print pages done and CPU / wall seconds as JSON."""
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
 
     extract = peer_extractor(kind)
     docs = [r for r in read_records(warc, "warc") if isinstance(r, Document)]
@@ -109,7 +109,7 @@ def run_alone(kind: str, warc: str, model: str | None, out: str) -> int:
     (decoded before the clock starts), or the labse-clean pipeline on the whole WARC. Prints pages
     and CPU seconds as JSON."""
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
 
     if kind in PEERS:
         extract = peer_extractor(kind)
@@ -120,8 +120,8 @@ def run_alone(kind: str, warc: str, model: str | None, out: str) -> int:
             extract(doc.body)
         print(json.dumps({"pages": len(docs), "cpu": time.process_time() - started}), flush=True)
         return 0
-    from pipelines.clean import run
-    from pipelines.text.document import CleanConfig
+    from pipelines.clean.cli import run
+    from pipelines.clean.config import CleanConfig
 
     shutil.rmtree(out, ignore_errors=True)
     started = cpu_seconds()
@@ -194,11 +194,11 @@ def main(argv=None) -> int:
         return run_alone(args.alone, args.alone_input, args.alone_model, args.alone_out)
 
     import pipelines
-    from pipelines.clean import run
+    from pipelines.clean.cli import run
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
-    from pipelines.text.bundle import clean_bundle, prepare_document
-    from pipelines.text.document import CleanConfig
+    from pipelines.read.readers import read_records
+    from pipelines.clean.bundle import clean_bundle, prepare_document
+    from pipelines.clean.config import CleanConfig
     from pipelines.text.langid import LanguageIdentifier
     from pipelines.text.normalise import dedup_keys
 
@@ -315,10 +315,10 @@ def stage_costs(source: Path, pages: list, copies: int = 10, passes: int = 3) ->
 
     import numpy as np
 
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.text.boilerplate import heuristic_scores_of_documents
-    from pipelines.text.bundle import clean_bundle, prepare_document
-    from pipelines.text.document import CleanConfig
+    from pipelines.clean.bundle import clean_bundle, prepare_document
+    from pipelines.clean.config import CleanConfig
     from pipelines.text.filters import first_failure_codes
     from pipelines.text.html import parse_html, tree_to_lines
     from pipelines.text.langid import DEFAULT_THRESHOLD, LanguageIdentifier, decide_language

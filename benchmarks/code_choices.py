@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/code_choices.py --data ../shared/data [--part pretokenize|smoothing|tensorboard]
 
-- pretokenize: `vocab.pretokenize` splits words with a Python regex equal to HF `tokenizers`' BERT
+- pretokenize: `pipelines.text.pretokenize` splits words with a Python regex equal to HF `tokenizers`' BERT
   pre-tokeniser; per sentence of Multi30k train (de and en, 10,000 lines each), the regex against
   the pre-tokeniser's `pre_tokenize_str`, both on the same normalised text, best of 3.
 - smoothing: `pipelines.main_content.model` smooths pages shorter than `_NUMPY_FROM_LINES` lines in
@@ -42,7 +42,7 @@ def best_of(repeats: int, fn) -> float:
 
 
 def bench_pretokenize(data: Path) -> None:
-    from vocab.pretokenize import _normalizer, _word_pattern, bert_pre_tokenizer
+    from pipelines.text.pretokenize import _normalizer, _word_pattern, bert_pre_tokenizer
 
     lines: list[str] = []
     for lang in ("de", "en"):
@@ -63,7 +63,7 @@ def bench_smoothing(data: Path) -> None:
     import numpy as np
 
     from pipelines.io.documents import KIND_HTML, Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.main_content import model
     from pipelines.text.boilerplate import heuristic_main_content_scores
     from pipelines.text.html import html_to_lines

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from pipelines.io.documents import KIND_HTML, Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.text import langid
     from pipelines.text.boilerplate import heuristic_main_content_scores
     from pipelines.text.html import html_to_lines

@@ -21,7 +21,7 @@ numbers less than wall time would): lines/s of ``MainContentModel.score_lines`` 
 one fastText call + page smoothing); pages/s of HTML -> lines -> classifier vs the teacher's
 ``trafilatura.extract``, and the CPU ms a page of its HTML feature (``html_main_flags``); and
 pages/s of labse-clean's whole per-document text stage
-(``pipelines.text.document.clean_document``: lines, classifier, lid.176, sentences, filters) vs the
+(``pipelines.clean.document.clean_document``: lines, classifier, lid.176, sentences, filters) vs the
 teacher.
 The classifier rows are measured with the HTML feature (WARC input; ``clean_document`` passes the
 page's HTML) and without it (text only, as for WET input).
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     from pipelines.main_content import cli
-    from pipelines.main_content.labels import TeacherConfig
+    from pipelines.main_content.config import TeacherConfig
     from pipelines.main_content.model import MainContentModel
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="main-content-bench-"))
@@ -108,11 +108,12 @@ def measure_quality(args, work: Path, data_dir: Path, cc_model, teacher) -> dict
     import numpy as np
     from resiliparse.extract.html2text import extract_plain_text
 
-    from pipelines.main_content.build_data import BuildConfig, training_examples
+    from pipelines.main_content.config import BuildConfig, TrainConfig
+    from pipelines.main_content.transforms import training_examples
     from pipelines.main_content.evaluate import html_pages, model_kept_text, token_f1
     from pipelines.main_content.labels import label_page, teacher_extract
     from pipelines.main_content.model import MainContentModel
-    from pipelines.main_content.train import TrainConfig, train_fasttext
+    from pipelines.main_content.train import train_fasttext
     from pipelines.text.boilerplate import heuristic_main_content_scores
     from pipelines.text.html import html_to_lines
 
@@ -183,10 +184,11 @@ def measure_quality(args, work: Path, data_dir: Path, cc_model, teacher) -> dict
 def measure_speed(args, cc_model, cc_model_path: Path, teacher) -> dict:
     """CPU-time speeds on the article pages plus the CC pages (module docstring)."""
     from pipelines.io.documents import KIND_HTML, Document
-    from pipelines.io.readers import check_pattern_matches, read_records
+    from pipelines.read.readers import check_pattern_matches, read_records
     from pipelines.main_content.labels import teacher_extract
     from pipelines.main_content.model import html_main_flags
-    from pipelines.text.document import CleanConfig, clean_document
+    from pipelines.clean.config import CleanConfig
+    from pipelines.clean.document import clean_document
     from pipelines.text.html import html_to_lines, parse_html, tree_to_lines
     from pipelines.text.langid import LanguageIdentifier
 

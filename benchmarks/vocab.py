@@ -124,7 +124,7 @@ def run_scale(args) -> dict:
 
 # --------------------------------------------------------------------------- comparison run
 def corpus_counts(udhr_files: list[str], multi30k_lines: int) -> dict[str, Counter]:
-    from vocab.pretokenize import pretokenize
+    from pipelines.text.pretokenize import pretokenize
 
     per_lang: dict[str, Counter] = {}
     for lang in ("en", "de", "fr", "cs"):
@@ -168,7 +168,7 @@ def load_tf_text_learner():
 
 def _learner_main(kind: str, counts_path: str, vocab_size: int, out_path: str) -> None:
     """Runs in a subprocess: one learner, timed, peak memory from getrusage."""
-    from vocab.tokenizer import SPECIAL_TOKENS
+    from pipelines.text.wordpiece import SPECIAL_TOKENS
 
     counts = json.loads(Path(counts_path).read_text(encoding="utf-8"))
     started = time.perf_counter()
@@ -190,7 +190,7 @@ def _learner_main(kind: str, counts_path: str, vocab_size: int, out_path: str) -
     elif kind == "hf_tokenizers":
         from tokenizers import Tokenizer, models, trainers
 
-        from vocab.pretokenize import bert_normalizer, bert_pre_tokenizer
+        from pipelines.text.pretokenize import bert_normalizer, bert_pre_tokenizer
 
         tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tokenizer.normalizer = bert_normalizer()
@@ -218,7 +218,7 @@ def _learner_main(kind: str, counts_path: str, vocab_size: int, out_path: str) -
 
 def tatoeba_quality(vocab_path: str, langs: list[str]) -> dict[str, dict]:
     from vocab.report import tokenization_stats
-    from vocab.tokenizer import hf_tokenizer
+    from pipelines.text.wordpiece import hf_tokenizer
 
     tokenizer = hf_tokenizer(vocab_path)
     out = {}

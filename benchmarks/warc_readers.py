@@ -43,7 +43,7 @@ def _warcio_read(path: str) -> int:
     from resiliparse.parse.encoding import detect_encoding
     from warcio.archiveiterator import ArchiveIterator
 
-    from pipelines.io.payload import charset_from_content_type, decode_html_bytes
+    from pipelines.read.payload import charset_from_content_type, decode_html_bytes
 
     documents = 0
     with open(path, "rb") as handle:
@@ -60,7 +60,7 @@ def _warcio_read(path: str) -> int:
 
 def _ours(path: str) -> int:
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
 
     return sum(isinstance(r, Document) for r in read_records(path, "warc"))
 
@@ -69,7 +69,7 @@ def _inflate_comparison(path: str, rounds: int = 3) -> str:
     """`read_records` CPU seconds with python-isal (what gzip_members imports) and with stdlib zlib."""
     import zlib
 
-    from pipelines.io import gzip_members
+    from pipelines.read import gzip_members
 
     isal_zlib = gzip_members.zlib
     best = {}
@@ -96,7 +96,7 @@ def _ours_outcome(path: str) -> str:
     from collections import Counter
 
     from pipelines.io.documents import Document, ReadError
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
 
     results = list(read_records(path, "warc"))
     errors = Counter(r.reason for r in results if isinstance(r, ReadError))

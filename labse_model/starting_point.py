@@ -353,7 +353,7 @@ def _read_dense(directory: Path, hidden: int) -> dict[str, torch.Tensor]:
 
 def _check_vocab(vocab: Path, vocab_size: int, source: Path) -> Path:
     """The source's vocab.txt, usable by labse-tfrecords and with one token per embedding row."""
-    from vocab.tokenizer import load_vocab
+    from pipelines.text.wordpiece import load_vocab
 
     if not vocab.is_file():
         raise FileNotFoundError(f"--init-from {source}: no {VOCAB_FILE} (the vocabulary labse-tfrecords must tokenise with)")

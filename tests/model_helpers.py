@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from vocab.tokenizer import hf_tokenizer
+from pipelines.text.wordpiece import hf_tokenizer
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LANGS = ("de", "fr", "cs")

@@ -10,9 +10,9 @@ from pipelines.accounting import (
     accounting_section,
     build_stats,
     identity_violations,
-    report_identity,
     tally_key,
 )
+from pipelines.stage import report_identity
 
 
 def test_section_from_a_tally():

@@ -1,4 +1,4 @@
-"""Cleaning a bundle of documents at once (`pipelines.text.bundle`, the Beam step's buffer) gives
+"""Cleaning a bundle of documents at once (`pipelines.clean.bundle`, the Beam step's buffer) gives
 every document exactly what cleaning it alone gives, and keeps the accounting exact.
 
 - `clean_bundle` over all documents of the real samples == `clean_document` on each (rows, tally,
@@ -19,7 +19,7 @@ from apache_beam.transforms import window
 from pipelines.accounting import SumTallies
 from pipelines.io.documents import Document
 from pipelines.io.parquet import row_dict
-from pipelines.text.document import CleanConfig
+from pipelines.clean.config import CleanConfig
 from tests.conftest import require_file
 
 SAMPLES = (
@@ -33,7 +33,7 @@ SAMPLES = (
 
 @pytest.fixture(scope="module")
 def sample_documents(labse_data) -> list[Document]:
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
 
     docs = []
     for relative, fmt in SAMPLES:
@@ -59,13 +59,13 @@ def lid():
 
 
 def _alone(docs, lid, config, model=None):
-    from pipelines.text.document import clean_document
+    from pipelines.clean.document import clean_document
 
     return [clean_document(doc, lid, config, model) for doc in docs]
 
 
 def _together(docs, lid, config, model=None, size=None):
-    from pipelines.text.bundle import clean_bundle, prepare_document
+    from pipelines.clean.bundle import clean_bundle, prepare_document
 
     size = size or len(docs)
     out = []
@@ -127,12 +127,12 @@ def test_the_pipeline_with_a_main_content_model_writes_what_the_plain_path_gives
     import numpy as np
     import pyarrow.dataset as ds
 
-    from pipelines.clean import run
+    from pipelines.clean.cli import run
     from pipelines.io.documents import Dropped
     from pipelines.io.parquet import SENTENCE_COLUMNS
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.main_content.model import MainContentModel
-    from pipelines.text.document import clean_document
+    from pipelines.clean.document import clean_document
     from pipelines.text.normalise import dedup_keys
 
     config = CleanConfig(main_content_model=str(main_content_model_path))
@@ -191,7 +191,7 @@ PAGES = [
 
 def test_the_beam_step_keeps_windows_and_timestamps_and_flushes_at_the_limits():
     """Documents in fixed windows, cleaned two at a time: each row keeps its document's window."""
-    from pipelines.clean_transforms import ExtractSentences
+    from pipelines.clean.transforms import ExtractSentences
 
     docs = [_page_doc(i, PAGES[i % len(PAGES)]) for i in range(10)]
     with beam.Pipeline() as pipeline:
@@ -226,7 +226,7 @@ class _WithPlace(beam.DoFn):
 def test_a_bug_in_one_document_costs_that_document_only(monkeypatch):
     """The bundle fails as a whole, so the step cleans its documents one at a time: the broken one
     becomes one processing_failed error, the others are kept, and the tallies add up."""
-    import pipelines.clean_transforms as transforms
+    import pipelines.clean.transforms as transforms
 
     real = transforms.clean_bundle
 
@@ -264,7 +264,7 @@ def test_row_tuples_make_the_same_parquet_table_as_row_dicts(sample_documents, l
     import pyarrow as pa
 
     from pipelines.io.parquet import ROW_FIELDS, SENTENCE_SCHEMA, sentence_table
-    from pipelines.text.bundle import clean_bundle, prepare_document
+    from pipelines.clean.bundle import clean_bundle, prepare_document
 
     config = CleanConfig()
     result = clean_bundle([prepare_document(doc, config) for doc in sample_documents[:60]], lid, config)
@@ -278,7 +278,7 @@ def test_row_tuples_make_the_same_parquet_table_as_row_dicts(sample_documents, l
 
 
 def test_the_buffer_holds_lines_not_pages_and_flushes_at_the_character_limit():
-    import pipelines.clean_transforms as transforms
+    import pipelines.clean.transforms as transforms
 
     fn = transforms._CleanDocumentsFn(CleanConfig(), bundle_documents=100, bundle_chars=150)
     fn.setup()

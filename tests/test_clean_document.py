@@ -1,4 +1,4 @@
-"""The per-document module of labse-clean (`pipelines.text.document`) stays free of Beam."""
+"""The per-document module of labse-clean (`pipelines.clean.document`) stays free of Beam."""
 from __future__ import annotations
 
 import doctest
@@ -16,7 +16,8 @@ def test_the_per_document_module_does_not_import_apache_beam():
     script = (
         "import sys\n"
         "from pipelines.io.documents import Document\n"
-        "from pipelines.text.document import CleanConfig, clean_document\n"
+        "from pipelines.clean.config import CleanConfig\n"
+        "from pipelines.clean.document import clean_document\n"
         "from pipelines.text.langid import LanguageIdentifier\n"
         "import pipelines.main_content.model\n"
         "doc = Document(source='cc', url='u', doc_id='d', file='f', offset=0, kind='html', lang=None,\n"
@@ -31,22 +32,20 @@ def test_the_per_document_module_does_not_import_apache_beam():
 
 def test_the_config_default_matches_the_parquet_sink():
     from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE
-    from pipelines.text.document import CleanConfig
+    from pipelines.clean.config import CleanConfig
 
     assert CleanConfig().rows_per_file == DEFAULT_ROWS_PER_FILE
 
 
 def test_the_clean_document_example_runs():
-    import pipelines.text.document as document
+    import pipelines.clean.document as document
 
     failed, attempted = doctest.testmod(document, verbose=False)
     assert attempted >= 1 and failed == 0
 
 
 def test_the_cli_module_keeps_its_public_names():
-    """setup.py's console script, the demo (labse_model.demo) and benchmarks use these names of pipelines.clean."""
-    import pipelines.clean as clean
-    from pipelines.text.document import CleanConfig, clean_document
+    """setup.py's console script, the demo (labse_model.demo) and benchmarks use these names of pipelines.clean.cli."""
+    import pipelines.clean.cli as clean
 
-    assert callable(clean.main) and callable(clean.run) and callable(clean.run_demo)
-    assert clean.CleanConfig is CleanConfig and clean.clean_document is clean_document
+    assert callable(clean.main) and callable(clean.run) and callable(clean.run_demo) and callable(clean.build_parser)

@@ -10,11 +10,11 @@ from collections import Counter
 import pyarrow.dataset as ds
 import pytest
 
-from pipelines.clean import main, run
-from pipelines.clean_transforms import FileBreakdown, per_file_violations
+from pipelines.clean.cli import main, run
+from pipelines.clean.transforms import FileBreakdown, per_file_violations
 from pipelines.io.documents import ReadError
-from pipelines.io.readers import read_records
-from pipelines.text.document import CleanConfig
+from pipelines.read.readers import read_records
+from pipelines.clean.config import CleanConfig
 from tests.conftest import require_file
 
 CC = "commoncrawl/CC-MAIN-2020-34-sample.warc.gz"

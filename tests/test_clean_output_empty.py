@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from pipelines.clean import main
+from pipelines.clean.cli import main
 from pipelines.io.parquet import NO_SENTENCES_FILE, SENTENCE_SCHEMA
 
 NAVIGATION_ONLY = (

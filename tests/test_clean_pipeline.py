@@ -16,10 +16,10 @@ import pyarrow.dataset as ds
 import pytest
 
 from pipelines.accounting import identity_violations
-from pipelines.clean import main, run
-from pipelines.clean_transforms import per_file_violations
+from pipelines.clean.cli import main, run
+from pipelines.clean.transforms import per_file_violations
 from pipelines.io.parquet import SENTENCE_COLUMNS
-from pipelines.text.document import CleanConfig
+from pipelines.clean.config import CleanConfig
 from pipelines.text.normalise import dedup_key
 from tests.conftest import require_file
 
@@ -262,9 +262,9 @@ def test_cli_fails_early_with_clear_errors(tmp_path, capsys, labse_data):
 @pytest.mark.slow
 def test_main_content_model_scores_lines_when_given(labse_data, tmp_path):
     """A real (tiny) fastText main-content model, trained here on heuristic labels, is loaded and used."""
-    from pipelines.text.document import document_lines
+    from pipelines.clean.bundle import document_lines
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.main_content.model import training_lines
     from pipelines.text.boilerplate import heuristic_main_content_scores
 
@@ -308,7 +308,7 @@ def lid():
 
 
 def test_wikipedia_lines_in_another_language_are_removed(lid):
-    from pipelines.text.document import clean_document
+    from pipelines.clean.document import clean_document
 
     german = "Der Gemeinderat hat am Dienstag nach einer langen Debatte den neuen Haushalt beschlossen."
     result = clean_document(_doc(f"{ARTICLE}\n{german}", source="wiki", kind="text", lang="en"), lid, CleanConfig())
@@ -321,7 +321,7 @@ def test_wikipedia_lines_in_another_language_are_removed(lid):
 
 
 def test_every_sentence_is_accounted_for_in_one_document(lid):
-    from pipelines.text.document import clean_document
+    from pipelines.clean.document import clean_document
 
     html = _page(ARTICLE, "Short.", "x" * 60_000, "Home | News | Contact", OTHER)
     result = clean_document(_doc(html), lid, CleanConfig())
@@ -334,7 +334,7 @@ def test_every_sentence_is_accounted_for_in_one_document(lid):
 
 
 def test_a_line_that_breaks_the_splitter_costs_that_line_only(lid, monkeypatch):
-    import pipelines.text.document as document
+    import pipelines.clean.document as document
     import pipelines.text.sentences as sentences
 
     real = sentences.sentencex.segment
@@ -352,7 +352,7 @@ def test_a_line_that_breaks_the_splitter_costs_that_line_only(lid, monkeypatch):
 
 
 def test_a_document_that_cannot_be_processed_is_an_error_not_a_crash():
-    from pipelines.clean_transforms import _CleanDocumentsFn
+    from pipelines.clean.transforms import _CleanDocumentsFn
     from pipelines.io.documents import Dropped, ReadError
 
     fn = _CleanDocumentsFn(CleanConfig())

@@ -6,10 +6,10 @@ import shutil
 import pyarrow.dataset as ds
 import pytest
 
-from pipelines.clean import main, run
-from pipelines.io.readers import read_records
+from pipelines.clean.cli import main, run
+from pipelines.read.readers import read_records
 from pipelines.io.stage_output import OutputLockedError, output_lock, require_complete
-from pipelines.text.document import CleanConfig
+from pipelines.clean.config import CleanConfig
 from tests.conftest import require_file
 
 CC = "commoncrawl/CC-MAIN-2020-34-sample.warc.gz"

@@ -160,8 +160,8 @@ def test_help_shows_every_default():
 def test_labse_clean_builds_its_options_and_config_from_clean_config():
     """labse-clean takes its CleanConfig settings the same way: one option per field, the
     dataclass defaults when nothing is given, each option setting its own field."""
-    from pipelines.clean import build_parser
-    from pipelines.text.document import CleanConfig
+    from pipelines.clean.cli import build_parser
+    from pipelines.clean.config import CleanConfig
 
     parser = build_parser()
     required = ["--input", "x.warc.gz", "--output", "out"]

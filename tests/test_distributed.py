@@ -25,7 +25,7 @@ from model_helpers import (
     tiny_dual_encoder,
     write_shards,
 )
-from vocab.tokenizer import hf_tokenizer
+from pipelines.text.wordpiece import hf_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 GLOBAL_BATCH = 12

@@ -11,7 +11,7 @@ from labse_model.encoder import pool_tokens
 from labse_model.export import load_encoder, main as export_main
 from labse_model.train import main as train_main
 from model_helpers import build_vocab, tatoeba_lines, write_shards
-from vocab.tokenizer import hf_tokenizer
+from pipelines.text.wordpiece import hf_tokenizer
 
 # Several scripts: Latin with diacritics, Cyrillic, Greek, Arabic, Hebrew, Devanagari, Han, kana.
 LANGS = ["deu", "ces", "rus", "ell", "ara", "heb", "hin", "cmn", "jpn"]

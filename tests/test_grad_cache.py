@@ -22,7 +22,7 @@ from model_helpers import (
     set_torchrun_environment,
     tiny_dual_encoder,
 )
-from vocab.tokenizer import hf_tokenizer
+from pipelines.text.wordpiece import hf_tokenizer
 
 MARGIN, SCALE = 0.3, 50.0
 BATCH, CHUNK = 12, 5  # chunks of 5, 5 and a ragged 2

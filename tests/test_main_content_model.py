@@ -16,7 +16,8 @@ from pipelines.main_content.model import (
     postprocess_scores,
     training_lines,
 )
-from pipelines.main_content.train import TrainConfig, train_fasttext
+from pipelines.main_content.config import TrainConfig
+from pipelines.main_content.train import train_fasttext
 
 from tests.conftest import require_file
 
@@ -121,7 +122,7 @@ def test_a_fasttext_model_of_another_kind_is_refused():
 
 
 def test_labse_clean_refuses_a_truncated_model_before_the_pipeline(labse_data, tiny_model, tmp_path):
-    from pipelines.clean import main as clean_main
+    from pipelines.clean.cli import main as clean_main
 
     bad = tmp_path / "bad.bin"
     bad.write_bytes(tiny_model.read_bytes()[:5000])
@@ -136,7 +137,7 @@ def test_a_model_on_an_object_store_is_loaded_and_its_local_copy_removed(tiny_mo
     delete the copy at once; a missing remote model is a clear MainContentModelError."""
     import tempfile
 
-    from pipelines.clean_transforms import load_main_content_model
+    from pipelines.clean.transforms import load_main_content_model
     from tests.object_store import ObjectStoreOnDisk
 
     scratch = tmp_path / "tmp"

@@ -5,7 +5,8 @@ from collections import Counter
 import pytest
 
 from pipelines.main_content import cli
-from pipelines.main_content.build_data import training_examples, BuildConfig
+from pipelines.main_content.config import BuildConfig
+from pipelines.main_content.transforms import training_examples
 from pipelines.main_content.evaluate import labelled_pages_from_warc, token_f1
 from pipelines.main_content.labels import split_of
 from pipelines.main_content.train import read_pages

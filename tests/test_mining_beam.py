@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import mine as mine_cli
-from pipelines.mining.beam_mining import embed_texts_with_beam, registered_domain
-from pipelines.mining.embedders import load_embedder
-from pipelines.mining.margin import MarginConfig, mine
+from pipelines.mine import cli as mine_cli
+from pipelines.mine.transforms import MineBitext, embed_texts_with_beam, registered_domain
+from pipelines.mine.embedders import load_embedder
+from pipelines.mine.margin import MarginConfig, mine
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock
 from tests.conftest import require_file
 
@@ -216,7 +216,7 @@ def test_beam_strategies_equal_in_memory_strategies(val_pairs):
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
 
-    from pipelines.mining.beam_mining import MineConfig
+    from pipelines.mine.transforms import MineConfig
 
     pairs = val_pairs[:60]
     src = [s for s, _ in pairs][::-1]
@@ -228,7 +228,7 @@ def test_beam_strategies_equal_in_memory_strategies(val_pairs):
         tgt_records = pipeline | "Tgt" >> beam.Create([{"text": t, "url": "", "doc_id": str(i)} for i, t in enumerate(tgt)])
         for strategy in ("intersect",):
             expected = mine(x, y, MarginConfig(k=4, strategy=strategy))
-            mined = (src_records, tgt_records) | f"Mine_{strategy}" >> mine_cli.MineBitext(
+            mined = (src_records, tgt_records) | f"Mine_{strategy}" >> MineBitext(
                 MineConfig(src_lang="de", tgt_lang="en", strategy=strategy, src_blocks=2, tgt_shards=2))
             got = mined["pairs"] | f"Texts_{strategy}" >> beam.Map(lambda r: (r["src"], r["tgt"]))
             assert_that(got, equal_to([(src[i], tgt[j]) for i, j in zip(expected.src, expected.tgt)]),

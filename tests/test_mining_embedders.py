@@ -4,7 +4,7 @@ import gzip
 import numpy as np
 import pytest
 
-from pipelines.mining.embedders import (
+from pipelines.mine.embedders import (
     EmbedderError,
     l2_normalise,
     length_sorted_batches,

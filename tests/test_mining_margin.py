@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from pipelines.mining.margin import (
+from pipelines.mine.margin import (
     MarginConfig,
     best_threshold_f1,
     greedy_unique,
@@ -11,8 +11,8 @@ from pipelines.mining.margin import (
     neighbours,
     precision_recall_f1,
 )
-from pipelines.mining.search import SearchConfig, knn, merge_topk, recall_at_1, sharded_knn
-from pipelines.mining.thresholds import adapt_to_prior, threshold_for_fraction, threshold_for_precision
+from pipelines.mine.search import SearchConfig, knn, merge_topk, recall_at_1, sharded_knn
+from pipelines.score.thresholds import adapt_to_prior, threshold_for_fraction, threshold_for_precision
 
 # x0=(1,0) x1=(0,1); y0=(1,0) y1=(0.6,0.8): cos(x0,y0)=1, cos(x0,y1)=.6, cos(x1,y0)=0, cos(x1,y1)=.8
 X = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)

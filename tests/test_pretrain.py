@@ -28,7 +28,7 @@ from labse_model.pretrain_data import (
 from labse_model.run_log import read_metrics
 from labse_model.stacking import build_model, grow, plan_stages
 from model_helpers import build_vocab, udhr_lines, write_shards
-from vocab.tokenizer import CLS_ID, MASK_ID, SEP_ID, hf_tokenizer
+from pipelines.text.wordpiece import CLS_ID, MASK_ID, SEP_ID, hf_tokenizer
 
 SPECIAL_IDS = (0, 1, 2, 3, 4)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.io.documents import Document, Dropped, ReaderLimits, ReadError
-from pipelines.io.readers import check_pattern_matches, read_records
+from pipelines.read.readers import check_pattern_matches, read_records
 from tests.conftest import require_file
 
 CC_SAMPLE = "commoncrawl/CC-MAIN-2020-34-sample.warc.gz"
@@ -118,7 +118,7 @@ def test_valid_utf8_wins_over_a_wrong_detection_on_a_real_page(labse_data):
 
 
 def test_valid_utf8_wins_over_a_declared_legacy_charset():
-    from pipelines.io.payload import decode_html_bytes
+    from pipelines.read.payload import decode_html_bytes
 
     text = "<html><head><meta charset=gb2312></head><body><p>人工智能</p><p>关于我们</p></body></html>"
     # A stale legacy label on UTF-8 bytes: gbk "decodes" them into mojibake without an error.
@@ -533,7 +533,7 @@ def test_read_documents_transform_on_real_file(labse_data, tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.testing.util import assert_that, equal_to
 
-    from pipelines.io.readers import ReadDocuments
+    from pipelines.read.readers import ReadDocuments
 
     path = require_file(labse_data, CC_SAMPLE)
     empty = tmp_path / "empty.warc.gz"
@@ -565,7 +565,7 @@ def test_read_documents_transform_on_real_file(labse_data, tmp_path):
 
 
 def test_read_documents_rejects_unknown_format():
-    from pipelines.io.readers import ReadDocuments
+    from pipelines.read.readers import ReadDocuments
 
     with pytest.raises(ValueError, match="unknown format"):
         ReadDocuments("*.warc.gz", "pdf")

@@ -8,13 +8,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import score as score_cli
-from pipelines.mining.embedders import load_embedder
-from pipelines.mining.features import FEATURE_NAMES, copy_similarity, dominant_script, numbers, pair_features
-from pipelines.mining import scorer as scorer_module
-from pipelines.mining import calibration as calibration_module
-from pipelines.mining import thresholds
-from pipelines.mining.scorer import (
+from pipelines.score import cli as score_cli
+from pipelines.score import transforms as score_transforms
+from pipelines.mine.embedders import load_embedder
+from pipelines.score.features import FEATURE_NAMES, copy_similarity, dominant_script, numbers, pair_features
+from pipelines.score import scorer as scorer_module
+from pipelines.score import calibration as calibration_module
+from pipelines.score import thresholds
+from pipelines.score.scorer import (
     QualityScorer,
     ScorerConfig,
     ScorerError,
@@ -143,7 +144,7 @@ def test_train_options_are_refused_in_one_line_before_any_work(labse_data, tmp_p
 
 def test_a_wrong_language_file_that_is_not_line_aligned_is_refused_before_embedding(labse_data, tmp_path, capsys,
                                                                                    monkeypatch):
-    import pipelines.mining.embedders as embedders
+    import pipelines.mine.embedders as embedders
 
     monkeypatch.setattr(embedders, "load_embedder", lambda spec: pytest.fail("embedding started"))
     short = tmp_path / "three.fr.gz"
@@ -294,7 +295,7 @@ def test_a_scorer_with_non_finite_coefficients_is_refused_when_it_loads(scorer_d
 def _pairs_dir(path, rows):
     path.mkdir(parents=True)
     schema = pa.schema([(c, pa.float32() if c in ("cosine", "margin") else pa.string())
-                        for c in score_cli.PAIR_COLUMNS])
+                        for c in score_transforms.PAIR_COLUMNS])
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path / "part-00000-of-00001.parquet")
     # a complete labse-mine output: its stats and, last, its completion marker
     write_stats_json(path / STATS_BESIDE_SHARDS, {"pairs": len(rows)})
@@ -474,7 +475,7 @@ def test_estimated_share_and_precision_on_synthetic_mixtures_of_known_prior(prio
     (within 0.015 on 20,000 pairs) and the expected-precision threshold lands at the asked precision
     (within 0.01 plus three binomial standard deviations of the kept set), or keeps every pair when
     their share already exceeds it."""
-    from pipelines.mining.calibration import estimate_share
+    from pipelines.score.calibration import estimate_share
 
     good, log_lr = _gaussian_mixture(20_000, prior, np.random.default_rng(int(prior * 100)))
     posteriors, share = estimate_share(log_lr)
@@ -491,7 +492,7 @@ def test_estimated_share_and_precision_on_synthetic_mixtures_of_known_prior(prio
 
 
 def test_estimated_share_at_the_edges():
-    from pipelines.mining.calibration import estimate_share
+    from pipelines.score.calibration import estimate_share
 
     assert estimate_share([])[1] == 0.0
     assert estimate_share([-3.0, -1.0, 0.5])[1] == 0.0       # mean LR <= 1: nothing looks better than chance
@@ -503,7 +504,7 @@ def test_estimated_share_at_the_edges():
 def _synthetic_pool(n, prior, density, rng):
     """Pairs shaped like a mined set's: a good pair's cosine is its own, the margin denominator (kNN
     means) grows with the set's density, so good pairs' margins and the ranker's output fall with it."""
-    from pipelines.mining.calibration import sigmoid
+    from pipelines.score.calibration import sigmoid
 
     good = rng.random(n) < prior
     denominator = rng.normal(density, 0.02, n)
@@ -517,7 +518,7 @@ def _synthetic_pool(n, prior, density, rng):
 def test_calibration_learns_the_likelihood_ratio_not_the_pools_priors():
     """Fitted on pools of known shares and densities, the calibration estimates the share of good pairs
     of new sets (other shares, densities between the pools') and keeps them at the asked precision."""
-    from pipelines.mining.calibration import Calibration, estimate_share, fit_calibration
+    from pipelines.score.calibration import Calibration, estimate_share, fit_calibration
 
     rng = np.random.default_rng(0)
     pools = [_synthetic_pool(3000, p, d, rng) for p in (0.1, 0.3, 0.6, 0.9) for d in (0.5, 0.55, 0.6)]
@@ -542,7 +543,7 @@ def test_calibration_learns_the_likelihood_ratio_not_the_pools_priors():
 def _distorted_set(n, prior, shift, scale, rng):
     """A set whose scorer log LR is shift + scale * (the calibrated log LR of `_gaussian_mixture`): an
     over-confident scorer out of its domain. Returns (good, distorted log LR, reference quantiles)."""
-    from pipelines.mining.calibration import reference_quantiles
+    from pipelines.score.calibration import reference_quantiles
 
     good_ref, log_lr_ref = _gaussian_mixture(40_000, 0.5, rng)
     reference = reference_quantiles(log_lr_ref[good_ref], log_lr_ref[~good_ref])
@@ -556,7 +557,7 @@ def test_adapting_to_the_set_corrects_an_over_confident_log_lr(prior):
     twice as wide as in the calibration pools). Without labels, the set's own log LR distribution
     recovers the map, the share of good pairs and the asked precision; the unadapted estimate (what
     labse-score did before) over-estimates the share and misses the precision."""
-    from pipelines.mining.calibration import adapt_to_set, estimate_share
+    from pipelines.score.calibration import adapt_to_set, estimate_share
 
     rng = np.random.default_rng(int(prior * 100))
     good, log_lr, reference = _distorted_set(3000, prior, 2.0, 1.6, rng)
@@ -578,7 +579,7 @@ def test_adapting_to_a_set_from_the_calibrated_domain_changes_nothing_much():
     """In the domain the calibration saw, the fitted map stays near the identity (the share within 0.035
     of the true one: the shift is fitted from 3,000 pairs) and degenerate inputs (no reference, one class
     only, empty) leave the log LR as it is."""
-    from pipelines.mining.calibration import adapt_to_set, estimate_share
+    from pipelines.score.calibration import adapt_to_set, estimate_share
 
     rng = np.random.default_rng(7)
     good, log_lr, reference = _distorted_set(3000, 0.3, 0.0, 1.0, rng)
@@ -606,11 +607,11 @@ def test_expected_f1_threshold():
 def test_kept_counts_in_stats_are_the_rows_written_not_the_threshold_prediction(tmp_path):
     """The decision predicts a count from the scores it saw; _stats.json reports the rows the shards got."""
     tally = {"pairs.read": 9, "pairs.scored": 9, "files.written": 2, "pairs.kept": 5,
-             f"{score_cli.KEPT_PREFIX}de-en": 3, f"{score_cli.KEPT_PREFIX}fr-en": 2}
+             f"{score_transforms.KEPT_PREFIX}de-en": 3, f"{score_transforms.KEPT_PREFIX}fr-en": 2}
     decisions = [{"language_pair": "fr-en", "kept_predicted": 2, "threshold": 0.5},
                  {"language_pair": "de-en", "kept_predicted": 4, "threshold": 0.4},
                  {"language_pair": "cs-en", "kept_predicted": 0, "threshold": float("inf")}]
-    (stats,) = score_cli._finalise(None, tally, decisions, [], str(tmp_path), {})
+    (stats,) = score_transforms._finalise(None, tally, decisions, [], str(tmp_path), {})
     assert stats["pairs_kept"] == 5
     assert {lp: d["kept"] for lp, d in stats["per_language_pair"].items()} == {"cs-en": 0, "de-en": 3, "fr-en": 2}
     assert stats["per_language_pair"]["de-en"]["kept_predicted"] == 4
@@ -654,8 +655,8 @@ def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, emb
     and kept by labse-score --keep-precision 0.8: the measured precision is within 0.06 of 0.8 and the
     estimated share of good pairs within 0.05 of the true one. (The benchmark, BENCHMARKS.md section
     mining, runs 68 such sets.)"""
-    from pipelines.mining.margin import MarginConfig, mine
-    from pipelines.mining.scorer import calibration_rows, fitting_rows
+    from pipelines.mine.margin import MarginConfig, mine
+    from pipelines.score.scorer import calibration_rows, fitting_rows
 
     de = _read(require_file(labse_data, "multi30k/val.de.gz"))
     en = _read(require_file(labse_data, "multi30k/val.en.gz"))
@@ -727,7 +728,7 @@ def test_labse_score_exits_1_when_its_books_do_not_balance(scorer_dir, tmp_path,
     tally = {"pairs.read": 2, "pairs.scored": 2, "pairs.kept": 3, "files.written": 1,
              "input_files.read": 1, "input_files.kept": 1}
     monkeypatch.setattr(score_cli, "build_pipeline", lambda pipeline, pairs, output, *rest: list(
-        score_cli._finalise(None, tally, [], [], output, {})))
+        score_transforms._finalise(None, tally, [], [], output, {})))
     pairs = _pairs_dir(tmp_path / "pairs", [])
     assert score_cli.main(["--pairs", str(pairs), "--output", str(tmp_path / "scored"), "--model", str(scorer_dir)]) == 1
     err = capsys.readouterr().err.strip()

@@ -16,7 +16,7 @@ from labse_model.export import load_encoder, main as export_main
 from labse_model.starting_point import load_starting_point
 from labse_model.train import main as train_main
 from model_helpers import LANGS, build_vocab, read_multi30k, write_shards
-from vocab.tokenizer import hf_tokenizer
+from pipelines.text.wordpiece import hf_tokenizer
 
 HIDDEN = 32
 

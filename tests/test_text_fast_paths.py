@@ -18,7 +18,7 @@ LANGS = ("en", "de", "ru", "zh", "ja", "th", "ar", "hi", "ko", "ltg")
 @pytest.fixture(scope="module")
 def web_lines(labse_data):
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.text.html import html_to_lines
 
     pages = []
@@ -95,7 +95,7 @@ def sample_sentence_pages(labse_data):
     """Every document of the five samples as one page of cleaned sentences (all its lines, split
     without a language, so boilerplate and tables are in too)."""
     from pipelines.io.documents import KIND_HTML, Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.text.html import html_to_lines
     from pipelines.text.normalise import clean_text
     from pipelines.text.sentences import split_sentences
@@ -193,7 +193,8 @@ def test_batched_filters_on_edge_cases():
 
 
 def test_a_dropped_boilerplate_line_is_one_unit_not_split():
-    from pipelines.text.document import CleanConfig, clean_document
+    from pipelines.clean.config import CleanConfig
+    from pipelines.clean.document import clean_document
     from pipelines.io.documents import Document
 
     class NoLid:  # main-content drops happen before language identification
@@ -247,7 +248,7 @@ def test_line_normalisation_equals_split_join(labse_data):
     from resiliparse.extract.html2text import extract_plain_text
 
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.text.html import normalise_lines
 
     path = require_file(labse_data, "commoncrawl/CC-MAIN-2020-34-sample.warc.gz")
@@ -264,7 +265,7 @@ def test_clean_text_fast_path_equals_the_definition(web_lines, labse_data):
     import unicodedata
 
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.text.normalise import _CONTROL, clean_text
 
     def definition(text):

@@ -167,7 +167,7 @@ def test_gbk_mojibake_flags_the_real_garbled_page_and_no_real_cjk_text(labse_dat
     """UTF-8 Chinese decoded as GBK (as sent by 003338.cn in the CC sample) is dropped; real Chinese
     and Japanese sentences of the UDHR and Tatoeba are not."""
     from pipelines.io.documents import Document
-    from pipelines.io.readers import read_records
+    from pipelines.read.readers import read_records
     from pipelines.text.html import html_to_lines
     from pipelines.text.sentences import split_sentences
     from tests.conftest import require_file

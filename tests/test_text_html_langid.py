@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pipelines.io.documents import Document
-from pipelines.io.readers import read_records
+from pipelines.read.readers import read_records
 from pipelines.text.html import html_to_lines
 from pipelines.text.langid import LanguageIdentifier, decide_language, lid176_path, normalise_label
 from tests.conftest import require_file

@@ -137,7 +137,7 @@ def test_shards_schema_and_stats(built, labse_data):
 
 
 def test_records_match_the_tokenizer_and_are_globally_shuffled(built):
-    from vocab.tokenizer import TFTextTokenizer
+    from pipelines.text.wordpiece import TFTextTokenizer
 
     tokenizer = TFTextTokenizer(str(built["vocab"]))
     records = []

@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import require_file
 from pipelines.io.stage_output import mark_complete, output_lock
 from vocab.count import count_batch, is_heldout, parse_count
-from vocab.pretokenize import pretokenize
-from vocab.tokenizer import SPECIAL_TOKENS, load_vocab
+from pipelines.text.pretokenize import pretokenize
+from pipelines.text.wordpiece import SPECIAL_TOKENS, load_vocab
 
 
 def multi30k_lines(root, lang, n):

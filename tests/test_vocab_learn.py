@@ -7,9 +7,9 @@ import pytest
 
 from tests.conftest import require_file
 from vocab.learn import LearnerConfig, VocabSizeError, learn, learn_from_counts
-from vocab.pretokenize import pretokenize
+from pipelines.text.pretokenize import pretokenize
 from vocab.smoothing import language_weights, smoothed_shares
-from vocab.tokenizer import SPECIAL_TOKENS
+from pipelines.text.wordpiece import SPECIAL_TOKENS
 
 
 def udhr_counts(root, name) -> Counter:

@@ -1,4 +1,4 @@
-"""vocab.tokenizer / vocab.pretokenize: TF Text and HF transformers give identical ids.
+"""pipelines.text.wordpiece / pipelines.text.pretokenize: TF Text and HF transformers give identical ids.
 
 The vocabulary is learned by our learner from real UDHR + Multi30k text; the sentences come from
 Tatoeba (never trained on) in six scripts, and every Unicode code point of planes 0-1 (plus the
@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import require_file
 from vocab.learn import LearnerConfig, learn_from_counts, write_vocab
-from vocab.pretokenize import clean_text, pretokenize
-from vocab.tokenizer import SPECIAL_TOKENS, TFTextTokenizer, VocabError, hf_tokenizer, load_vocab
+from pipelines.text.pretokenize import clean_text, pretokenize
+from pipelines.text.wordpiece import SPECIAL_TOKENS, TFTextTokenizer, VocabError, hf_tokenizer, load_vocab
 
 UDHR = ["eng", "deu", "fra", "rus", "cmn_hans", "cmn_hant", "jpn", "kor", "arb", "hin", "tha", "ell_monotonic", "heb"]
 TATOEBA = ["deu", "fra", "rus", "cmn", "jpn", "arb", "ara", "hin", "tha", "kor"]
@@ -144,7 +144,7 @@ def test_saved_tokenizer_reloads_with_the_same_rules(tokenizers, tmp_path):
 
 def test_pretokenize_equals_the_hf_pre_tokenizer_on_every_code_point():
     """The counting regex splits exactly like the tokenizer's Rust pre-tokeniser."""
-    from vocab.pretokenize import bert_normalizer, bert_pre_tokenizer
+    from pipelines.text.pretokenize import bert_normalizer, bert_pre_tokenizer
 
     normalizer, pre_tokenizer = bert_normalizer(), bert_pre_tokenizer()
     code_points = [c for c in range(0x20000) if not 0xD800 <= c <= 0xDFFF]

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {result.vocab_path} ({result.report['vocab_size']} tokens); held-out: "
           f"[UNK] {overall['unk_share']:.4f}, subwords/word {overall['subwords_per_word']:.3f}; "
           f"report {result.report_path}")
-    from pipelines.accounting import report_identity
+    from pipelines.stage import report_identity
 
     return report_identity("labse-vocab", result.stats)
 

@@ -25,7 +25,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.accounting import MergeTallies, ReasonCounters
-from vocab.pretokenize import pretokenize
+from pipelines.text.pretokenize import pretokenize
 
 HOLDOUT_SCALE = 1_000_000
 UNITS = ("sentences", "heldout_sentences")

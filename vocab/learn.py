@@ -35,7 +35,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from vocab.tokenizer import SPECIAL_TOKENS, SUFFIX
+from pipelines.text.wordpiece import SPECIAL_TOKENS, SUFFIX
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """How well a vocabulary covers each language: `vocab.report.json` and a PNG bar chart.
 
 Measured per language on held-out sentences (never counted for learning), tokenised exactly as in
-training (`vocab.tokenizer.hf_tokenizer`, same ids as TF Text):
+training (`pipelines.text.wordpiece.hf_tokenizer`, same ids as TF Text):
   unk_share          [UNK] tokens / all tokens
   subwords_per_word  word pieces / pre-tokenised words (1.0 = every word whole)
   whole_word_share   words that are a single, known token
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from pipelines.io.atomic import write_bytes_atomic
-from vocab.tokenizer import UNK_ID
+from pipelines.text.wordpiece import UNK_ID
 
 BATCH = 1024
 
@@ -44,7 +44,7 @@ def tokenization_stats(tokenizer, sentences: Sequence[str]) -> dict:
 
 
 def build_report(vocab_path: str, heldout: Mapping[str, Sequence[str]], extra: Mapping | None = None) -> dict:
-    from vocab.tokenizer import hf_tokenizer, load_vocab
+    from pipelines.text.wordpiece import hf_tokenizer, load_vocab
 
     tokenizer = hf_tokenizer(vocab_path)
     per_language = {lang: tokenization_stats(tokenizer, heldout[lang]) for lang in sorted(heldout)}

@@ -1,6 +1,6 @@
 """What readers produce: one `Document`, `Dropped` or `ReadError` per input record.
 
-These three types are the contract between the readers (`pipelines.io.readers`) and every stage
+These three types are the contract between the readers (`pipelines.read.readers`) and every stage
 after them (contract 1 in README.md, section Architecture). The invariant a reader keeps is that
 each record it meets in a file yields exactly one of them, so that `documents + dropped + errors ==
 records seen` holds for every file; a file that cannot be opened, or is empty, yields one

@@ -8,21 +8,23 @@ Then ``labse-clean ... --main-content-model model.bin`` filters lines with it.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
-COMMANDS = {
-    "build-data": ("pipelines.main_content.build_data", "label WARC pages with the teacher; write train/dev/test"),
-    "train": ("pipelines.main_content.train", "train the fastText classifier; report P/R/F1 on the test split"),
-    "evaluate": ("pipelines.main_content.evaluate", "agreement of a model with the teacher on any WARC"),
-}
+from pipelines.main_content.config import BuildConfig, TeacherConfig, TrainConfig
+
+logger = logging.getLogger(__name__)
+
 
 
 def _usage() -> str:
     lines = [__doc__.strip(), "", "commands:"]
-    lines += [f"  {name:<11} {help_}" for name, (_module, help_) in COMMANDS.items()]
+    lines += [f"  {name:<11} {help_}" for name, (_command, help_) in COMMANDS.items()]
     lines.append("\n`labse-main-content COMMAND --help` for a command's options.")
     return "\n".join(lines)
 
@@ -36,9 +38,187 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    import importlib
+    return COMMANDS[command][0](rest)
 
-    return importlib.import_module(COMMANDS[command][0]).main(rest)
+
+def build_data_parser() -> argparse.ArgumentParser:
+    from pipelines.io.stage_output import stage_parser
+
+    parser = stage_parser(
+        "labse-main-content build-data",
+        "Label every line of every HTML page in WARC files with the teacher (trafilatura) and write "
+        "page-disjoint train/dev/test files in fastText format plus stats.json.")
+    parser.add_argument("--input", required=True, help="WARC file pattern (local or gs://), e.g. 'crawl/*.warc.gz'")
+    parser.add_argument("--output", required=True, help="output directory (local or gs://)")
+    defaults = BuildConfig()
+    parser.add_argument("--dev-fraction", type=float, default=defaults.dev_fraction,
+                        help="share of pages (by URL hash) in dev (default %(default)s)")
+    parser.add_argument("--test-fraction", type=float, default=defaults.test_fraction,
+                        help="share of pages (by URL hash) in test (default %(default)s)")
+    parser.add_argument("--max-lines-per-page", type=int, default=defaults.max_lines_per_page,
+                        help="training examples kept per page at most (default %(default)s)")
+    parser.add_argument("--max-class-ratio", type=float, default=defaults.max_class_ratio,
+                        help="per page, majority class kept at most this times the minority (default %(default)s)")
+    parser.add_argument("--max-lines-per-language", type=int, default=defaults.max_lines_per_language,
+                        help="training examples kept per language at most (default %(default)s)")
+    parser.add_argument("--html-feature-dropout", type=float, default=defaults.html_feature_dropout,
+                        help="share of training pages featurised without the HTML feature, so the model also "
+                             "serves text-only input (default %(default)s)")
+    parser.add_argument("--teacher-balanced", action="store_true",
+                        help="run trafilatura in its balanced mode instead of favor_precision")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run's output in --output (without it an existing output is refused)")
+    return parser
+
+
+def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
+        beam_args: list[str] | None = None, overwrite: bool = False) -> dict:
+    """Build and run the pipeline (holding the output lock; an existing output is refused with
+    OutputExistsError unless `overwrite`); returns the stats written to ``output/stats.json``."""
+    import apache_beam as beam
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.io.stage_output import output_lock, prepare_output
+    from pipelines.main_content.transforms import BuildTrainingData
+    from pipelines.read.readers import ReadDocuments
+
+    with output_lock(output):
+        prepare_output(output, overwrite=overwrite)
+        with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
+            _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
+                 | "Build" >> BuildTrainingData(output, config))
+    with FileSystems.open(f"{output.rstrip('/')}/stats.json") as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+def build_data_main(argv: list[str] | None = None) -> int:
+    from pipelines.io.stage_output import OutputExistsError, OutputLockedError, usage_error
+    from pipelines.stage import report_identity
+
+    parser = build_data_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    from pipelines.read.readers import check_pattern_matches
+
+    if not 0.0 <= args.html_feature_dropout <= 1.0:
+        parser.error("--html-feature-dropout must be in [0, 1]")
+    for name in ("dev_fraction", "test_fraction"):
+        if not 0.0 <= getattr(args, name) < 1.0:
+            parser.error(f"--{name.replace('_', '-')} must be in [0, 1)")
+    if args.dev_fraction + args.test_fraction >= 1.0:
+        parser.error("--dev-fraction + --test-fraction must leave pages for training")
+    try:
+        files = check_pattern_matches(args.input)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    config = BuildConfig(dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
+                         max_lines_per_page=args.max_lines_per_page, max_class_ratio=args.max_class_ratio,
+                         max_lines_per_language=args.max_lines_per_language,
+                         html_feature_dropout=args.html_feature_dropout,
+                         teacher=TeacherConfig(favor_precision=not args.teacher_balanced))
+    logger.info("labelling %d file(s) matching %s into %s", len(files), args.input, args.output)
+    try:
+        stats = build_data(args.input, args.output, config, beam_args, overwrite=args.overwrite)
+    except (OutputExistsError, OutputLockedError) as exc:
+        return usage_error("labse-main-content build-data", str(exc))
+    print(json.dumps({k: stats[k] for k in ("documents_read", "documents_kept", "documents_dropped",
+                                            "documents_errored", "identity_holds", "pages", "lines",
+                                            "train_examples")}, indent=1))
+    return report_identity("labse-main-content build-data", stats)
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    from pipelines.main_content.evaluate import format_metrics
+    from pipelines.main_content.train import train
+
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(
+        prog="labse-main-content train",
+        description="Train the fastText main-content classifier on `build-data` output and report precision, "
+                    "recall, F1 and agreement with the teacher on the page-disjoint test split.")
+    parser.add_argument("--data", required=True, help="directory written by `labse-main-content build-data`")
+    parser.add_argument("--output", required=True, help="model file to write (model.bin, or model.ftz with --quantize)")
+    parser.add_argument("--quantize", action="store_true", help="write a quantized (much smaller) .ftz model")
+    parser.add_argument("--epoch", type=int, default=defaults.epoch, help="default %(default)s")
+    parser.add_argument("--lr", type=float, default=defaults.lr, help="default %(default)s")
+    parser.add_argument("--dim", type=int, default=defaults.dim, help="default %(default)s")
+    parser.add_argument("--word-ngrams", type=int, default=defaults.word_ngrams, help="default %(default)s")
+    parser.add_argument("--bucket", type=int, default=defaults.bucket, help="hash buckets for n-grams (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=defaults.threads, help="default %(default)s")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
+    parser.add_argument("--threshold", type=float, default=defaults.threshold,
+                        help="decision threshold used for the reported metrics (default %(default)s)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    config = TrainConfig(epoch=args.epoch, lr=args.lr, dim=args.dim, word_ngrams=args.word_ngrams,
+                         bucket=args.bucket, threads=args.threads, seed=args.seed, quantize=args.quantize,
+                         threshold=args.threshold)
+    try:
+        report = train(args.data, args.output, config)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"model: {args.output} ({report['model_bytes']} bytes, {report['train_examples']} examples, "
+          f"{report['train_seconds']} s)")
+    for split in ("dev", "test"):
+        if split in report:
+            print(format_metrics(f"{split} (page-disjoint, vs teacher)", report[split]))
+            print(format_metrics(f"{split} text only, no HTML feature (as for WET)", report[f"{split}_text_only"]))
+    print(f"metrics: {args.output}.metrics.json")
+    return 0
+
+
+def evaluate_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="labse-main-content evaluate",
+        description="Agreement of a main-content model with the teacher (trafilatura) on any WARC: "
+                    "line precision/recall/F1 for 'main content', agreement, kept-text token F1.")
+    parser.add_argument("--model", required=True, help="fastText model from `labse-main-content train`")
+    parser.add_argument("--input", required=True, help="WARC file pattern, e.g. 'crawl/*.warc.gz'")
+    parser.add_argument("--threshold", type=float, default=0.5, help="keep lines scoring at least this (default 0.5)")
+    parser.add_argument("--text-only", action="store_true",
+                        help="score lines without the HTML feature (as for WET input)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many HTML pages")
+    parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+
+    from pipelines.main_content.evaluate import evaluate_pages, format_metrics, labelled_pages_from_warc
+    from pipelines.main_content.model import MainContentModel, MainContentModelError
+
+    try:
+        model = MainContentModel.load(args.model)
+    except MainContentModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stats: Counter = Counter()
+    try:
+        from tqdm import tqdm
+
+        pages = tqdm(labelled_pages_from_warc(args.input, limit=args.limit, stats=stats),
+                     desc="pages", unit="page", disable=None)
+        summary = evaluate_pages(model, pages, args.threshold, use_html=not args.text_only)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary["threshold"] = args.threshold
+    summary["html_feature"] = not args.text_only
+    summary["input_counts"] = dict(sorted(stats.items()))
+    print(format_metrics(f"{args.model} vs teacher on {args.input}", summary))
+    if args.json_out:
+        from pipelines.io.atomic import write_json_atomic
+
+        write_json_atomic(args.json_out, summary)
+    return 0
+
+
+COMMANDS = {
+    "build-data": (build_data_main, "label WARC pages with the teacher; write train/dev/test"),
+    "train": (train_main, "train the fastText classifier; report P/R/F1 on the test split"),
+    "evaluate": (evaluate_main, "agreement of a model with the teacher on any WARC"),
+}
 
 
 DEMO_INPUT = "commoncrawl/*.warc.gz"

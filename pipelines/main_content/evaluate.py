@@ -6,16 +6,15 @@ The metric functions are shared by ``train`` (on the page-disjoint test split) a
 """
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from pipelines.main_content.labels import LabelledPage, TeacherConfig, label_page
+from pipelines.main_content.config import TeacherConfig
+from pipelines.main_content.labels import LabelledPage, label_page
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ def labelled_pages_from_warc(pattern: str, teacher: TeacherConfig = TeacherConfi
                              limit: int | None = None, stats: Counter | None = None) -> Iterator[LabelledPage]:
     """Teacher-labelled HTML pages of every WARC file matching ``pattern`` (no Beam: a small job)."""
     from pipelines.io.documents import Document, Dropped, KIND_HTML
-    from pipelines.io.readers import check_pattern_matches, read_records
+    from pipelines.read.readers import check_pattern_matches, read_records
 
     stats = stats if stats is not None else Counter()
     seen = 0
@@ -115,53 +114,10 @@ def labelled_pages_from_warc(pattern: str, teacher: TeacherConfig = TeacherConfi
                 stats[f"documents.errored.{record.reason}"] += 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="labse-main-content evaluate",
-        description="Agreement of a main-content model with the teacher (trafilatura) on any WARC: "
-                    "line precision/recall/F1 for 'main content', agreement, kept-text token F1.")
-    parser.add_argument("--model", required=True, help="fastText model from `labse-main-content train`")
-    parser.add_argument("--input", required=True, help="WARC file pattern, e.g. 'crawl/*.warc.gz'")
-    parser.add_argument("--threshold", type=float, default=0.5, help="keep lines scoring at least this (default 0.5)")
-    parser.add_argument("--text-only", action="store_true",
-                        help="score lines without the HTML feature (as for WET input)")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many HTML pages")
-    parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-
-    from pipelines.main_content.model import MainContentModel, MainContentModelError
-
-    try:
-        model = MainContentModel.load(args.model)
-    except MainContentModelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    stats: Counter = Counter()
-    try:
-        from tqdm import tqdm
-
-        pages = tqdm(labelled_pages_from_warc(args.input, limit=args.limit, stats=stats),
-                     desc="pages", unit="page", disable=None)
-        summary = evaluate_pages(model, pages, args.threshold, use_html=not args.text_only)
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    summary["threshold"] = args.threshold
-    summary["html_feature"] = not args.text_only
-    summary["input_counts"] = dict(sorted(stats.items()))
-    print(format_metrics(f"{args.model} vs teacher on {args.input}", summary))
-    if args.json_out:
-        from pipelines.io.atomic import write_json_atomic
-
-        write_json_atomic(args.json_out, summary)
-    return 0
-
-
 def html_pages(pattern: str) -> list[tuple[str, str]]:
     """(url, html) of every HTML response in the WARC files matching ``pattern``."""
     from pipelines.io.documents import KIND_HTML, Document
-    from pipelines.io.readers import check_pattern_matches, read_records
+    from pipelines.read.readers import check_pattern_matches, read_records
 
     return [(record.url, record.body) for path in check_pattern_matches(pattern)
             for record in read_records(path, "warc")

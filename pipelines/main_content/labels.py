@@ -28,28 +28,12 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Sequence
 
+from pipelines.main_content.config import TeacherConfig
+
 MIN_SUBSTRING_CHARS = 25
 MIN_OVERLAP = 0.5
 MIN_OVERLAP_UNITS = 3
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
-
-
-@dataclass(frozen=True)
-class TeacherConfig:
-    """trafilatura settings for the teacher.
-
-    Defaults: ``favor_precision=True``, with tables, without comments. Against the human main text
-    of the 181 article pages in the shared data, precision mode scored the highest token F1 of the
-    three modes, and so did the line labels derived from it (BENCHMARKS.md, section Main-content
-    classifier, "Teacher choice"). A precise teacher matters more than a generous one here: a
-    boilerplate line taught as main content leaks menus into every language's sentences. Comments
-    are left out because user comments are not the page's main content.
-    """
-
-    favor_precision: bool = True
-    favor_recall: bool = False
-    include_comments: bool = False
-    include_tables: bool = True
 
 
 def normalise(text: str) -> str:

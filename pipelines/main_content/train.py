@@ -10,7 +10,6 @@ test split (``DIR/test.pages.jsonl``; dev too when present), scoring whole pages
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -19,39 +18,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Iterator
 
 from pipelines.io.atomic import atomic_path
-from pipelines.main_content.evaluate import evaluate_pages, format_metrics
+from pipelines.main_content.config import TrainConfig
+from pipelines.main_content.evaluate import evaluate_pages
 from pipelines.main_content.labels import LabelledPage
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """fastText hyper-parameters. Small and fast: the features carry the signal, not a big embedding.
-
-    word_ngrams=2: with 1, fasttext-numpy2 0.10 diverged ("Encountered NaN") at any learning rate
-    on a small repetitive training file, and held-out quality was the same either way.
-    """
-
-    epoch: int = 20
-    lr: float = 0.2
-    dim: int = 32
-    word_ngrams: int = 2
-    bucket: int = 100_000
-    min_count: int = 1
-    threads: int = 2
-    seed: int = 0
-    quantize: bool = False
-    threshold: float = 0.5
-
-    def fasttext_args(self) -> dict:
-        return {"epoch": self.epoch, "lr": self.lr, "dim": self.dim, "wordNgrams": self.word_ngrams,
-                "bucket": self.bucket, "minCount": self.min_count, "thread": self.threads,
-                "seed": self.seed, "loss": "softmax"}
 
 
 # fastText keeps state across trainings in one process (a second train_supervised in the same
@@ -146,41 +121,3 @@ def train(data_dir: str, output: str, config: TrainConfig = TrainConfig()) -> di
 
     write_json_atomic(output + ".metrics.json", report)
     return report
-
-
-def main(argv: list[str] | None = None) -> int:
-    defaults = TrainConfig()
-    parser = argparse.ArgumentParser(
-        prog="labse-main-content train",
-        description="Train the fastText main-content classifier on `build-data` output and report precision, "
-                    "recall, F1 and agreement with the teacher on the page-disjoint test split.")
-    parser.add_argument("--data", required=True, help="directory written by `labse-main-content build-data`")
-    parser.add_argument("--output", required=True, help="model file to write (model.bin, or model.ftz with --quantize)")
-    parser.add_argument("--quantize", action="store_true", help="write a quantized (much smaller) .ftz model")
-    parser.add_argument("--epoch", type=int, default=defaults.epoch, help="default %(default)s")
-    parser.add_argument("--lr", type=float, default=defaults.lr, help="default %(default)s")
-    parser.add_argument("--dim", type=int, default=defaults.dim, help="default %(default)s")
-    parser.add_argument("--word-ngrams", type=int, default=defaults.word_ngrams, help="default %(default)s")
-    parser.add_argument("--bucket", type=int, default=defaults.bucket, help="hash buckets for n-grams (default %(default)s)")
-    parser.add_argument("--threads", type=int, default=defaults.threads, help="default %(default)s")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
-    parser.add_argument("--threshold", type=float, default=defaults.threshold,
-                        help="decision threshold used for the reported metrics (default %(default)s)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    config = TrainConfig(epoch=args.epoch, lr=args.lr, dim=args.dim, word_ngrams=args.word_ngrams,
-                         bucket=args.bucket, threads=args.threads, seed=args.seed, quantize=args.quantize,
-                         threshold=args.threshold)
-    try:
-        report = train(args.data, args.output, config)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"model: {args.output} ({report['model_bytes']} bytes, {report['train_examples']} examples, "
-          f"{report['train_seconds']} s)")
-    for split in ("dev", "test"):
-        if split in report:
-            print(format_metrics(f"{split} (page-disjoint, vs teacher)", report[split]))
-            print(format_metrics(f"{split} text only, no HTML feature (as for WET)", report[f"{split}_text_only"]))
-    print(f"metrics: {args.output}.metrics.json")
-    return 0

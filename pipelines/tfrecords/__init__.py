@@ -8,7 +8,7 @@ Inputs: scored pairs Parquet (`src, tgt, src_lang, tgt_lang, score, ...`; any Pa
 and `tgt` columns is accepted, missing languages become "und" and a missing score NaN) and/or
 line-aligned plain-text files (a human-translated corpus such as Multi30k; score 1.0).
 
-Each pair is tokenised with `vocab.tokenizer.TFTextTokenizer` (loaded once per worker), wrapped as
+Each pair is tokenised with `pipelines.text.wordpiece.TFTextTokenizer` (loaded once per worker), wrapped as
 `[CLS] ... [SEP]`, truncated to `--max-seq-length` (keeping `[SEP]`), and assigned a 64-bit key
 hashed from (seed, languages, texts).  The key picks the shard and orders records inside it, so the
 shuffle is global across shards, reproducible for a seed, and independent of the runner's bundling.

@@ -24,7 +24,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import report_identity
+from pipelines.stage import report_identity
 from pipelines.io.stage_output import (
     IncompleteOutputError,
     OutputExistsError,

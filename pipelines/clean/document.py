@@ -2,8 +2,8 @@
 a tally and error records out.
 
 `clean_document(doc, lid, config)` is everything `labse-clean` does to ONE document (lines,
-main-content scores, language, sentences, filters). It is `pipelines.text.bundle.clean_bundle` on a
-bundle of one: the Beam transforms in `pipelines.clean_transforms` clean bundles of documents at once
+main-content scores, language, sentences, filters). It is `pipelines.clean.bundle.clean_bundle` on a
+bundle of one: the Beam transforms in `pipelines.clean.transforms` clean bundles of documents at once
 (one lid.176 call, array operations over all their sentences) with the same results per document,
 and count and deduplicate across documents. This module (and `bundle`) does not import apache_beam
 (a test checks it), so it runs in a REPL, a benchmark or another framework.
@@ -13,51 +13,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from pipelines.io.config_options import option
-from pipelines.io.documents import KIND_HTML, Document
-from pipelines.text.filters import FilterConfig
-from pipelines.text.html import html_to_lines
-from pipelines.text.langid import DEFAULT_THRESHOLD, LanguageIdentifier
-
-# The Parquet sink's default (`pipelines.io.parquet.DEFAULT_ROWS_PER_FILE`; that module imports Beam,
-# so the value is repeated here and a test checks that the two agree).
-DEFAULT_ROWS_PER_FILE = 200_000
-
-
-@dataclass(frozen=True)
-class CleanConfig:
-    """What the cleaning stage does to each document; written into stats.json as `config`.
-
-    `rows_per_file` is the only field the per-document logic does not use (the Parquet sink's).
-    """
-
-    langid_threshold: float = option(
-        DEFAULT_THRESHOLD, "lid.176 probability a web line needs to be kept under its language; for Wikipedia, "
-        "the probability of ANOTHER language that removes a line (default %(default)s)")
-    main_content_model: str | None = option(
-        None, "fastText main-content model from `labse-main-content` (local or gs://; workers copy it "
-        "locally); without it, documented heuristic rules score lines (docs/reference/labse-clean.md)", metavar="PATH")
-    main_content_threshold: float = option(
-        0.5, "drop sentences whose line scores below this P(main content) (default %(default)s)")
-    # LaBSE kept sentences of 10 to 5,000 characters.
-    min_chars: int = option(10, "shortest sentence kept, in characters (default %(default)s, as LaBSE)")
-    max_chars: int = option(5000, "longest sentence kept, in characters (default %(default)s, as LaBSE)")
-    # A line longer than this is not split or identified but dropped as one `line_too_long`
-    # sentence: it bounds the work one 10 MB single-line page can cause.
-    max_line_chars: int = option(
-        50_000, "lines longer than this are dropped unsplit as `line_too_long` (default %(default)s)")
-    rows_per_file: int = option(
-        DEFAULT_ROWS_PER_FILE, "target rows per Parquet file; a language gets ceil(rows / this) files")
-
-    def filters(self) -> FilterConfig:
-        return FilterConfig(min_chars=self.min_chars, max_chars=self.max_chars)
-
-
-def document_lines(doc: Document) -> list[str]:
-    """The document's blocks, one per line: extracted from HTML, or the given text's lines."""
-    if doc.kind == KIND_HTML:
-        return html_to_lines(doc.body)
-    return [line.strip() for line in doc.body.split("\n") if line.strip()]
+from pipelines.clean.bundle import clean_bundle, prepare_document
+from pipelines.clean.config import CleanConfig
+from pipelines.io.documents import Document
+from pipelines.text.langid import LanguageIdentifier
 
 
 @dataclass
@@ -75,12 +34,6 @@ class DocumentResult:
     errors: list[dict] = field(default_factory=list)
 
 
-def error_record(file: str, offset: int, reason: str, detail: str, **extra) -> dict:
-    """One line of `errors/*.jsonl`: where (file, offset), why (reason), the detail (cut to 2,000
-    characters) and `extra` fields such as doc_id and url."""
-    return {"file": file, "offset": int(offset), "reason": reason, "detail": detail[:2000], **extra}
-
-
 def clean_document(
     doc: Document,
     lid: LanguageIdentifier,
@@ -89,7 +42,7 @@ def clean_document(
 ) -> DocumentResult:
     """Lines, scores, language, sentences and filters for ONE document.
 
-    This is `pipelines.text.bundle.clean_bundle` on a bundle of one. To clean many documents,
+    This is `pipelines.clean.bundle.clean_bundle` on a bundle of one. To clean many documents,
     give them to `clean_bundle` together (as labse-clean does, 256 at a time): the same results,
     and one page alone pays the fixed cost of the bundle's array operations (about 3.0 ms a page
     one at a time against 2.1 ms in bundles of 256, on the web-pages sample).
@@ -98,7 +51,7 @@ def clean_document(
         doc: a reader's `Document` (HTML from WARC, or text lines from WET / Wikipedia).
         lid: the language identifier (lid.176), loaded once and reused for every document.
         config: the stage's `CleanConfig` (thresholds and lengths).
-        main_content_model: a loaded `MainContentModel` (see `pipelines.clean_transforms.
+        main_content_model: a loaded `MainContentModel` (see `pipelines.clean.transforms.
             load_main_content_model`), or None for the heuristic rules. Wikipedia text is
             main content whatever this is.
 
@@ -124,7 +77,5 @@ def clean_document(
     `sentences.errored`. The document's own outcome (kept or dropped) is settled after
     deduplication, except for documents without any candidate.
     """
-    from pipelines.text.bundle import clean_bundle, prepare_document
-
     bundle = clean_bundle([prepare_document(doc, config, main_content_model)], lid, config)
     return DocumentResult(rows=bundle.rows(), tally=Counter(bundle.tallies[0]), errors=bundle.errors[0])

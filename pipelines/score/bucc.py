@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipelines.mining.margin import (
+from pipelines.mine.margin import (
     MarginConfig,
     Neighbours,
     best_threshold_f1,
@@ -84,7 +84,7 @@ def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: 
                       tgt_lang: str, scorer, k: int = 4, margin: str = "ratio", lid=None):
     """All k-nearest candidates in both directions: keys, cosine, margin and (ranker, sanity, cosine,
     margin) per candidate, the scorer's outputs as labse-score uses them."""
-    from pipelines.mining.features import pair_features
+    from pipelines.score.features import pair_features
 
     nn = neighbours(x, y, k)
     s_idx, t_idx, cosine = knn_candidates(nn)
@@ -101,7 +101,7 @@ def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: 
 def automatic_selection(keys, components: np.ndarray, scorer, keep_precision: float, language_pair: str = ""):
     """Greedy one-to-one selection by scorer probability, then labse-score's expected-precision
     threshold on the selected pairs (no gold involved)."""
-    from pipelines.score import calibrated_scores, decide_threshold
+    from pipelines.score.thresholds import calibrated_scores, decide_threshold
 
     components = np.asarray(components, dtype=np.float64).reshape(-1, 4)
     chosen = greedy_unique([(float(c[0] * c[1]), i, j) for (i, j), c in zip(keys, components)])
@@ -114,7 +114,7 @@ def automatic_selection(keys, components: np.ndarray, scorer, keep_precision: fl
 
 def score_mined(src: Sequence[str], tgt: Sequence[str], pairs, src_lang: str, tgt_lang: str, scorer, lid):
     """(ranker, sanity, cosine, margin) of mined pairs, as labse-score computes them."""
-    from pipelines.mining.features import pair_features
+    from pipelines.score.features import pair_features
 
     features = pair_features([src[i] for i in pairs.src], [tgt[j] for j in pairs.tgt], [src_lang] * len(pairs),
                              [tgt_lang] * len(pairs), pairs.cosine, pairs.margin, lid)
@@ -126,7 +126,7 @@ def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[in
                        keep_precision: float | None = 0.8, keep_best_f1: bool = False, adapt: bool = True) -> dict:
     """labse-score's decision on mined pairs, measured against the gold alignment (`adapt=False`: without
     the per-set adaptation of the log LR, as before it existed)."""
-    from pipelines.score import calibrated_scores, decide_threshold
+    from pipelines.score.thresholds import calibrated_scores, decide_threshold
 
     decision = decide_threshold(language_pair, components, [], keep_precision, None, scorer, keep_best_f1, adapt)
     probabilities = calibrated_scores(scorer, components, decision)
@@ -144,7 +144,7 @@ def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[in
 def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, int]], embedder_spec: str,
                   src_lang: str, tgt_lang: str, scorer_dir=None, keep_precision: float = 0.8,
                   embedder=None, lid=None, rescored: bool = False) -> dict:
-    from pipelines.mining.embedders import load_embedder
+    from pipelines.mine.embedders import load_embedder
 
     embedder = embedder or load_embedder(embedder_spec)
     x, y = embedder.encode(list(src)), embedder.encode(list(tgt))
@@ -153,7 +153,7 @@ def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, i
     threshold, scores = best_threshold_f1(laser, gold)
     result["laser_oracle"] = {**scores, "margin_threshold": threshold}
     if scorer_dir is not None:
-        from pipelines.mining.scorer import QualityScorer
+        from pipelines.score.scorer import QualityScorer
         from pipelines.text.langid import LanguageIdentifier
 
         scorer = QualityScorer.load(scorer_dir)

@@ -1,6 +1,6 @@
 """BERT-style pre-tokenisation, cased and accent-preserving: text -> words.
 
-These are exactly the rules the tokenizers in `vocab.tokenizer` apply before WordPiece, so the
+These are exactly the rules the tokenizers in `pipelines.text.wordpiece` apply before WordPiece, so the
 word counts the vocabulary is learned from match what the model sees at training time:
 
 1. NFC normalisation (TF Text's and HF's BERT tokenizers both leave the form alone; NFC makes
@@ -14,9 +14,9 @@ word counts the vocabulary is learned from match what the model sees at training
    Unicode category P*) is a word of its own. Case and accents are kept.
 
 Rules 1-3 run through the Rust normaliser of HF `tokenizers` (the object
-`vocab.tokenizer.hf_tokenizer` installs); rule 4 is a Python regex equal to its pre-tokeniser
+`pipelines.text.wordpiece.hf_tokenizer` installs); rule 4 is a Python regex equal to its pre-tokeniser
 (tests compare them on every code point), so counting and tokenising cannot drift apart;
-`vocab.tokenizer.TFTextTokenizer` feeds TF Text text that went through the same cleaning, and
+`pipelines.text.wordpiece.TFTextTokenizer` feeds TF Text text that went through the same cleaning, and
 tests/test_vocab_tokenizer.py checks, code point by code point, that the two agree.
 """
 from __future__ import annotations

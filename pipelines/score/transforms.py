@@ -1,0 +1,277 @@
+"""labse-score's Beam steps: read the mined pairs, score them in batches, decide each language
+pair's threshold (`decision.decide_threshold`), write the kept rows and `_stats.json`."""
+from __future__ import annotations
+
+import apache_beam as beam
+import pyarrow as pa
+
+from pipelines.accounting import CountByName, MergeTallies, accounting_section
+from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows, write_parquet_atomic
+from pipelines.io.stage_output import finish_shard_output
+from pipelines.score.decision import calibrated_scores, decide_threshold
+
+
+PAIR_COLUMNS = ("src", "tgt", "src_lang", "tgt_lang", "cosine", "margin", "src_url", "src_doc_id",
+                "tgt_url", "tgt_doc_id")
+SCORED_SCHEMA = pa.schema([
+    ("src", pa.string()), ("tgt", pa.string()), ("src_lang", pa.string()), ("tgt_lang", pa.string()),
+    ("cosine", pa.float32()), ("margin", pa.float32()), ("score", pa.float32()), ("src_url", pa.string()),
+    ("src_doc_id", pa.string()), ("tgt_url", pa.string()), ("tgt_doc_id", pa.string()),
+])
+ROWS_PER_FILE = 200_000
+BATCH = 512
+MAX_LISTED_ERRORS = 100
+KEPT_PREFIX = "kept_by_language_pair."  # tally key of the rows written per language pair
+# _stats.json's accounting units (README contract 11): pairs (rows read -> kept: written; dropped:
+# invalid, below_threshold) and input_files (matched -> kept: read through; errored: reason).
+UNITS = ("pairs", "input_files")
+
+
+class _ReadPairsFile(beam.DoFn):
+    """One Parquet file -> pair rows; a file that cannot be read or lacks a pair column goes to the
+    `errors` output (counted, listed in _stats.json) and the run goes on, as in labse-mine and
+    labse-tfrecords. Rows read before a file turned out damaged are kept."""
+
+    def __init__(self):
+        self.errored = beam.metrics.Metrics.counter("labse.score", "files.errored")
+
+    def process(self, readable_file):
+        from pipelines.read.readers import local_file_problem
+
+        path = readable_file.metadata.path
+        try:
+            problem = local_file_problem(path)
+            if problem is not None:  # a named pipe would block the open forever
+                raise OSError(problem[1])
+            with readable_file.open() as handle:
+                yield from iter_parquet_rows(handle, path, PAIR_COLUMNS)
+            yield beam.pvalue.TaggedOutput("tally", {"input_files.kept": 1})
+        except MissingColumnsError as error:
+            self.errored.inc()
+            yield beam.pvalue.TaggedOutput("errors", {"file": path, "reason": "missing_columns",
+                                                      "detail": str(error)[:500]})
+        except Exception as error:  # a corrupt file must not kill the run
+            self.errored.inc()
+            yield beam.pvalue.TaggedOutput("errors", {"file": path, "reason": "unreadable_file",
+                                                      "detail": f"{type(error).__name__}: {error}"[:500]})
+
+
+class ReadPairs(beam.PTransform):
+    """`PAIRS_DIR/*.parquet` (labse-mine output) -> {"rows": pair dicts, "errors": one dict per file
+    that could not be read (file, reason, detail), "tally": one tally of the input files (read =
+    matched, kept = read through, errored by reason)}."""
+
+    def __init__(self, pairs_dir: str):
+        super().__init__()
+        self.pattern = pairs_dir.rstrip("/") + "/*.parquet"
+
+    def expand(self, pbegin):
+        from apache_beam.io import fileio
+
+        matched = pbegin | "Match" >> fileio.MatchFiles(self.pattern,
+                                                        empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
+        read = (matched
+                | "Open" >> fileio.ReadMatches()
+                | "Rows" >> beam.ParDo(_ReadPairsFile()).with_outputs("errors", "tally", main="rows"))
+        files = (matched | "CountFiles" >> CountByName(lambda _m: "input_files.read"),
+                 read.tally,
+                 read.errors | "CountErrored" >> CountByName(lambda e: f"input_files.errored.{e['reason']}"))
+        return {"rows": read.rows, "errors": read.errors, "tally": files | "FileTally" >> MergeTallies()}
+
+
+class _ScoreBatch(beam.DoFn):
+    """Adds the scorer's two outputs (`ranker`, `sanity`) to each row; the scorer and lid.176 load
+    once per worker."""
+
+    def __init__(self, model_path: str):
+        self.model_path = model_path
+        self.invalid = beam.metrics.Metrics.counter("labse.score", "pairs.dropped.invalid")
+
+    def setup(self):
+        from pipelines.score.scorer import QualityScorer
+        from pipelines.text.langid import LanguageIdentifier
+
+        self.scorer = QualityScorer.load(self.model_path)
+        self.lid = LanguageIdentifier()
+
+    def process(self, rows: list[dict]):
+        from pipelines.score.features import pair_features
+
+        good = []
+        for row in rows:
+            if isinstance(row.get("src"), str) and isinstance(row.get("tgt"), str) and \
+                    row.get("cosine") is not None and row.get("margin") is not None:
+                good.append(row)
+            else:
+                self.invalid.inc()
+                yield beam.pvalue.TaggedOutput("dropped", "invalid")
+        if not good:
+            return
+        features = pair_features([r["src"] for r in good], [r["tgt"] for r in good],
+                                 [r["src_lang"] or "" for r in good], [r["tgt_lang"] or "" for r in good],
+                                 [r["cosine"] for r in good], [r["margin"] for r in good], self.lid)
+        for row, ranker, sanity in zip(good, *self.scorer.components(features)):
+            yield {**row, "ranker": float(ranker), "sanity": float(sanity)}
+
+
+def _language_pair(row: dict) -> str:
+    return f"{row['src_lang']}-{row['tgt_lang']}"
+
+
+def _components(row: dict) -> tuple[float, float, float, float]:
+    return row["ranker"], row["sanity"], float(row["cosine"]), float(row["margin"])
+
+
+class _Calibrate(beam.DoFn):
+    """Each row's `score`: its probability under its language pair's decision (same function)."""
+
+    def __init__(self, model_path: str):
+        self.model_path = model_path
+
+    def setup(self):
+        from pipelines.score.scorer import QualityScorer
+
+        self.scorer = QualityScorer.load(self.model_path)
+
+    def process(self, row: dict, decisions: dict):
+        decision = decisions[_language_pair(row)]
+        out = {k: v for k, v in row.items() if k not in ("ranker", "sanity")}
+        out["score"] = float(calibrated_scores(self.scorer, [_components(row)], decision)[0])
+        yield out
+
+
+class ScorePairs(beam.PTransform):
+    """Pair rows -> scored rows above their language pair's threshold, plus the decisions.
+
+    Returns {"kept": rows (contract 7), "scored": every scored row, "decisions": one dict per
+    language pair, "dropped": one reason per row not kept (`invalid`, `below_threshold`)}. `labelled` maps (src, tgt) -> 0/1 for a rated sample (may be empty).
+    """
+
+    def __init__(self, model_path: str, keep_precision: float | None = 0.8, keep_fraction: float | None = None,
+                 labelled: dict | None = None, keep_best_f1: bool = False):
+        super().__init__()
+        self.model_path, self.keep_precision, self.keep_fraction = model_path, keep_precision, keep_fraction
+        self.labelled = labelled or {}
+        self.keep_best_f1 = keep_best_f1
+
+    def expand(self, rows):
+        scored = (rows
+                  | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=BATCH)
+                  | "Score" >> beam.ParDo(_ScoreBatch(self.model_path)).with_outputs("dropped", main="rows"))
+        scored_rows = scored.rows
+        labelled, keep_precision, keep_fraction = self.labelled, self.keep_precision, self.keep_fraction
+        model_path, keep_best_f1 = self.model_path, self.keep_best_f1
+
+        def decide(keyed):
+            from pipelines.score.scorer import QualityScorer
+
+            language_pair, values = keyed
+            components, ratings = [], []
+            for kind, value in values:
+                (components if kind == "all" else ratings).append(value)
+            return language_pair, decide_threshold(language_pair, components, ratings, keep_precision,
+                                                   keep_fraction, QualityScorer.load(model_path), keep_best_f1)
+
+        keyed = [scored_rows | "KeyScores" >> beam.Map(lambda r: (_language_pair(r), ("all", _components(r))))]
+        if labelled:
+            # rated pairs present in the input: their (calibrated) scores decide the threshold
+            keyed.append(scored_rows
+                         | "Rated" >> beam.Filter(lambda r: (r["src"], r["tgt"]) in labelled)
+                         | "KeyRated" >> beam.Map(lambda r: (_language_pair(r), (
+                             "rated", (_components(r), labelled[(r["src"], r["tgt"])])))))
+        decisions = (keyed | "AllAndRated" >> beam.Flatten()
+                     | "GroupForThreshold" >> beam.GroupByKey()
+                     | "Decide" >> beam.Map(decide))
+        decisions_dict = decisions | "AsDict" >> beam.combiners.ToDict()
+        calibrated = scored_rows | "Calibrate" >> beam.ParDo(
+            _Calibrate(self.model_path), beam.pvalue.AsSingleton(decisions_dict))
+        kept = calibrated | "Threshold" >> beam.FlatMap(
+            _at_threshold, beam.pvalue.AsSingleton(decisions_dict)).with_outputs("dropped", main="kept")
+        dropped = (scored.dropped, kept.dropped) | "AllDropped" >> beam.Flatten()
+        return {"kept": kept.kept, "scored": calibrated, "decisions": decisions, "dropped": dropped}
+
+
+def _at_threshold(row: dict, decisions: dict):
+    """A scored row -> itself when it reaches its language pair's threshold, else the reason it is
+    dropped (`below_threshold`, on the `dropped` output: every pair read ends in one outcome)."""
+    if row["score"] >= decisions[_language_pair(row)]["threshold"]:
+        yield row
+    else:
+        yield beam.pvalue.TaggedOutput("dropped", "below_threshold")
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, output: str):
+        self.output = output
+
+    def process(self, keyed):
+        (shard, num_shards), rows = keyed
+        rows = sorted(rows, key=lambda r: (-r["score"], r["src"], r["tgt"]))
+        write_parquet_atomic(rows, f"{self.output}/part-{shard:05d}-of-{num_shards:05d}.parquet", SCORED_SCHEMA)
+        # the kept counts are taken here, from the rows just written, so `pairs_kept` and each
+        # language pair's `kept` in _stats.json are the same number as the rows in the shards
+        tally = {"files.written": 1, "pairs.kept": len(rows)}
+        for row in rows:
+            key = f"{KEPT_PREFIX}{_language_pair(row)}"
+            tally[key] = tally.get(key, 0) + 1
+        yield tally
+
+
+def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config: dict):
+    if not tally.get("files.written"):
+        write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", SCORED_SCHEMA)
+    per_language_pair = {}
+    for decision in sorted(decisions, key=lambda d: d["language_pair"]):
+        # the threshold decision predicts a count; what was written is the number reported
+        written = tally.get(f"{KEPT_PREFIX}{decision['language_pair']}", 0)
+        per_language_pair[decision["language_pair"]] = {**decision, "kept": written}
+    stats = {
+        **accounting_section(tally, UNITS),
+        "pairs_read": tally.get("pairs.read", 0),
+        "pairs_dropped": {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith("pairs.dropped.")},
+        "pairs_scored": tally.get("pairs.scored", 0),
+        "pairs_kept": tally.get("pairs.kept", 0),
+        "per_language_pair": per_language_pair,
+        "files_written": max(1, tally.get("files.written", 0)),
+        "files_errored": {k.split(".", 2)[2]: v for k, v in tally.items() if k.startswith("files.errored.")},
+        "errors": sorted(errors, key=lambda e: e["file"])[:MAX_LISTED_ERRORS],
+        "config": config,
+    }
+    finish_shard_output(output, stats, stage="labse-score")  # the last write of the stage
+    yield stats
+
+
+def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_precision, keep_fraction, labelled,
+                   keep_best_f1: bool = False):
+    from pipelines.mine.transforms import stable_hash
+
+    output = output.rstrip("/")
+    read = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)
+    rows = read["rows"]
+    scored = rows | "ScorePairs" >> ScorePairs(model, keep_precision, keep_fraction, labelled, keep_best_f1)
+    kept = scored["kept"]
+    total = kept | "CountKept" >> beam.combiners.Count.Globally()
+
+    def key_by_shard(row, n):
+        num_shards = max(1, -(-n // ROWS_PER_FILE))
+        return (stable_hash(row["src"] + "\t" + row["tgt"]) % num_shards, num_shards), row
+
+    written = (kept
+               | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
+               | "GroupShard" >> beam.GroupByKey()
+               | "WriteShard" >> beam.ParDo(_WriteShard(output)))
+    tallies = (
+        rows | "CountRead" >> CountByName(lambda _: "pairs.read"),
+        scored["scored"] | "CountScored" >> CountByName(lambda _: "pairs.scored"),
+        scored["dropped"] | "CountDropped" >> CountByName(lambda r: f"pairs.dropped.{r}"),
+        read["errors"] | "CountErrors" >> CountByName(lambda e: f"files.errored.{e['reason']}"),
+        read["tally"],
+        written,  # files.written, pairs.kept and the kept rows per language pair: the rows in each shard
+    )
+    tally = tallies | "Total" >> MergeTallies()
+    config = {"pairs": pairs_dir, "model": model, "keep_precision": keep_precision,
+              "keep_fraction": keep_fraction, "keep_best_f1": keep_best_f1, "labelled_pairs": len(labelled)}
+    return (pipeline | "Once" >> beam.Create([None])
+            | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally),
+                                      beam.pvalue.AsList(scored["decisions"] | "Values" >> beam.Values()),
+                                      beam.pvalue.AsList(read["errors"]), output, config))
