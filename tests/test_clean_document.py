@@ -44,8 +44,27 @@ def test_the_clean_document_example_runs():
     assert attempted >= 1 and failed == 0
 
 
-def test_the_cli_module_keeps_its_public_names():
-    """setup.py's console script, the demo (labse_model.demo) and benchmarks use these names of pipelines.clean.cli."""
-    import pipelines.clean.cli as clean
+def test_the_cli_module_keeps_its_public_names(capsys):
+    """setup.py's console script, the demo (labse_model.demo) and benchmarks use these names of
+    pipelines.clean.cli: each is resolved the way its user resolves it and called as its user calls it."""
+    import importlib
+    import inspect
+    import re
 
-    assert callable(clean.main) and callable(clean.run) and callable(clean.run_demo) and callable(clean.build_parser)
+    import pytest
+
+    import pipelines.clean.cli as clean
+    from pipelines.clean.config import CleanConfig
+    from pipelines.clean.document import clean_document
+
+    (target,) = re.findall(r'"labse-clean\s*=\s*([\w.]+:\w+)"', (ROOT / "setup.py").read_text(encoding="utf-8"))
+    module, name = target.split(":")
+    assert getattr(importlib.import_module(module), name) is clean.main
+    with pytest.raises(SystemExit) as exit_info:
+        clean.main(["--help"])
+    assert exit_info.value.code == 0 and "usage: labse-clean" in capsys.readouterr().out
+    # benchmarks/clean_throughput.py: run([(path, format)], output, config, beam_args)
+    inspect.signature(clean.run).bind([("page.warc.gz", "warc")], "out", CleanConfig(), ["--direct_num_workers", "1"])
+    # labse_model.demo: every step is step(data, out, artifacts)
+    inspect.signature(clean.run_demo).bind(Path("data"), Path("out"), {})
+    assert clean.CleanConfig is CleanConfig

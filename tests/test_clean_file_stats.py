@@ -126,6 +126,9 @@ def test_a_truncated_file_among_good_ones_shows_its_errors(labse_data, tmp_path)
     assert written["per_file"] == section
 
 
-def test_the_cli_refuses_a_negative_limit(tmp_path, labse_data):
-    with pytest.raises(SystemExit):
+def test_the_cli_refuses_a_negative_limit(tmp_path, labse_data, capsys):
+    with pytest.raises(SystemExit) as exit_info:
         main(["--input", str(require_file(labse_data, CC)), "--output", str(tmp_path / "o"), "--per-file-limit", "-1"])
+    assert exit_info.value.code == 2
+    assert "--per-file-limit must be >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

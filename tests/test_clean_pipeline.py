@@ -18,7 +18,7 @@ import pytest
 from pipelines.accounting import identity_violations
 from pipelines.clean.cli import main, run
 from pipelines.clean.transforms import per_file_violations
-from pipelines.io.parquet import SENTENCE_COLUMNS
+from pipelines.io.parquet import ROW_FIELDS, SENTENCE_COLUMNS
 from pipelines.clean.config import CleanConfig
 from pipelines.text.normalise import dedup_key
 from tests.conftest import require_file
@@ -38,6 +38,10 @@ OTHER = (
     "Critics said the plan does not do enough for the poorer districts of the city, and they promised "
     "to keep fighting it in the months ahead."
 )
+
+# Page 2's copy of ARTICLE: the same dedup key (case and punctuation fold), and still confidently
+# English, so it reaches dedup (an upper-case copy was dropped by language identification first).
+ARTICLE_COPY = ARTICLE.lower().replace(",", "")
 
 THIRD = (
     "The museum reopened its east wing in the spring, with a new collection of maps, letters and "
@@ -69,7 +73,7 @@ def make_handmade_inputs(directory: Path, labse_data: Path) -> dict[str, Path]:
     files["dup"] = directory / "a-dup.warc.gz"
     files["dup"].write_bytes(
         _warc_record(_page(ARTICLE), "http://example.com/1", "00000000-0000-0000-0000-000000000001")
-        + _warc_record(_page(ARTICLE.upper().replace(",", ""), OTHER), "http://example.com/2",
+        + _warc_record(_page(ARTICLE_COPY, OTHER), "http://example.com/2",
                        "00000000-0000-0000-0000-000000000002")
     )
     # A 10 MB single-line page between two good pages.
@@ -207,6 +211,39 @@ def test_no_duplicates_and_first_source_kept(runs):
     rows = [r for r in sentences(out_dir) if dedup_key(r["text"]) == dedup_key(ARTICLE)]
     assert len(rows) == 1 and rows[0]["url"] == "http://example.com/1" and rows[0]["text"] == ARTICLE
     assert stats["sentences_dropped"]["duplicate"] >= 1
+    # Page 2 was cleaned (its other sentence is kept), so its copy of ARTICLE reached dedup and lost there.
+    assert [r["text"] for r in sentences(out_dir) if r["url"] == "http://example.com/2"] == [OTHER]
+
+
+def test_dedup_keeps_the_first_source_however_bundles_are_combined_and_merged(lid):
+    """Beam combines each bundle's rows (add_input) and merges the bundles' accumulators in any order
+    and grouping: every way must keep the row first by (file, offset, doc_id, position)."""
+    from itertools import permutations
+
+    from pipelines.clean.transforms import _FirstSource
+    from pipelines.io.documents import Document
+    from pipelines.clean.document import clean_document
+
+    sources = [("b.warc.gz", 0, "d3"), ("a.warc.gz", 900, "d2"), ("a.warc.gz", 0, "d1"), ("a.warc.gz", 0, "d0")]
+    rows = []
+    for file, offset, doc_id in sources:
+        document = Document(source="cc", url=f"http://example.com/{doc_id}", doc_id=doc_id, file=file, offset=offset,
+                            kind="html", body=_page(ARTICLE_COPY if doc_id != "d0" else ARTICLE), lang=None)
+        (row,) = clean_document(document, lid, CleanConfig()).rows
+        rows.append(tuple(row[name] for name in ROW_FIELDS))
+    first = rows[-1]
+    assert first[:3] == ("a.warc.gz", 0, "d0") and first[ROW_FIELDS.index("text")] == ARTICLE
+    combine = _FirstSource()
+    for order in permutations(rows):
+        one_bundle = combine.create_accumulator()
+        for row in order:
+            one_bundle = combine.add_input(one_bundle, row)
+        assert combine.extract_output(one_bundle) == (first, 4)
+        bundles = [combine.add_input(combine.create_accumulator(), row) for row in order]
+        assert combine.extract_output(combine.merge_accumulators(bundles)) == (first, 4)
+        pairs = [combine.merge_accumulators(bundles[:2]), combine.merge_accumulators([combine.create_accumulator()]),
+                 combine.merge_accumulators(bundles[2:])]
+        assert combine.extract_output(combine.merge_accumulators(pairs)) == (first, 4)
 
 
 @pytest.mark.slow
@@ -255,8 +292,10 @@ def test_cli_fails_early_with_clear_errors(tmp_path, capsys, labse_data):
     (tmp_path / "used" / "stats.json").write_text("{}")
     assert main(["--input", cc, "--output", str(tmp_path / "used")]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_info:
         main(["--input", str(tmp_path / "x.unknown"), "--output", str(tmp_path / "o")])
+    assert exit_info.value.code == 2
+    assert "cannot tell the format of" in capsys.readouterr().err
 
 
 @pytest.mark.slow

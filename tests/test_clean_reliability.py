@@ -36,6 +36,7 @@ def odd_inputs_run(tmp_path_factory, labse_data):
     return code, out
 
 
+@pytest.mark.timeout(600)  # includes the module run over a named pipe: a blocking open() hangs it
 def test_odd_input_files_are_counted_errors_and_the_run_goes_on(odd_inputs_run):
     code, out = odd_inputs_run
     assert code == 0
@@ -51,6 +52,7 @@ def test_odd_input_files_are_counted_errors_and_the_run_goes_on(odd_inputs_run):
     assert require_complete(out, "labse-clean output")["stats"]["documents_read"] == stats["documents_read"]
 
 
+@pytest.mark.timeout(60)  # a reader that opens the pipe blocks until a writer appears
 def test_read_records_never_opens_a_named_pipe(tmp_path):
     os.mkfifo(tmp_path / "pipe.warc.gz")  # opening it would block until a writer appears
     results = list(read_records(str(tmp_path / "pipe.warc.gz"), "warc"))

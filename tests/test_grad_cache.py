@@ -160,6 +160,7 @@ def _rank_step(rank: int, port: int, vocab_size: int, batch_path: str, out_path:
     shutdown_distributed()
 
 
+@pytest.mark.timeout(600)  # a rank that dies or never joins leaves the other waiting in a collective
 def test_two_processes_with_chunks_equal_one_process_uncached(labse_data, vocab, tmp_path):
     vocab_size = len(hf_tokenizer(vocab))
     batch = multi30k_batch(labse_data, vocab, WORLD * LOCAL_BATCH)

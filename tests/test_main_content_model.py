@@ -160,15 +160,33 @@ def test_cli_reports_a_bad_model_clearly(tmp_path, labse_data):
     assert done.returncode == 2 and "not a fastText model" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_score_lines_accepts_the_page_html(tiny_model):
+def test_score_lines_uses_the_page_html(tmp_path):
+    """A model trained where only the HTML feature tells the label (the same lines are main on one
+    page and boilerplate on the next, as resiliparse flags them): given the page's HTML, score_lines
+    follows resiliparse's flags; without it the model cannot tell."""
+    import random
+
     from tests.test_main_content_labels import PAGE
     from pipelines.text.html import html_to_lines
 
-    model = MainContentModel.load(str(tiny_model))
     lines = html_to_lines(PAGE)
+    flags = html_main_flags(lines, PAGE)
+    assert 0 < sum(flags) < len(lines), flags
+    rng = random.Random(0)
+    rows = []
+    for _page in range(80):
+        labels = [rng.random() < 0.5 for _ in lines]
+        rows += training_lines(lines, labels, labels)
+    (tmp_path / "train.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    train_fasttext(str(tmp_path / "train.txt"), str(tmp_path / "model.bin"),
+                   TrainConfig(epoch=10, bucket=20_000, dim=8, threads=1))
+    model = MainContentModel.load(str(tmp_path / "model.bin"))
+
     with_html = model.score_lines(lines, html=PAGE)
     assert with_html.shape == (len(lines),) and np.all((with_html >= 0) & (with_html <= 1))
-    assert np.allclose(model.score_lines(lines), model.score_lines_with_flags(lines, None))
+    np.testing.assert_array_equal(with_html, model.score_lines_with_flags(lines, flags))
+    assert (with_html > 0.5).tolist() == flags, with_html
+    assert (model.score_lines(lines) > 0.5).tolist() != flags
 
 
 def test_quantized_model_loads_validates_and_scores(tmp_path, tiny_model):

@@ -313,6 +313,7 @@ def test_overwrite_replaces_the_previous_run(two_sides, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # opening the pipe would block forever
 def test_a_named_pipe_among_the_inputs_is_an_error_not_a_hang(two_sides, tmp_path):
     os.mkfifo(tmp_path / "de" / "pipe.txt")
     out = tmp_path / "pairs"

@@ -25,6 +25,7 @@ def _pretrain_two_processes(argv: list[str]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a rank that dies or never joins leaves the other waiting in a collective
 def test_two_processes_resume_across_the_stage_boundary_equals_one_run(inputs, tmp_path):  # noqa: F811
     vocab, shards, sentences = inputs
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"

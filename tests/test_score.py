@@ -420,6 +420,7 @@ def test_labse_score_refuses_incomplete_pairs_an_existing_output_and_a_locked_on
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # opening the pipe would block forever
 def test_labse_score_counts_unreadable_and_wrong_schema_files_and_goes_on(scorer_dir, labse_data, tmp_path):
     import pyarrow.dataset as ds
 

@@ -48,6 +48,7 @@ def test_a_second_lock_fails_at_once_naming_the_holder(tmp_path):
         pass
 
 
+@pytest.mark.timeout(120)  # a child that never takes the lock leaves readline() waiting
 def test_the_lock_is_held_across_processes_and_released_when_the_holder_dies(tmp_path):
     out = tmp_path / "out"
     script = ("import sys; from pipelines.io.stage_output import output_lock\n"

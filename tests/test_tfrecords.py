@@ -406,6 +406,7 @@ def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_
     assert (tmp_path / "remote" / "pairs-00000-of-00001.tfrecord").read_bytes() == b"an earlier run"
 
 
+@pytest.mark.timeout(60)  # opening the pipe would block forever
 def test_a_named_pipe_named_like_parquet_is_counted_unreadable_not_a_hang(tmp_path):
     os.mkfifo(tmp_path / "pipe.parquet")
     assert _tagged(tfr_beam._ReadParquetPairs().process(str(tmp_path / "pipe.parquet")), "dropped") == ["parquet_unreadable"]

@@ -117,8 +117,10 @@ def test_labse_vocab_end_to_end_parquet_and_text(labse_data, tmp_path):
 def test_cli_rejects_missing_input(tmp_path, capsys):
     from vocab.cli import main
 
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_info:
         main(["--output", str(tmp_path / "v.txt")])
+    assert exit_info.value.code == 2
+    assert "give --input DIR/sentences and/or --input-text LANG=PATH" in capsys.readouterr().err
 
 
 def test_cli_names_inputs_that_match_nothing(tmp_path, capsys):

@@ -9,7 +9,7 @@ from tests.conftest import require_file
 from vocab.learn import LearnerConfig, VocabSizeError, learn, learn_from_counts
 from pipelines.text.pretokenize import pretokenize
 from vocab.smoothing import language_weights, smoothed_shares
-from pipelines.text.wordpiece import SPECIAL_TOKENS
+from pipelines.text.wordpiece import SPECIAL_TOKENS, SUFFIX
 
 
 def udhr_counts(root, name) -> Counter:
@@ -159,3 +159,44 @@ def test_weighted_counts_do_not_depend_on_the_order_beam_wrote_the_lines(tmp_pat
     # 0.1 + 0.2 + 0.3 summed in one order is 0.6000000000000001, in the other 0.6: exactly 0.6 here
     assert dict(zip(words_a, counts_a.tolist()))["Starbucks"] == 0.6
     assert dict(zip(words_a, counts_a.tolist()))["only"] == 1.0
+
+
+def _greedy_longest_match_starts(words, tokens, max_len):
+    """Start offsets (in the words laid end to end) of WordPiece's greedy longest-match pieces."""
+    starts, offset = [], 0
+    for word in words:
+        pos = 0
+        while pos < len(word):
+            starts.append(offset + pos)
+            for length in range(min(len(word) - pos, max_len), 0, -1):
+                if (SUFFIX + word[pos:pos + length] if pos else word[pos:pos + length]) in tokens:
+                    break
+            else:
+                raise AssertionError(f"{word!r} cannot be segmented")
+            pos += length
+        offset += len(word)
+    return starts
+
+
+@pytest.mark.timeout(300)  # a wrong length bound can keep the vectorised segmentation from ending
+def test_segmentation_is_the_tokenizers_greedy_longest_match(labse_data):
+    """Iterations 1.. count the suffixes at the boundaries of the tokenizer's greedy segmentation;
+    the vectorised version must give exactly the pieces a plain loop gives, longest first."""
+    from vocab.learn import _Corpus, _encode, _KeySet, _single_char_keys
+
+    counts = udhr_counts(labse_data, "deu") + udhr_counts(labse_data, "fra")
+    words = sorted(counts)
+    codes, lengths = _encode(words)
+    corpus = _Corpus(words, np.array([counts[w] for w in words], dtype=np.float64), codes, lengths)
+    selected = np.flatnonzero(corpus.count_suffixes(np.arange(len(codes))) >= 3)
+    chars = sorted({ch for word in words for ch in word})
+    char_keys = _single_char_keys(corpus, np.array([ord(ch) for ch in chars], dtype=np.uint64))
+    vocab = _KeySet(np.concatenate([corpus.candidate_keys[selected], char_keys]))
+    tokens = {corpus.candidate_token(int(c)) for c in selected} | set(chars) | {SUFFIX + ch for ch in chars}
+    longest = int(corpus.candidate_length(selected).max())
+
+    expected = _greedy_longest_match_starts(words, tokens, longest)
+    assert sorted(corpus.segment(vocab, longest).tolist()) == expected
+    # The check means something only if some pieces are of the longest length
+    piece_lengths = np.diff(expected + [len(codes)])
+    assert (piece_lengths == longest).any()
