@@ -37,7 +37,7 @@ import torch
 
 from pipelines.io.atomic import atomic_path, durable_replace
 
-logger = logging.getLogger("labse_model.checkpoint")
+logger = logging.getLogger(__name__)
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 MODEL_FILE = "model.safetensors"

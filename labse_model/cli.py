@@ -25,7 +25,7 @@ from labse_model.distributed import (
 from pipelines.io.config_options import HelpFormatter
 from pipelines.io.stage_output import OutputLockedError, output_lock
 
-logger = logging.getLogger("labse_model.cli")
+logger = logging.getLogger(__name__)
 
 # Errors a user can fix from the command line: one line on stderr and exit status 2, no traceback.
 # CorruptCheckpointError is a ValueError too; it is named for the reader: a damaged checkpoint or

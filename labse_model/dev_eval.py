@@ -12,7 +12,7 @@ from labse_model.evaluate import retrieval_accuracy
 from pipelines.io.parallel_text import is_parallel_text, parse_parallel_text
 from pipelines.io.text_lines import read_lines
 
-logger = logging.getLogger("labse_model.dev_eval")
+logger = logging.getLogger(__name__)
 
 
 def dev_text_files(spec: str, warn: bool = False) -> tuple[str, str] | None:

@@ -29,7 +29,7 @@ from labse_model import checkpoint as ckpt
 from labse_model.config import RunConfig
 from labse_model.encoder import SentenceEncoder
 
-logger = logging.getLogger("labse_model.export")
+logger = logging.getLogger(__name__)
 
 
 def load_encoder(run_dir: Path, step: int | None = None) -> tuple[SentenceEncoder, RunConfig, Path]:

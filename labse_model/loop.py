@@ -28,7 +28,7 @@ from labse_model.config import TrainerSettings
 from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, synchronize
 from labse_model.run_log import RunLog
 
-logger = logging.getLogger("labse_model.loop")
+logger = logging.getLogger(__name__)
 
 Batch = dict[str, torch.Tensor]
 # The loss to back-propagate and detached scalars to log beside it (averaged over ranks).

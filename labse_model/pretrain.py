@@ -67,7 +67,7 @@ from labse_model.stacking import Stage, build_model, default_stage_layers, grow,
 from pipelines.io.atomic import atomic_path, write_text_atomic
 from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
 
-logger = logging.getLogger("labse_model.pretrain")
+logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "pretrain_config.json"
 ENCODER_FILE = "encoder.safetensors"

@@ -33,7 +33,7 @@ import torch
 from labse_model import checkpoint as ckpt
 from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, count_vocab, file_sha256
 
-logger = logging.getLogger("labse_model.starting_point")
+logger = logging.getLogger(__name__)
 
 PRETRAIN_WEIGHTS = "encoder.safetensors"
 PRETRAIN_CONFIG = "pretrain_config.json"

@@ -52,7 +52,7 @@ from labse_model.starting_point import StartingPoint, check_run_vocab, load_star
 from pipelines.io.atomic import write_text_atomic
 from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
 
-logger = logging.getLogger("labse_model.train")
+logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
 # Command line

@@ -34,8 +34,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import apache_beam as beam
 
 Tally = dict[str, int]
+TALLY = "tally"  # the tagged output a step's tallies travel on
 
-COUNTER_NAMESPACE = "labse"
 OUTCOMES = ("read", "kept", "dropped", "errored")
 
 
@@ -53,7 +53,7 @@ def tally_key(unit: str, outcome: str, reason: str | None = None) -> str:
 class ReasonCounters:
     """Beam counters named `<unit>.<outcome>[.<reason>]`, created lazily (one object per name)."""
 
-    def __init__(self, namespace: str = COUNTER_NAMESPACE):
+    def __init__(self, namespace: str):
         self.namespace = namespace
         self._counters: dict[str, object] = {}
 

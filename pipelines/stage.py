@@ -1,14 +1,23 @@
 """The stage kit: how every Beam stage runs. Its output is locked, refused when it exists without
---overwrite, written by the pipeline, marked complete (`_SUCCESS`) last, and its stats must satisfy
-the accounting identity (`report_identity`). The Beam-free pieces it uses (locks, `_SUCCESS`,
-stats JSON) are `pipelines.io.stage_output`; the counting is `pipelines.accounting`."""
+--overwrite, written by the pipeline (`WriteParquetShards`: the sharded Parquet writer), marked
+complete (`_SUCCESS`) last, and its stats must satisfy the accounting identity (`report_identity`).
+The Beam-free pieces it uses (locks, `_SUCCESS`, stats JSON, atomic Parquet files) are
+`pipelines.io`; the counting is `pipelines.accounting`."""
 from __future__ import annotations
 
+import math
 import sys
-from typing import Callable, Mapping
+import zlib
+from typing import Callable, Iterable, Mapping
+
+import apache_beam as beam
+import pyarrow as pa
 
 from pipelines.accounting import identity_violations
+from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic
 from pipelines.io.stage_output import OUTPUT_REFUSED, fresh_output, read_shard_stats, usage_error
+
+MAX_LISTED_ERRORS = 100  # errors a stage's stats list one by one (all are counted)
 
 
 def report_identity(stage: str, stats: Mapping) -> int:
@@ -36,3 +45,57 @@ def run_sharded_stage(stage: str, output: str, *, overwrite: bool, run: Callable
     if "://" in output:
         return 0
     return report_identity(stage, read_shard_stats(output))
+
+
+def stable_hash(text: str) -> int:
+    """crc32 of the text, not Python's hash(): the same in every process and run."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def shard_path(output: str, shard: int, num_shards: int) -> str:
+    return f"{output}/part-{shard:05d}-of-{num_shards:05d}.parquet"
+
+
+def write_empty_shard(output: str, schema: pa.Schema) -> None:
+    """One empty file, so that readers of an output without rows still see its schema."""
+    write_parquet_atomic([], shard_path(output, 0, 1), schema)
+
+
+class _WriteParquetShard(beam.DoFn):
+    def __init__(self, output: str, schema: pa.Schema, sort_key: Callable[[dict], object],
+                 tally_of: Callable[[list[dict]], dict]):
+        self.output, self.schema, self.sort_key, self.tally_of = output, schema, sort_key, tally_of
+
+    def process(self, keyed: tuple[tuple[int, int], Iterable[dict]]):
+        (shard, num_shards), rows = keyed
+        rows = sorted(rows, key=self.sort_key)
+        write_parquet_atomic(rows, shard_path(self.output, shard, num_shards), self.schema)
+        yield self.tally_of(rows)
+
+
+class WriteParquetShards(beam.PTransform):
+    """Rows (dicts of `schema`'s columns) -> `OUTPUT/part-SSSSS-of-NNNNN.parquet`: ceil(n /
+    rows_per_file) files, each row's file chosen by `stable_hash(shard_key(row))`, the rows of a file
+    sorted by `sort_key`. Outputs one tally per file written, `tally_of(its rows)` (the rows are
+    counted where they are written, so the stats and the files agree)."""
+
+    def __init__(self, output: str, schema: pa.Schema, *, shard_key: Callable[[dict], str],
+                 sort_key: Callable[[dict], object], tally_of: Callable[[list[dict]], dict],
+                 rows_per_file: int = DEFAULT_ROWS_PER_FILE):
+        super().__init__()
+        self.output, self.schema, self.rows_per_file = output.rstrip("/"), schema, rows_per_file
+        self.shard_key, self.sort_key, self.tally_of = shard_key, sort_key, tally_of
+
+    def expand(self, rows):
+        per_file, shard_key = self.rows_per_file, self.shard_key
+        total = rows | "CountRows" >> beam.combiners.Count.Globally()
+
+        def key_by_shard(row, n):
+            num_shards = max(1, math.ceil(n / per_file))
+            return (stable_hash(shard_key(row)) % num_shards, num_shards), row
+
+        return (rows
+                | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
+                | "GroupShard" >> beam.GroupByKey()
+                | "WriteShard" >> beam.ParDo(_WriteParquetShard(self.output, self.schema, self.sort_key,
+                                                                self.tally_of)))

@@ -30,13 +30,6 @@ def test_the_per_document_module_does_not_import_apache_beam():
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_the_config_default_matches_the_parquet_sink():
-    from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE
-    from pipelines.clean.config import CleanConfig
-
-    assert CleanConfig().rows_per_file == DEFAULT_ROWS_PER_FILE
-
-
 def test_the_clean_document_example_runs():
     import pipelines.clean.document as document
 

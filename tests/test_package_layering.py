@@ -190,7 +190,7 @@ def layering_violations(root: Path = ROOT) -> dict[str, list[str]]:
     commands = _command_modules(root)
     located = {m: p.relative_to(root).as_posix() for m, p in _modules(root).items()}
     unplaced = [located[m] for m in graph if m.startswith("pipelines.") and _layer(m) is None]
-    upward, text_reads, stage_commands = [], [], []
+    upward, stage_commands = [], []
     for module, edges in sorted(graph.items()):
         for target, line in sorted(edges.items()):
             where = f"{located[module]}:{line} imports {target}"
@@ -211,6 +211,19 @@ def layering_violations(root: Path = ROOT) -> dict[str, list[str]]:
         "package import cycle": [" <-> ".join(cycle) for cycle in import_cycles(package_graph)],
         "stage imports another stage's command": stage_commands,
     }
+
+
+def test_text_functions_configs_and_io_import_no_beam():
+    """pipelines/text and every stage's config.py never import Beam; pipelines/io only inside a
+    function, for object stores (Beam's FileSystems), never when the module loads."""
+    offenders = [
+        f"{path.relative_to(ROOT).as_posix()}:{line} imports {module}"
+        for path in _sources("pipelines")
+        if path.relative_to(ROOT).parts[1] in ("text", "io") or path.name == "config.py"
+        for line, module in _imports(path, module_level_only=path.relative_to(ROOT).parts[1] == "io")
+        if _is(module, "apache_beam")
+    ]
+    assert offenders == []
 
 
 @pytest.mark.parametrize("rule", ["module without a layer", "import up a layer", "file import cycle",

@@ -540,7 +540,7 @@ def test_read_documents_transform_on_real_file(labse_data, tmp_path):
     empty.write_bytes(b"")
     pattern = str(tmp_path / "*.warc.gz")
     (tmp_path / "cc.warc.gz").symlink_to(path)
-    transform = ReadDocuments(pattern, "warc")
+    transform = ReadDocuments(pattern, "warc", namespace="clean")
     pickler.loads(pickler.dumps(transform))  # what a Dataflow or multi-process run needs
 
     def outcome(result):
@@ -568,4 +568,4 @@ def test_read_documents_rejects_unknown_format():
     from pipelines.read.readers import ReadDocuments
 
     with pytest.raises(ValueError, match="unknown format"):
-        ReadDocuments("*.warc.gz", "pdf")
+        ReadDocuments("*.warc.gz", "pdf", namespace="clean")

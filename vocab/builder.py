@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 
 from vocab.learn import LearnerConfig, LearnResult, VocabSizeError, learn, write_vocab
 
-log = logging.getLogger("labse.vocab")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -246,7 +246,7 @@ def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_f
     from vocab.smoothing import language_weights, smoothed_shares
 
     started = time.perf_counter()
-    log.info("counting words with Beam into %s", paths["work"])
+    logger.info("counting words with Beam into %s", paths["work"])
     run_counting(paths["work"], sentences_dir=sentences_dir, text_files=text_files, config=config, beam_args=beam_args)
     counted = time.perf_counter()
     tally, heldout = load_work(paths["work"])
@@ -256,7 +256,7 @@ def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_f
     weights = language_weights(totals, config.smoothing)
     shares = smoothed_shares(totals, config.smoothing)
     words, counts = weighted_counts(paths["work"], weights)
-    log.info("learning %d tokens from %d distinct words in %d languages", config.vocab_size, len(words), len(totals))
+    logger.info("learning %d tokens from %d distinct words in %d languages", config.vocab_size, len(words), len(totals))
     result: LearnResult = learn(words, counts, config.learner())
     del words, counts
     write_vocab(result.vocab, output)

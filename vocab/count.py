@@ -27,6 +27,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from pipelines.accounting import MergeTallies, ReasonCounters
 from pipelines.text.pretokenize import pretokenize
 
+COUNTER_NAMESPACE = "vocab"  # Beam counters: one namespace per stage, its name
 HOLDOUT_SCALE = 1_000_000
 UNITS = ("sentences", "heldout_sentences")
 
@@ -75,7 +76,7 @@ class _CountBatches(beam.DoFn):
         self.flush_at = flush_at
 
     def setup(self):
-        self.counters = ReasonCounters()
+        self.counters = ReasonCounters(COUNTER_NAMESPACE)
 
     def start_bundle(self):
         self.pending: Counter = Counter()

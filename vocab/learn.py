@@ -37,7 +37,7 @@ import numpy as np
 
 from pipelines.text.wordpiece import SPECIAL_TOKENS, SUFFIX
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _BASE = np.uint64(0x100000001B3)  # odd, so invertible modulo 2**64
 _SUFFIX_FLAG = np.uint64(0x9E3779B97F4A7C15)
@@ -253,7 +253,7 @@ def learn(
     if not words:
         raise VocabSizeError("no words to learn from")
 
-    log.info("encoding %d words", len(words))
+    logger.info("encoding %d words", len(words))
     codes, lengths = _encode(words)
     if (lengths == 0).any():
         raise ValueError("empty word in the counts")
@@ -282,7 +282,7 @@ def learn(
     kept_words = [words[i] for i in keep_idx] if len(keep_idx) < len(words) else words
     kept_counts = counts[keep_idx]
     kept_codes, kept_lengths = _encode(kept_words)
-    log.info("hashing %d words (%d characters) for learning", len(kept_words), len(kept_codes))
+    logger.info("hashing %d words (%d characters) for learning", len(kept_words), len(kept_codes))
     corpus = _Corpus(kept_words, kept_counts, kept_codes, kept_lengths)
     del kept_codes
 
@@ -323,7 +323,7 @@ def learn(
         search.append({"threshold": threshold, "tokens": got, "seconds": round(time.perf_counter() - step_started, 2)})
         progress.update(1)
         progress.set_postfix(threshold=f"{threshold:.4g}", tokens=got, needed=needed)
-        log.info("threshold %.6g -> %d learned tokens (need %d)", threshold, got, needed)
+        logger.info("threshold %.6g -> %d learned tokens (need %d)", threshold, got, needed)
         if got >= needed:
             if best is None or threshold > best[0]:
                 best = (threshold, final_counts)

@@ -34,6 +34,7 @@ from pipelines.clean.transforms import (
     per_file_violations,
 )
 from pipelines.io.config_options import add_config_options, config_from_args
+from pipelines.read.readers import FORMATS
 from pipelines.io.stage_output import (
     OutputExistsError,
     OutputLockedError,
@@ -46,9 +47,8 @@ from pipelines.clean.config import CleanConfig
 
 __all__ = ["build_parser", "infer_format", "main", "run", "run_demo"]
 
-logger = logging.getLogger("labse.clean")
+logger = logging.getLogger(__name__)
 
-FORMATS = ("warc", "wet", "wikipedia")
 
 
 def infer_format(pattern: str) -> str:

@@ -4,12 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipelines.io.config_options import option
+from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE
 from pipelines.text.filters import FilterConfig
 from pipelines.text.langid import DEFAULT_THRESHOLD
-
-# The Parquet sink's default (`pipelines.io.parquet.DEFAULT_ROWS_PER_FILE`; that module imports Beam,
-# so the value is repeated here and a test checks that the two agree).
-DEFAULT_ROWS_PER_FILE = 200_000
 
 
 @dataclass(frozen=True)

@@ -12,26 +12,37 @@ deduplicates across documents. The CLI is `pipelines.clean`.
 from __future__ import annotations
 
 import heapq
+import json
+import math
 import os
 from collections import Counter
 from dataclasses import asdict
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 import apache_beam as beam
 from apache_beam.transforms.window import BoundedWindow, GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.accounting import ReasonCounters, SumTallies, Tally, build_stats
+from pipelines.accounting import TALLY, ReasonCounters, SumTallies, Tally, build_stats
 from pipelines.io.documents import Document, Dropped, ReadError, ReadResult
-from pipelines.io.parquet import WriteErrors, WriteSentenceShards, row_dict  # noqa: F401 (row_dict: see ExtractSentences)
+from pipelines.io.parquet import (  # noqa: F401 (row_dict: see ExtractSentences)
+    DEFAULT_ROWS_PER_FILE,
+    NO_SENTENCES_FILE,
+    ROW_LANG,
+    row_dict,
+    sentence_table,
+    shard_of,
+    write_parquet_atomic,
+    write_table_atomic,
+)
 from pipelines.io.stage_output import mark_complete, write_stats_json
 from pipelines.clean.bundle import BundleResult, PreparedDocument, clean_bundle, error_record, prepare_document
 from pipelines.clean.config import CleanConfig
 from pipelines.text.langid import LanguageIdentifier
 from pipelines.text.normalise import dedup_keys
 
-TALLY = "tally"
+COUNTER_NAMESPACE = "clean"  # Beam counters: one namespace per stage, its name
 ERRORS = "errors"
 DOCUMENTS = "documents"
 FILES = "files"
@@ -113,7 +124,7 @@ class _CleanDocumentsFn(beam.DoFn):
         self.main_content_model = None
         if self.config.main_content_model:
             self.main_content_model = load_main_content_model(self.config.main_content_model)
-        self.counters = ReasonCounters()
+        self.counters = ReasonCounters(COUNTER_NAMESPACE)
 
     def start_bundle(self):
         # Tallies per window, and per (window, input file): each is emitted in its window.
@@ -306,7 +317,7 @@ class _EmitUniqueFn(beam.DoFn):
     def finish_bundle(self):
         if self.kept:
             tally = {"sentences.kept": self.kept, "sentences.dropped.duplicate": self.duplicates}
-            ReasonCounters().inc_tally(tally)
+            ReasonCounters(COUNTER_NAMESPACE).inc_tally(tally)
             yield beam.pvalue.TaggedOutput(TALLY, _global_window(tally))
         for document in self.documents:
             yield beam.pvalue.TaggedOutput(DOCUMENTS, _global_window(document))
@@ -569,7 +580,99 @@ class ReadAll(beam.PTransform):
         from pipelines.read.readers import ReadDocuments
 
         parts = [
-            pbegin | f"Read[{i}] {fmt}" >> ReadDocuments(pattern, fmt)
+            pbegin | f"Read[{i}] {fmt}" >> ReadDocuments(pattern, fmt, namespace=COUNTER_NAMESPACE)
             for i, (pattern, fmt) in enumerate(self.inputs)
         ]
         return parts[0] if len(parts) == 1 else tuple(parts) | "AllInputs" >> beam.Flatten()
+
+
+class _CountPerLanguage(beam.CombineFn):
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, acc: dict, row: tuple) -> dict:
+        lang = row[ROW_LANG]
+        acc[lang] = acc.get(lang, 0) + 1
+        return acc
+
+    def merge_accumulators(self, accs) -> dict:
+        total: dict = {}
+        for acc in accs:
+            for lang, n in acc.items():
+                total[lang] = total.get(lang, 0) + n
+        return total
+
+    def extract_output(self, acc: dict) -> dict:
+        return acc
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, sentences_dir: str):
+        self.sentences_dir = sentences_dir
+
+    def process(self, keyed: tuple[tuple[str, int, int], Iterable[tuple]]):
+        (lang, shard, num_shards), rows = keyed
+        rows = sorted(rows)  # ROW_FIELDS tuples compare in sentence order
+        path = f"{self.sentences_dir}/lang={lang}/part-{shard:05d}-of-{num_shards:05d}.parquet"
+        write_table_atomic(sentence_table(rows), path)
+        yield {lang: len(rows)}
+
+
+class _WriteEmptyDatasetIfNoRows(beam.DoFn):
+    def __init__(self, sentences_dir: str):
+        self.sentences_dir = sentences_dir
+
+    def process(self, counts_by_lang: dict[str, int]):
+        if not counts_by_lang:
+            write_parquet_atomic([], f"{self.sentences_dir}/{NO_SENTENCES_FILE}")
+            yield {}
+
+
+class WriteSentenceShards(beam.PTransform):
+    """Sentence rows (`ROW_FIELDS` tuples) -> `DIR/sentences/lang=XX/part-*.parquet`; outputs
+    {lang: rows} per file written. Rows in a file are sorted in sentence order.
+
+    The number of files per language is ceil(rows / rows_per_file), so a worker holds at most about
+    `rows_per_file` rows of one shard in memory. Without any row it writes one empty file,
+    `DIR/sentences/no-sentences.parquet`, and outputs `{}` for it.
+    """
+
+    def __init__(self, output_dir: str, rows_per_file: int = DEFAULT_ROWS_PER_FILE):
+        super().__init__()
+        self.sentences_dir = output_dir.rstrip("/") + "/sentences"
+        self.rows_per_file = rows_per_file
+
+    def expand(self, rows: beam.PCollection[tuple]) -> beam.PCollection[dict[str, int]]:
+        rows_per_file = self.rows_per_file
+        # One combine (lifted into the producing stage) instead of a Map and a shuffle per row.
+        counts = rows | "CountPerLang" >> beam.CombineGlobally(_CountPerLanguage())
+
+        def key_by_shard(row: tuple, counts_by_lang: dict[str, int]):
+            lang = row[ROW_LANG]
+            num_shards = max(1, math.ceil(counts_by_lang[lang] / rows_per_file))
+            return (lang, shard_of(row, num_shards), num_shards), row
+
+        shards = (
+            rows
+            | "KeyByShard" >> beam.Map(key_by_shard, counts_by_lang=beam.pvalue.AsSingleton(counts))
+            | "GroupShard" >> beam.GroupByKey()
+            | "WriteShard" >> beam.ParDo(_WriteShard(self.sentences_dir))
+        )
+        # Part of the output, so whatever waits on it (stats.json) also waits for the empty file.
+        empty = counts | "WriteEmptyIfNoRows" >> beam.ParDo(_WriteEmptyDatasetIfNoRows(self.sentences_dir))
+        return (shards, empty) | "AllWritten" >> beam.Flatten()
+
+
+class WriteErrors(beam.PTransform):
+    """Error dicts (file, offset, reason, detail, ...) -> `DIR/errors/errors-*.jsonl`; outputs file names."""
+
+    def __init__(self, output_dir: str):
+        super().__init__()
+        self.prefix = output_dir.rstrip("/") + "/errors/errors"
+
+    def expand(self, errors: beam.PCollection[dict]) -> beam.PCollection[str]:
+        return (
+            errors
+            | "ToJson" >> beam.Map(lambda e: json.dumps(e, ensure_ascii=False, sort_keys=True))
+            | "WriteJsonl" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl")
+        )

@@ -1,6 +1,8 @@
-"""Sinks of the cleaning stage: hive-partitioned sentence Parquet and JSONL errors.
+"""Parquet without Beam: the sentence schema and layout, atomic writes (local or object store), reading
+with required columns. The Beam sinks are `pipelines.stage.WriteParquetShards` (mine, score) and
+labse-clean's `WriteSentenceShards` / `WriteErrors` (`pipelines.clean.transforms`).
 
-Layout under DIR (contract 4):
+labse-clean's layout under DIR (contract 4):
     sentences/lang=XX/part-SSSSS-of-NNNNN.parquet   readable with
         pyarrow.dataset.dataset(DIR + "/sentences", partitioning="hive")
     sentences/no-sentences.parquet                  only when the run kept no sentence: 0 rows with
@@ -15,16 +17,12 @@ see a half-written file and a retried bundle rewrites the same deterministic nam
 from __future__ import annotations
 
 import io
-import json
-import math
 import uuid
 import zlib
 from typing import Iterable, Iterator
 
-import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 
 from pipelines.io.atomic import write_bytes_atomic
 
@@ -102,6 +100,8 @@ def write_table_atomic(table: pa.Table, path: str) -> None:
     if "://" not in path:  # a local file: flushed to the disk before the rename (write_bytes_atomic)
         write_bytes_atomic(path, buffer.getvalue())
         return
+    from apache_beam.io.filesystems import FileSystems  # object stores only: the module stays Beam-free
+
     directory, name = path.rsplit("/", 1)
     tmp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
     with FileSystems.create(tmp) as handle:
@@ -137,93 +137,3 @@ def shard_of(row: tuple, num_shards: int) -> int:
     return zlib.crc32(row[ROW_TEXT].encode("utf-8")) % num_shards if num_shards > 1 else 0
 
 
-class _CountPerLanguage(beam.CombineFn):
-    def create_accumulator(self) -> dict:
-        return {}
-
-    def add_input(self, acc: dict, row: tuple) -> dict:
-        lang = row[ROW_LANG]
-        acc[lang] = acc.get(lang, 0) + 1
-        return acc
-
-    def merge_accumulators(self, accs) -> dict:
-        total: dict = {}
-        for acc in accs:
-            for lang, n in acc.items():
-                total[lang] = total.get(lang, 0) + n
-        return total
-
-    def extract_output(self, acc: dict) -> dict:
-        return acc
-
-
-class _WriteShard(beam.DoFn):
-    def __init__(self, sentences_dir: str):
-        self.sentences_dir = sentences_dir
-
-    def process(self, keyed: tuple[tuple[str, int, int], Iterable[tuple]]):
-        (lang, shard, num_shards), rows = keyed
-        rows = sorted(rows)  # ROW_FIELDS tuples compare in sentence order
-        path = f"{self.sentences_dir}/lang={lang}/part-{shard:05d}-of-{num_shards:05d}.parquet"
-        write_table_atomic(sentence_table(rows), path)
-        yield {lang: len(rows)}
-
-
-class _WriteEmptyDatasetIfNoRows(beam.DoFn):
-    def __init__(self, sentences_dir: str):
-        self.sentences_dir = sentences_dir
-
-    def process(self, counts_by_lang: dict[str, int]):
-        if not counts_by_lang:
-            write_parquet_atomic([], f"{self.sentences_dir}/{NO_SENTENCES_FILE}")
-            yield {}
-
-
-class WriteSentenceShards(beam.PTransform):
-    """Sentence rows (`ROW_FIELDS` tuples) -> `DIR/sentences/lang=XX/part-*.parquet`; outputs
-    {lang: rows} per file written. Rows in a file are sorted in sentence order.
-
-    The number of files per language is ceil(rows / rows_per_file), so a worker holds at most about
-    `rows_per_file` rows of one shard in memory. Without any row it writes one empty file,
-    `DIR/sentences/no-sentences.parquet`, and outputs `{}` for it.
-    """
-
-    def __init__(self, output_dir: str, rows_per_file: int = DEFAULT_ROWS_PER_FILE):
-        super().__init__()
-        self.sentences_dir = output_dir.rstrip("/") + "/sentences"
-        self.rows_per_file = rows_per_file
-
-    def expand(self, rows: beam.PCollection[tuple]) -> beam.PCollection[dict[str, int]]:
-        rows_per_file = self.rows_per_file
-        # One combine (lifted into the producing stage) instead of a Map and a shuffle per row.
-        counts = rows | "CountPerLang" >> beam.CombineGlobally(_CountPerLanguage())
-
-        def key_by_shard(row: tuple, counts_by_lang: dict[str, int]):
-            lang = row[ROW_LANG]
-            num_shards = max(1, math.ceil(counts_by_lang[lang] / rows_per_file))
-            return (lang, shard_of(row, num_shards), num_shards), row
-
-        shards = (
-            rows
-            | "KeyByShard" >> beam.Map(key_by_shard, counts_by_lang=beam.pvalue.AsSingleton(counts))
-            | "GroupShard" >> beam.GroupByKey()
-            | "WriteShard" >> beam.ParDo(_WriteShard(self.sentences_dir))
-        )
-        # Part of the output, so whatever waits on it (stats.json) also waits for the empty file.
-        empty = counts | "WriteEmptyIfNoRows" >> beam.ParDo(_WriteEmptyDatasetIfNoRows(self.sentences_dir))
-        return (shards, empty) | "AllWritten" >> beam.Flatten()
-
-
-class WriteErrors(beam.PTransform):
-    """Error dicts (file, offset, reason, detail, ...) -> `DIR/errors/errors-*.jsonl`; outputs file names."""
-
-    def __init__(self, output_dir: str):
-        super().__init__()
-        self.prefix = output_dir.rstrip("/") + "/errors/errors"
-
-    def expand(self, errors: beam.PCollection[dict]) -> beam.PCollection[str]:
-        return (
-            errors
-            | "ToJson" >> beam.Map(lambda e: json.dumps(e, ensure_ascii=False, sort_keys=True))
-            | "WriteJsonl" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl")
-        )

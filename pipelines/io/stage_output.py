@@ -52,7 +52,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from pipelines.io.atomic import write_bytes_atomic
 
-LOG = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 LOCK_SUFFIX = ".lock"
 SUCCESS_MARKER = "_SUCCESS"
@@ -239,7 +239,7 @@ def _object_store_lock(output: str) -> Iterator[dict[str, Any]]:
             if _json_object(_read_object(lock_path)).get("token") == holder["token"]:
                 filesystems.delete([lock_path])
         except Exception as error:  # never mask the stage's own error with a clean-up failure
-            LOG.warning("lock %s not removed (%s): delete it by hand", lock_path, error)
+            logger.warning("lock %s not removed (%s): delete it by hand", lock_path, error)
 
 
 # --------------------------------------------------------------------------- existing outputs
@@ -299,7 +299,7 @@ def prepare_output(path: str | os.PathLike, *, overwrite: bool) -> None:
     if entries and not overwrite:
         raise _refusal(path, entries)
     if entries:
-        LOG.info("--overwrite: removing the previous output %s (%d entries)", path, len(entries))
+        logger.info("--overwrite: removing the previous output %s (%d entries)", path, len(entries))
         remove_output(path)
     if not is_remote(path):
         os.makedirs(path, exist_ok=True)
@@ -339,7 +339,7 @@ def strict_json(payload: Any, *, indent: int | None = 2) -> str:
     bad: list[str] = []
     clean = _finite_or_null(payload, "", bad)
     if bad:
-        LOG.warning("non-finite numbers written as null: %s", ", ".join(bad))
+        logger.warning("non-finite numbers written as null: %s", ", ".join(bad))
     return json.dumps(clean, indent=indent, ensure_ascii=False, allow_nan=False)
 
 

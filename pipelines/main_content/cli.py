@@ -80,13 +80,13 @@ def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfi
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.io.stage_output import output_lock, prepare_output
-    from pipelines.main_content.transforms import BuildTrainingData
+    from pipelines.main_content.transforms import COUNTER_NAMESPACE, BuildTrainingData
     from pipelines.read.readers import ReadDocuments
 
     with output_lock(output):
         prepare_output(output, overwrite=overwrite)
         with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
-            _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
+            _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc", namespace=COUNTER_NAMESPACE)
                  | "Build" >> BuildTrainingData(output, config))
     with FileSystems.open(f"{output.rstrip('/')}/stats.json") as handle:
         return json.loads(handle.read().decode("utf-8"))

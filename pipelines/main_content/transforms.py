@@ -28,16 +28,15 @@ from typing import Iterator
 
 import apache_beam as beam
 
-from pipelines.accounting import CountByName, MergeTallies, ReasonCounters, Tally, accounting_section
+from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounters, Tally, accounting_section
 from pipelines.io.stage_output import mark_complete, write_stats_json
 from pipelines.main_content.config import BuildConfig
 from pipelines.main_content.labels import LabelledPage, balance_page, label_page, split_of
 from pipelines.main_content.model import LABEL_BOILERPLATE, LABEL_MAIN, featurise_document
 
 logger = logging.getLogger(__name__)
-TALLY = "tally"
 SPLITS = ("train", "dev", "test")
-COUNTER_NAMESPACE = "main_content"
+COUNTER_NAMESPACE = "main_content"  # Beam counters: one namespace per stage, its name
 # What stats.json accounts for: input records, and the lines of the labelled (kept) pages.
 UNITS = ("documents", "lines")
 

@@ -32,7 +32,7 @@ from pipelines.mine.margin import MARGINS, STRATEGIES
 from pipelines.mine.transforms import build_pipeline, input_pattern, is_sidecar
 from pipelines.stage import run_sharded_stage
 
-LOG = logging.getLogger("labse-mine")
+logger = logging.getLogger(__name__)
 
 
 def check_inputs(src: str, tgt: str) -> None:
@@ -60,7 +60,7 @@ def _matched_files(path: str) -> set[str]:
     return {p if "://" in p else os.path.realpath(p) for p in found}
 
 
-def make_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser(
         "labse-mine",
         "Mine translation pairs between two monolingual sentence sets: embed both sides (RunInference), "
@@ -115,7 +115,7 @@ def config_from_args(args) -> MineConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    args, beam_args = make_parser().parse_known_args(argv)
+    args, beam_args = build_parser().parse_known_args(argv)
     problems = option_problems(args)
     if problems:
         return usage_error("labse-mine", "; ".join(problems))
@@ -127,13 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error("labse-mine", f"--embedder: {error}" if isinstance(error, EmbedderError) else str(error))
     for side, path in (("--src", args.src), ("--tgt", args.tgt)):
         if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
-            LOG.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
+            logger.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
 
     def mine_and_log() -> None:
         stats = run(args.src, args.tgt, output, config, beam_args)
         if stats is not None:
-            LOG.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
+            logger.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
                      stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
 
     return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log)
@@ -142,11 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:
     """Run the pipeline into `output` (locked and prepared by the caller); the stats when local."""
     started = time.perf_counter()
-    LOG.info("mining %s (%s) x %s (%s) with %s -> %s", src, config.src_lang, tgt, config.tgt_lang,
+    logger.info("mining %s (%s) x %s (%s) with %s -> %s", src, config.src_lang, tgt, config.tgt_lang,
              config.embedder, output)
     with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
         build_pipeline(pipeline, src, tgt, output, config)
-    LOG.info("mined in %.0f s", time.perf_counter() - started)
+    logger.info("mined in %.0f s", time.perf_counter() - started)
     if "://" in output:
         return None
     return read_shard_stats(output)

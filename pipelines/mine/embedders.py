@@ -21,7 +21,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-LOG = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 USEM3 = "usem3"
 

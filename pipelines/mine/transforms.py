@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
-import zlib
 from dataclasses import asdict
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -35,19 +33,16 @@ import pyarrow as pa
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
 from pipelines.accounting import CountByName, MergeTallies, accounting_section
-from pipelines.io.parquet import iter_parquet_rows, write_parquet_atomic
+from pipelines.io.parquet import iter_parquet_rows
 from pipelines.io.stage_output import finish_shard_output
 from pipelines.mine.config import MineConfig
 from pipelines.mine.margin import greedy_unique, margin_scores
 from pipelines.mine.search import SearchConfig, knn
+from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, stable_hash, write_empty_shard
 
-LOG = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 SRC, TGT = "s", "t"
-NAMESPACE = "labse.mine"
-
-
-def stable_hash(text: str) -> int:
-    return zlib.crc32(text.encode("utf-8"))
+COUNTER_NAMESPACE = "mine"  # Beam counters: one namespace per stage, its name
 
 
 _PSL = None
@@ -100,8 +95,8 @@ class _ReadSentenceFile(beam.DoFn):
 
     def __init__(self, lang: str, side: str):
         self.lang, self.side = lang, side
-        self.read = beam.metrics.Metrics.counter(NAMESPACE, f"{side}.read")
-        self.bad_files = beam.metrics.Metrics.counter(NAMESPACE, f"{side}.errored.unreadable_file")
+        self.read = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, f"{side}.read")
+        self.bad_files = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, f"{side}.errored.unreadable_file")
 
     def process(self, readable_file):
         path = readable_file.metadata.path
@@ -181,7 +176,7 @@ class _Prepare(beam.DoFn):
 
     def _inc(self, name: str) -> None:
         if name not in self.counters:
-            self.counters[name] = beam.metrics.Metrics.counter(NAMESPACE, f"{self.side}.{name}")
+            self.counters[name] = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, f"{self.side}.{name}")
         self.counters[name].inc()
 
     def process(self, record: dict):
@@ -348,8 +343,8 @@ class _CellNeighbours(beam.DoFn):
 
     def __init__(self, k: int, search: str):
         self.k, self.search = k, search
-        self.cells = beam.metrics.Metrics.counter(NAMESPACE, "cells.searched")
-        self.one_sided = beam.metrics.Metrics.counter(NAMESPACE, "cells.one_sided")
+        self.cells = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "cells.searched")
+        self.one_sided = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "cells.one_sided")
 
     def process(self, keyed):
         _, members = keyed
@@ -555,7 +550,6 @@ PAIR_SCHEMA = pa.schema([
     ("cosine", pa.float32()), ("margin", pa.float32()), ("src_url", pa.string()),
     ("src_doc_id", pa.string()), ("tgt_url", pa.string()), ("tgt_doc_id", pa.string()),
 ])
-ROWS_PER_FILE = 200_000
 # _stats.json's accounting units (README contract 11): read = kept + dropped + errored for each.
 #   src_sentences / tgt_sentences: records read -> kept (embedded, searched) or dropped
 #       (empty_text, no_site, duplicate: the same text again, first provenance kept);
@@ -583,7 +577,7 @@ class MineBitext(beam.PTransform):
     (row dicts, the columns of `PAIR_SCHEMA`), `tally` (one dict of counts: per side read,
     dropped by reason, unique, kept (= embedded), with candidates; best per direction; candidate
     pairs read and dropped by reason; pairs selected) and `embedded` (the (item, vector) pairs,
-    for tests). The candidate pairs kept are counted where they are written (`WritePairs`).
+    for tests). The candidate pairs kept are counted where they are written (`write_pairs`).
 
     Example::
 
@@ -652,45 +646,30 @@ def finish_stats(tally: dict, config: MineConfig) -> dict:
     return stats
 
 
-class _WritePairShard(beam.DoFn):
-    def __init__(self, output: str):
-        self.output = output
-
-    def process(self, keyed):
-        (shard, num_shards), rows = keyed
-        rows = sorted(rows, key=lambda r: (r["src"], r["tgt"]))
-        write_parquet_atomic(rows, f"{self.output}/part-{shard:05d}-of-{num_shards:05d}.parquet", PAIR_SCHEMA)
-        yield {"files.written": 1, f"{CANDIDATES}.kept": len(rows)}
+def _pair_key(row: dict) -> str:
+    return row["src"] + "\t" + row["tgt"]
 
 
-class WritePairs(beam.PTransform):
-    """Pair rows -> `OUTPUT/part-*.parquet` (ceil(n / rows_per_file) files); outputs one tally
-    per file: `files.written` and the rows in it (`candidate_pairs.kept`)."""
+def _pair_order(row: dict) -> tuple:
+    return row["src"], row["tgt"]
 
-    def __init__(self, output: str, rows_per_file: int = ROWS_PER_FILE):
-        super().__init__()
-        self.output, self.rows_per_file = output.rstrip("/"), rows_per_file
 
-    def expand(self, rows):
-        per_file = self.rows_per_file
-        total = rows | "CountRows" >> beam.combiners.Count.Globally()
+def _pairs_written(rows: list[dict]) -> dict:
+    return {"files.written": 1, f"{CANDIDATES}.kept": len(rows)}
 
-        def key_by_shard(row, n):
-            num_shards = max(1, math.ceil(n / per_file))
-            return (stable_hash(row["src"] + "\t" + row["tgt"]) % num_shards, num_shards), row
 
-        return (rows
-                | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
-                | "GroupShard" >> beam.GroupByKey()
-                | "WriteShard" >> beam.ParDo(_WritePairShard(self.output)))
+def write_pairs(output: str) -> WriteParquetShards:
+    """Pair rows -> `OUTPUT/part-*.parquet`; one tally per file: `files.written` and the rows in it
+    (`candidate_pairs.kept`)."""
+    return WriteParquetShards(output, PAIR_SCHEMA, shard_key=_pair_key, sort_key=_pair_order,
+                              tally_of=_pairs_written)
 
 
 def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, schema: pa.Schema):
     stats = finish_stats(tally, config)
-    stats["errors"] = errors[:100]
+    stats["errors"] = errors[:MAX_LISTED_ERRORS]
     if not tally.get("files.written"):
-        # no pairs: still write one empty shard so readers of the directory see the schema
-        write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", schema)
+        write_empty_shard(output, schema)  # no pairs
         stats["files_written"] = 1
     finish_shard_output(output, stats, stage="labse-mine")  # the last write: labse-score requires it
     yield stats
@@ -702,7 +681,7 @@ def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, con
     src_read = pipeline | "ReadSrc" >> ReadSentences(src, config.src_lang, "src")
     tgt_read = pipeline | "ReadTgt" >> ReadSentences(tgt, config.tgt_lang, "tgt")
     mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
-    written = mined["pairs"] | "Write" >> WritePairs(output)
+    written = mined["pairs"] | "Write" >> write_pairs(output)
     errors = (src_read["errors"], tgt_read["errors"]) | "Errors" >> beam.Flatten()
     tally = (mined["tally"], written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
     return (pipeline

@@ -22,7 +22,6 @@ from pipelines.accounting import ReasonCounters
 from pipelines.io.documents import Document, Dropped, ReaderLimits, ReadError, ReadResult
 
 FORMATS = ("warc", "wet", "wikipedia")
-METRICS_NAMESPACE = "read"
 
 
 def read_records(
@@ -128,12 +127,13 @@ def check_pattern_matches(pattern: str) -> list[str]:
 class _ReadFileFn(beam.DoFn):
     """Reads one file path; counts documents, drops and errors by reason."""
 
-    def __init__(self, fmt: str, limits: ReaderLimits):
+    def __init__(self, fmt: str, limits: ReaderLimits, namespace: str):
         self._fmt = fmt
         self._limits = limits
+        self._namespace = namespace
 
     def setup(self):
-        self._counters = ReasonCounters(METRICS_NAMESPACE)
+        self._counters = ReasonCounters(self._namespace)
 
     def process(self, path: Union[str, bytes]) -> Iterator[ReadResult]:
         stats: Counter = Counter()
@@ -168,16 +168,18 @@ class ReadDocuments(beam.PTransform):
     """Pattern -> PCollection of Document | Dropped | ReadError, files spread over workers.
 
     A pattern that matches nothing gives an empty PCollection here; CLIs should call
-    `check_pattern_matches(pattern)` first to fail early with a clear message.
+    `check_pattern_matches(pattern)` first to fail early with a clear message. Its Beam counters
+    (files, documents, drops and errors by reason) go to `namespace`, the reading stage's.
     """
 
-    def __init__(self, pattern: str, fmt: str, limits: ReaderLimits = ReaderLimits()):
+    def __init__(self, pattern: str, fmt: str, limits: ReaderLimits = ReaderLimits(), *, namespace: str):
         super().__init__()
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
         self._pattern = pattern
         self._fmt = fmt
         self._limits = limits
+        self._namespace = namespace
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         paths = (
@@ -193,7 +195,7 @@ class ReadDocuments(beam.PTransform):
             paths
             # One file is one unit of work; a reshuffle moves files from the matching worker to many.
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._fmt, self._limits))
+            | "ReadFiles" >> beam.ParDo(_ReadFileFn(self._fmt, self._limits, self._namespace))
         )
 
 

@@ -34,7 +34,7 @@ from pipelines.io.stage_output import IncompleteOutputError, require_complete, s
 from pipelines.score.transforms import build_pipeline
 from pipelines.stage import run_sharded_stage
 
-LOG = logging.getLogger("labse-score")
+logger = logging.getLogger(__name__)
 
 
 def read_labelled(path: str) -> dict:
@@ -118,7 +118,7 @@ def train_main(argv: Sequence[str]) -> int:
         if args.other_language is not None:
             return usage_error("labse-score train", "--other-language needs the SRC_LANG:PATH,TGT_LANG:PATH form "
                                                     "of --positives")
-        LOG.warning(DEPRECATED_PREFIX_FORM)
+        logger.warning(DEPRECATED_PREFIX_FORM)
         try:
             scorer = train_scorer_from_prefix(args.positives[0],
                                               [s for s in (args.src_langs or "de,fr").split(",") if s],
@@ -134,12 +134,12 @@ def train_main(argv: Sequence[str]) -> int:
             scorer = train_scorer(positives, args.embedder, args.output, config, wrong_language)
         except (FileNotFoundError, ValueError) as error:
             return usage_error("labse-score train", str(error))
-    LOG.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
+    logger.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
              time.perf_counter() - started, scorer.training["counts"], scorer.training["train_accuracy"])
     return 0
 
 
-def make_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser(
         "labse-score",
         "Score mined pairs with the quality model and keep, per language pair, the best fraction or the "
@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "train":
         return train_main(argv[1:])
-    args, beam_args = make_parser().parse_known_args(argv)
+    args, beam_args = build_parser().parse_known_args(argv)
     from pipelines.score.scorer import QualityScorer, ScorerError
 
     problems = option_problems(args)
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
             build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
                            labelled, args.keep_best_f1)
-        LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
+        logger.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
 
     return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score)
 

@@ -36,7 +36,7 @@ from pipelines.score.features import FEATURE_NAMES, pair_features
 from pipelines.mine.margin import MarginConfig, best_candidates, margin_scores, mine, neighbours
 from pipelines.mine.search import knn
 
-LOG = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 SCORER_FILE = "scorer.json"
 FORMAT_VERSION = 1
 # Nonlinear terms on top of the raw features: margin and cosine matter most, and not linearly.
@@ -352,7 +352,7 @@ def build_training_pairs(src: Sequence[str], tgt: Sequence[str], src_lang: str, 
     tgt_pool_text = [tgt[i] for i in aligned] + [tgt[i] for i in tgt_only]
     src_pool, tgt_pool = embedder.encode(src_pool_text), embedder.encode(tgt_pool_text)
     n_aligned = len(aligned)
-    LOG.info("%s-%s: %d true pairs among %d/%d pool sentences", src_lang, tgt_lang, n_aligned,
+    logger.info("%s-%s: %d true pairs among %d/%d pool sentences", src_lang, tgt_lang, n_aligned,
              len(src_pool_text), len(tgt_pool_text))
 
     nn = neighbours(src_pool, tgt_pool, config.k)
@@ -511,7 +511,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
     if config.calibration_rows > 0:
         rows = calibration_rows([lines(src_paths[lang]) for lang in src_langs], tgt, config)
         if len(scaled_grid(len(rows))) == 0:
-            LOG.warning("only %d held-out rows: the scorer is saved without calibration", len(rows))
+            logger.warning("only %d held-out rows: the scorer is saved without calibration", len(rows))
         else:
             cached_lid = _CachedLid(lid)
             tgt_vectors = embedder.encode([tgt[i] for i in rows])
@@ -523,7 +523,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
             scorer.training["calibration"] = {"held_out_rows": int(len(rows)), "pools": len(pools),
                                               "pairs": int(sum(len(p["label"]) for p in pools))}
     scorer.save(output)
-    LOG.info("scorer trained on %s, accuracy on its training pairs %.3f", data.counts(),
+    logger.info("scorer trained on %s, accuracy on its training pairs %.3f", data.counts(),
              scorer.training["train_accuracy"])
     return scorer
 

@@ -6,9 +6,10 @@ import apache_beam as beam
 import pyarrow as pa
 
 from pipelines.accounting import CountByName, MergeTallies, accounting_section
-from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows, write_parquet_atomic
+from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.stage_output import finish_shard_output
 from pipelines.score.decision import calibrated_scores, decide_threshold
+from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
 
 
 PAIR_COLUMNS = ("src", "tgt", "src_lang", "tgt_lang", "cosine", "margin", "src_url", "src_doc_id",
@@ -18,9 +19,8 @@ SCORED_SCHEMA = pa.schema([
     ("cosine", pa.float32()), ("margin", pa.float32()), ("score", pa.float32()), ("src_url", pa.string()),
     ("src_doc_id", pa.string()), ("tgt_url", pa.string()), ("tgt_doc_id", pa.string()),
 ])
-ROWS_PER_FILE = 200_000
 BATCH = 512
-MAX_LISTED_ERRORS = 100
+COUNTER_NAMESPACE = "score"  # Beam counters: one namespace per stage, its name
 KEPT_PREFIX = "kept_by_language_pair."  # tally key of the rows written per language pair
 # _stats.json's accounting units (README contract 11): pairs (rows read -> kept: written; dropped:
 # invalid, below_threshold) and input_files (matched -> kept: read through; errored: reason).
@@ -33,7 +33,7 @@ class _ReadPairsFile(beam.DoFn):
     labse-tfrecords. Rows read before a file turned out damaged are kept."""
 
     def __init__(self):
-        self.errored = beam.metrics.Metrics.counter("labse.score", "files.errored")
+        self.errored = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "files.errored")
 
     def process(self, readable_file):
         from pipelines.read.readers import local_file_problem
@@ -85,7 +85,7 @@ class _ScoreBatch(beam.DoFn):
 
     def __init__(self, model_path: str):
         self.model_path = model_path
-        self.invalid = beam.metrics.Metrics.counter("labse.score", "pairs.dropped.invalid")
+        self.invalid = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "pairs.dropped.invalid")
 
     def setup(self):
         from pipelines.score.scorer import QualityScorer
@@ -200,26 +200,27 @@ def _at_threshold(row: dict, decisions: dict):
         yield beam.pvalue.TaggedOutput("dropped", "below_threshold")
 
 
-class _WriteShard(beam.DoFn):
-    def __init__(self, output: str):
-        self.output = output
+def _pair_key(row: dict) -> str:
+    return row["src"] + "\t" + row["tgt"]
 
-    def process(self, keyed):
-        (shard, num_shards), rows = keyed
-        rows = sorted(rows, key=lambda r: (-r["score"], r["src"], r["tgt"]))
-        write_parquet_atomic(rows, f"{self.output}/part-{shard:05d}-of-{num_shards:05d}.parquet", SCORED_SCHEMA)
-        # the kept counts are taken here, from the rows just written, so `pairs_kept` and each
-        # language pair's `kept` in _stats.json are the same number as the rows in the shards
-        tally = {"files.written": 1, "pairs.kept": len(rows)}
-        for row in rows:
-            key = f"{KEPT_PREFIX}{_language_pair(row)}"
-            tally[key] = tally.get(key, 0) + 1
-        yield tally
+
+def _best_first(row: dict) -> tuple:
+    return -row["score"], row["src"], row["tgt"]
+
+
+def _kept_in_file(rows: list[dict]) -> dict:
+    """The kept counts, from the rows just written, so `pairs_kept` and each language pair's `kept` in
+    _stats.json are the same number as the rows in the shards."""
+    tally = {"files.written": 1, "pairs.kept": len(rows)}
+    for row in rows:
+        key = f"{KEPT_PREFIX}{_language_pair(row)}"
+        tally[key] = tally.get(key, 0) + 1
+    return tally
 
 
 def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config: dict):
     if not tally.get("files.written"):
-        write_parquet_atomic([], f"{output}/part-00000-of-00001.parquet", SCORED_SCHEMA)
+        write_empty_shard(output, SCORED_SCHEMA)
     per_language_pair = {}
     for decision in sorted(decisions, key=lambda d: d["language_pair"]):
         # the threshold decision predicts a count; what was written is the number reported
@@ -243,23 +244,12 @@ def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config
 
 def build_pipeline(pipeline, pairs_dir: str, output: str, model: str, keep_precision, keep_fraction, labelled,
                    keep_best_f1: bool = False):
-    from pipelines.mine.transforms import stable_hash
-
     output = output.rstrip("/")
     read = pipeline | "ReadPairs" >> ReadPairs(pairs_dir)
     rows = read["rows"]
     scored = rows | "ScorePairs" >> ScorePairs(model, keep_precision, keep_fraction, labelled, keep_best_f1)
-    kept = scored["kept"]
-    total = kept | "CountKept" >> beam.combiners.Count.Globally()
-
-    def key_by_shard(row, n):
-        num_shards = max(1, -(-n // ROWS_PER_FILE))
-        return (stable_hash(row["src"] + "\t" + row["tgt"]) % num_shards, num_shards), row
-
-    written = (kept
-               | "KeyShard" >> beam.Map(key_by_shard, beam.pvalue.AsSingleton(total))
-               | "GroupShard" >> beam.GroupByKey()
-               | "WriteShard" >> beam.ParDo(_WriteShard(output)))
+    written = scored["kept"] | "Write" >> WriteParquetShards(
+        output, SCORED_SCHEMA, shard_key=_pair_key, sort_key=_best_first, tally_of=_kept_in_file)
     tallies = (
         rows | "CountRead" >> CountByName(lambda _: "pairs.read"),
         scored["scored"] | "CountScored" >> CountByName(lambda _: "pairs.scored"),

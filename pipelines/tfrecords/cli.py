@@ -39,7 +39,7 @@ from pipelines.io.parallel_text import parse_parallel_text
 from pipelines.tfrecords.encode import TFRecordsConfig
 from pipelines.tfrecords.transforms import BuildTFRecords
 
-logger = logging.getLogger("pipelines.tfrecords")
+logger = logging.getLogger(__name__)
 
 
 def find_parquet_files(location: str) -> list[str]:

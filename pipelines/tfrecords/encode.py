@@ -22,7 +22,7 @@ from typing import Sequence
 from pipelines.io.parallel_text import ParallelTextSpec  # noqa: F401  (the --parallel-text spec; re-exported)
 from pipelines.io.tfrecord import encode_example
 
-logger = logging.getLogger("pipelines.tfrecords")
+logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 SHARD_PREFIX = "pairs"

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.accounting import CountByName, MergeTallies, ReasonCounters, accounting_section
+from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounters, accounting_section
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.stage_output import mark_complete, write_stats_json
@@ -36,9 +36,9 @@ from pipelines.tfrecords.encode import (
     vocab_facts,
 )
 
-logger = logging.getLogger("pipelines.tfrecords")
+logger = logging.getLogger(__name__)
 
-COUNTER_NAMESPACE = "labse-tfrecords"
+COUNTER_NAMESPACE = "tfrecords"  # Beam counters: one namespace per stage, its name
 
 # stats.json's accounting units (pipelines.accounting, README contract 11):
 #   pairs: read (Parquet rows, and parallel-text line positions) -> kept (written to a shard),
@@ -50,7 +50,6 @@ PAIRS, FILES = "pairs", "parquet_files"
 UNITS = (PAIRS, FILES)
 FILE_REASONS = ("parquet_unreadable", "parquet_without_src_tgt")
 ERROR_REASONS = ("tokenizer_error",)
-TALLY = "tally"
 
 
 def drop_key(reason: str) -> str | None:
