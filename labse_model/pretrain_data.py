@@ -116,7 +116,8 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
 
     for spec in specs:
         match = _LANG_SPEC.match(spec)
-        if match and not storage.is_url(spec) and not os.path.exists(spec):
+        # gs://B/sentences matches LANG:GLOB too ("gs", "//B/..."); de:gs://B/*.txt is a spec.
+        if match and not match.group(2).startswith("//") and not os.path.exists(spec):
             lang, pattern = match.groups()
             paths = _visible_files(pattern)
             if not paths:

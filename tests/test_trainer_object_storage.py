@@ -249,3 +249,56 @@ def test_shards_on_gs_without_success_are_refused(gcs, pair_inputs, tmp_path, ca
     gcs.upload_tree(Path(shards).parent, f"gs://{bucket}/unfinished")
     assert train_main(_args(vocab, f"gs://{bucket}/unfinished/*.tfrecord", tmp_path / "run")) == 2
     assert "is not a complete stage output (no _SUCCESS)" in caplog.text
+
+
+def test_pretrain_streams_mono_and_pairs_from_gs_into_a_gs_run_as_on_local_disk(gcs, labse_data, pair_inputs,
+                                                                                 bucket_shards, tmp_path):
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from labse_model.pretrain import main as pretrain_main
+    from model_helpers import read_multi30k, udhr_lines
+
+    vocab, shards = pair_inputs
+    bucket, remote_shards = bucket_shards
+    # labse-clean's layout (sentences/lang=XX/*.parquet) for de and en, and a gzipped text file for fr.
+    mono = tmp_path / "mono"
+    for lang, udhr in (("de", "deu"), ("en", "eng")):
+        lines = udhr_lines(labse_data, udhr)[:120]
+        table = pa.table({"text": lines, "doc_id": [f"{udhr}-{i // 12}" for i in range(len(lines))],
+                          "lang": [lang] * len(lines)})
+        (mono / "clean" / "sentences" / f"lang={lang}").mkdir(parents=True)
+        pq.write_table(table, mono / "clean" / "sentences" / f"lang={lang}" / "part-00000-of-00001.parquet",
+                       row_group_size=16)
+    (mono / "text").mkdir()
+    with gzip.open(mono / "text" / "fr.txt.gz", "wt", encoding="utf-8") as handle:
+        for i, line in enumerate(read_multi30k(labse_data, "val", "fr", 120)):
+            handle.write(line + ("\n\n" if i % 10 == 9 else "\n"))
+    gcs.upload_tree(mono, f"gs://{bucket}/mono")
+
+    def args(sentences: str, text: str, pairs: str, output: str) -> list[str]:
+        return ["--mono", sentences, "--mono", f"fr:{text}", "--pairs", pairs, "--vocab", str(vocab),
+                "--output", output, "--config", "tiny", "--stage-layers", "1,2", "--stage-fractions", "1,1",
+                "--max-steps", "4", "--global-batch-size", "8", "--tlm-fraction", "0.25", "--max-seq-length", "48",
+                "--lr", "1e-3", "--warmup-steps", "1", "--log-every", "1", "--save-every", "2", "--eval-every", "2",
+                "--keep-checkpoints", "1", "--heldout-rate", "0.1"]
+
+    local = tmp_path / "pt"
+    remote = f"gs://{bucket}/pretrain/pt"
+    assert pretrain_main(args(str(mono / "clean"), str(mono / "text" / "*.txt.gz"), shards, str(local))) == 0
+    assert pretrain_main(args(f"gs://{bucket}/mono/clean", f"gs://{bucket}/mono/text/*.txt.gz", remote_shards,
+                              remote)) == 0
+    uploaded = gcs.list(remote)
+    # keep-checkpoints 1 prunes the bucket as the disk: only step 4 is left, complete.
+    assert sorted(n for n in uploaded if n.startswith("checkpoints/")) == [
+        f"checkpoints/step-00000004/{name}" for name in
+        ("_SUCCESS", "model.safetensors", "rng-rank00000.pt", "training_state.pt")]
+    assert {"encoder.safetensors", "pretrain_config.json", "pretrain_summary.json", "vocab.txt"} <= set(uploaded)
+    remote_metrics = [json.loads(line) for line in uploaded["metrics.jsonl"].decode().splitlines()]
+    assert remote_metrics == read_metrics(local)  # losses, held-out scores and stages, step by step
+    remote_encoder = _weights(uploaded["encoder.safetensors"], tmp_path)
+    local_encoder = ckpt.read_weights(local / "encoder.safetensors")
+    assert remote_encoder.keys() == local_encoder.keys()
+    assert all(torch.equal(remote_encoder[k], local_encoder[k]) for k in local_encoder)
