@@ -97,11 +97,10 @@ def resolve_shards(pattern: str) -> list[str]:
             continue
         if storage.isdir(part):
             part = storage.join(part, "*.tfrecord*")
-        for path in storage.glob(part):
+        for path in storage.glob_files(part):
             # Temp files of an interrupted writer, markers and the schema/stats beside the shards are not shards.
             name = path.rsplit("/", 1)[-1]
-            if storage.isfile(path) and ".tmp-" not in name and not name.startswith(("_", ".")) \
-                    and not path.endswith(".json"):
+            if ".tmp-" not in name and not name.startswith(("_", ".")) and not name.endswith(".json"):
                 paths.add(path)
     if not paths:
         raise FileNotFoundError(f"no TFRecord shards match {pattern!r}")
@@ -163,7 +162,8 @@ class ShardIndex:
         offsets = []
         for path in paths:
             with storage.open_input(path) as f:
-                offsets.append(index_open_records(f, path, storage.size(path)))
+                # An object-store file knows its size from opening; a local one asks the disk.
+                offsets.append(index_open_records(f, path, getattr(f, "size", None) or storage.size(path)))
         return cls(tuple(paths), tuple(offsets))
 
     @property
@@ -374,8 +374,13 @@ class TrainLoader:
     def __next__(self) -> dict[str, torch.Tensor]:
         if self._iterator is None:
             if self.num_workers > 0:
+                # A generator of its own: by default the DataLoader draws its workers' base seed from the
+                # global torch RNG, which shifts every later dropout mask, so a run with workers differed
+                # from one without and a resumed run (one more draw after the restore) from an
+                # uninterrupted one. The workers draw nothing random: the order is computed.
                 loader = DataLoader(
-                    self.stream, batch_size=None, num_workers=self.num_workers, persistent_workers=False
+                    self.stream, batch_size=None, num_workers=self.num_workers, persistent_workers=False,
+                    generator=torch.Generator(),
                 )
                 self._iterator = iter(loader)
             else:

@@ -81,8 +81,7 @@ class MonoCorpus:
 
 def _visible_files(pattern: str) -> list[str]:
     # Hidden and underscore names are a writer's temporary files and markers, not data.
-    return [p for p in storage.glob(pattern)
-            if storage.isfile(p) and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
+    return [p for p in storage.glob_files(pattern) if not p.rsplit("/", 1)[-1].startswith((".", "_"))]
 
 
 def _parquet_rows(path: str) -> int:

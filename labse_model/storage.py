@@ -62,11 +62,21 @@ def _to_url(fs, path: str) -> str:
 
 
 def glob(pattern: str) -> list[str]:
-    """Files matching `pattern` (a local glob or a URL glob), sorted; URLs keep their protocol."""
+    """Paths matching `pattern` (a local glob or a URL glob), files and folders, sorted; URLs keep
+    their protocol."""
     if not is_url(pattern):
         return sorted(local_glob.glob(pattern))
     fs, path = filesystem(pattern)
-    return sorted(_to_url(fs, p) for p in fs.glob(path) if fs.isfile(p))
+    return sorted(_to_url(fs, p) for p in fs.glob(path))
+
+
+def glob_files(pattern: str) -> list[str]:
+    """The files among `glob(pattern)` (one listing on object storage, no request per object)."""
+    if not is_url(pattern):
+        return [p for p in glob(pattern) if os.path.isfile(p)]
+    fs, path = filesystem(pattern)
+    found = fs.glob(path, detail=True)
+    return sorted(_to_url(fs, p) for p, info in found.items() if info.get("type") == "file")
 
 
 def exists(url: str) -> bool:

@@ -131,14 +131,17 @@ def resumed_run(gcs, cache, pair_inputs, bucket_shards):
     vocab, _ = pair_inputs
     bucket, data = bucket_shards
     url = f"gs://{bucket}/runs/first"
-    killed = subprocess.run([sys.executable, "-c", KILL_MID_UPLOAD, *_args(vocab, data, url)], cwd=REPO,
+    # Two DataLoader workers stream the shards (forked after gcsfs was used in the parent); the local
+    # reference has none: the batches and the RNG streams must not depend on them.
+    workers = ("--num-workers", "2")
+    killed = subprocess.run([sys.executable, "-c", KILL_MID_UPLOAD, *_args(vocab, data, url, *workers)], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     after_kill = gcs.list(url)
     runs_after_kill = sorted(gcs.list(f"gs://{bucket}/runs"))
-    refused = _train_logged(_args(vocab, data, url, "--resume"))
+    refused = _train_logged(_args(vocab, data, url, "--resume", *workers))
     storage.remove(url + ".lock")  # what the refusal tells the user to do once the killed run is gone
-    resumed = _train_logged(_args(vocab, data, url, "--resume"))
+    resumed = _train_logged(_args(vocab, data, url, "--resume", *workers))
     return {"url": url, "bucket": bucket, "after_kill": after_kill, "runs_after_kill": runs_after_kill,
             "refused": refused, "resumed": resumed}
 
