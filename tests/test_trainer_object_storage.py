@@ -305,3 +305,9 @@ def test_pretrain_streams_mono_and_pairs_from_gs_into_a_gs_run_as_on_local_disk(
     local_encoder = ckpt.read_weights(local / "encoder.safetensors")
     assert remote_encoder.keys() == local_encoder.keys()
     assert all(torch.equal(remote_encoder[k], local_encoder[k]) for k in local_encoder)
+    # The pre-trained encoder on the bucket is a starting point for labse-train, as the local one is.
+    from labse_model.starting_point import load_starting_point
+
+    start = load_starting_point(remote)
+    assert start.kind == "pretrain"
+    assert all(torch.equal(start.weights[k], local_encoder[k]) for k in local_encoder)
