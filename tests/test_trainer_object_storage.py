@@ -146,6 +146,7 @@ def resumed_run(gcs, cache, pair_inputs, bucket_shards):
             "refused": refused, "resumed": resumed}
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_upload_resumes_from_the_last_complete_checkpoint_as_on_local_disk(
         gcs, local_run, resumed_run):
     url, bucket, after_kill = resumed_run["url"], resumed_run["bucket"], resumed_run["after_kill"]
@@ -175,6 +176,7 @@ def test_a_run_killed_mid_upload_resumes_from_the_last_complete_checkpoint_as_on
     assert all(torch.allclose(remote_weights[k], local_weights[k], rtol=1e-5, atol=1e-7) for k in local_weights)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_whose_objects_changed_is_not_taken_as_the_newest(gcs, resumed_run, local_run, caplog,
                                                                        tmp_path):
     from labse_model.run_store import fetch_run
@@ -203,6 +205,7 @@ def test_a_checkpoint_whose_objects_changed_is_not_taken_as_the_newest(gcs, resu
     assert all(torch.allclose(start.weights[k], local[k], rtol=1e-5, atol=1e-7) for k in local)
 
 
+@pytest.mark.slow
 def test_export_to_gs_loads_back_with_the_local_exports_embeddings(gcs, labse_data, pair_inputs, resumed_run,
                                                                     local_run, tmp_path, caplog, monkeypatch):
     from sentence_transformers import SentenceTransformer
@@ -229,6 +232,7 @@ def test_export_to_gs_loads_back_with_the_local_exports_embeddings(gcs, labse_da
     assert torch.allclose(torch.tensor(remote), torch.tensor(local), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_init_from_a_sentence_transformers_folder_on_gs(gcs, pair_inputs, bucket_shards, resumed_run, local_run,
                                                         tmp_path):
     from labse_model.starting_point import load_starting_point
@@ -254,6 +258,7 @@ def test_shards_on_gs_without_success_are_refused(gcs, pair_inputs, tmp_path, ca
     assert "is not a complete stage output (no _SUCCESS)" in caplog.text
 
 
+@pytest.mark.slow
 def test_pretrain_streams_mono_and_pairs_from_gs_into_a_gs_run_as_on_local_disk(gcs, labse_data, pair_inputs,
                                                                                  bucket_shards, tmp_path):
     import gzip
