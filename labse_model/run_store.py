@@ -183,7 +183,7 @@ class RemoteRunDir:
 @contextlib.contextmanager
 def run_directory(args, ctx) -> Iterator[RemoteRunDir | None]:
     """For the `with` block, `args.output` is a local directory: itself, or the mirror of a URL
-    (`RemoteRunDir`, pulled on rank 0 under the lock object, uploaded at the end on success).
+    (`RemoteRunDir`, pulled on rank 0 under the lock object; on success uploaded, then removed).
     Sets `args.run_store` (None for a local run)."""
     from labse_model.distributed import barrier
 
@@ -210,6 +210,8 @@ def run_directory(args, ctx) -> Iterator[RemoteRunDir | None]:
             yield store
             if ctx.is_main:
                 store.publish_files()
+                # The bucket holds everything now, and the next start pulls afresh: free the disk.
+                shutil.rmtree(store.local, ignore_errors=True)
         finally:
             args.output = output
 

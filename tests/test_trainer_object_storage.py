@@ -259,7 +259,7 @@ def test_shards_on_gs_without_success_are_refused(gcs, pair_inputs, tmp_path, ca
 
 
 @pytest.mark.slow
-def test_pretrain_streams_mono_and_pairs_from_gs_into_a_gs_run_as_on_local_disk(gcs, labse_data, pair_inputs,
+def test_pretrain_streams_mono_and_pairs_from_gs_into_a_gs_run_as_on_local_disk(gcs, cache, labse_data, pair_inputs,
                                                                                  bucket_shards, tmp_path):
     import gzip
 
@@ -306,6 +306,7 @@ def test_pretrain_streams_mono_and_pairs_from_gs_into_a_gs_run_as_on_local_disk(
     assert {"encoder.safetensors", "pretrain_config.json", "pretrain_summary.json", "vocab.txt"} <= set(uploaded)
     remote_metrics = [json.loads(line) for line in uploaded["metrics.jsonl"].decode().splitlines()]
     assert remote_metrics == read_metrics(local)  # losses, held-out scores and stages, step by step
+    assert not any((cache / "runs").iterdir())  # the finished run's local mirror is gone
     remote_encoder = _weights(uploaded["encoder.safetensors"], tmp_path)
     local_encoder = ckpt.read_weights(local / "encoder.safetensors")
     assert remote_encoder.keys() == local_encoder.keys()
