@@ -46,10 +46,13 @@ def run_dir_lock(run_dir: Path, ctx: DistributedContext) -> ContextManager:
 def run_in_run_dir(args: argparse.Namespace, body: Callable[[argparse.Namespace, DistributedContext], Any]) -> Any:
     """`body(args, ctx)` in this process's distributed context (collective when launched by
     torchrun), with rank 0 holding the lock of the run directory `args.output` throughout; the
-    process group is shut down however `body` ends."""
+    process group is shut down however `body` ends. An `args.output` on object storage is worked
+    in through a local mirror (`labse_model.run_store.run_directory`)."""
+    from labse_model.run_store import run_directory
+
     ctx = init_distributed(args.device)
     try:
-        with run_dir_lock(args.output, ctx):
+        with run_directory(args, ctx), run_dir_lock(args.output, ctx):
             return body(args, ctx)
     finally:
         shutdown_distributed()

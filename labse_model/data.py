@@ -40,11 +40,18 @@ and gives DataLoader workers nothing to share.  This module does the ordering in
 So parsing is split exactly ``world_size * num_workers`` ways, the global batch is independent of
 both, and the reads of a batch are near each shard's read cursor (the buffer spans a window of
 ``shuffle_buffer`` records across the shards), which the page cache and readahead handle well on
-local disk.  Copy shards from object storage to local disk before training.
+local disk.
+
+Shards on object storage (``--data 'gs://B/shards/*.tfrecord'``) are read in place, never copied
+first (`labse_model.storage.open_input`: 8 MiB blocks, read ahead): the index scan streams each
+shard once (headers only are kept), and each process then opens only the shards its rows fall in
+and fetches the blocks holding its records (with the shuffle buffer spanning a window of records
+across shards, consecutive batches reuse the same blocks). Every folder holding shards there must
+carry the ``_SUCCESS`` that labse-tfrecords writes last: a half-copied or still-running output is
+refused before training starts.
 """
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -55,8 +62,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from pipelines.io.tfrecord import TFRecordCorruptError, decode_pair, index_records, read_record_at
+from pipelines.io.tfrecord import TFRecordCorruptError, decode_pair, index_open_records, read_record_at
 
+from . import storage
 from .config import file_sha256
 
 __all__ = [
@@ -80,19 +88,24 @@ SUPPORTED_SCHEMA_VERSIONS = (1,)
 
 
 def resolve_shards(pattern: str) -> list[str]:
-    """Sorted shard paths for a glob pattern, a directory, or a comma-separated list of either."""
+    """Sorted shard paths for a glob pattern, a directory, or a comma-separated list of either.
+
+    Each may be a URL (gs://...); shards there must sit in complete outputs (`_SUCCESS`)."""
     paths: set[str] = set()
     for part in (p.strip() for p in pattern.split(",")):
         if not part:
             continue
-        if os.path.isdir(part):
-            part = os.path.join(part, "*.tfrecord*")
-        for path in glob.glob(part):
-            # Temp files of an interrupted writer and the schema/stats beside the shards are not shards.
-            if os.path.isfile(path) and ".tmp-" not in os.path.basename(path) and not path.endswith(".json"):
+        if storage.isdir(part):
+            part = storage.join(part, "*.tfrecord*")
+        for path in storage.glob_files(part):
+            # Temp files of an interrupted writer, markers and the schema/stats beside the shards are not shards.
+            name = path.rsplit("/", 1)[-1]
+            if ".tmp-" not in name and not name.startswith(("_", ".")) and not name.endswith(".json"):
                 paths.add(path)
     if not paths:
         raise FileNotFoundError(f"no TFRecord shards match {pattern!r}")
+    for folder in sorted({storage.dirname(p) for p in paths if storage.is_url(p)}):
+        storage.require_complete(folder, "--data")
     return sorted(paths)
 
 
@@ -102,12 +115,12 @@ def load_schema(shard_paths: list[str]) -> dict | None:
     An unsupported schema version raises; shards without a schema (written by another tool) are
     accepted as long as their Examples carry int64 `src_ids` and `tgt_ids`.
     """
-    directories = sorted({os.path.dirname(os.path.abspath(p)) for p in shard_paths})
+    directories = sorted({storage.dirname(p) for p in shard_paths})
     for directory in directories:
-        path = os.path.join(directory, SCHEMA_FILENAME)
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                schema = json.load(f)
+        path = storage.join(directory, SCHEMA_FILENAME)
+        if storage.isfile(path):
+            with storage.open_input(path) as f:
+                schema = json.loads(f.read().decode("utf-8"))
             version = schema.get("version")
             if version not in SUPPORTED_SCHEMA_VERSIONS:
                 raise ValueError(
@@ -146,8 +159,12 @@ class ShardIndex:
 
     @classmethod
     def build(cls, paths: list[str]) -> "ShardIndex":
-        offsets = tuple(index_records(p) for p in paths)
-        return cls(tuple(paths), offsets)
+        offsets = []
+        for path in paths:
+            with storage.open_input(path) as f:
+                # An object-store file knows its size from opening; a local one asks the disk.
+                offsets.append(index_open_records(f, path, getattr(f, "size", None) or storage.size(path)))
+        return cls(tuple(paths), tuple(offsets))
 
     @property
     def counts(self) -> np.ndarray:
@@ -284,7 +301,7 @@ class PairBatchStream(IterableDataset):
     def _read(self, shard: int, offset: int) -> bytes:
         f = self._files.get(shard)
         if f is None:
-            f = self._files[shard] = open(self.index.paths[shard], "rb")
+            f = self._files[shard] = storage.open_input(self.index.paths[shard])
         return read_record_at(f, self.index.paths[shard], int(offset), self.check_crc)  # type: ignore[arg-type]
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
@@ -357,8 +374,13 @@ class TrainLoader:
     def __next__(self) -> dict[str, torch.Tensor]:
         if self._iterator is None:
             if self.num_workers > 0:
+                # A generator of its own: by default the DataLoader draws its workers' base seed from the
+                # global torch RNG, which shifts every later dropout mask, so a run with workers differed
+                # from one without and a resumed run (one more draw after the restore) from an
+                # uninterrupted one. The workers draw nothing random: the order is computed.
                 loader = DataLoader(
-                    self.stream, batch_size=None, num_workers=self.num_workers, persistent_workers=False
+                    self.stream, batch_size=None, num_workers=self.num_workers, persistent_workers=False,
+                    generator=torch.Generator(),
                 )
                 self._iterator = iter(loader)
             else:

@@ -26,6 +26,7 @@ import torch
 
 from pipelines.io.atomic import durable_replace
 from labse_model import checkpoint as ckpt
+from labse_model import storage
 from labse_model.config import RunConfig
 from labse_model.encoder import SentenceEncoder
 
@@ -125,6 +126,29 @@ def _export_locked(run_dir: Path, output: Path, step: int | None, max_seq_length
     return output
 
 
+def export(run: str | Path, output: str | Path, step: int | None = None, max_seq_length: int | None = None,
+           overwrite: bool = False) -> str | Path:
+    """`export_sentence_transformer`, with `run` and `output` local or on object storage.
+
+    A run there is copied first (its config, vocab.txt and one complete checkpoint, checked against
+    its marker: `run_store.fetch_run`); an output there is written into a local temporary folder,
+    then uploaded under `OUTPUT.lock` with `_SUCCESS` last (`run_store.publish_directory`)."""
+    from labse_model.run_store import fetch_run, publish_directory
+
+    if storage.is_url(run):
+        run, checkpoint = fetch_run(str(run), step)
+        step = int(ckpt.STEP_DIR.match(checkpoint.name).group(1))
+    if not storage.is_url(output):
+        return export_sentence_transformer(Path(run), Path(output), step, max_seq_length, overwrite)
+    if storage.walk(str(output)) and not overwrite:  # before the work; checked again under the lock
+        raise FileExistsError(f"{output} exists and is not empty (pass --overwrite to replace it)")
+    with tempfile.TemporaryDirectory(prefix="labse-export-") as staging:
+        local = export_sentence_transformer(Path(run), Path(staging) / "model", step, max_seq_length)
+        publish_directory(local, str(output), overwrite=overwrite)
+    logger.info("uploaded the export to %s", output)
+    return output
+
+
 def main(argv: list[str] | None = None) -> int:
     from labse_model.cli import HelpFormatter
 
@@ -135,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         "that loads offline.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--run", required=True, type=Path, help="the labse-train run directory")
-    parser.add_argument("--output", required=True, type=Path, help="the sentence-transformers directory to write")
+    parser.add_argument("--run", required=True, type=storage.path_argument,
+                        help="the labse-train run directory (gs://...: its newest complete checkpoint is copied here)")
+    parser.add_argument("--output", required=True, type=storage.path_argument,
+                        help="the sentence-transformers directory to write (gs://...: written here, uploaded, "
+                        "_SUCCESS last)")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     parser.add_argument("--max-seq-length", type=int, default=None,
                         help="tokens per sentence at inference (default: the training --max-seq-length)")
@@ -146,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     from labse_model.cli import USER_ERRORS
 
     try:
-        export_sentence_transformer(args.run, args.output, args.step, args.max_seq_length, args.overwrite)
+        export(args.run, args.output, args.step, args.max_seq_length, args.overwrite)
     except USER_ERRORS as exc:
         logger.error("%s", exc)
         return 2

@@ -68,6 +68,8 @@ class LoopParts:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     settings: TrainerSettings  # the trainer's config: clipping, bf16, log/eval/save cadence
     log: RunLog
+    # Called with the step after each checkpoint is written (e.g. its upload: labse_model.run_store).
+    after_checkpoint: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         self.trained = wrap_ddp(self.trained, self.ctx)
@@ -125,6 +127,8 @@ def save_checkpoint(parts: LoopParts, step: int, extra_state: dict[str, Any] | N
         rank=parts.ctx.rank, world_size=parts.ctx.world_size, barrier=barrier,
         keep_last=parts.settings.keep_checkpoints or None, rank_state=rank_state,
     )
+    if parts.after_checkpoint is not None:
+        parts.after_checkpoint(step)
 
 
 def resume_point(run_dir: Path, ctx: DistributedContext, step: int | None,

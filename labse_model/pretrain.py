@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
 import json
 import logging
 import shutil
@@ -41,6 +40,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
+from labse_model import storage
 from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
     PRESETS,
@@ -63,6 +63,7 @@ from labse_model.masking import MaskingSpec
 from labse_model.mlm import MaskedLanguageModel
 from labse_model.optim import build_optimizer
 from labse_model.run_log import RunLog
+from labse_model.run_store import checkpoint_publisher
 from labse_model.stacking import Stage, build_model, default_stage_layers, grow, plan_stages
 from pipelines.io.atomic import atomic_path, write_text_atomic
 from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
@@ -89,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "LANG:GLOB of text files (one sentence a line, blank line between documents); repeatable")
     data.add_argument("--pairs", default=None, help="glob of labse-tfrecords pair shards for TLM (quote it)")
     data.add_argument("--vocab", required=True, help="the vocab.txt (the one labse-tfrecords used for --pairs)")
-    data.add_argument("--output", required=True, type=Path, help="PT_DIR: encoder, config, checkpoints, logs")
+    data.add_argument("--output", required=True, type=storage.path_argument,
+                      help="PT_DIR: encoder, config, checkpoints, logs; gs://... is mirrored locally and uploaded "
+                      "after every checkpoint (docs/guides/training-on-object-storage.md)")
     data.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
     model = parser.add_argument_group("model")
     model.add_argument("--config", choices=sorted(PRESETS), default="base", help="encoder size preset")
@@ -216,7 +219,7 @@ def pretrain(args: argparse.Namespace) -> dict[str, Any]:
     """Run (or resume) pre-training in this process; collective when launched by torchrun."""
     if not Path(args.vocab).is_file():
         raise FileNotFoundError(f"--vocab {args.vocab} not found")
-    if args.pairs and not glob.glob(args.pairs):
+    if args.pairs and not storage.glob(args.pairs):
         raise FileNotFoundError(f"--pairs {args.pairs!r} matches no files")
     return run_in_run_dir(args, _pretrain)
 
@@ -336,7 +339,8 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
             optimizer.load_state_dict(resumed.state["optimizer"])
             scheduler.load_state_dict(resumed.state["scheduler"])
         parts = LoopParts(ctx=ctx, run_dir=run_dir, model=model, trained=model, optimizer=optimizer,
-                          scheduler=scheduler, settings=settings, log=log)
+                          scheduler=scheduler, settings=settings, log=log,
+                          after_checkpoint=checkpoint_publisher(args, ctx, settings.keep_checkpoints))
 
         def compute_loss(batch, parts=parts, tokens=tokens):
             tokens.add_(batch["attention_mask"].sum().item())

@@ -45,7 +45,6 @@ Masks are drawn by `labse_model.masking` from a generator seeded with (seed, ste
 """
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import re
@@ -57,6 +56,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from labse_model import storage
 from labse_model.masking import MaskingSpec, mask_tokens
 
 logger = logging.getLogger(__name__)
@@ -81,30 +81,25 @@ class MonoCorpus:
 
 def _visible_files(pattern: str) -> list[str]:
     # Hidden and underscore names are a writer's temporary files and markers, not data.
-    return sorted(p for p in glob.glob(pattern)
-                  if os.path.isfile(p) and not os.path.basename(p).startswith((".", "_")))
+    return [p for p in storage.glob_files(pattern) if not p.rsplit("/", 1)[-1].startswith((".", "_"))]
 
 
 def _parquet_rows(path: str) -> int:
-    import pyarrow.parquet as pq
-
     try:
-        return pq.ParquetFile(path).metadata.num_rows
+        return storage.parquet_file(path).metadata.num_rows
     except Exception as exc:  # pyarrow raises several types for a file that is not Parquet
         raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
 
 
 def _count_text_sentences(path: str) -> int:
-    from pipelines.io.text_lines import iter_lines
-
-    return sum(1 for line in iter_lines(path) if line.strip())
+    return sum(1 for line in storage.iter_lines(path) if line.strip())
 
 
 def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
     """Resolve `--mono` arguments into per-language corpora (files of one language merged).
 
     A spec is a directory of `lang=XX` partitions (labse-clean's `sentences/`, or the clean output
-    directory holding it), or `LANG:GLOB` of text files. Missing inputs and empty languages are
+    directory holding it), or `LANG:GLOB` of text files; either may be on object storage (gs://...). Missing inputs and empty languages are
     errors that name the spec, raised before any training work.
     """
     files: dict[str, dict[str, str]] = {}
@@ -120,7 +115,8 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
 
     for spec in specs:
         match = _LANG_SPEC.match(spec)
-        if match and not os.path.exists(spec):
+        # gs://B/sentences matches LANG:GLOB too ("gs", "//B/..."); de:gs://B/*.txt is a spec.
+        if match and not match.group(2).startswith("//") and not os.path.exists(spec):
             lang, pattern = match.groups()
             paths = _visible_files(pattern)
             if not paths:
@@ -131,18 +127,18 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             add(lang, paths, TEXT, rows)
             continue
         root = spec
-        if os.path.isdir(os.path.join(root, "sentences")):
-            root = os.path.join(root, "sentences")
-        if not os.path.isdir(root):
+        if storage.isdir(storage.join(root, "sentences")):
+            root = storage.join(root, "sentences")
+        if not storage.isdir(root):
             raise FileNotFoundError(f"--mono {spec!r} is neither a directory of lang=XX partitions nor LANG:GLOB")
-        partitions = sorted(d for d in os.listdir(root) if _PARTITION.match(d) and os.path.isdir(os.path.join(root, d)))
+        partitions = [d for d in storage.listdir(root) if _PARTITION.match(d) and storage.isdir(storage.join(root, d))]
         if not partitions:
             raise ValueError(f"--mono {spec!r}: no lang=XX partitions under {root} (is it labse-clean's output?)")
         for partition in partitions:
-            paths = _visible_files(os.path.join(root, partition, "*.parquet"))
+            paths = _visible_files(storage.join(root, partition, "*.parquet"))
             rows = [_parquet_rows(p) for p in paths]
             if sum(rows) == 0:
-                raise ValueError(f"--mono {spec!r}: the partition {os.path.join(root, partition)} holds no sentence "
+                raise ValueError(f"--mono {spec!r}: the partition {storage.join(root, partition)} holds no sentence "
                                  "(an interrupted or filtered run?); remove it or rerun labse-clean")
             add(_PARTITION.match(partition).group(1), paths, PARQUET, rows)
     if not files:
@@ -164,9 +160,7 @@ def language_probabilities(corpora: list[MonoCorpus], alpha: float) -> np.ndarra
 def _iter_rows(path: str, fmt: str, start_row: int) -> Iterator[list[tuple[int, Any, str]]]:
     """Batches of (row, document key, text) from `start_row` on; a text file's blank lines end documents."""
     if fmt == PARQUET:
-        import pyarrow.parquet as pq
-
-        parquet = pq.ParquetFile(path)
+        parquet = storage.parquet_file(path)
         # Whole row groups before the position are not read at all.
         first_row, groups, group_start = 0, [], 0
         for group in range(parquet.num_row_groups):
@@ -184,10 +178,8 @@ def _iter_rows(path: str, fmt: str, start_row: int) -> Iterator[list[tuple[int, 
             if rows:
                 yield rows
         return
-    from pipelines.io.text_lines import iter_lines
-
     document, pending = 0, []
-    for row, line in enumerate(iter_lines(path)):
+    for row, line in enumerate(storage.iter_lines(path)):
         if row < start_row:
             continue
         if not line.strip():

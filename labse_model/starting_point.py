@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from labse_model import checkpoint as ckpt
+from labse_model import storage
 from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, count_vocab, file_sha256
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,16 @@ def _some(keys: list[str], limit: int = 10) -> str:
 
 
 def load_starting_point(path: str | Path) -> StartingPoint:
-    """Recognise what PATH is and read it; FileNotFoundError/ValueError say what was expected."""
+    """Recognise what PATH is and read it; FileNotFoundError/ValueError say what was expected.
+
+    PATH on object storage (gs://...) is first copied to this host (`run_store.fetch_model`: a run
+    gives one complete checkpoint, checked against its marker's sha256), then read the same way."""
+    if storage.is_url(path):
+        from labse_model.run_store import fetch_model
+
+        local = fetch_model(str(path))
+        logger.info("--init-from %s: read from its copy %s", path, local)
+        return load_starting_point(local)
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"--init-from {path} does not exist")

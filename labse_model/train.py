@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
 import json
 import logging
 import shutil
@@ -24,6 +23,7 @@ import torch
 
 from pipelines.io.atomic import atomic_path
 from labse_model import checkpoint as ckpt
+from labse_model import storage
 from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
     POOLING_MODES,
@@ -48,6 +48,7 @@ from labse_model.loop import (
 from labse_model.loss import BidirectionalAMSLoss
 from labse_model.optim import build_optimizer, build_scheduler
 from labse_model.run_log import RunLog
+from labse_model.run_store import checkpoint_publisher
 from labse_model.starting_point import StartingPoint, check_run_vocab, load_starting_point, model_config_for_run
 from pipelines.io.atomic import write_text_atomic
 from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
@@ -64,9 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Train a LaBSE-style dual encoder (shared BERT, [CLS] -> dense+tanh -> L2) with a "
         "bidirectional additive-margin softmax and negatives gathered across processes.",
     )
-    data.add_argument("--data", required=True, help="glob of TFRecord shards written by labse-tfrecords (quote it)")
+    data.add_argument("--data", required=True, help="glob of TFRecord shards written by labse-tfrecords (quote it); "
+                      "gs://... is streamed")
     data.add_argument("--vocab", required=True, help="the vocab.txt the shards were tokenised with")
-    data.add_argument("--output", required=True, type=Path, help="run directory (config, checkpoints, logs)")
+    data.add_argument("--output", required=True, type=storage.path_argument,
+                      help="run directory (config, checkpoints, logs); gs://... is mirrored locally and uploaded "
+                      "after every checkpoint (docs/guides/training-on-object-storage.md)")
     data.add_argument(
         "--dev-data",
         default=None,
@@ -174,7 +178,7 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: St
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """Run (or resume) training in this process; collective when launched by torchrun."""
-    if not glob.glob(args.data):
+    if not storage.glob(args.data):
         raise FileNotFoundError(f"--data {args.data!r} matches no files")
     if not Path(args.vocab).is_file():
         raise FileNotFoundError(f"--vocab {args.vocab} not found")
@@ -249,7 +253,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     parts = LoopParts(
         ctx=ctx, run_dir=run_dir, model=model.encoder, trained=model, optimizer=optimizer,
         scheduler=scheduler, log=log,
-        settings=tc,
+        settings=tc, after_checkpoint=checkpoint_publisher(args, ctx, tc.keep_checkpoints),
     )
     loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale, gather_negatives=tc.gather_negatives)
     checked_ids = [False]

@@ -186,22 +186,26 @@ def index_records(path: str | os.PathLike) -> np.ndarray:
     truncated file fails here, before training starts; data CRCs are checked when a record is read.
     """
     path = os.fspath(path)
-    size = os.path.getsize(path)
-    offsets: list[int] = []
     with open(path, "rb", buffering=1 << 20) as f:
-        offset = 0
-        while offset < size:
-            length = _read_header(f, path, offset)
-            if length is None:  # pragma: no cover - size says there is more
-                break
-            end = offset + HEADER_SIZE + length + FOOTER_SIZE
-            if end > size:
-                raise TFRecordCorruptError(
-                    path, offset, f"truncated record: needs {end - offset} bytes, the file has {size - offset} left"
-                )
-            offsets.append(offset)
-            f.seek(end)
-            offset = end
+        return index_open_records(f, path, os.path.getsize(path))
+
+
+def index_open_records(f: BinaryIO, path: str, size: int) -> np.ndarray:
+    """`index_records` of a file already open for reading (`size` bytes; e.g. an object-store stream)."""
+    offsets: list[int] = []
+    offset = 0
+    while offset < size:
+        f.seek(offset)
+        length = _read_header(f, path, offset)
+        if length is None:  # pragma: no cover - size says there is more
+            break
+        end = offset + HEADER_SIZE + length + FOOTER_SIZE
+        if end > size:
+            raise TFRecordCorruptError(
+                path, offset, f"truncated record: needs {end - offset} bytes, the file has {size - offset} left"
+            )
+        offsets.append(offset)
+        offset = end
     return np.asarray(offsets, dtype=np.int64)
 
 
