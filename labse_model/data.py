@@ -80,11 +80,15 @@ SUPPORTED_SCHEMA_VERSIONS = (1,)
 
 
 def resolve_shards(pattern: str) -> list[str]:
-    """Sorted shard paths for a glob pattern, a directory, or a comma-separated list of either."""
+    """Sorted shard paths for a glob pattern, a directory, or a comma-separated list of either;
+    each must lie in a complete labse-tfrecords output (its `_SUCCESS`)."""
+    from pipelines.io.stage_output import require_stage_output
+
     paths: set[str] = set()
     for part in (p.strip() for p in pattern.split(",")):
         if not part:
             continue
+        require_stage_output(part, f"TFRecord shards {part}")
         if os.path.isdir(part):
             part = os.path.join(part, "*.tfrecord*")
         for path in glob.glob(part):

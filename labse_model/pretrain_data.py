@@ -107,6 +107,8 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
     directory holding it), or `LANG:GLOB` of text files. Missing inputs and empty languages are
     errors that name the spec, raised before any training work.
     """
+    from pipelines.io.stage_output import require_stage_output
+
     files: dict[str, dict[str, str]] = {}
     counts: dict[str, int] = {}
 
@@ -122,6 +124,7 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
         match = _LANG_SPEC.match(spec)
         if match and not os.path.exists(spec):
             lang, pattern = match.groups()
+            require_stage_output(pattern, f"--mono {spec!r}", plain_allowed=True)
             paths = _visible_files(pattern)
             if not paths:
                 raise FileNotFoundError(f"--mono {spec!r}: {pattern!r} matches no files")
@@ -135,6 +138,7 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             root = os.path.join(root, "sentences")
         if not os.path.isdir(root):
             raise FileNotFoundError(f"--mono {spec!r} is neither a directory of lang=XX partitions nor LANG:GLOB")
+        require_stage_output(spec, f"--mono {spec!r} (labse-clean output)")
         partitions = sorted(d for d in os.listdir(root) if _PARTITION.match(d) and os.path.isdir(os.path.join(root, d)))
         if not partitions:
             raise ValueError(f"--mono {spec!r}: no lang=XX partitions under {root} (is it labse-clean's output?)")

@@ -88,7 +88,7 @@ def run(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_ar
     """Build and run the pipeline; returns the stats written to `output/stats.json`."""
     output = output.rstrip("/")
     with output_lock(output):  # before looking at the output: no check-then-act race between runs
-        prepare_output(output, overwrite=overwrite)
+        prepare_output(output, overwrite=overwrite, inputs=[pattern for pattern, _ in inputs])
         return _run_pipeline(inputs, output, config, beam_args, per_file_limit)
 
 

@@ -30,13 +30,13 @@ import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.accounting import CountByName, MergeTallies, accounting_section, run_sharded_stage
-from pipelines.io.parquet import clean_output_root, write_parquet_atomic
+from pipelines.io.parquet import write_parquet_atomic
 from pipelines.io.stage_output import (
     IncompleteOutputError,
     finish_shard_output,
     fresh_output,
     read_shard_stats,
-    require_complete,
+    require_stage_output,
     stage_parser,
     usage_error,
 )
@@ -227,9 +227,7 @@ def check_inputs(src: str, tgt: str) -> None:
     """Before any work: a labse-clean input must be complete, and the two sides must not share a
     file (mining a set against itself pairs every sentence with itself). Raises ValueError."""
     for option, path in (("--src", src), ("--tgt", tgt)):
-        root = clean_output_root(path)
-        if root is not None:
-            require_complete(root, f"{option} {path}: labse-clean output")
+        require_stage_output(path, f"{option} {path}", plain_allowed=True)
     shared = sorted(_matched_files(src) & _matched_files(tgt))
     if shared or os.path.normpath(src) == os.path.normpath(tgt):
         shown = ", ".join(shared[:3]) or src
@@ -324,7 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             LOG.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
                      stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
 
-    return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log)
+    return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log,
+                             inputs=[args.src, args.tgt])
 
 
 def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:

@@ -37,7 +37,7 @@ from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows, write_p
 from pipelines.io.stage_output import (
     IncompleteOutputError,
     finish_shard_output,
-    require_complete,
+    require_stage_output,
     stage_parser,
     usage_error,
 )
@@ -541,7 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error("labse-score", "; ".join(problems))
     try:
         QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
-        require_complete(args.pairs, "--pairs (labse-mine output)")
+        require_stage_output(args.pairs, f"--pairs {args.pairs} (labse-mine output)")
         labelled = read_labelled(args.labelled) if args.labelled else {}
     except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
         return usage_error("labse-score", str(error))
@@ -556,7 +556,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            labelled, args.keep_best_f1)
         LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
 
-    return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score)
+    return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score,
+                             inputs=[args.pairs, args.model, args.labelled])
 
 
 if __name__ == "__main__":

@@ -327,7 +327,7 @@ def run(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
     from pipelines.io.readers import ReadDocuments
 
     with output_lock(output):
-        prepare_output(output, overwrite=overwrite)
+        prepare_output(output, overwrite=overwrite, inputs=[input_pattern])
         with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
             _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
                  | "Build" >> BuildTrainingData(output, config))
