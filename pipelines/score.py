@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import re
 import sys
 import time
@@ -133,8 +134,7 @@ class _ScoreBatch(beam.DoFn):
 
         good = []
         for row in rows:
-            if isinstance(row.get("src"), str) and isinstance(row.get("tgt"), str) and \
-                    row.get("cosine") is not None and row.get("margin") is not None:
+            if is_valid_pair(row):
                 good.append(row)
             else:
                 self.invalid.inc()
@@ -145,7 +145,68 @@ class _ScoreBatch(beam.DoFn):
                                  [r["src_lang"] or "" for r in good], [r["tgt_lang"] or "" for r in good],
                                  [r["cosine"] for r in good], [r["margin"] for r in good], self.lid)
         for row, ranker, sanity in zip(good, *self.scorer.components(features)):
-            yield {**row, "ranker": float(ranker), "sanity": float(sanity)}
+            if math.isfinite(ranker) and math.isfinite(sanity):
+                yield {**row, "ranker": float(ranker), "sanity": float(sanity)}
+            else:  # finite inputs the scorer still cannot rate (an overflowing feature)
+                self.invalid.inc()
+                yield beam.pvalue.TaggedOutput("dropped", "invalid")
+
+
+def _is_finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_valid_pair(row: dict) -> bool:
+    """A pair the scorer can rate: text on both sides, a finite cosine and margin. Anything else
+    (a null, NaN or infinite value) is dropped as `invalid`: one NaN would poison its language
+    pair's share estimate and threshold, and an infinite margin would score 1.0."""
+    return (isinstance(row.get("src"), str) and isinstance(row.get("tgt"), str)
+            and _is_finite_number(row.get("cosine")) and _is_finite_number(row.get("margin")))
+
+
+def check_labelled_matches(pairs_dir: str, labelled: dict, labelled_path: str) -> None:
+    """Before any work: `--labelled` must rate at least one pair of `pairs_dir` (the same (src, tgt)
+    test as the pipeline's), else the threshold would silently fall back to the expected precision.
+    Reads only the two text columns and stops at the first match. Raises ValueError."""
+    from apache_beam.io.filesystems import FileSystems
+
+    import pyarrow.parquet as pq
+
+    for metadata in (m for r in FileSystems.match([ReadPairs(pairs_dir).pattern]) for m in r.metadata_list):
+        try:
+            with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+                table = pq.read_table(handle, columns=["src", "tgt"])
+        except Exception:  # unreadable or without the columns: counted by the pipeline
+            continue
+        if any(pair in labelled for pair in zip(table.column("src").to_pylist(), table.column("tgt").to_pylist())):
+            return
+    raise ValueError(f"--labelled {labelled_path}: none of its {len(labelled)} rated pairs is among the pairs of "
+                     f"{pairs_dir}, so it cannot measure their precision: rate a sample of these pairs")
+
+
+def check_pair_column_types(pairs_dir: str) -> None:
+    """Before any work: a pair column of the wrong type in a Parquet file of `pairs_dir` (a string
+    `cosine`, a numeric `src`) is a ValueError naming the file and the column. Files that cannot be
+    read are left to the pipeline, which counts and lists them."""
+    from apache_beam.io.filesystems import FileSystems
+
+    import pyarrow.parquet as pq
+
+    for metadata in (m for r in FileSystems.match([ReadPairs(pairs_dir).pattern]) for m in r.metadata_list):
+        try:
+            with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+                schema = pq.read_schema(handle)
+        except Exception:  # unreadable: counted as `unreadable_file` by the pipeline
+            continue
+        for field in schema:
+            if field.name not in PAIR_COLUMNS or pa.types.is_null(field.type):  # an all-null column: rows invalid
+                continue
+            numeric = field.name in ("cosine", "margin")
+            fits = (pa.types.is_integer(field.type) or pa.types.is_floating(field.type) if numeric
+                    else pa.types.is_string(field.type) or pa.types.is_large_string(field.type))
+            if not fits:
+                raise ValueError(f"--pairs {metadata.path}: column {field.name!r} holds {field.type}, expected "
+                                 f"{'a number' if numeric else 'text'}: rewrite that file with labse-mine's schema")
 
 
 def _language_pair(row: dict) -> str:
@@ -542,7 +603,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
         require_stage_output(args.pairs, f"--pairs {args.pairs} (labse-mine output)")
+        check_pair_column_types(args.pairs)
         labelled = read_labelled(args.labelled) if args.labelled else {}
+        if args.labelled:
+            check_labelled_matches(args.pairs, labelled, args.labelled)
     except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
         return usage_error("labse-score", str(error))
     keep_precision = args.keep_precision if args.keep_precision is not None else (

@@ -219,7 +219,7 @@ def build(
                        config=VocabConfig(vocab_size=32000, num_unused=100))
         result.report["languages"]["de"]["unk_share"]
     """
-    from pipelines.io.stage_output import output_lock, prepare_output_files
+    from pipelines.io.stage_output import output_lock, prepare_output_files, remove_output
 
     config = config or VocabConfig()
     problems = config.problems()
@@ -234,7 +234,14 @@ def build(
     with output_lock(output):  # before looking at the outputs: two runs never mix
         prepare_output_files([output, paths["report"], paths["png"], paths["stats"], paths["work"]],
                              overwrite=overwrite, inputs=[sentences_dir, *(text_files or {}).values()])
-        return _build(output, paths, sentences_dir, text_files, config, beam_args)
+        try:
+            return _build(output, paths, sentences_dir, text_files, config, beam_args)
+        except BaseException:
+            # A run that fails (a refused vocabulary size, an interrupted count) leaves nothing: its
+            # work directory would otherwise be refused as an earlier output and block the retry.
+            for path in (output, *paths.values()):
+                remove_output(path)
+            raise
 
 
 def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_files: Mapping[str, str] | None,

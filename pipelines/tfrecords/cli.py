@@ -15,7 +15,6 @@ import argparse
 import glob
 import json
 import logging
-import math
 import os
 import sys
 from typing import Sequence
@@ -87,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     try:  # everything about the inputs is checked here, before any work: one line, exit 2
         config = TFRecordsConfig(max_seq_length=args.max_seq_length, num_shards=args.num_shards,
                                  min_score=args.min_score, include_text=args.include_text, seed=args.seed)
-        if args.min_score is not None and not math.isfinite(args.min_score):
-            raise ValueError(f"--min-score must be a finite number, got {args.min_score}")
         specs = [parse_parallel_text(s, "--parallel-text") for s in args.parallel_text]
         parquet_files: list[str] = []
         for location in args.pairs:
