@@ -332,6 +332,7 @@ def test_bad_input_fails_before_any_work(inputs, tmp_path, caplog):
     empty.mkdir(parents=True)
     pq.write_table(pa.table({"text": pa.array([], pa.string()), "doc_id": pa.array([], pa.string())}),
                    empty / "part-0.parquet")
+    mark_complete(tmp_path / "empty", {}, stage="labse-clean")  # complete, and empty
     caplog.clear()
     assert pretrain_main(["--mono", str(empty.parent), *_args(vocab, shards, sentences, run)]) == 2
     assert "holds no sentence" in caplog.text and not run.exists()
@@ -342,6 +343,7 @@ def test_bad_input_fails_before_any_work(inputs, tmp_path, caplog):
     for shard in Path(shards).parent.glob("*.tfrecord"):
         (other / shard.name).write_bytes(shard.read_bytes())
     (other / "schema.json").write_text(json.dumps({"version": 1, "vocab": {"sha256": "0" * 64}}))
+    mark_complete(other, {}, stage="labse-tfrecords")
     caplog.clear()
     argv = _args(vocab, str(other / "*.tfrecord"), sentences, run)
     assert pretrain_main(argv) == 2 and "different vocabulary" in caplog.text and not run.exists()

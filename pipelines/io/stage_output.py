@@ -9,7 +9,11 @@ A stage that writes OUT does, in this order:
         write_stats_json(OUT + "/stats.json", stats)
         mark_complete(OUT, stats)              # 4. OUT/_SUCCESS, atomically, the very last write
 
-and the stage that reads OUT calls `require_complete(OUT, "...")` before any work.
+and the stage that reads OUT calls `require_stage_output(PATH, "...")` before any work, however
+PATH is spelt (OUT itself, a glob or sub-folder inside it, a symlink): it finds OUT and requires
+its marker. Before step 2 removes anything, `check_output_apart(OUT, inputs)` refuses an OUT that
+equals, contains or lies inside one of the run's inputs (`prepare_output(..., inputs=...)`). A
+Beam stage's parser (`stage_parser`) refuses an option that neither it nor Beam knows.
 
 Choices (README, section "Reliability"):
 - The lock is a file BESIDE the output, `OUT.lock`, never inside it: nothing inside OUT changes
