@@ -312,3 +312,10 @@ def test_a_refused_vocabulary_leaves_nothing_that_blocks_the_retry(labse_data, t
     assert os.listdir(tmp_path / "v") == []
     assert vocab_main(argv + ["--vocab-size", "400"]) == 0  # the retry, without --overwrite
     assert len((tmp_path / "v" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 400
+
+
+def test_plain_text_beside_a_folder_named_sentences_is_still_plain(labse_data, tmp_path):
+    (tmp_path / "sentences").mkdir()  # someone's own folder of that name, no stage output
+    text = _text_file(labse_data, "multi30k/val.de.gz", tmp_path / "text" / "de.txt")
+    assert stage_output_root(text) is None
+    assert require_stage_output(f"{text.parent}/*.txt", "--src", plain_allowed=True) is None

@@ -550,8 +550,8 @@ def stage_output_root(path_or_pattern: str | os.PathLike) -> str | None:
 
     From the real location of the fixed part (`real_location`) upwards, the nearest folder that is
     a stage output's root: it holds `_SUCCESS`, or its lock `DIR.lock` lies beside it (a run is
-    writing it, or one died), or it holds a labse-clean `sentences/` folder (the layout of an output
-    interrupted before its marker)."""
+    writing it, or one died), or it holds the labse-clean `sentences/` folder that the path names or
+    goes through (the layout of an output interrupted before its marker)."""
     current: str | None = real_location(path_or_pattern)
     if not is_remote(current) and os.path.isfile(current):
         current = os.path.dirname(current)
@@ -559,8 +559,11 @@ def stage_output_root(path_or_pattern: str | os.PathLike) -> str | None:
     while current:
         if _exists(marker_path_of(current)) or _exists(lock_path_of(current)):
             return current
-        passed_sentences = child is not None and child.rsplit("/", 1)[-1] == "sentences"
-        if passed_sentences or (not is_remote(current) and os.path.isdir(os.path.join(current, "sentences"))):
+        if child is None:  # the path names a labse-clean output's root itself
+            holds_sentences = not is_remote(current) and os.path.isdir(os.path.join(current, "sentences"))
+        else:  # or it went through its sentences/ (an ancestor merely holding one is someone else's folder)
+            holds_sentences = child.rsplit("/", 1)[-1] == "sentences"
+        if holds_sentences:
             return current
         child, current = current, _parent(current)
     return None
