@@ -88,13 +88,16 @@ SUPPORTED_SCHEMA_VERSIONS = (1,)
 
 
 def resolve_shards(pattern: str) -> list[str]:
-    """Sorted shard paths for a glob pattern, a directory, or a comma-separated list of either.
+    """Sorted shard paths for a glob pattern, a directory, or a comma-separated list of either;
+    each must lie in a complete labse-tfrecords output (its `_SUCCESS`), local or gs://."""
+    from pipelines.io.stage_output import require_stage_output
 
-    Each may be a URL (gs://...); shards there must sit in complete outputs (`_SUCCESS`)."""
     paths: set[str] = set()
     for part in (p.strip() for p in pattern.split(",")):
         if not part:
             continue
+        if not storage.is_url(part):
+            require_stage_output(part, f"TFRecord shards {part}")
         if storage.isdir(part):
             part = storage.join(part, "*.tfrecord*")
         for path in storage.glob_files(part):

@@ -102,6 +102,8 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
     directory holding it), or `LANG:GLOB` of text files; either may be on object storage (gs://...). Missing inputs and empty languages are
     errors that name the spec, raised before any training work.
     """
+    from pipelines.io.stage_output import require_stage_output
+
     files: dict[str, dict[str, str]] = {}
     counts: dict[str, int] = {}
 
@@ -118,6 +120,8 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
         # gs://B/sentences matches LANG:GLOB too ("gs", "//B/..."); de:gs://B/*.txt is a spec.
         if match and not match.group(2).startswith("//") and not os.path.exists(spec):
             lang, pattern = match.groups()
+            if not storage.is_url(pattern):
+                require_stage_output(pattern, f"--mono {spec!r}", plain_allowed=True)
             paths = _visible_files(pattern)
             if not paths:
                 raise FileNotFoundError(f"--mono {spec!r}: {pattern!r} matches no files")
@@ -131,6 +135,8 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             root = storage.join(root, "sentences")
         if not storage.isdir(root):
             raise FileNotFoundError(f"--mono {spec!r} is neither a directory of lang=XX partitions nor LANG:GLOB")
+        if not storage.is_url(spec):
+            require_stage_output(spec, f"--mono {spec!r} (labse-clean output)")
         partitions = [d for d in storage.listdir(root) if _PARTITION.match(d) and storage.isdir(storage.join(root, d))]
         if not partitions:
             raise ValueError(f"--mono {spec!r}: no lang=XX partitions under {root} (is it labse-clean's output?)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import sys
 import zlib
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import apache_beam as beam
 import pyarrow as pa
@@ -31,14 +31,16 @@ def report_identity(stage: str, stats: Mapping) -> int:
     return 0
 
 
-def run_sharded_stage(stage: str, output: str, *, overwrite: bool, run: Callable[[], object]) -> int:
+def run_sharded_stage(stage: str, output: str, *, overwrite: bool, run: Callable[[], object],
+                      inputs: Sequence[str] = ()) -> int:
     """A sharded stage's run, as labse-mine and labse-score make it: `run()` (a Beam pipeline whose
     sinks write Parquet shards and `_stats.json` into `output`) with `output` fresh and locked
     first, so two runs never mix. The exit status: 2 with one line when the output is refused
-    (it exists without --overwrite, or another run holds it); else `report_identity` of the stats
-    the run wrote (0 for an object-store output, whose stats Beam wrote and only Beam checks)."""
+    (it exists without --overwrite, another run holds it, or it overlaps one of `inputs`); else
+    `report_identity` of the stats the run wrote (0 for an object-store output, whose stats Beam
+    wrote and only Beam checks)."""
     try:
-        with fresh_output(output, overwrite=overwrite):
+        with fresh_output(output, overwrite=overwrite, inputs=inputs):
             run()
     except OUTPUT_REFUSED as error:
         return usage_error(stage, str(error))

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from labse_model.data import build_train_loader, epoch_order
+from pipelines.io.stage_output import mark_complete
 from pipelines.io.tfrecord import TFRecordWriter, encode_example
 
 SHARD_SIZES = (7, 11, 5)  # 23 records in 3 uneven shards
@@ -29,6 +30,7 @@ def write_shards(directory, sizes=SHARD_SIZES) -> str:
                 tgt = [2, 5000 + k] + [7] * (k % 3) + [3]
                 writer.write(encode_example({"src_ids": src, "tgt_ids": tgt, "src_lang": "de", "tgt_lang": "en", "score": 1.0}))
                 k += 1
+    mark_complete(directory, {"records": k}, stage="test shards")  # readers require it, as for labse-tfrecords
     return str(directory / "*.tfrecord")
 
 

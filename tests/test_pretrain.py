@@ -27,6 +27,7 @@ from labse_model.pretrain_data import (
 )
 from labse_model.run_log import read_metrics
 from labse_model.stacking import build_model, grow, plan_stages
+from pipelines.io.stage_output import mark_complete
 from model_helpers import build_vocab, udhr_lines, write_shards
 from pipelines.text.wordpiece import CLS_ID, MASK_ID, SEP_ID, hf_tokenizer
 
@@ -49,6 +50,7 @@ def inputs(labse_data, tmp_path_factory):
                        row_group_size=16)
         pq.write_table(table.slice(len(lines) // 2), sentences / f"lang={lang}" / "part-00001-of-00002.parquet",
                        row_group_size=16)
+    mark_complete(root / "clean", {}, stage="test: labse-clean's layout")  # readers require it
     return vocab, shards, root / "clean" / "sentences"
 
 
@@ -330,6 +332,7 @@ def test_bad_input_fails_before_any_work(inputs, tmp_path, caplog):
     empty.mkdir(parents=True)
     pq.write_table(pa.table({"text": pa.array([], pa.string()), "doc_id": pa.array([], pa.string())}),
                    empty / "part-0.parquet")
+    mark_complete(tmp_path / "empty", {}, stage="labse-clean")  # complete, and empty
     caplog.clear()
     assert pretrain_main(["--mono", str(empty.parent), *_args(vocab, shards, sentences, run)]) == 2
     assert "holds no sentence" in caplog.text and not run.exists()
@@ -340,6 +343,7 @@ def test_bad_input_fails_before_any_work(inputs, tmp_path, caplog):
     for shard in Path(shards).parent.glob("*.tfrecord"):
         (other / shard.name).write_bytes(shard.read_bytes())
     (other / "schema.json").write_text(json.dumps({"version": 1, "vocab": {"sha256": "0" * 64}}))
+    mark_complete(other, {}, stage="labse-tfrecords")
     caplog.clear()
     argv = _args(vocab, str(other / "*.tfrecord"), sentences, run)
     assert pretrain_main(argv) == 2 and "different vocabulary" in caplog.text and not run.exists()

@@ -736,3 +736,45 @@ def test_labse_score_exits_1_when_its_books_do_not_balance(scorer_dir, tmp_path,
     assert err.startswith("labse-score: accounting identity") and "pairs: read 2" in err and len(err.splitlines()) == 1
     stats = json.loads((tmp_path / "scored" / STATS_BESIDE_SHARDS).read_text())
     assert stats["identity_holds"] is False and identity_violations(stats)
+
+
+# ------------------------------------------- issue 26, item 4: non-finite values and wrongly-typed columns
+@pytest.mark.slow
+def test_non_finite_cosines_and_margins_are_dropped_as_invalid(scorer_dir, labse_data, embedder, tmp_path, capsys):
+    """Real Multi30k pairs, each non-finite value once (NaN cosine, NaN / -inf / +inf margin, +inf cosine): those
+    pairs are dropped as `invalid` and counted; the rest are scored as usual (no solver traceback, no score 1.0)."""
+    de = _read(require_file(labse_data, "multi30k/val.de.gz"), 60)
+    en = _read(require_file(labse_data, "multi30k/val.en.gz"), 60)
+    cosine, margin = pair_margins(embedder.encode(de), embedder.encode(en), embedder.encode(de), embedder.encode(en),
+                                  4, "ratio")
+    rows = [{"src": s, "tgt": t, "src_lang": "de", "tgt_lang": "en", "cosine": float(c), "margin": float(m),
+             "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": str(i)}
+            for i, (s, t, c, m) in enumerate(zip(de, en, cosine, margin))]
+    nan, inf = float("nan"), float("inf")
+    bad = {0: {"cosine": nan}, 1: {"margin": nan}, 2: {"margin": -inf}, 3: {"margin": inf}, 4: {"cosine": inf}}
+    for i, values in bad.items():
+        rows[i].update(values)
+    pairs = _pairs_dir(tmp_path / "pairs", rows)
+    out = tmp_path / "scored"
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir),
+                           "--keep-fraction", "1.0"]) == 0
+    stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
+    assert stats["accounting"]["pairs"]["dropped"].get("invalid") == len(bad) and stats["identity_holds"]
+    kept = _read_scored(out)
+    assert len(kept) == 60 - len(bad) and {r["src_doc_id"] for r in kept}.isdisjoint(str(i) for i in bad)
+    assert all(np.isfinite(r["score"]) and np.isfinite(r["margin"]) for r in kept)
+    assert np.isfinite(stats["per_language_pair"]["de-en"]["estimated_good_share"])
+
+
+def test_a_string_typed_pair_column_is_one_line_naming_it(scorer_dir, tmp_path, capsys):
+    rows = [{c: "0.9" if c in ("cosine", "margin") else "x" for c in score_cli.PAIR_COLUMNS}]
+    pairs = tmp_path / "pairs"
+    pairs.mkdir()
+    pq.write_table(pa.Table.from_pylist(rows), pairs / "part-00000-of-00001.parquet")  # every column a string
+    mark_complete(pairs, {"pairs": 1}, stage="labse-mine")
+    assert score_cli.main(["--pairs", str(pairs), "--output", str(tmp_path / "o"), "--model", str(scorer_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-score: error:") and len(err.splitlines()) == 1, err
+    assert "column 'cosine' holds string, expected a number" in err
+    assert not (tmp_path / "o").exists()
+    assert not score_cli.is_valid_pair({**rows[0], "cosine": "0.9", "margin": 1.0})

@@ -215,6 +215,7 @@ def test_truncated_and_corrupt_shards_name_the_file(built, tmp_path):
     source = sorted(built["out"].glob("*.tfrecord"))[0]
     data = source.read_bytes()
     offsets = index_records(source)
+    mark_complete(tmp_path, {}, stage="test: damaged copies of a complete output")  # the loader requires it
 
     truncated = tmp_path / "truncated.tfrecord"
     truncated.write_bytes(data[:-7])

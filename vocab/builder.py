@@ -162,8 +162,7 @@ def _check_inputs(sentences_dir: str | None, text_files: Mapping[str, str] | Non
     output that is not complete (interrupted, or still running)."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipelines.io.parquet import clean_output_root
-    from pipelines.io.stage_output import require_complete
+    from pipelines.io.stage_output import require_stage_output
     from vocab.count import ReadSentenceParquet
 
     patterns = []
@@ -174,9 +173,10 @@ def _check_inputs(sentences_dir: str | None, text_files: Mapping[str, str] | Non
     for option, pattern in patterns:
         if not FileSystems.match([pattern])[0].metadata_list:
             raise ValueError(f"{option}: no file matches {pattern}")
-    root = clean_output_root(sentences_dir) if sentences_dir else None
-    if root is not None:
-        require_complete(root, f"--input {sentences_dir}: labse-clean output")
+    if sentences_dir:
+        require_stage_output(sentences_dir, f"--input {sentences_dir} (labse-clean output)")
+    for lang, pattern in (text_files or {}).items():
+        require_stage_output(pattern, f"--input-text {lang}={pattern}", plain_allowed=True)
 
 
 def build(
@@ -219,7 +219,7 @@ def build(
                        config=VocabConfig(vocab_size=32000, num_unused=100))
         result.report["languages"]["de"]["unk_share"]
     """
-    from pipelines.io.stage_output import output_lock, prepare_output_files
+    from pipelines.io.stage_output import output_lock, prepare_output_files, remove_output
 
     config = config or VocabConfig()
     problems = config.problems()
@@ -233,8 +233,15 @@ def build(
         paths["work"] = work_dir.rstrip("/")
     with output_lock(output):  # before looking at the outputs: two runs never mix
         prepare_output_files([output, paths["report"], paths["png"], paths["stats"], paths["work"]],
-                             overwrite=overwrite)
-        return _build(output, paths, sentences_dir, text_files, config, beam_args)
+                             overwrite=overwrite, inputs=[sentences_dir, *(text_files or {}).values()])
+        try:
+            return _build(output, paths, sentences_dir, text_files, config, beam_args)
+        except BaseException:
+            # A run that fails (a refused vocabulary size, an interrupted count) leaves nothing: its
+            # work directory would otherwise be refused as an earlier output and block the retry.
+            for path in (output, *paths.values()):
+                remove_output(path)
+            raise
 
 
 def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_files: Mapping[str, str] | None,

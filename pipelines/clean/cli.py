@@ -87,7 +87,7 @@ def run(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_ar
     """Build and run the pipeline; returns the stats written to `output/stats.json`."""
     output = output.rstrip("/")
     with output_lock(output):  # before looking at the output: no check-then-act race between runs
-        prepare_output(output, overwrite=overwrite)
+        prepare_output(output, overwrite=overwrite, inputs=[pattern for pattern, _ in inputs])
         return _run_pipeline(inputs, output, config, beam_args, per_file_limit)
 
 
@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         inputs = [(pattern, infer_format(pattern) if args.format == "auto" else args.format) for pattern in args.input]
     except ValueError as exc:
         parser.error(str(exc))
-    if not 0.0 <= args.main_content_threshold <= 1.0 or not 0.0 <= args.langid_threshold <= 1.0:
-        parser.error("--main-content-threshold and --langid-threshold must be between 0 and 1")
-    if not 1 <= args.min_chars <= args.max_chars:
-        parser.error("need 1 <= --min-chars <= --max-chars")
+    try:
+        config = config_from_args(CleanConfig, args)
+    except ValueError as exc:
+        return usage_error("labse-clean", str(exc))
     if args.per_file_limit < 0:
         parser.error("--per-file-limit must be >= 0")
 
@@ -143,7 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         except MainContentModelError as exc:
             print(f"labse-clean: error: --main-content-model: {exc}", file=sys.stderr)
             return 2
-    config = config_from_args(CleanConfig, args)
     try:
         stats = run(inputs, args.output, config, beam_args, overwrite=args.overwrite,
                     per_file_limit=args.per_file_limit)

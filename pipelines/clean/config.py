@@ -35,11 +35,16 @@ class CleanConfig:
         DEFAULT_ROWS_PER_FILE, "target rows per Parquet file; a language gets ceil(rows / this) files")
 
     def __post_init__(self):
-        # the same checks labse-clean makes on its options, so library use is checked too
-        if not 0.0 <= self.main_content_threshold <= 1.0 or not 0.0 <= self.langid_threshold <= 1.0:
-            raise ValueError("main_content_threshold and langid_threshold must be between 0 and 1")
+        # Checked here so that library use is checked too; the CLI reports the ValueError in one line.
+        problems = [f"{name} (--{name.replace('_', '-')}) must be between 0 and 1, got {getattr(self, name)}"
+                    for name in ("langid_threshold", "main_content_threshold") if not 0.0 <= getattr(self, name) <= 1.0]
         if not 1 <= self.min_chars <= self.max_chars:
-            raise ValueError("need 1 <= min_chars <= max_chars")
+            problems.append(f"need 1 <= min_chars (--min-chars) <= max_chars (--max-chars), got {self.min_chars} "
+                            f"and {self.max_chars}")
+        problems += [f"{name} (--{name.replace('_', '-')}) must be at least 1, got {getattr(self, name)}"
+                     for name in ("max_line_chars", "rows_per_file") if getattr(self, name) < 1]
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def filters(self) -> FilterConfig:
         return FilterConfig(min_chars=self.min_chars, max_chars=self.max_chars)

@@ -51,20 +51,6 @@ DEFAULT_ROWS_PER_FILE = 200_000
 NO_SENTENCES_FILE = "no-sentences.parquet"
 
 
-def clean_output_root(path: str) -> str | None:
-    """The labse-clean output DIR that `path` reads from, when it is `DIR/sentences`,
-    `DIR/sentences/lang=XX`, or files or a glob inside them; None for anything else (plain text
-    files, hand-made Parquet). Readers require that DIR is complete (`require_complete`)."""
-    parts = str(path).rstrip("/").split("/")
-    while parts and (any(ch in parts[-1] for ch in "*?[") or parts[-1].endswith(".parquet")):
-        parts.pop()
-    if parts and parts[-1].startswith("lang="):
-        parts.pop()
-    if not parts or parts[-1] != "sentences":
-        return None
-    return "/".join(parts[:-1]) or ("/" if str(path).startswith("/") else ".")
-
-
 def sentence_order(row: dict) -> tuple:
     """The deterministic order of sentences: input file, record offset, document id, position.
 

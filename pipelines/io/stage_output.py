@@ -9,7 +9,11 @@ A stage that writes OUT does, in this order:
         write_stats_json(OUT + "/stats.json", stats)
         mark_complete(OUT, stats)              # 4. OUT/_SUCCESS, atomically, the very last write
 
-and the stage that reads OUT calls `require_complete(OUT, "...")` before any work.
+and the stage that reads OUT calls `require_stage_output(PATH, "...")` before any work, however
+PATH is spelt (OUT itself, a glob or sub-folder inside it, a symlink): it finds OUT and requires
+its marker. Before step 2 removes anything, `check_output_apart(OUT, inputs)` refuses an OUT that
+equals, contains or lies inside one of the run's inputs (`prepare_output(..., inputs=...)`). A
+Beam stage's parser (`stage_parser`) refuses an option that neither it nor Beam knows.
 
 Choices (docs/reliability.md):
 - The lock is a file BESIDE the output, `OUT.lock`, never inside it: nothing inside OUT changes
@@ -82,20 +86,73 @@ class IncompleteOutputError(ValueError):
     """A stage's output without its completion marker: interrupted, or still being written."""
 
 
+class OutputOverlapsInputError(OutputExistsError):
+    """An output whose real path equals, contains or lies inside one of the run's inputs: writing
+    it (or `--overwrite` removing it) would destroy or feed back into what the run reads."""
+
+
 # What a stage's CLI reports as a usage error (exit 2, one line) when `fresh_output` refuses.
 OUTPUT_REFUSED: tuple[type[Exception], ...] = (OutputExistsError, OutputLockedError)
 
 
 BEAM_OPTIONS_HELP = ("Options the command does not know are passed to Apache Beam, e.g. --runner DataflowRunner "
                      "--project P --region R --temp_location gs://B/tmp --setup_file ./setup.py, or "
-                     "--direct_running_mode multi_processing --direct_num_workers 2.")
+                     "--direct_running_mode multi_processing --direct_num_workers 2. An option that neither "
+                     "the command nor Beam knows is refused.")
+
+
+class StageArgumentParser(argparse.ArgumentParser):
+    """A Beam stage's parser: `parse_known_args` returns (the command's options, Beam's options)
+    and refuses, in one line with exit 2, anything neither knows. Beam itself would only log
+    "Discarding unparseable args" and run with the default of the option the user misspelt."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        unknown = unknown_beam_args(rest)
+        if unknown:
+            ours = [option for action in self._actions for option in action.option_strings]
+            self.exit(EXIT_USAGE, f"{self.prog}: error: unrecognized arguments: {' '.join(unknown)} "
+                                  f"(neither {self.prog} nor Apache Beam knows them{_suggestion(unknown, ours)})\n")
+        return parsed, rest
+
+
+def _beam_option_parser() -> argparse.ArgumentParser:
+    """Every option Beam's PipelineOptions knows, built the way PipelineOptions.get_all_options does."""
+    import apache_beam  # noqa: F401  (imports the runners' option classes too)
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    return parser
+
+
+def unknown_beam_args(beam_args: Sequence[str]) -> list[str]:
+    """The arguments among `beam_args` that Beam's PipelineOptions does not know (empty when all are)."""
+    if not beam_args:
+        return []
+    _, unknown = _beam_option_parser().parse_known_args(list(beam_args))
+    return unknown
+
+
+def _suggestion(unknown: Sequence[str], ours: Sequence[str]) -> str:
+    import difflib
+
+    known = list(ours) + [o for a in _beam_option_parser()._actions for o in a.option_strings]
+    hints = []
+    for arg in unknown:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=1)
+            if close:
+                hints.append(f"{arg.split('=', 1)[0]} -> {close[0]}?")
+    return f"; did you mean {', '.join(hints)}" if hints else ""
 
 
 def stage_parser(prog: str, description: str, **parser_settings: Any) -> argparse.ArgumentParser:
     """The command line of a Beam stage: `prog`'s own options, with an epilog saying that any
     other option goes to Beam (the command parses with `parse_known_args` and gives the rest to
-    `PipelineOptions`)."""
-    return argparse.ArgumentParser(prog=prog, description=description, epilog=BEAM_OPTIONS_HELP, **parser_settings)
+    `PipelineOptions`); an option neither knows is refused (StageArgumentParser)."""
+    return StageArgumentParser(prog=prog, description=description, epilog=BEAM_OPTIONS_HELP, **parser_settings)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
@@ -160,12 +217,13 @@ def output_lock(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 
 
 @contextmanager
-def fresh_output(path: str | os.PathLike, *, overwrite: bool) -> Iterator[dict[str, Any]]:
+def fresh_output(path: str | os.PathLike, *, overwrite: bool,
+                 inputs: Sequence[str | os.PathLike] = ()) -> Iterator[dict[str, Any]]:
     """Steps 1 and 2 of the module doc together: hold `output_lock(path)` for the `with` block and
-    `prepare_output(path, overwrite=...)` inside it. Raises one of OUTPUT_REFUSED when the output
-    cannot be had (a CLI reports it with `usage_error`). Yields the holder info."""
+    `prepare_output(path, overwrite=..., inputs=...)` inside it. Raises one of OUTPUT_REFUSED when
+    the output cannot be had (a CLI reports it with `usage_error`). Yields the holder info."""
     with output_lock(path) as holder:
-        prepare_output(path, overwrite=overwrite)
+        prepare_output(path, overwrite=overwrite, inputs=inputs)
         yield holder
 
 
@@ -284,14 +342,76 @@ def remove_output(path: str | os.PathLike) -> None:
         os.unlink(path)
 
 
-def prepare_output(path: str | os.PathLike, *, overwrite: bool) -> None:
+def fixed_part(path_or_pattern: str | os.PathLike) -> str:
+    """The part of a path or glob pattern before its first wildcard component: the folder a glob
+    reads from (`d/*.warc.gz` -> `d`, `d/x/part-*` -> `d/x`), or the path itself."""
+    text = str(path_or_pattern)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    parts = rest.split("/")
+    for index, part in enumerate(parts):
+        if any(ch in part for ch in "*?["):
+            parts = parts[:index]
+            break
+    fixed = "/".join(parts)
+    if sep:
+        return f"{scheme}://{fixed}"
+    return fixed or ("/" if text.startswith("/") else ".")
+
+
+def real_location(path_or_pattern: str | os.PathLike) -> str:
+    """What a path or pattern really names, for comparing locations: the fixed part with symlinks
+    resolved (locally), or a normalised `scheme://bucket/prefix` (object stores)."""
+    import posixpath
+
+    fixed = fixed_part(path_or_pattern)
+    if is_remote(fixed):
+        scheme, _, rest = fixed.partition("://")
+        return f"{scheme.lower()}://{posixpath.normpath(rest).strip('/')}"
+    return os.path.realpath(fixed)
+
+
+def _overlap(output: str, source: str) -> bool:
+    if is_remote(output) != is_remote(source):
+        return False
+    if output == source:
+        return True
+    return source.startswith(output.rstrip("/") + "/") or output.startswith(source.rstrip("/") + "/")
+
+
+def check_output_apart(output: str | os.PathLike, inputs: Sequence[str | os.PathLike], *,
+                       option: str = "--output") -> None:
+    """Refuse (OutputOverlapsInputError, one line) an output whose real location equals, contains
+    or lies inside any input's: a glob by its fixed folder, symlinks resolved, gs:// prefixes
+    normalised. Called before anything is removed, so `--overwrite` never deletes the run's own
+    input (and a rerun never reads the previous output as input). Beam-free: the trainer's export
+    calls it with the run directory as the input."""
+    target = real_location(output)
+    for source in inputs:
+        if source is None or str(source) == "":
+            continue
+        where = real_location(source)
+        if _overlap(target, where):
+            relation = ("is" if target == where else
+                        "lies inside" if target.startswith(where.rstrip("/") + "/") else "contains")
+            raise OutputOverlapsInputError(
+                f"{option} {_strip(output)} {relation} the input {source} (real path {where}): a stage never "
+                "writes over, into or around what it reads (--overwrite would delete it); choose another "
+                f"{option}")
+
+
+def prepare_output(path: str | os.PathLike, *, overwrite: bool,
+                   inputs: Sequence[str | os.PathLike] = ()) -> None:
     """The one rule for a stage's output directory, local or on an object store.
 
+    An output that overlaps one of the run's `inputs` is refused first (`check_output_apart`).
     An existing non-empty output is refused (OutputExistsError, CLIs exit 2) unless `overwrite`,
     which removes it (its completion marker first). A path naming an existing file is refused
     either way: a directory belongs there, and a file is never removed on a guess. Locally the
     directory exists afterwards. Call it while holding `output_lock(path)`.
     """
+    check_output_apart(path, inputs)
     path = _strip(path)
     if not is_remote(path) and os.path.lexists(path) and not os.path.isdir(path):
         raise OutputExistsError(f"{path} is an existing file, not a directory: choose a directory for --output")
@@ -305,9 +425,13 @@ def prepare_output(path: str | os.PathLike, *, overwrite: bool) -> None:
         os.makedirs(path, exist_ok=True)
 
 
-def prepare_output_files(paths: Sequence[str | os.PathLike], *, overwrite: bool) -> None:
+def prepare_output_files(paths: Sequence[str | os.PathLike], *, overwrite: bool,
+                         inputs: Sequence[str | os.PathLike] = ()) -> None:
     """`prepare_output` for a stage whose output is a set of files beside each other (labse-vocab:
-    vocab.txt, its report, stats and work directory): refuse if any exists, unless `overwrite`."""
+    vocab.txt, its report, stats and work directory): refuse any that overlaps an input, then
+    refuse if any exists, unless `overwrite`."""
+    for path in paths:
+        check_output_apart(path, inputs)
     filesystems = _filesystems() if any(is_remote(p) for p in paths) else None
     existing = [str(p) for p in paths
                 if (filesystems.exists(str(p)) if is_remote(p) else os.path.lexists(p))]
@@ -404,6 +528,67 @@ def require_complete(path: str | os.PathLike, what: str) -> dict[str, Any]:
         raise IncompleteOutputError(
             f"{what} {_strip(path)} is not a complete stage output (no {SUCCESS_MARKER}): the run that writes "
             "it was interrupted or is still running: rerun the stage")
+    return marker
+
+
+def _exists(path: str) -> bool:
+    return _filesystems().exists(path) if is_remote(path) else os.path.lexists(path)
+
+
+def _parent(path: str) -> str | None:
+    if is_remote(path):
+        scheme, _, rest = path.partition("://")
+        return f"{scheme}://{rest.rsplit('/', 1)[0]}" if "/" in rest.strip("/") else None
+    parent = os.path.dirname(path)
+    return parent if parent != path else None
+
+
+def stage_output_root(path_or_pattern: str | os.PathLike) -> str | None:
+    """The root of the stage output that `path_or_pattern` reads from, however it is spelt: the
+    output itself, a glob inside it, a sub-folder (`OUT/sentences/lang=de`), a file in it or a
+    symlink to any of these under another name. None when it lies in no stage output.
+
+    From the real location of the fixed part (`real_location`) upwards, the nearest folder that is
+    a stage output's root: it holds `_SUCCESS`, or its lock `DIR.lock` lies beside it (a run is
+    writing it, or one died), or it holds the labse-clean `sentences/` folder that the path names or
+    goes through (the layout of an output interrupted before its marker)."""
+    current: str | None = real_location(path_or_pattern)
+    if not is_remote(current) and os.path.isfile(current):
+        current = os.path.dirname(current)
+    child = None
+    while current:
+        if _exists(marker_path_of(current)) or _exists(lock_path_of(current)):
+            return current
+        if child is None:  # the path names a labse-clean output's root itself
+            holds_sentences = not is_remote(current) and os.path.isdir(os.path.join(current, "sentences"))
+        else:  # or it went through its sentences/ (an ancestor merely holding one is someone else's folder)
+            holds_sentences = child.rsplit("/", 1)[-1] == "sentences"
+        if holds_sentences:
+            return current
+        child, current = current, _parent(current)
+    return None
+
+
+def require_stage_output(path_or_pattern: str | os.PathLike, what: str | None = None, *,
+                         plain_allowed: bool = False) -> dict[str, Any] | None:
+    """Every reader's check of its input: find the stage output `path_or_pattern` reads from
+    (`stage_output_root`) and require its `_SUCCESS` (IncompleteOutputError, one line, naming the
+    root). Returns the completion marker. Where the input may also be plain files (text, hand-made
+    Parquet), `plain_allowed=True` returns None for a path in no stage output instead of refusing;
+    `touch DIR/_SUCCESS` marks hand-made data as complete."""
+    what = what or str(path_or_pattern)
+    root = stage_output_root(path_or_pattern)
+    if root is None:
+        if plain_allowed:
+            return None
+        raise IncompleteOutputError(
+            f"{what}: {fixed_part(path_or_pattern)} lies in no complete stage output (no {SUCCESS_MARKER} in it "
+            "or any folder above): the run that writes it was interrupted or is still running: rerun the stage")
+    marker = read_completion(root)
+    if marker is None:
+        raise IncompleteOutputError(
+            f"{what}: {root} is not a complete stage output (no {SUCCESS_MARKER}): the run that writes it was "
+            "interrupted or is still running: rerun the stage")
     return marker
 
 

@@ -84,7 +84,7 @@ def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfi
     from pipelines.read.readers import ReadDocuments
 
     with output_lock(output):
-        prepare_output(output, overwrite=overwrite)
+        prepare_output(output, overwrite=overwrite, inputs=[input_pattern])
         with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
             _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc", namespace=COUNTER_NAMESPACE)
                  | "Build" >> BuildTrainingData(output, config))
@@ -152,9 +152,13 @@ def train_main(argv: list[str] | None = None) -> int:
                         help="decision threshold used for the reported metrics (default %(default)s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    config = TrainConfig(epoch=args.epoch, lr=args.lr, dim=args.dim, word_ngrams=args.word_ngrams,
-                         bucket=args.bucket, threads=args.threads, seed=args.seed, quantize=args.quantize,
-                         threshold=args.threshold)
+    try:
+        config = TrainConfig(epoch=args.epoch, lr=args.lr, dim=args.dim, word_ngrams=args.word_ngrams,
+                             bucket=args.bucket, threads=args.threads, seed=args.seed, quantize=args.quantize,
+                             threshold=args.threshold)
+    except ValueError as exc:
+        print(f"labse-main-content train: error: {exc}", file=sys.stderr)
+        return 2
     try:
         report = train(args.data, args.output, config)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:

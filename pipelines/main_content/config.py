@@ -55,6 +55,18 @@ class TrainConfig:
     quantize: bool = False
     threshold: float = 0.5
 
+    def __post_init__(self):
+        # Checked here so that library use is checked too; the CLI reports the ValueError in one line.
+        problems = [f"{name} (--{name.replace('_', '-')}) must be at least 1, got {getattr(self, name)}"
+                    for name in ("epoch", "dim", "word_ngrams", "bucket", "min_count", "threads")
+                    if getattr(self, name) < 1]
+        if not 0.0 < self.lr < float("inf"):
+            problems.append(f"lr (--lr) must be a positive number, got {self.lr}")
+        if not 0.0 <= self.threshold <= 1.0:
+            problems.append(f"threshold (--threshold) must be between 0 and 1, got {self.threshold}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
     def fasttext_args(self) -> dict:
         return {"epoch": self.epoch, "lr": self.lr, "dim": self.dim, "wordNgrams": self.word_ngrams,
                 "bucket": self.bucket, "minCount": self.min_count, "thread": self.threads,

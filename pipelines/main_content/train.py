@@ -91,12 +91,12 @@ def train(data_dir: str, output: str, config: TrainConfig = TrainConfig()) -> di
     """Train, save, evaluate on dev/test pages; returns (and writes beside the model) the metrics."""
     from pipelines.main_content.model import MainContentModel
 
-    from pipelines.io.stage_output import require_complete
+    from pipelines.io.stage_output import require_stage_output
 
     train_file = os.path.join(data_dir, "train.txt")
     if not os.path.isfile(train_file):
         raise FileNotFoundError(f"{train_file} not found: run `labse-main-content build-data` first")
-    require_complete(data_dir, "--data (labse-main-content build-data output)")
+    require_stage_output(data_dir, f"--data {data_dir} (labse-main-content build-data output)")
     shuffled, rows = _shuffled_copy(train_file, config.seed)
     if rows == 0:
         os.unlink(shuffled)

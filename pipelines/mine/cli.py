@@ -24,8 +24,7 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.io.parquet import clean_output_root
-from pipelines.io.stage_output import IncompleteOutputError, read_shard_stats, require_complete, stage_parser, usage_error
+from pipelines.io.stage_output import IncompleteOutputError, read_shard_stats, require_stage_output, stage_parser, usage_error
 from pipelines.mine.config import MineConfig
 from pipelines.mine.embedders import EmbedderError, check_embedder_spec
 from pipelines.mine.margin import MARGINS, STRATEGIES
@@ -39,9 +38,7 @@ def check_inputs(src: str, tgt: str) -> None:
     """Before any work: a labse-clean input must be complete, and the two sides must not share a
     file (mining a set against itself pairs every sentence with itself). Raises ValueError."""
     for option, path in (("--src", src), ("--tgt", tgt)):
-        root = clean_output_root(path)
-        if root is not None:
-            require_complete(root, f"{option} {path}: labse-clean output")
+        require_stage_output(path, f"{option} {path}", plain_allowed=True)
     shared = sorted(_matched_files(src) & _matched_files(tgt))
     if shared or os.path.normpath(src) == os.path.normpath(tgt):
         shown = ", ".join(shared[:3]) or src
@@ -136,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
                      stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
 
-    return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log)
+    return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log,
+                             inputs=[args.src, args.tgt])
 
 
 def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:

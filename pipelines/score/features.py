@@ -155,3 +155,15 @@ def _lid_probabilities(lid, texts: Sequence[str], langs: Sequence[str]) -> np.nd
     for lang, rows in by_lang.items():
         probs[rows] = lid.probability_of([texts[i] or "" for i in rows], lang)
     return probs
+
+
+def _is_finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_valid_pair(row: dict) -> bool:
+    """A pair the scorer can rate: text on both sides, a finite cosine and margin. Anything else
+    (a null, NaN or infinite value) is dropped as `invalid`: one NaN would poison its language
+    pair's share estimate and threshold, and an infinite margin would score 1.0."""
+    return (isinstance(row.get("src"), str) and isinstance(row.get("tgt"), str)
+            and _is_finite_number(row.get("cosine")) and _is_finite_number(row.get("margin")))

@@ -2,6 +2,8 @@
 pair's threshold (`decision.decide_threshold`), write the kept rows and `_stats.json`."""
 from __future__ import annotations
 
+import math
+
 import apache_beam as beam
 import pyarrow as pa
 
@@ -9,6 +11,7 @@ from pipelines.accounting import CountByName, MergeTallies, accounting_section
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.stage_output import finish_shard_output
 from pipelines.score.decision import calibrated_scores, decide_threshold
+from pipelines.score.features import is_valid_pair
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
 
 
@@ -99,8 +102,7 @@ class _ScoreBatch(beam.DoFn):
 
         good = []
         for row in rows:
-            if isinstance(row.get("src"), str) and isinstance(row.get("tgt"), str) and \
-                    row.get("cosine") is not None and row.get("margin") is not None:
+            if is_valid_pair(row):
                 good.append(row)
             else:
                 self.invalid.inc()
@@ -111,7 +113,11 @@ class _ScoreBatch(beam.DoFn):
                                  [r["src_lang"] or "" for r in good], [r["tgt_lang"] or "" for r in good],
                                  [r["cosine"] for r in good], [r["margin"] for r in good], self.lid)
         for row, ranker, sanity in zip(good, *self.scorer.components(features)):
-            yield {**row, "ranker": float(ranker), "sanity": float(sanity)}
+            if math.isfinite(ranker) and math.isfinite(sanity):
+                yield {**row, "ranker": float(ranker), "sanity": float(sanity)}
+            else:  # finite inputs the scorer still cannot rate (an overflowing feature)
+                self.invalid.inc()
+                yield beam.pvalue.TaggedOutput("dropped", "invalid")
 
 
 def _language_pair(row: dict) -> str:

@@ -15,7 +15,6 @@ import argparse
 import glob
 import json
 import logging
-import math
 import os
 import sys
 from typing import Sequence
@@ -26,12 +25,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.stage import report_identity
 from pipelines.io.stage_output import (
-    IncompleteOutputError,
     OutputExistsError,
     OutputLockedError,
     output_lock,
     prepare_output,
-    read_completion,
+    require_stage_output,
     stage_parser,
     usage_error,
 )
@@ -51,36 +49,12 @@ def find_parquet_files(location: str) -> list[str]:
     return sorted(p for p in found if not os.path.basename(p).startswith((".", "_")))
 
 
-def _fixed_directory(location: str) -> str:
-    """The directory part of `location` before any wildcard: the folder a glob reads from."""
-    parts = location.rstrip("/").split("/")
-    for index, part in enumerate(parts):
-        if any(ch in part for ch in "*?["):
-            return "/".join(parts[:index])
-    is_dir = os.path.isdir(location) if "://" not in location else not location.endswith(".parquet")
-    return location.rstrip("/") if is_dir else "/".join(parts[:-1])
-
-
 def check_pairs_complete(location: str, files: Sequence[str]) -> None:
-    """Every Parquet file read from `location` must lie in a complete stage output: a folder between
-    it and `location` holds `_SUCCESS` (labse-score writes one; so does Spark, and `touch
-    DIR/_SUCCESS` marks hand-made Parquet). Raises IncompleteOutputError naming the folder."""
-    root = _fixed_directory(location)
-    complete: dict[str, bool] = {}
-
-    def is_complete(folder: str) -> bool:
-        if folder not in complete:
-            complete[folder] = read_completion(folder) is not None
-        return complete[folder]
-
+    """Every Parquet file read from `location` must lie in a complete stage output (the kit's
+    `require_stage_output` on each folder: its root holds `_SUCCESS`; labse-score writes one, so
+    does Spark, and `touch DIR/_SUCCESS` marks hand-made Parquet). Raises IncompleteOutputError."""
     for folder in sorted({f.rsplit("/", 1)[0] for f in files}):
-        current = folder
-        while not is_complete(current):
-            if current == root or len(current) <= len(root) or "/" not in current:
-                raise IncompleteOutputError(
-                    f"--pairs {location}: {folder} is not a complete stage output (no _SUCCESS): the run that "
-                    "writes it was interrupted or is still running: rerun the stage")
-            current = current.rsplit("/", 1)[0]
+        require_stage_output(folder, f"--pairs {location}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,8 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     try:  # everything about the inputs is checked here, before any work: one line, exit 2
         config = TFRecordsConfig(max_seq_length=args.max_seq_length, num_shards=args.num_shards,
                                  min_score=args.min_score, include_text=args.include_text, seed=args.seed)
-        if args.min_score is not None and not math.isfinite(args.min_score):
-            raise ValueError(f"--min-score must be a finite number, got {args.min_score}")
         specs = [parse_parallel_text(s, "--parallel-text") for s in args.parallel_text]
         parquet_files: list[str] = []
         for location in args.pairs:
@@ -132,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 len(parquet_files), len(specs), args.output)
     try:
         with output_lock(args.output):  # before looking at the output: two runs never mix
-            prepare_output(args.output, overwrite=args.overwrite)
+            prepare_output(args.output, overwrite=args.overwrite, inputs=[*args.pairs, args.vocab, *(
+                path for spec in specs for path in (spec.src_path, spec.tgt_path))])
             with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
                 _ = pipeline | "BuildTFRecords" >> build
     except (OutputExistsError, OutputLockedError) as exc:

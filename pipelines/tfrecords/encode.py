@@ -44,6 +44,11 @@ TEXT_FEATURES_DOC = {
 }
 
 
+# Every shard is one file, one group of the shuffle and one entry of schema.json: far more shards than
+# that make the stage's bookkeeping, not its data, the cost (10^12 would never finish).
+MAX_NUM_SHARDS = 100_000
+
+
 @dataclass(frozen=True)
 class TFRecordsConfig:
     max_seq_length: int = 64
@@ -56,14 +61,19 @@ class TFRecordsConfig:
     def __post_init__(self):
         if self.max_seq_length < 3:
             raise ValueError(f"max_seq_length must be >= 3 ([CLS], one piece, [SEP]), got {self.max_seq_length}")
-        if self.num_shards < 1:
-            raise ValueError(f"num_shards must be >= 1, got {self.num_shards}")
+        if not 1 <= self.num_shards <= MAX_NUM_SHARDS:
+            raise ValueError(f"num_shards (--num-shards) must be between 1 and {MAX_NUM_SHARDS:,}, got {self.num_shards}")
+        if self.min_score is not None and not math.isfinite(self.min_score):
+            raise ValueError(f"min_score (--min-score) must be a finite number, got {self.min_score}")
+        if self.tokenize_batch_size < 1:
+            raise ValueError(f"tokenize_batch_size must be >= 1, got {self.tokenize_batch_size}")
 
 
 def vocab_facts(raw: bytes, vocab_path: str) -> dict:
     """File name, sha256, size and special-token ids of the bytes of a vocab.txt (for schema.json).
 
-    Raises ValueError for text that is not UTF-8, a duplicate token, or a missing special token.
+    Raises ValueError for text that is not UTF-8, an empty line, a duplicate token, or a missing
+    special token (naming the file and the line: the tokenizer would fail in every worker).
     """
     try:
         tokens = raw.decode("utf-8").splitlines()
@@ -71,6 +81,8 @@ def vocab_facts(raw: bytes, vocab_path: str) -> dict:
         raise ValueError(f"{vocab_path}: not UTF-8 text ({error})") from None
     first_line: dict[str, int] = {}
     for number, token in enumerate(tokens, 1):
+        if not token.strip():
+            raise ValueError(f"{vocab_path}:{number}: an empty line; a vocabulary holds one token on every line")
         if token in first_line:  # two ids for one token: the tokenizer would silently use one of them
             raise ValueError(f"{vocab_path}: token {token!r} appears twice (lines {first_line[token]} and {number})")
         first_line[token] = number
