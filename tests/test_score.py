@@ -11,6 +11,7 @@ import pytest
 from pipelines.score import cli as score_cli
 from pipelines.score import transforms as score_transforms
 from pipelines.mine.embedders import load_embedder
+from pipelines.score import features as score_features
 from pipelines.score.features import FEATURE_NAMES, copy_similarity, dominant_script, numbers, pair_features
 from pipelines.score import scorer as scorer_module
 from pipelines.score import calibration as calibration_module
@@ -777,4 +778,4 @@ def test_a_string_typed_pair_column_is_one_line_naming_it(scorer_dir, tmp_path, 
     assert err.startswith("labse-score: error:") and len(err.splitlines()) == 1, err
     assert "column 'cosine' holds string, expected a number" in err
     assert not (tmp_path / "o").exists()
-    assert not score_cli.is_valid_pair({**rows[0], "cosine": "0.9", "margin": 1.0})
+    assert not score_features.is_valid_pair({**rows[0], "cosine": "0.9", "margin": 1.0})
