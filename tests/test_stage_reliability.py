@@ -261,7 +261,7 @@ def test_numeric_options_are_checked_in_the_config_dataclasses(labse_data, tmp_p
     from pipelines.main_content.cli import train_main
     from pipelines.main_content.config import TrainConfig
     from pipelines.clean.config import CleanConfig
-    from pipelines.tfrecords.encode import TFRecordsConfig
+    from pipelines.tfrecords.config import TFRecordsConfig
 
     with pytest.raises(ValueError, match="max_line_chars"):
         CleanConfig(max_line_chars=-1)

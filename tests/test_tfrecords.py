@@ -12,6 +12,7 @@ import pytest
 
 from pipelines.io import tfrecord
 from labse_model.data import build_train_loader, iter_pairs
+from pipelines.io.parallel_text import ParallelTextSpec
 from pipelines.io.tfrecord import TFRecordCorruptError, example_to_dict, index_records, iter_records
 from pipelines import tfrecords as tfr
 from pipelines.tfrecords import cli as tfr_cli, encode as tfr_encode, transforms as tfr_beam
@@ -258,10 +259,10 @@ def test_pure_functions():
     assert tfr_encode.normalise_pair({"src": "a", "tgt": "b", "score": "x"}) == "bad_score"
     assert tfr_encode.passes_min_score(float("nan"), 0.5) == "score_missing"
     assert tfr_encode.passes_min_score(0.4, None) is None
-    spec = tfr_encode.ParallelTextSpec.parse("de:/x/train.de.gz,en:/x/train.en.gz")
+    spec = ParallelTextSpec.parse("de:/x/train.de.gz,en:/x/train.en.gz")
     assert (spec.src_lang, spec.tgt_path) == ("de", "/x/train.en.gz")
     with pytest.raises(ValueError, match="src_lang:path"):
-        tfr_encode.ParallelTextSpec.parse("/x/train.de.gz")
+        ParallelTextSpec.parse("/x/train.de.gz")
     pair = {"src": "a", "tgt": "b", "src_lang": "de", "tgt_lang": "en"}
     assert tfr_encode.shuffle_key(1, pair) == tfr_encode.shuffle_key(1, dict(pair)) != tfr_encode.shuffle_key(2, pair)
 
@@ -319,7 +320,7 @@ def test_parallel_text_streams_and_counts_unaligned_lines(labse_data, tmp_path):
     en = read_lines(require_file(labse_data, "multi30k/val.en.gz"), 7)
     (tmp_path / "de.txt").write_text("\n".join(de) + "\n", encoding="utf-8")
     (tmp_path / "en.txt").write_text("\r\n".join(en), encoding="utf-8")  # CRLF, no final newline
-    spec = tfr_encode.ParallelTextSpec("de", str(tmp_path / "de.txt"), "en", str(tmp_path / "en.txt"))
+    spec = ParallelTextSpec("de", str(tmp_path / "de.txt"), "en", str(tmp_path / "en.txt"))
     out = list(tfr_beam._ReadParallelText().process(spec))
     pairs = [o for o in out if isinstance(o, dict)]
     assert [(p["src"], p["tgt"]) for p in pairs] == list(zip(de, en[:5]))

@@ -34,7 +34,7 @@ from pipelines.io.stage_output import (
     usage_error,
 )
 from pipelines.io.parallel_text import parse_parallel_text
-from pipelines.tfrecords.encode import TFRecordsConfig
+from pipelines.tfrecords.config import TFRecordsConfig
 from pipelines.tfrecords.transforms import BuildTFRecords
 
 logger = logging.getLogger(__name__)

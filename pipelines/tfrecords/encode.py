@@ -16,11 +16,11 @@ import logging
 import math
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Sequence
 
-from pipelines.io.parallel_text import ParallelTextSpec  # noqa: F401  (the --parallel-text spec; re-exported)
 from pipelines.io.tfrecord import encode_example
+from pipelines.tfrecords.config import TFRecordsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -42,31 +42,6 @@ TEXT_FEATURES_DOC = {
     "src_text": {"dtype": "bytes", "shape": "[1]", "description": "the source sentence (utf-8), only with --include-text"},
     "tgt_text": {"dtype": "bytes", "shape": "[1]", "description": "the target sentence (utf-8), only with --include-text"},
 }
-
-
-# Every shard is one file, one group of the shuffle and one entry of schema.json: far more shards than
-# that make the stage's bookkeeping, not its data, the cost (10^12 would never finish).
-MAX_NUM_SHARDS = 100_000
-
-
-@dataclass(frozen=True)
-class TFRecordsConfig:
-    max_seq_length: int = 64
-    num_shards: int = 16
-    min_score: float | None = None
-    include_text: bool = False
-    seed: int = 0
-    tokenize_batch_size: int = 512
-
-    def __post_init__(self):
-        if self.max_seq_length < 3:
-            raise ValueError(f"max_seq_length must be >= 3 ([CLS], one piece, [SEP]), got {self.max_seq_length}")
-        if not 1 <= self.num_shards <= MAX_NUM_SHARDS:
-            raise ValueError(f"num_shards (--num-shards) must be between 1 and {MAX_NUM_SHARDS:,}, got {self.num_shards}")
-        if self.min_score is not None and not math.isfinite(self.min_score):
-            raise ValueError(f"min_score (--min-score) must be a finite number, got {self.min_score}")
-        if self.tokenize_batch_size < 1:
-            raise ValueError(f"tokenize_batch_size must be >= 1, got {self.tokenize_batch_size}")
 
 
 def vocab_facts(raw: bytes, vocab_path: str) -> dict:

@@ -22,10 +22,10 @@ from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounter
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.stage_output import mark_complete, write_stats_json
+from pipelines.io.parallel_text import ParallelTextSpec
 from pipelines.io.tfrecord import TFRecordWriter, frame_record
+from pipelines.tfrecords.config import TFRecordsConfig
 from pipelines.tfrecords.encode import (
-    ParallelTextSpec,
-    TFRecordsConfig,
     build_manifests,
     encode_pair,
     load_tfte_tokenizer,
