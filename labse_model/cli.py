@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import subprocess
 import sys
 from typing import Any, Callable, Sequence
@@ -74,13 +76,48 @@ def configure_logging() -> None:
 
 
 def relaunch_with_torchrun(module: str, argv: Sequence[str], nproc: int) -> int:
-    """Run `python -m module argv` under torchrun with `nproc` processes on this host; its exit code."""
+    """Run `python -m module argv` under torchrun with `nproc` processes on this host; its exit code.
+
+    torchrun runs in a session of its own, so a signal sent to this command's process group does
+    not reach it twice. SIGTERM sent to this command goes to the training processes themselves
+    (`forward_to_workers`): they checkpoint at the next step boundary and exit 0, and torchrun with
+    them. (torchrun, when it receives SIGTERM itself, ends its workers with a 30-second grace and
+    exits 1 whatever they did.) SIGINT (Ctrl-C) goes to torchrun, which stops its workers.
+    """
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
         "-m", module, *argv,
     ]
     logger.info("launching %d processes: %s", nproc, " ".join(command))
-    return subprocess.call(command)
+    launcher = subprocess.Popen(command, start_new_session=True)
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: forward_to_workers(launcher.pid, signal.SIGTERM)),
+        signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: launcher.send_signal(signal.SIGINT)),
+    }
+    try:
+        return launcher.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def forward_to_workers(parent: int, sig: signal.Signals) -> None:
+    """Send `sig` to the child processes of `parent` (torchrun's workers), found in /proc; to
+    `parent` itself when it has none yet (still starting them) or /proc cannot say."""
+    children = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The parent pid is the 2nd field after the parenthesised command name (which may hold spaces).
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended meanwhile
+        if int(fields[1]) == parent:
+            children.append(int(entry.parent.name))
+    for pid in children or [parent]:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def run_distributed_command(module: str, argv: Sequence[str], nproc_per_node: int,

@@ -321,7 +321,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
                                                                             start_step + args.stop_after_steps)
     stage_results = _timing_carried_over(_read_summary(run_dir), start_step, stages) if args.resume else {}
     tokens = torch.zeros((), dtype=torch.float64)
-    step = start_step
+    step, stopped_by = start_step, None
     for stage in stages:
         if step >= stage.end or step >= stop_at:
             continue
@@ -376,11 +376,15 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
                             stage.index + 1, stage.num_layers, step, scores["heldout_mlm_loss"],
                             scores["heldout_mlm_accuracy"])
         resumed = None  # only the first stage of this invocation resumes an optimizer
+        stopped_by = result.stopped_by
+        if stopped_by is not None:
+            break
 
     finished = step >= settings.max_steps
     summary = {
         "step": step,
         "finished": finished,
+        "stopped_by": stopped_by,
         "world_size": ctx.world_size,
         "global_batch_size": settings.global_batch_size,
         "tlm_rows_per_step": tlm_local * ctx.world_size,

@@ -304,6 +304,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         "gather_forward_share": loss_fn.gather_seconds / max(result.seconds, 1e-9),
         "dev_accuracy": dev_result,
         "finished": step >= tc.max_steps,
+        "stopped_by": result.stopped_by,
     }
     if ctx.is_main:
         log.close()
