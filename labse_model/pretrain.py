@@ -196,6 +196,21 @@ def resolve_run_config(args: argparse.Namespace, ctx: DistributedContext) -> Pre
     return config
 
 
+def check_same_processes(resumed: ckpt.ResumePoint, world_size: int) -> None:
+    """A pre-training run resumes only on the number of processes that wrote its checkpoint.
+
+    Each process reads its own share of every language's monolingual stream (its files, or every
+    world-size-th packed sequence) and its checkpoint holds that share's position; with another
+    number of processes the shares are dealt anew and no saved position says where each one stands,
+    so text would be repeated or skipped. (labse-train has no such limit: its batches are computed
+    from the step for any number of processes.)"""
+    saved = int(resumed.state["world_size"])
+    if saved != world_size:
+        raise ValueError(f"--resume: {resumed.path} was written by {saved} processes and this run has {world_size}: "
+                         f"labse-pretrain's monolingual text is split per process, so it resumes only on {saved} "
+                         f"(--nproc-per-node {saved}, or nodes x processes per node = {saved} under torchrun)")
+
+
 def write_run_dir(args: argparse.Namespace, config: PretrainRunConfig, ctx: DistributedContext) -> None:
     barrier()  # every rank checked the settings and opened its data before rank 0 writes anything
     if ctx.is_main:
@@ -280,6 +295,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     layers = stages[0].num_layers
     if args.resume:
         resumed = resume_point(run_dir, ctx, args.resume_step, required_state=("num_layers",))
+        check_same_processes(resumed, ctx.world_size)
         start_step, layers = resumed.step, int(resumed.state["num_layers"])
     model = build_model(model_config, layers, settings.seed)
     if resumed is not None:
