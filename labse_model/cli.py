@@ -170,6 +170,26 @@ def check_run_arguments(args: argparse.Namespace) -> None:
     resolve_device(args.device, *processes_on_this_host(args.nproc_per_node))
 
 
+class _NotGiven:
+    """The value of an option `argv` does not give (see `given_options`)."""
+
+
+def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> frozenset[str]:
+    """The destinations of the options `argv` gives, whatever their values (a default given
+    explicitly included): what --resume compares with the run's settings.
+
+    argparse sets an option's default only where the namespace lacks the attribute, so parsing
+    into a namespace pre-filled with a marker leaves the marker exactly on the options not given.
+    An option whose default is None is given when its value is not None (no marker there: an
+    append action, such as --mono, adds to what the namespace holds)."""
+    marker = _NotGiven()
+    actions = [action for action in parser._actions if action.dest != argparse.SUPPRESS]
+    prefilled = {action.dest: marker for action in actions if action.default is not None}
+    parsed = parser.parse_args(list(argv), argparse.Namespace(**prefilled))
+    return frozenset(action.dest for action in actions
+                     if getattr(parsed, action.dest) is not (marker if action.dest in prefilled else None))
+
+
 def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] | None,
                  run: Callable[[argparse.Namespace], object],
                  check: Callable[[argparse.Namespace], None] | None = None) -> int:
@@ -180,6 +200,7 @@ def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] |
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.given_options = given_options(parser, argv)
     configure_logging()
     try:
         check_run_arguments(args)

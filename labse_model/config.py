@@ -297,6 +297,7 @@ class RunConfig(JsonConfigFile):
     world_size: int = 1
     init_from: str | None = None  # the --init-from starting point; its vocabulary is the run's
     extra: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] | None = None  # the shards read (labse_model.run_inputs); --resume compares
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
@@ -375,6 +376,7 @@ class PretrainRunConfig(JsonConfigFile):
     mono: list[str] = field(default_factory=list)
     pairs: str | None = None
     world_size: int = 1
+    inputs: dict[str, Any] | None = None  # the files read (labse_model.run_inputs); --resume compares
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PretrainRunConfig":

@@ -62,6 +62,7 @@ from labse_model.loop import (
 from labse_model.masking import MaskingSpec
 from labse_model.mlm import MaskedLanguageModel
 from labse_model.optim import build_optimizer
+from labse_model.run_inputs import check_same_inputs, file_key, fingerprint
 from labse_model.run_log import RunLog
 from labse_model.stacking import Stage, build_model, default_stage_layers, grow, plan_stages
 from pipelines.io.atomic import atomic_path, write_text_atomic
@@ -196,6 +197,15 @@ def resolve_run_config(args: argparse.Namespace, ctx: DistributedContext) -> Pre
     return config
 
 
+def pretrain_inputs(corpora: list, pairs: str | None) -> dict[str, Any]:
+    """The fingerprint (labse_model.run_inputs) of every monolingual file and pair shard read."""
+    from labse_model.data import resolve_shards
+
+    files = [(file_key(path, f"{corpus.lang}/"), path) for corpus in corpora for path, _ in corpus.files]
+    files += [(file_key(path, "pairs/"), path) for path in (resolve_shards(pairs) if pairs else [])]
+    return fingerprint(files)
+
+
 def check_same_processes(resumed: ckpt.ResumePoint, world_size: int) -> None:
     """A pre-training run resumes only on the number of processes that wrote its checkpoint.
 
@@ -283,6 +293,10 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     config = resolve_run_config(args, ctx)
     settings, model_config = config.pretrain, config.model
     corpora = find_mono_corpora(config.mono)
+    inputs = pretrain_inputs(corpora, config.pairs)
+    if args.resume:  # config.inputs is still what the run recorded
+        check_same_inputs("--mono/--pairs", config.inputs, inputs, run_dir)
+    config.inputs = inputs
     stages = plan_stages(settings.max_steps, settings.stage_layers, settings.stage_fractions, model_config.num_layers)
     local_rows = settings.global_batch_size // ctx.world_size
     tlm_local = round(settings.global_batch_size * settings.tlm_fraction) // ctx.world_size
