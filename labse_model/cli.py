@@ -24,6 +24,7 @@ from labse_model.distributed import (
     resolve_device,
     shutdown_distributed,
 )
+from labse_model.write_errors import environment_error_line
 from pipelines.io.config_options import HelpFormatter
 from pipelines.io.stage_output import OutputLockedError, output_lock
 
@@ -129,10 +130,23 @@ def run_distributed_command(module: str, argv: Sequence[str], nproc_per_node: in
     """
     if nproc_per_node > 1 and not launched_by_torchrun():
         return relaunch_with_torchrun(module, argv, nproc_per_node)
+    return exit_status(run)
+
+
+def exit_status(run: Callable[[], object]) -> int:
+    """`run()`'s exit status: 0, or 2 after one line for an error the user can fix (USER_ERRORS)
+    or that the environment caused (a full disk, a read-only file system: `write_errors`).
+    Any other exception is a bug and keeps its traceback."""
     try:
         run()
     except USER_ERRORS as exc:
         logger.error("%s", exc)
+        return 2
+    except OSError as exc:
+        line = environment_error_line(exc)
+        if line is None:
+            raise
+        logger.error("%s", line)
         return 2
     return 0
 
