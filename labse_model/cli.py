@@ -104,22 +104,26 @@ def relaunch_with_torchrun(module: str, argv: Sequence[str], nproc: int) -> int:
 
 
 def forward_to_workers(parent: int, sig: signal.Signals) -> None:
-    """Send `sig` to the child processes of `parent` (torchrun's workers), found in /proc; to
-    `parent` itself when it has none yet (still starting them) or /proc cannot say."""
-    children = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # The parent pid is the 2nd field after the parenthesised command name (which may hold spaces).
-            fields = entry.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process ended meanwhile
-        if int(fields[1]) == parent:
-            children.append(int(entry.parent.name))
-    for pid in children or [parent]:
+    """Send `sig` to the child processes of `parent` (torchrun's workers); to `parent` itself when
+    it has none yet (still starting them) or /proc cannot say."""
+    for pid in child_processes(parent) or [parent]:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def child_processes(parent: int) -> list[int]:
+    """The pids whose parent is `parent`, from /proc (Linux, where the trainers run)."""
+    children = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The parent pid is the 2nd field after the parenthesised command name (which may hold spaces).
+            if int(entry.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                children.append(int(entry.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended meanwhile
+    return children
 
 
 def run_distributed_command(module: str, argv: Sequence[str], nproc_per_node: int,

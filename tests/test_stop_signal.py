@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from labse_model import checkpoint as ckpt
+from labse_model.cli import child_processes
 from labse_model.run_log import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,17 +74,6 @@ def _check_stopped_run(run: Path, stderr: str, summary_file: str, world_size: in
     return step
 
 
-def _children(parent: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(entry.read_text().rsplit(")", 1)[1].split()[1]) == parent:
-                found.append(int(entry.parent.name))
-        except (OSError, IndexError):
-            continue
-    return found
-
-
 def _environment(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
@@ -116,8 +106,8 @@ def test_sigterm_to_one_rank_stops_both_after_the_same_step(pair_inputs, tmp_pat
     run = tmp_path / "run"
     launcher = _start(_command("labse_model.train", run, *_train_args(pair_inputs), "--nproc-per-node", "2"))
     _wait_for_steps(run, 2, launcher)
-    torchrun = _children(launcher.pid)
-    workers = [pid for parent in torchrun for pid in _children(parent)]
+    torchrun = child_processes(launcher.pid)
+    workers = [pid for parent in torchrun for pid in child_processes(parent)]
     rank_one = [pid for pid in workers if _environment(pid).get("RANK") == "1"]
     assert len(rank_one) == 1, (torchrun, workers)
     os.kill(rank_one[0], signal.SIGTERM)
