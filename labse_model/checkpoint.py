@@ -35,6 +35,7 @@ from typing import Any, Callable, Generic, TypeVar
 import numpy as np
 import torch
 
+from labse_model.write_errors import writing
 from pipelines.io.atomic import atomic_path, durable_replace
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ def save_weights(tensors: dict[str, torch.Tensor], path: Path) -> None:
     from safetensors.torch import save_file
 
     tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in tensors.items()}
-    with atomic_path(path) as tmp:
+    with writing(path), atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata={"format": "pt", DIGEST_KEY: tensors_digest(tensors)})
 
 
@@ -264,13 +265,15 @@ def save_checkpoint(
         staging.mkdir(parents=True)
     barrier()
     own_state = rng_state() if rank_state is None else {**rng_state(), "data": rank_state}
-    torch.save(own_state, staging / f"rng-rank{rank:05d}.pt")
+    with writing(staging / f"rng-rank{rank:05d}.pt"):
+        torch.save(own_state, staging / f"rng-rank{rank:05d}.pt")
     barrier()
     if rank != 0:
         barrier()
         return None
     save_model_weights(model, staging / MODEL_FILE)
-    torch.save({**training_state, "step": step, "world_size": world_size}, staging / STATE_FILE)
+    with writing(staging / STATE_FILE):
+        torch.save({**training_state, "step": step, "world_size": world_size}, staging / STATE_FILE)
     if final.exists():
         shutil.rmtree(final)
     durable_replace(staging, final)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import subprocess
 import sys
 from typing import Any, Callable, Sequence
@@ -22,6 +24,7 @@ from labse_model.distributed import (
     resolve_device,
     shutdown_distributed,
 )
+from labse_model.write_errors import environment_error_line
 from pipelines.io.config_options import HelpFormatter
 from pipelines.io.stage_output import OutputLockedError, output_lock
 
@@ -38,9 +41,10 @@ def run_dir_lock(run_dir: Path, ctx: DistributedContext) -> ContextManager:
     """The run directory's exclusive lock (`RUN_DIR.lock`), held by rank 0 for the whole run.
 
     A second run into the same directory fails at once naming the holder, instead of both
-    writing interleaved logs and checkpoints.
+    writing interleaved logs and checkpoints. The lock is taken on the real path (symlinks
+    resolved): a run into `ptA` and one into a symlink to it are runs into one directory.
     """
-    return output_lock(run_dir) if ctx.is_main else nullcontext()
+    return output_lock(Path(os.path.realpath(run_dir))) if ctx.is_main else nullcontext()
 
 
 def run_in_run_dir(args: argparse.Namespace, body: Callable[[argparse.Namespace, DistributedContext], Any]) -> Any:
@@ -77,13 +81,52 @@ def configure_logging() -> None:
 
 
 def relaunch_with_torchrun(module: str, argv: Sequence[str], nproc: int) -> int:
-    """Run `python -m module argv` under torchrun with `nproc` processes on this host; its exit code."""
+    """Run `python -m module argv` under torchrun with `nproc` processes on this host; its exit code.
+
+    torchrun runs in a session of its own, so a signal sent to this command's process group does
+    not reach it twice. SIGTERM sent to this command goes to the training processes themselves
+    (`forward_to_workers`): they checkpoint at the next step boundary and exit 0, and torchrun with
+    them. (torchrun, when it receives SIGTERM itself, ends its workers with a 30-second grace and
+    exits 1 whatever they did.) SIGINT (Ctrl-C) goes to torchrun, which stops its workers.
+    """
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
         "-m", module, *argv,
     ]
     logger.info("launching %d processes: %s", nproc, " ".join(command))
-    return subprocess.call(command)
+    launcher = subprocess.Popen(command, start_new_session=True)
+    previous = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: forward_to_workers(launcher.pid, signal.SIGTERM)),
+        signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: launcher.send_signal(signal.SIGINT)),
+    }
+    try:
+        return launcher.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def forward_to_workers(parent: int, sig: signal.Signals) -> None:
+    """Send `sig` to the child processes of `parent` (torchrun's workers); to `parent` itself when
+    it has none yet (still starting them) or /proc cannot say."""
+    for pid in child_processes(parent) or [parent]:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def child_processes(parent: int) -> list[int]:
+    """The pids whose parent is `parent`, from /proc (Linux, where the trainers run)."""
+    children = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The parent pid is the 2nd field after the parenthesised command name (which may hold spaces).
+            if int(entry.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                children.append(int(entry.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended meanwhile
+    return children
 
 
 def run_distributed_command(module: str, argv: Sequence[str], nproc_per_node: int,
@@ -94,10 +137,23 @@ def run_distributed_command(module: str, argv: Sequence[str], nproc_per_node: in
     """
     if nproc_per_node > 1 and not launched_by_torchrun():
         return relaunch_with_torchrun(module, argv, nproc_per_node)
+    return exit_status(run)
+
+
+def exit_status(run: Callable[[], object]) -> int:
+    """`run()`'s exit status: 0, or 2 after one line for an error the user can fix (USER_ERRORS)
+    or that the environment caused (a full disk, a read-only file system: `write_errors`).
+    Any other exception is a bug and keeps its traceback."""
     try:
         run()
     except USER_ERRORS as exc:
         logger.error("%s", exc)
+        return 2
+    except OSError as exc:
+        line = environment_error_line(exc)
+        if line is None:
+            raise
+        logger.error("%s", line)
         return 2
     return 0
 
@@ -136,6 +192,26 @@ def check_run_arguments(args: argparse.Namespace) -> None:
     resolve_device(args.device, *processes_on_this_host(args.nproc_per_node))
 
 
+class _NotGiven:
+    """The value of an option `argv` does not give (see `given_options`)."""
+
+
+def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> frozenset[str]:
+    """The destinations of the options `argv` gives, whatever their values (a default given
+    explicitly included): what --resume compares with the run's settings.
+
+    argparse sets an option's default only where the namespace lacks the attribute, so parsing
+    into a namespace pre-filled with a marker leaves the marker exactly on the options not given.
+    An option whose default is None is given when its value is not None (no marker there: an
+    append action, such as --mono, adds to what the namespace holds)."""
+    marker = _NotGiven()
+    actions = [action for action in parser._actions if action.dest != argparse.SUPPRESS]
+    prefilled = {action.dest: marker for action in actions if action.default is not None}
+    parsed = parser.parse_args(list(argv), argparse.Namespace(**prefilled))
+    return frozenset(action.dest for action in actions
+                     if getattr(parsed, action.dest) is not (marker if action.dest in prefilled else None))
+
+
 def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] | None,
                  run: Callable[[argparse.Namespace], object],
                  check: Callable[[argparse.Namespace], None] | None = None) -> int:
@@ -146,6 +222,7 @@ def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] |
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.given_options = given_options(parser, argv)
     configure_logging()
     try:
         check_run_arguments(args)

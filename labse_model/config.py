@@ -25,6 +25,10 @@ PRESETS: dict[str, dict[str, int]] = {
 }
 
 
+# The largest model a config may ask for: 20x LaBSE (4.7e8), 40 GB of float32 weights. A bound
+# checked before anything is allocated (ModelConfig), so an absurd config file is one line.
+MAX_PARAMETERS = 10**10
+
 # Token pooling before the head: Sentence-BERT's three (sentence-transformers' Pooling modes of the same names).
 POOLING_MODES = ("cls", "mean", "max")
 
@@ -148,8 +152,23 @@ class ModelConfig:
         ])
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        if self.parameter_count() > MAX_PARAMETERS:
+            # Checked here, before any tensor exists: a config file asking for 10^6 layers or a
+            # hidden size of 10^6 would otherwise be found out by an allocation of ~100 GB.
+            raise ValueError(f"the model would have {self.parameter_count():.3g} parameters (vocab_size "
+                             f"{self.vocab_size}, num_layers {self.num_layers}, hidden_size {self.hidden_size}, "
+                             f"intermediate_size {self.intermediate_size}, max_position_embeddings "
+                             f"{self.max_position_embeddings}), over this trainer's limit of {MAX_PARAMETERS:.0e} "
+                             "(LaBSE: 4.7e+08)")
         if not (_is_int(self.pad_token_id) and 0 <= self.pad_token_id < self.vocab_size):
             raise ValueError(f"pad_token_id must be an id of the vocabulary, got {self.pad_token_id!r}")
+
+    def parameter_count(self) -> int:
+        """Parameters of the encoder and head this config builds (BERT's embeddings, layers, head)."""
+        hidden, inner = self.hidden_size, self.intermediate_size
+        embeddings = (self.vocab_size + self.max_position_embeddings + 2) * hidden + 2 * hidden
+        layer = 4 * hidden * hidden + 4 * hidden + 2 * hidden * inner + inner + hidden + 4 * hidden
+        return embeddings + self.num_layers * layer + hidden * hidden + hidden
 
     def to_bert_config(self):
         from transformers import BertConfig
@@ -297,6 +316,7 @@ class RunConfig(JsonConfigFile):
     world_size: int = 1
     init_from: str | None = None  # the --init-from starting point; its vocabulary is the run's
     extra: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] | None = None  # the shards read (labse_model.run_inputs); --resume compares
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
@@ -375,6 +395,7 @@ class PretrainRunConfig(JsonConfigFile):
     mono: list[str] = field(default_factory=list)
     pairs: str | None = None
     world_size: int = 1
+    inputs: dict[str, Any] | None = None  # the files read (labse_model.run_inputs); --resume compares
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PretrainRunConfig":

@@ -6,6 +6,7 @@ Nothing here keeps state of its own: rank and world size always come from `torch
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import re
 import warnings
@@ -104,7 +105,15 @@ def init_distributed(device: str | None = None, timeout_s: float = 1800.0) -> Di
 
 
 def shutdown_distributed() -> None:
+    """Destroy the process group while the interpreter is whole.
+
+    Objects that hold the group's work (DistributedDataParallel's reducer and its comm-hook
+    futures, whose Python callbacks run on gloo's threads) often sit in reference cycles, which
+    only the garbage collector frees: left to interpreter shutdown, a gloo thread destroying one
+    needs the GIL of a finalizing interpreter, which ends the thread inside a noexcept destructor
+    ("terminate called without an active exception", SIGABRT). Collecting first frees them now."""
     if dist.is_available() and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -76,6 +77,11 @@ def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = 
     from pipelines.io.stage_output import output_lock
 
     output = Path(output)
+    if output.is_symlink():
+        # Replacing it would swap the link for a directory (or rmtree refuses it with a traceback):
+        # the user means the directory it points to, or another path.
+        raise ValueError(f"--output {output} is a symbolic link (to {os.readlink(output)}): give the directory "
+                         "itself, or another path")
     if output.exists() and not output.is_dir():
         raise FileExistsError(f"{output} is an existing file, not a directory: choose a directory for --output")
     with output_lock(output):
@@ -170,13 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from labse_model.cli import USER_ERRORS
+    from labse_model.cli import exit_status
 
-    try:
-        export(args.run, args.output, args.step, args.max_seq_length, args.overwrite)
-    except USER_ERRORS as exc:
-        logger.error("%s", exc)
-        return 2
+    status = exit_status(lambda: export(args.run, args.output, args.step, args.max_seq_length, args.overwrite))
+    if status:
+        return status
     print(args.output)
     return 0
 

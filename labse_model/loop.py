@@ -27,6 +27,7 @@ from labse_model import checkpoint as ckpt
 from labse_model.config import TrainerSettings
 from labse_model.distributed import DistributedContext, all_reduce_mean, barrier, synchronize
 from labse_model.run_log import RunLog
+from labse_model.stop_signal import StopRequest
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class LoopResult:
     last_eval: dict[str, float] | None = None
     last_eval_step: int | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    stopped_by: str | None = None  # the signal that ended this invocation early (labse_model.stop_signal)
 
     @property
     def steps_per_second(self) -> float:
@@ -181,16 +183,38 @@ def run_loop(
     `evaluate(step)` runs on the main process every `eval_every` steps; `checkpoint_state(step)` and
     `rank_state()` add the task's shared and per-rank state to each checkpoint (a data position, a
     stage); `log_values(step)` adds constant scalars (such as the stage) to every logged line.
+
+    SIGTERM ends the run early, gently: the step in progress finishes, every rank agrees to stop
+    after it, it is checkpointed, and the result says `stopped_by` (labse_model.stop_signal).
     """
     from tqdm.auto import tqdm
 
-    ctx, settings = parts.ctx, parts.settings
-    autocast = autocast_context(ctx.device, settings.bf16)
+    ctx = parts.ctx
     progress = tqdm(total=total_steps, initial=start_step, disable=not ctx.is_main, desc=description,
                     unit="step", dynamic_ncols=True)
     result = LoopResult(step=start_step)
     parts.model.train()
-    step = start_step
+    with StopRequest(ctx.device) as stop:
+        _steps(parts, batches, compute_loss, stop, result, progress, stop_at=stop_at, evaluate=evaluate,
+               checkpoint_state=checkpoint_state, rank_state=rank_state, log_values=log_values)
+    progress.close()
+    if result.stopped_by is not None and ctx.is_main:
+        logger.warning("%s: stopped after step %d and checkpointed it in %s; to continue, run the same "
+                       "command again with --resume", result.stopped_by, result.step,
+                       ckpt.checkpoint_dir(parts.run_dir, result.step))
+    return result
+
+
+def _steps(parts: LoopParts, batches: Iterator[Batch], compute_loss: LossFn | BackpropagatedStep,
+           stop: StopRequest, result: LoopResult, progress: Any, *, stop_at: int,
+           evaluate: Callable[[int], dict[str, float] | None] | None,
+           checkpoint_state: Callable[[int], dict[str, Any]] | None,
+           rank_state: Callable[[], dict[str, Any]] | None,
+           log_values: Callable[[int], dict[str, float]] | None) -> None:
+    """`run_loop`'s steps, ending at `stop_at` or after the step at which the ranks agree to stop."""
+    ctx, settings = parts.ctx, parts.settings
+    autocast = autocast_context(ctx.device, settings.bf16)
+    step = result.step
     while step < stop_at:
         batch = move_batch(next(batches), ctx.device)
         synchronize(ctx.device)
@@ -209,8 +233,9 @@ def run_loop(
         result.steps_timed += 1
         step += 1
         result.step = step
+        stopping = stop.agreed()  # the signal's name, the same on every rank
 
-        if step % settings.log_every == 0 or step == stop_at:
+        if step % settings.log_every == 0 or step == stop_at or stopping:
             # The mean of the ranks' losses is the global-batch loss (each is a mean over its rows).
             result.last_loss = all_reduce_mean(loss.detach().float()).item()
             logged = {name: all_reduce_mean(value.detach().float()).item() for name, value in scalars.items()}
@@ -224,8 +249,9 @@ def run_loop(
             result.last_eval, result.last_eval_step = evaluate(step), step
             if result.last_eval:
                 progress.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in result.last_eval.items()))
-        if (settings.save_every and step % settings.save_every == 0) or step == stop_at:
+        if (settings.save_every and step % settings.save_every == 0) or step == stop_at or stopping:
             save_checkpoint(parts, step, checkpoint_state(step) if checkpoint_state else None,
                             rank_state() if rank_state else None)
-    progress.close()
-    return result
+        if stopping:
+            result.stopped_by = stopping
+            return

@@ -62,6 +62,7 @@ from labse_model.loop import (
 from labse_model.masking import MaskingSpec
 from labse_model.mlm import MaskedLanguageModel
 from labse_model.optim import build_optimizer
+from labse_model.run_inputs import check_same_inputs, file_key, fingerprint
 from labse_model.run_log import RunLog
 from labse_model.run_store import checkpoint_publisher
 from labse_model.stacking import Stage, build_model, default_stage_layers, grow, plan_stages
@@ -199,6 +200,30 @@ def resolve_run_config(args: argparse.Namespace, ctx: DistributedContext) -> Pre
     return config
 
 
+def pretrain_inputs(corpora: list, pairs: str | None) -> dict[str, Any]:
+    """The fingerprint (labse_model.run_inputs) of every monolingual file and pair shard read."""
+    from labse_model.data import resolve_shards
+
+    files = [(file_key(path, f"{corpus.lang}/"), path) for corpus in corpora for path, _ in corpus.files]
+    files += [(file_key(path, "pairs/"), path) for path in (resolve_shards(pairs) if pairs else [])]
+    return fingerprint(files)
+
+
+def check_same_processes(resumed: ckpt.ResumePoint, world_size: int) -> None:
+    """A pre-training run resumes only on the number of processes that wrote its checkpoint.
+
+    Each process reads its own share of every language's monolingual stream (its files, or every
+    world-size-th packed sequence) and its checkpoint holds that share's position; with another
+    number of processes the shares are dealt anew and no saved position says where each one stands,
+    so text would be repeated or skipped. (labse-train has no such limit: its batches are computed
+    from the step for any number of processes.)"""
+    saved = int(resumed.state["world_size"])
+    if saved != world_size:
+        raise ValueError(f"--resume: {resumed.path} was written by {saved} processes and this run has {world_size}: "
+                         f"labse-pretrain's monolingual text is split per process, so it resumes only on {saved} "
+                         f"(--nproc-per-node {saved}, or nodes x processes per node = {saved} under torchrun)")
+
+
 def write_run_dir(args: argparse.Namespace, config: PretrainRunConfig, ctx: DistributedContext) -> None:
     barrier()  # every rank checked the settings and opened its data before rank 0 writes anything
     if ctx.is_main:
@@ -271,6 +296,10 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     config = resolve_run_config(args, ctx)
     settings, model_config = config.pretrain, config.model
     corpora = find_mono_corpora(config.mono)
+    inputs = pretrain_inputs(corpora, config.pairs)
+    if args.resume:  # config.inputs is still what the run recorded
+        check_same_inputs("--mono/--pairs", config.inputs, inputs, run_dir)
+    config.inputs = inputs
     stages = plan_stages(settings.max_steps, settings.stage_layers, settings.stage_fractions, model_config.num_layers)
     local_rows = settings.global_batch_size // ctx.world_size
     tlm_local = round(settings.global_batch_size * settings.tlm_fraction) // ctx.world_size
@@ -283,6 +312,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     layers = stages[0].num_layers
     if args.resume:
         resumed = resume_point(run_dir, ctx, args.resume_step, required_state=("num_layers",))
+        check_same_processes(resumed, ctx.world_size)
         start_step, layers = resumed.step, int(resumed.state["num_layers"])
     model = build_model(model_config, layers, settings.seed)
     if resumed is not None:
@@ -324,7 +354,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
                                                                             start_step + args.stop_after_steps)
     stage_results = _timing_carried_over(_read_summary(run_dir), start_step, stages) if args.resume else {}
     tokens = torch.zeros((), dtype=torch.float64)
-    step = start_step
+    step, stopped_by = start_step, None
     for stage in stages:
         if step >= stage.end or step >= stop_at:
             continue
@@ -380,11 +410,15 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
                             stage.index + 1, stage.num_layers, step, scores["heldout_mlm_loss"],
                             scores["heldout_mlm_accuracy"])
         resumed = None  # only the first stage of this invocation resumes an optimizer
+        stopped_by = result.stopped_by
+        if stopped_by is not None:
+            break
 
     finished = step >= settings.max_steps
     summary = {
         "step": step,
         "finished": finished,
+        "stopped_by": stopped_by,
         "world_size": ctx.world_size,
         "global_batch_size": settings.global_batch_size,
         "tlm_rows_per_step": tlm_local * ctx.world_size,

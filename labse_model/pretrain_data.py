@@ -66,6 +66,8 @@ TEXT = "text"
 _LANG_SPEC = re.compile(r"^([A-Za-z]{2,3}(?:[_-][A-Za-z0-9]+)*):(.+)$")
 _PARTITION = re.compile(r"^lang=(.+)$")
 _ROWS_PER_READ = 512
+# Characters one WordPiece token can span at most in practice (a word over 100 characters is one [UNK]).
+CHARS_PER_TOKEN_BOUND = 128
 # Seeds of the generators drawn per (step, rank): distinct streams for distinct purposes.
 _LANGUAGE_STREAM, _MASK_STREAM, _SIDE_STREAM, _HELDOUT_STREAM = 1, 2, 3, 4
 
@@ -216,6 +218,20 @@ class Packer:
         self.capacity = max_seq_length - 2
         self.cls_id, self.sep_id = cls_id, sep_id
         self.sentences_cut = 0
+        self.max_chars = self.capacity * CHARS_PER_TOKEN_BOUND
+
+    def cut_text(self, text: str) -> str:
+        """`text` cut before tokenising to what can give the first `capacity` tokens.
+
+        Tokens beyond the capacity are dropped anyway, and tokenising a whole 50 MB line took
+        11 GB and 2 minutes. WordPiece gives a word of more than 100 characters one [UNK], so
+        `capacity` tokens never span more than `capacity` x 128 characters unless runs of spaces
+        fill them; the cut is made at the last whitespace before that bound, so the words kept
+        tokenise exactly as in the whole line."""
+        if len(text) <= self.max_chars:
+            return text
+        space = max(text.rfind(" ", 0, self.max_chars + 1), text.rfind("\t", 0, self.max_chars + 1))
+        return text[: space if space > 0 else self.max_chars]
 
     def pack(self, path: str, fmt: str, start_row: int = 0) -> Iterator[PackedSequence]:
         current: list[int] = []
@@ -223,13 +239,13 @@ class Packer:
         for rows in _iter_rows(path, fmt, start_row):
             # verbose=False: sentences over the model's 512 tokens are expected here (cut below and counted
             # in `sentences_cut`), so the tokenizer's per-call length warning is noise.
-            encoded = self.tokenizer([text for _, _, text in rows], add_special_tokens=False,
+            encoded = self.tokenizer([self.cut_text(text) for _, _, text in rows], add_special_tokens=False,
                                      verbose=False)["input_ids"]
-            for (row, doc, _), ids in zip(rows, encoded):
+            for (row, doc, text), ids in zip(rows, encoded):
                 last_row = row
                 if not ids:
                     continue
-                if len(ids) > self.capacity:
+                if len(ids) > self.capacity or len(text) > self.max_chars:
                     ids = ids[: self.capacity]
                     self.sentences_cut += 1
                 if current and (doc != document or len(current) + len(ids) > self.capacity):

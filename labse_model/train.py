@@ -33,6 +33,7 @@ from labse_model.config import (
     TrainConfig,
     check_dropout,
     count_vocab,
+    file_sha256,
 )
 from labse_model.distributed import DistributedContext, barrier
 from labse_model.encoder import DualEncoder
@@ -51,7 +52,14 @@ from labse_model.run_log import RunLog
 from labse_model.run_store import checkpoint_publisher
 from labse_model.starting_point import StartingPoint, check_run_vocab, load_starting_point, model_config_for_run
 from pipelines.io.atomic import write_text_atomic
-from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
+from labse_model.run_inputs import check_same_inputs, file_key, fingerprint
+from pipelines.io.config_options import (
+    add_config_options,
+    config_from_args,
+    config_options,
+    option_flag,
+    resumable_fields,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -140,17 +148,51 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
 
 
 def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int) -> RunConfig:
+    """The run's saved configuration with the resumable options given now; ValueError (one line)
+    when --data is not the run's shards or an option given now would change what cannot change."""
     config = RunConfig.load(run_dir / "config.json")
+    inputs = shard_inputs(args.data)
+    check_same_inputs("--data", config.inputs, inputs, run_dir)
+    changed = changed_settings(args, config, run_dir)
+    if changed:
+        raise ValueError(f"--resume: {run_dir} was trained with other settings, which a resume cannot change: "
+                         + "; ".join(changed) + ". Leave them out (the run's are used), or start a new --output")
     # Only the fields TrainConfig marks resumable may change; their options default to None, so one
     # not given keeps the run's value.
     overrides = {name: getattr(args, name) for name in resumable_fields(TrainConfig)
                  if getattr(args, name, None) is not None}
     config.train = dataclasses.replace(config.train, **overrides)  # checked again, as any TrainConfig
-    config.data = args.data
+    config.data, config.inputs = args.data, inputs
     if args.dev_data is not None:
         config.dev_data = args.dev_data
     config.world_size = world_size
     return config
+
+
+def shard_inputs(pattern: str) -> dict[str, Any]:
+    from labse_model.data import resolve_shards
+
+    return fingerprint((file_key(path), path) for path in resolve_shards(pattern))
+
+
+def changed_settings(args: argparse.Namespace, config: RunConfig, run_dir: Path) -> list[str]:
+    """The options given with --resume (explicitly, see `cli.given_options`) whose values differ
+    from the run's and may not change: every TrainConfig field not marked resumable, the model's,
+    --init-from and --vocab. Without this they were ignored without a word."""
+    given = getattr(args, "given_options", frozenset())
+    asked = config_from_args(TrainConfig, args)
+    resumable = resumable_fields(TrainConfig)
+    changed = [f"{option_flag(f, spec)} {getattr(asked, f.name)} (run: {getattr(config.train, f.name)})"
+               for f, spec in config_options(TrainConfig)
+               if spec is not None and f.name in given and f.name not in resumable
+               and getattr(asked, f.name) != getattr(config.train, f.name)]
+    model = {"config": config.model.preset, "pooling": config.model.pooling, "dropout": config.model.hidden_dropout,
+             "init_from": config.init_from}
+    changed += [f"--{name.replace('_', '-')} {getattr(args, name)} (run: {value})" for name, value in model.items()
+                if name in given and getattr(args, name) != value]
+    if "vocab" in given and file_sha256(args.vocab) != file_sha256(run_dir / config.vocab):
+        changed.append(f"--vocab {args.vocab} (not the run's {config.vocab}: other contents)")
+    return changed
 
 
 # ----------------------------------------------------------------------------------------------
@@ -168,6 +210,7 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: St
     if ckpt.list_checkpoints(run_dir):
         raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or choose a new --output")
     config = make_run_config(args, ctx.world_size, start)
+    config.inputs = shard_inputs(args.data)
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(run_dir / "vocab.txt") as tmp:
@@ -308,6 +351,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         "gather_forward_share": loss_fn.gather_seconds / max(result.seconds, 1e-9),
         "dev_accuracy": dev_result,
         "finished": step >= tc.max_steps,
+        "stopped_by": result.stopped_by,
     }
     if ctx.is_main:
         log.close()

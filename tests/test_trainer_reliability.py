@@ -411,3 +411,21 @@ def test_weights_carry_a_digest_that_catches_a_same_size_change_and_files_withou
     foreign = tmp_path / "model.safetensors"
     save_file({"weight": torch.ones(2, 2)}, str(foreign), metadata={"format": "pt"})
     assert torch.equal(ckpt.read_weights(foreign)["weight"], torch.ones(2, 2))
+
+
+def test_a_run_into_a_symlink_of_a_running_run_dir_is_refused(pair_inputs, tmp_path, caplog):
+    """Issue 26, item 6: the lock was keyed on the path text, so `ptA` and a symlink to it were two
+    locks and two runs interleaved one directory's logs and checkpoints."""
+    from labse_model.cli import run_dir_lock
+    from labse_model.distributed import DistributedContext
+
+    vocab, shards = pair_inputs
+    real, link = tmp_path / "runA", tmp_path / "linkA"
+    real.mkdir()
+    link.symlink_to(real)
+    main_rank = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    with run_dir_lock(real, main_rank):  # a run into runA holds its lock
+        assert train_main(_args(vocab, shards, link)) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "lock" in errors[0].lower()
+    assert not any(real.iterdir())  # the refused run wrote nothing
