@@ -160,3 +160,13 @@ def test_labse_mine_auto_mines_czech_english_with_e5_small(labse_data, tmp_path)
     truth = dict(zip(cs, en))
     correct = sum(truth[r["src"]] == r["tgt"] for r in rows)
     assert len(rows) >= 30 and correct / len(rows) > 0.7, (correct, len(rows))
+
+
+def test_labse_eval_takes_e5_small(labse_data, tmp_path, capsys):
+    ces, eng = _tatoeba(labse_data, "ces", 30)
+    (tmp_path / "tatoeba.ces-eng.ces").write_text("\n".join(ces) + "\n", encoding="utf-8")
+    (tmp_path / "tatoeba.ces-eng.eng").write_text("\n".join(eng) + "\n", encoding="utf-8")
+    assert evaluate.main(["tatoeba", "--model", "e5-small", "--data", str(tmp_path),
+                          "--output", str(tmp_path / "result.json")]) == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["model"] == "e5-small" and result["languages"]["ces"]["mean"] > 0.6
