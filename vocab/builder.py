@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
 from vocab.learn import LearnerConfig, LearnResult, VocabSizeError, learn, write_vocab
+from vocab.prune import DEFAULT_MAX_WORDS
 
 log = logging.getLogger("labse.vocab")
 
@@ -38,6 +39,9 @@ class VocabConfig:
     holdout_rate: float = 0.01
     heldout_per_language: int = 2000
     max_token_length: int = 50
+    # Distinct words given to the learner, split over languages by smoothed share (vocab.prune);
+    # 0 = all. The learner's memory is about 1 KB a word (docs/guides/vocabulary-at-scale.md).
+    max_words: int = DEFAULT_MAX_WORDS
 
     def problems(self) -> list[str]:
         """What is wrong with these settings (as CLI options), checked before any work starts."""
@@ -51,7 +55,7 @@ class VocabConfig:
         for name in ("vocab_size", "max_token_length"):
             if getattr(self, name) < 1:
                 found.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("num_unused", "heldout_per_language"):
+        for name in ("num_unused", "heldout_per_language", "max_words"):
             if getattr(self, name) < 0:
                 found.append(f"--{name.replace('_', '-')} must be at least 0, got {getattr(self, name)}")
         return found
@@ -105,7 +109,8 @@ def run_counting(
         if text_files:
             inputs.append(pipeline | "Texts" >> ReadLanguageTexts(text_files))
         sentences = inputs[0] if len(inputs) == 1 else tuple(inputs) | "Inputs" >> beam.Flatten()
-        counted = sentences | "CountWords" >> CountWords(config.holdout_rate, config.heldout_per_language)
+        counted = sentences | "CountWords" >> CountWords(
+            config.holdout_rate, config.heldout_per_language, config.max_words, config.smoothing)
         counted | "Write" >> WriteCounts(work_dir)
 
 
@@ -269,7 +274,9 @@ def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_f
         "tally": tally,
         "languages": {
             lang: {"words": totals[lang], "raw_share": totals[lang] / sum(totals.values()),
-                   "smoothed_share": shares[lang], "weight": weights[lang]}
+                   "smoothed_share": shares[lang], "weight": weights[lang],
+                   "pruned_types": tally.get(f"pruned_types.{lang}", 0),
+                   "pruned_words": tally.get(f"pruned_words.{lang}", 0)}
             for lang in sorted(totals, key=lambda l: -totals[l])
         },
         "learner": result.summary(),
