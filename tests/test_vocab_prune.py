@@ -8,7 +8,7 @@ import apache_beam as beam
 from pipelines.accounting import build_accounting, accounting_violations
 from tests.conftest import require_file
 from vocab.count import UNITS, PruneWords, count_batch
-from vocab.prune import keep_top, language_budgets
+from vocab.prune import fold_pruned_characters, keep_top, language_budgets, word_characters
 from vocab.smoothing import smoothed_shares
 
 
@@ -38,6 +38,25 @@ def test_keep_top_breaks_ties_by_the_word_whatever_the_order():
         random.Random(seed).shuffle(entries)
         assert keep_top(entries, 3) == [(9, "z"), (5, "a"), (5, "b")]
     assert keep_top(entries, 0) == []
+
+
+def _characters(entries) -> Counter:
+    total = Counter()
+    for entry in entries:
+        total.update(word_characters(entry))
+    return total
+
+
+def test_folding_keeps_the_character_counts_of_the_pruned_words():
+    entries = [(9, "ab"), (7, "a"), (5, "xyx"), (2, "bz")]
+    kept = keep_top(entries, 2)
+    written = fold_pruned_characters(kept, _characters(entries))
+    assert _characters(written) == _characters(entries)  # the learner sees the unpruned counts
+    # x: 2 x 5 (twice in "xyx"), y: 5, z: 2, b: 2 (from "bz"), added to the kept word "a" none
+    assert written == [(10, "x"), (9, "ab"), (7, "a"), (5, "y"), (2, "b"), (2, "z")]
+    assert fold_pruned_characters(entries, _characters(entries)) == keep_top(entries, 4)  # nothing pruned
+    # a kept one-character word takes its character's pruned count
+    assert fold_pruned_characters([(3, "q")], {"q": 5}) == [(5, "q")]
 
 
 def _collect(out, folder):
@@ -72,7 +91,10 @@ def test_prune_words_keeps_each_languages_top_words_with_ties_cut_by_the_word(tm
     expected_en = sorted(en, key=lambda w: (-en[w], w))[:33]
     # the cut falls inside the tied r-words: the first ones by the word are kept
     assert [w for w in expected_en if w.startswith("r")] == [f"r{i:02d}" for i in range(5)]
-    assert sorted(kept) == sorted([(("en", w), en[w]) for w in expected_en] + [(("de", w), n) for w, n in de.items()])
+    kept_en = [(en[w], w) for w in expected_en]
+    folded_en = fold_pruned_characters(kept_en, _characters((n, w) for w, n in en.items()))
+    assert {"5", "6", "r"} <= {w for _, w in folded_en} - set(expected_en)  # r05..r11's characters
+    assert sorted(kept) == sorted([(("en", w), n) for n, w in folded_en] + [(("de", w), n) for w, n in de.items()])
     assert tally["word_types.read"] == 55 and tally["word_types.kept"] == 48
     assert tally["word_types.dropped.over_language_budget"] == 7 == tally["pruned_types.en"]
     assert tally["pruned_words.en"] == 7 * 10 and "pruned_types.de" not in tally
@@ -104,10 +126,13 @@ def test_counting_step_prunes_real_text_per_language(labse_data, tmp_path):
         occurrences, distinct = sizes.get(lang, (0, 0))
         sizes[lang] = (occurrences + n, distinct + 1)
     budgets = language_budgets(sizes, 0.3, 600)
-    assert sum(budgets.values()) <= 600 and len(kept) == sum(budgets.values())
+    assert sum(budgets.values()) <= 600
+    assert len(kept) == sum(budgets.values()) + tally["folded_character_entries"]
     for lang, budget in budgets.items():
         ranked = sorted(((n, w) for (l, w), n in full.items() if l == lang), key=lambda e: (-e[0], e[1]))
-        assert sorted((w, n) for (l, w), n in kept if l == lang) == sorted((w, n) for n, w in ranked[:budget])
+        written = sorted((n, w) for (l, w), n in kept if l == lang)
+        assert written == sorted(fold_pruned_characters(ranked[:budget], _characters(ranked)))
+        assert _characters(written) == _characters(ranked)
         assert tally.get(f"pruned_types.{lang}", 0) == len(ranked) - budget
         assert tally.get(f"pruned_words.{lang}", 0) == sum(n for n, _ in ranked[budget:])
     assert tally["word_types.read"] == len(full) > 600 + 1000  # the budget bites

@@ -16,7 +16,8 @@ kept: counted into the vocabulary, or dropped: `no_lang`, `empty`, `no_words`, `
 `heldout_sentences` (the held-out ones -> kept: written to heldout.jsonl for the report, or dropped:
 `over_report_limit`, beyond `heldout_per_language` in a language) and `word_types` (distinct
 (language, word) pairs -> kept: written for the learner, or dropped: `over_language_budget`), with
-`pruned_types.LANG` and `pruned_words.LANG` (occurrences) per language.
+`pruned_types.LANG` and `pruned_words.LANG` (occurrences) per language, and
+`folded_character_entries` (one-character lines added for the characters of pruned words).
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from pipelines.accounting import MergeTallies, ReasonCounters
 from vocab.pretokenize import pretokenize
-from vocab.prune import DEFAULT_MAX_WORDS, keep_top, language_budgets, prune_tally, rank_key
+from vocab.prune import (DEFAULT_MAX_WORDS, fold_pruned_characters, keep_top, language_budgets, prune_tally,
+                         rank_key, word_characters)
 
 HOLDOUT_SCALE = 1_000_000
 UNITS = ("sentences", "heldout_sentences", "word_types")
@@ -151,19 +153,42 @@ def _budget_plan(sizes: dict, smoothing: float, max_words: int) -> dict:
     return {"sizes": sizes, "budgets": language_budgets(sizes, smoothing, max_words)}
 
 
-def _keep_within_budget(item: tuple[str, list[tuple[int, str]]], plan: dict):
+def _keep_within_budget(item: tuple[str, list[tuple[int, str]]], plan: dict, characters: dict):
     lang, entries = item
     kept = keep_top(entries, plan["budgets"].get(lang, 0))
-    for count, word in kept:
+    written = fold_pruned_characters(kept, characters[lang])
+    for count, word in written:
         yield (lang, word), count
-    yield beam.pvalue.TaggedOutput("tally", prune_tally(lang, kept, plan["sizes"][lang]))
+    tally = prune_tally(lang, kept, plan["sizes"][lang])
+    tally["folded_character_entries"] = len(written) - len(kept)
+    yield beam.pvalue.TaggedOutput("tally", tally)
+
+
+class _SumCounters(beam.CombineFn):
+    def create_accumulator(self) -> Counter:
+        return Counter()
+
+    def add_input(self, acc: Counter, counter: Counter) -> Counter:
+        acc.update(counter)
+        return acc
+
+    def merge_accumulators(self, accs) -> Counter:
+        merged = Counter()
+        for acc in accs:
+            merged.update(acc)
+        return merged
+
+    def extract_output(self, acc: Counter) -> dict:
+        return dict(acc)
 
 
 class PruneWords(beam.PTransform):
     """((lang, word), n) summed -> {"counts": the same for the words kept, "tally": dict}.
 
-    At most `max_words` distinct words pass (0: all), split over languages by `vocab.prune`. One
-    top-`max_words` per language is the only state a worker holds: no global ranking of all words.
+    At most `max_words` distinct words pass (0: all), split over languages by `vocab.prune`, plus
+    the characters of the pruned words folded into one-character entries (at most one a distinct
+    character). One top-`max_words` per language and its characters' counts are the only state a
+    worker holds: no global ranking of all words.
     """
 
     def __init__(self, max_words: int = DEFAULT_MAX_WORDS, smoothing: float = 0.3):
@@ -186,10 +211,16 @@ class PruneWords(beam.PTransform):
             | "SizesByLanguage" >> beam.combiners.ToDict()
             | "Budgets" >> beam.Map(_budget_plan, self.smoothing, self.max_words)
         )
+        characters = (
+            by_language
+            | "WordCharacters" >> beam.Map(lambda kv: (kv[0], word_characters(kv[1])))
+            | "CharactersPerLanguage" >> beam.CombinePerKey(_SumCounters())
+        )
         kept = (
             by_language
             | "TopPerLanguage" >> beam.combiners.Top.PerKey(self.max_words, key=rank_key, reverse=True)
-            | "KeepWithinBudget" >> beam.FlatMap(_keep_within_budget, plan=beam.pvalue.AsSingleton(plan))
+            | "KeepWithinBudget" >> beam.FlatMap(
+                _keep_within_budget, plan=beam.pvalue.AsSingleton(plan), characters=beam.pvalue.AsDict(characters))
             .with_outputs("tally", main="counts")
         )
         return {"counts": kept.counts, "tally": kept.tally}

@@ -11,10 +11,16 @@ distinct words than its share keeps them all and the rest of its share goes to t
 
 Within a language words are ranked by count, ties by the word (code point order), so the kept set
 does not depend on the order a runner delivers them in: the vocabulary stays deterministic.
-Pure Python: `vocab.count.PruneWords` wires it into Beam.
+
+The learner makes a character a token when its count over all words reaches `--char-min-count`; a
+character seen only in pruned words (rare scripts, names) would otherwise turn into [UNK]. So the
+characters of the pruned words are folded back as one-character entries carrying their counts
+(`fold_pruned_characters`): the learner's character counts are exactly the unpruned ones, for at
+most one extra entry per distinct character. Pure Python: `vocab.count.PruneWords` wires it into Beam.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterable, Mapping
 
 from vocab.smoothing import smoothed_shares
@@ -62,6 +68,27 @@ def rank_key(entry: tuple[int, str]) -> tuple[int, str]:
 def keep_top(entries: Iterable[tuple[int, str]], budget: int) -> list[tuple[int, str]]:
     """The `budget` best (count, word) entries of one language by `rank_key`, best first."""
     return sorted(entries, key=rank_key)[: max(0, budget)]
+
+
+def word_characters(entry: tuple[int, str]) -> Counter:
+    """(count, word) -> each character's count in it: count x its occurrences in the word."""
+    count, word = entry
+    return Counter({char: count * times for char, times in Counter(word).items()})
+
+
+def fold_pruned_characters(kept: list[tuple[int, str]], all_characters: Mapping[str, int]) -> list[tuple[int, str]]:
+    """`kept` plus, for every character whose count over all words (`all_characters`) exceeds its
+    count in the kept words, that difference as a one-character entry (added to the one-character
+    word if it is kept). The result has each word once; in `rank_key` order."""
+    in_kept: Counter = Counter()
+    for entry in kept:
+        in_kept.update(word_characters(entry))
+    merged = {word: count for count, word in kept}
+    for char, total in all_characters.items():
+        missing = total - in_kept.get(char, 0)
+        if missing > 0:
+            merged[char] = merged.get(char, 0) + missing
+    return sorted(((count, word) for word, count in merged.items()), key=rank_key)
 
 
 def prune_tally(lang: str, kept: list[tuple[int, str]], size: tuple[int, int]) -> dict[str, int]:
