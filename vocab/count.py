@@ -31,7 +31,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.accounting import MergeTallies, ReasonCounters
+from pipelines.accounting import MergeTallies, ReasonCounters, SumTallies
 from vocab.pretokenize import pretokenize
 from vocab.prune import (DEFAULT_MAX_WORDS, fold_pruned_characters, keep_top, language_budgets, prune_tally,
                          rank_key, word_characters)
@@ -164,24 +164,6 @@ def _keep_within_budget(item: tuple[str, list[tuple[int, str]]], plan: dict, cha
     yield beam.pvalue.TaggedOutput("tally", tally)
 
 
-class _SumCounters(beam.CombineFn):
-    def create_accumulator(self) -> Counter:
-        return Counter()
-
-    def add_input(self, acc: Counter, counter: Counter) -> Counter:
-        acc.update(counter)
-        return acc
-
-    def merge_accumulators(self, accs) -> Counter:
-        merged = Counter()
-        for acc in accs:
-            merged.update(acc)
-        return merged
-
-    def extract_output(self, acc: Counter) -> dict:
-        return dict(acc)
-
-
 class PruneWords(beam.PTransform):
     """((lang, word), n) summed -> {"counts": the same for the words kept, "tally": dict}.
 
@@ -214,7 +196,7 @@ class PruneWords(beam.PTransform):
         characters = (
             by_language
             | "WordCharacters" >> beam.Map(lambda kv: (kv[0], word_characters(kv[1])))
-            | "CharactersPerLanguage" >> beam.CombinePerKey(_SumCounters())
+            | "CharactersPerLanguage" >> beam.CombinePerKey(SumTallies())  # {char: count}, summed as tallies are
         )
         kept = (
             by_language
