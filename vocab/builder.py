@@ -4,13 +4,15 @@
     result = build("out/vocab.txt", sentences_dir="clean/sentences", config=VocabConfig(vocab_size=64000))
 
 Steps: Beam counts words per language (`vocab.count`, BERT pre-tokenisation), holding out a share
-of sentences (`VocabConfig.holdout_rate`); language weights p_l ∝ n_l^α scale each language's
+of sentences (`VocabConfig.holdout_rate`), and passes on at most `VocabConfig.max_words` distinct
+words, each language's most frequent (`vocab.prune`: the learner's memory is bounded whatever the
+corpus size, docs/guides/vocabulary-at-scale.md); language weights p_l ∝ n_l^α scale each language's
 counts (`vocab.smoothing`); the learner builds exactly `vocab_size` tokens (`vocab.learn`); the
 report measures [UNK] share, subwords per word and whole words per language on the held-out
 sentences (`vocab.report`). The command line (`labse-vocab`) is `vocab.cli`.
 
 Outputs next to `output` (vocab.txt): `vocab.report.json`, `vocab.report.png`, `vocab.stats.json`
-(the accounting section of README contract 11 for sentences and held-out sentences,
+(the accounting section of README contract 11 for sentences, held-out sentences and word types,
 configuration, tallies, weights, learner search; written last), and `vocab.work/` (counts TSV,
 held-out, tally). Beam and TensorFlow are imported only when a build runs.
 """
