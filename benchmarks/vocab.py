@@ -12,6 +12,21 @@ scale: a synthetic Zipfian table of 10 million distinct words in 30 scripts -> 5
     time and peak memory of `vocab.learn` alone.
 
     nice .venv/bin/python benchmarks/vocab.py scale --num-words 10000000 --vocab-size 500000
+
+prune: the same synthetic table, learned in full and pruned to each `--max-words` (the top words by
+    count, ties by the word: `vocab.prune.keep_top`, what the counting step keeps for one
+    language), each learner in a child process (load the counts TSV as labse-vocab does + learn):
+    peak RSS, time, tokens shared with the unpruned vocabulary, [UNK] share and subwords per word on
+    held-out words drawn by count and on words drawn uniformly from the table.
+
+    nice .venv/bin/python benchmarks/vocab.py prune --num-words 2000000 --vocab-size 200000 --max-words 0,1000000,500000
+
+real: labse-vocab (Beam counting + learner + report) on real text -- UDHR (388 files, by ISO 639-3
+    code), Tatoeba (every language side), the Wikipedia samples (en, ltg) -- once per `--max-words`;
+    per language the held-out [UNK] share and subwords per word, and the tokens shared with the
+    unpruned vocabulary.
+
+    nice .venv/bin/python benchmarks/vocab.py real --vocab-size 32000 --max-words 0,320000,160000,80000
 """
 from __future__ import annotations
 
@@ -57,13 +72,29 @@ def peak_rss_gb() -> float:
 
 
 # --------------------------------------------------------------------------- synthetic scale run
-def zipf_counts(num_words: int, num_scripts: int = 30, seed: int = 0) -> tuple[list[str], np.ndarray]:
+def script_alphabet(start: int, letters_only: bool) -> list[str]:
+    """40 code points from `start`; with `letters_only`, the first 40 letters and marks (the plain
+    block of 40 runs past 'z' into punctuation and C1 controls, which a tokenizer cannot hold)."""
+    if not letters_only:
+        return [chr(start + i) for i in range(40)]
+    import unicodedata
+
+    letters, code = [], start
+    while len(letters) < 40:
+        if unicodedata.category(chr(code))[0] in "LM":
+            letters.append(chr(code))
+        code += 1
+    return letters
+
+
+def zipf_counts(num_words: int, num_scripts: int = 30, seed: int = 0,
+                letters_only: bool = False) -> tuple[list[str], np.ndarray]:
     """`num_words` distinct words: 1-4 morphemes from a Zipfian inventory per script; Zipf counts."""
     rng = np.random.default_rng(seed)
     words: dict[str, None] = {}
     per_script = -(-num_words // num_scripts)
     for start in SCRIPT_STARTS[:num_scripts]:
-        alphabet = np.array([chr(start + i) for i in range(40)], dtype=object)
+        alphabet = np.array(script_alphabet(start, letters_only), dtype=object)
         lengths = rng.integers(1, 6, size=30_000)
         morphemes = np.array(
             ["".join(alphabet[rng.integers(0, 40, size=n)]) for n in lengths], dtype=object
@@ -290,10 +321,180 @@ def run_compare(args) -> dict:
     return results
 
 
+# --------------------------------------------------------------------------- pruning: synthetic
+def vm_peak_mb() -> float:
+    """This process's own peak RSS (VmHWM), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def _work_learner_main(work_dir: str, vocab_size: int, out_path: str) -> None:
+    """Runs in a subprocess: what labse-vocab does after Beam (load the counts TSV, learn)."""
+    import apache_beam.io.filesystems  # noqa: F401  (labse-vocab reads the counts through it)
+
+    from vocab.builder import weighted_counts
+    from vocab.learn import LearnerConfig, learn, write_vocab
+
+    before = vm_peak_mb()
+    started = time.perf_counter()
+    cpu_started = cpu_seconds()
+    words, counts = weighted_counts(work_dir, {"xx": 1.0})
+    result = learn(words, counts, LearnerConfig(vocab_size=vocab_size, progress=False))
+    write_vocab(result.vocab, out_path + ".txt")
+    Path(out_path + ".json").write_text(json.dumps({
+        "words": len(words), "seconds": time.perf_counter() - started, "cpu_seconds": cpu_seconds() - cpu_started,
+        "peak_mb_after_imports": before, "peak_mb": vm_peak_mb(), "search_steps": len(result.search),
+    }))
+
+
+def _write_counts_tsv(work: Path, entries: list[tuple[int, str]]) -> None:
+    (work / "counts").mkdir(parents=True)
+    with open(work / "counts" / "counts-00000-of-00001.tsv", "w", encoding="utf-8") as handle:
+        handle.writelines(f"xx\t{word}\t{count}\n" for count, word in entries)
+
+
+def _word_lines(words: list[str], per_line: int = 50) -> list[str]:
+    return [" ".join(words[i:i + per_line]) for i in range(0, len(words), per_line)]
+
+
+def run_prune(args) -> dict:
+    from vocab.prune import keep_top
+    from vocab.report import tokenization_stats
+    from pipelines.text.wordpiece import hf_tokenizer
+
+    started = time.perf_counter()
+    words, counts = zipf_counts(args.num_words, args.num_scripts, args.seed, letters_only=True)
+    entries = [(int(c), w) for w, c in zip(words, counts)]
+    rng = np.random.default_rng(args.seed + 1)
+    by_count = [words[i] for i in rng.choice(len(words), size=args.heldout_words, p=counts / counts.sum())]
+    by_type = [words[i] for i in rng.choice(len(words), size=args.heldout_words)]
+    del words, counts
+    print(f"generated {len(entries):,} words in {time.perf_counter() - started:.0f} s", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="vocab_prune_"))
+    results = {}
+    for max_words in [int(v) for v in args.max_words.split(",")]:
+        kept = keep_top(entries, max_words) if max_words > 0 else entries
+        run_dir = work / f"max{max_words}"
+        _write_counts_tsv(run_dir, kept)
+        del kept
+        out = str(run_dir / "vocab")
+        subprocess.run([sys.executable, __file__, "_work_learner", str(run_dir), str(args.vocab_size), out], check=True)
+        row = json.loads(Path(out + ".json").read_text())
+        tokenizer = hf_tokenizer(out + ".txt")
+        row["heldout_by_count"] = tokenization_stats(tokenizer, _word_lines(by_count))
+        row["heldout_by_type"] = tokenization_stats(tokenizer, _word_lines(by_type))
+        results[max_words] = row
+        print(f"max_words {max_words:>10,}: {row['words']:,} words, learn {row['seconds']:.0f} s "
+              f"({row['cpu_seconds']:.0f} s CPU), peak {row['peak_mb']:.0f} MB ({row['peak_mb_after_imports']:.0f} after imports)", flush=True)
+    reference = set(Path(work / f"max{0}" / "vocab.txt").read_text(encoding="utf-8").split("\n")) if 0 in results else None
+    print(f"\n{'max words':>10} {'words':>10} {'learn s':>8} {'CPU s':>7} {'peak MB':>8} {'grown MB':>9} "
+          f"{'shared':>7} {'unk(count)':>11} {'spw(count)':>11} {'unk(type)':>10} {'spw(type)':>10}")
+    for max_words, row in results.items():
+        tokens = set(Path(work / f"max{max_words}" / "vocab.txt").read_text(encoding="utf-8").split("\n"))
+        row["shared_with_unpruned"] = len(tokens & reference) / len(reference) if reference else None
+        shared = f"{100 * row['shared_with_unpruned']:.2f}%" if reference else "-"
+        print(f"{max_words:>10,} {row['words']:>10,} {row['seconds']:>8.0f} {row['cpu_seconds']:>7.0f} {row['peak_mb']:>8.0f} "
+              f"{row['peak_mb'] - row['peak_mb_after_imports']:>9.0f} {shared:>7} "
+              f"{row['heldout_by_count']['unk_share']:>11.5f} {row['heldout_by_count']['subwords_per_word']:>11.4f} "
+              f"{row['heldout_by_type']['unk_share']:>10.5f} {row['heldout_by_type']['subwords_per_word']:>10.4f}")
+    grown = sorted((row["words"], row["peak_mb"] - row["peak_mb_after_imports"]) for row in results.values())
+    if len(grown) >= 2:
+        slope, fixed = np.polyfit([w for w, _ in grown], [g for _, g in grown], 1)
+        print(f"\nlearner growth ~ {slope * 2**20:.0f} bytes x words + {fixed:.0f} MB (least squares over {len(grown)} runs)")
+        results["fit"] = {"bytes_per_word": slope * 2**20, "fixed_mb": fixed}
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return results
+
+
+# --------------------------------------------------------------------------- pruning: real text
+def real_text_files(folder: Path) -> dict[str, str]:
+    """UDHR + Tatoeba + the Wikipedia samples as one text file per language (ISO 639-3 code)."""
+    from pipelines.io.wikipedia import read_wikipedia_stream
+
+    lines: dict[str, list[str]] = {}
+    for path in sorted((DATA / "udhr").glob("*.txt")):
+        lang = path.stem.split("_")[0]
+        lines.setdefault(lang, []).extend(path.read_text(encoding="utf-8").splitlines())
+    for path in sorted((DATA / "tatoeba").glob("tatoeba.*-eng.*")):
+        lines.setdefault(path.name.rsplit(".", 1)[1], []).extend(path.read_text(encoding="utf-8").splitlines())
+    for lang, name in (("eng", "enwiki"), ("ltg", "ltgwiki")):
+        with open(DATA / "wikipedia" / f"{name}-pages-articles-sample.xml.bz2", "rb") as raw:
+            for page in read_wikipedia_stream(raw, name):
+                text = getattr(page, "text", None)
+                if text:
+                    lines.setdefault(lang, []).extend(text.splitlines())
+    files = {}
+    for lang, rows in sorted(lines.items()):
+        rows = [row.strip() for row in rows if row.strip()]
+        if rows:
+            files[lang] = str(folder / f"{lang}.txt")
+            Path(files[lang]).write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return files
+
+
+def run_real(args) -> dict:
+    from vocab.builder import VocabConfig, build
+
+    work = Path(tempfile.mkdtemp(prefix="vocab_real_"))
+    files = real_text_files(work)
+    print(f"{len(files)} languages: UDHR + Tatoeba + Wikipedia samples", flush=True)
+    results = {}
+    for max_words in [int(v) for v in args.max_words.split(",")]:
+        config = VocabConfig(vocab_size=args.vocab_size, char_min_count=args.char_min_count, holdout_rate=args.holdout_rate,
+                             max_words=max_words)
+        started = time.perf_counter()
+        result = build(str(work / f"max{max_words}" / "vocab.txt"), text_files=files, config=config,
+                       beam_args=["--direct_num_workers", "1"])
+        tally = result.stats["tally"]
+        results[max_words] = {
+            "seconds": time.perf_counter() - started, "learn_seconds": result.stats["seconds"]["learn"],
+            "words_in": result.stats["learner"]["num_words_in"], "word_types_read": tally.get("word_types.read"),
+            "word_types_kept": tally.get("word_types.kept"), "overall": result.report["overall"],
+            "languages": result.report["languages"], "vocab": str(result.vocab_path),
+        }
+        print(f"max_words {max_words:>8,}: {tally.get('word_types.kept'):,} of {tally.get('word_types.read'):,} "
+              f"(language, word) kept -> {results[max_words]['words_in']:,} distinct words; [UNK] "
+              f"{result.report['overall']['unk_share']:.5f}, subwords/word {result.report['overall']['subwords_per_word']:.4f}", flush=True)
+    if 0 not in results:
+        return results
+    reference = results[0]
+    tokens0 = set(Path(reference["vocab"]).read_text(encoding="utf-8").split("\n"))
+    langs = sorted(reference["languages"], key=lambda l: -reference["languages"][l]["sentences"])
+    print(f"\n{'max words':>10} {'kept':>8} {'shared':>8} {'unk':>8} {'spw':>7} {'mean dspw':>10} {'worst dspw':>16} {'worst dunk':>16}")
+    for max_words, row in results.items():
+        tokens = set(Path(row["vocab"]).read_text(encoding="utf-8").split("\n"))
+        row["shared_with_unpruned"] = len(tokens & tokens0) / len(tokens0)
+        dspw = {l: row["languages"][l]["subwords_per_word"] / reference["languages"][l]["subwords_per_word"] - 1 for l in langs}
+        dunk = {l: row["languages"][l]["unk_share"] - reference["languages"][l]["unk_share"] for l in langs}
+        worst_spw = max(dspw, key=dspw.get)
+        worst_unk = max(dunk, key=dunk.get)
+        row["mean_rel_subwords_per_word"] = float(np.mean(list(dspw.values())))
+        row["worst_rel_subwords_per_word"] = (worst_spw, dspw[worst_spw])
+        row["worst_unk_increase"] = (worst_unk, dunk[worst_unk])
+        print(f"{max_words:>10,} {row['word_types_kept']:>8,} {100 * row['shared_with_unpruned']:>7.2f}% "
+              f"{row['overall']['unk_share']:>8.5f} {row['overall']['subwords_per_word']:>7.4f} "
+              f"{100 * row['mean_rel_subwords_per_word']:>+9.2f}% {worst_spw:>6} {100 * dspw[worst_spw]:>+8.2f}% "
+              f"{worst_unk:>6} {dunk[worst_unk]:>+9.5f}")
+    print(f"\nper language (held-out sentences), subwords per word / [UNK] share, by --max-words {list(results)}:")
+    for lang in langs[: args.show_languages]:
+        cells = [f"{row['languages'][lang]['subwords_per_word']:.3f}/{row['languages'][lang]['unk_share']:.4f}"
+                 for row in results.values()]
+        print(f"{lang:<5} {reference['languages'][lang]['sentences']:>5} " + "".join(f"{c:>16}" for c in cells))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_learner":
         _learner_main(argv[1], argv[2], int(argv[3]), argv[4])
+        return 0
+    if argv and argv[0] == "_work_learner":
+        _work_learner_main(argv[1], int(argv[2]), argv[3])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -311,9 +512,28 @@ def main(argv: list[str] | None = None) -> int:
     scale.add_argument("--num-unused", type=int, default=0)
     scale.add_argument("--seed", type=int, default=0)
     scale.add_argument("--json", default=None)
+    prune = sub.add_parser("prune", help="synthetic table: learner memory and vocabulary with and without pruning")
+    prune.add_argument("--num-words", type=int, default=2_000_000)
+    prune.add_argument("--num-scripts", type=int, default=30)
+    prune.add_argument("--vocab-size", type=int, default=200_000)
+    prune.add_argument("--max-words", default="0,1000000,500000", help="comma-separated; 0 = unpruned")
+    prune.add_argument("--heldout-words", type=int, default=200_000)
+    prune.add_argument("--seed", type=int, default=0)
+    prune.add_argument("--json", default=None)
+    real = sub.add_parser("real", help="labse-vocab on UDHR + Tatoeba + Wikipedia with and without pruning")
+    real.add_argument("--vocab-size", type=int, default=32_000)
+    real.add_argument("--max-words", default="0,320000,160000,80000", help="comma-separated; 0 = unpruned")
+    real.add_argument("--char-min-count", type=float, default=2.0)
+    real.add_argument("--holdout-rate", type=float, default=0.1)
+    real.add_argument("--show-languages", type=int, default=20)
+    real.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.mode == "scale":
         run_scale(args)
+    elif args.mode == "prune":
+        run_prune(args)
+    elif args.mode == "real":
+        run_real(args)
     else:
         run_compare(args)
     return 0

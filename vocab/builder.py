@@ -4,13 +4,15 @@
     result = build("out/vocab.txt", sentences_dir="clean/sentences", config=VocabConfig(vocab_size=64000))
 
 Steps: Beam counts words per language (`vocab.count`, BERT pre-tokenisation), holding out a share
-of sentences (`VocabConfig.holdout_rate`); language weights p_l ∝ n_l^α scale each language's
+of sentences (`VocabConfig.holdout_rate`), and passes on at most `VocabConfig.max_words` distinct
+words, each language's most frequent (`vocab.prune`: the learner's memory is bounded whatever the
+corpus size, docs/guides/vocabulary-at-scale.md); language weights p_l ∝ n_l^α scale each language's
 counts (`vocab.smoothing`); the learner builds exactly `vocab_size` tokens (`vocab.learn`); the
 report measures [UNK] share, subwords per word and whole words per language on the held-out
 sentences (`vocab.report`). The command line (`labse-vocab`) is `vocab.cli`.
 
 Outputs next to `output` (vocab.txt): `vocab.report.json`, `vocab.report.png`, `vocab.stats.json`
-(the accounting section of README contract 11 for sentences and held-out sentences,
+(the accounting section of README contract 11 for sentences, held-out sentences and word types,
 configuration, tallies, weights, learner search; written last), and `vocab.work/` (counts TSV,
 held-out, tally). Beam and TensorFlow are imported only when a build runs.
 """
@@ -25,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
 from vocab.learn import LearnerConfig, LearnResult, VocabSizeError, learn, write_vocab
+from vocab.prune import DEFAULT_MAX_WORDS
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +41,9 @@ class VocabConfig:
     holdout_rate: float = 0.01
     heldout_per_language: int = 2000
     max_token_length: int = 50
+    # Distinct words given to the learner, split over languages by smoothed share (vocab.prune);
+    # 0 = all. The learner's memory is about 1 KB a word (docs/guides/vocabulary-at-scale.md).
+    max_words: int = DEFAULT_MAX_WORDS
 
     def problems(self) -> list[str]:
         """What is wrong with these settings (as CLI options), checked before any work starts."""
@@ -51,7 +57,7 @@ class VocabConfig:
         for name in ("vocab_size", "max_token_length"):
             if getattr(self, name) < 1:
                 found.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("num_unused", "heldout_per_language"):
+        for name in ("num_unused", "heldout_per_language", "max_words"):
             if getattr(self, name) < 0:
                 found.append(f"--{name.replace('_', '-')} must be at least 0, got {getattr(self, name)}")
         return found
@@ -105,7 +111,8 @@ def run_counting(
         if text_files:
             inputs.append(pipeline | "Texts" >> ReadLanguageTexts(text_files))
         sentences = inputs[0] if len(inputs) == 1 else tuple(inputs) | "Inputs" >> beam.Flatten()
-        counted = sentences | "CountWords" >> CountWords(config.holdout_rate, config.heldout_per_language)
+        counted = sentences | "CountWords" >> CountWords(
+            config.holdout_rate, config.heldout_per_language, config.max_words, config.smoothing)
         counted | "Write" >> WriteCounts(work_dir)
 
 
@@ -276,7 +283,9 @@ def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_f
         "tally": tally,
         "languages": {
             lang: {"words": totals[lang], "raw_share": totals[lang] / sum(totals.values()),
-                   "smoothed_share": shares[lang], "weight": weights[lang]}
+                   "smoothed_share": shares[lang], "weight": weights[lang],
+                   "pruned_types": tally.get(f"pruned_types.{lang}", 0),
+                   "pruned_words": tally.get(f"pruned_words.{lang}", 0)}
             for lang in sorted(totals, key=lambda l: -totals[l])
         },
         "learner": result.summary(),

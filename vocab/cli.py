@@ -1,7 +1,7 @@
 """labse-vocab: a cased multilingual WordPiece vocabulary from cleaned sentences.
 
     labse-vocab --input DIR/sentences --output vocab.txt [--vocab-size 500000] [--smoothing 0.3]
-        [--num-unused 0] [--char-min-count 5] [Beam options]
+        [--num-unused 0] [--char-min-count 5] [--max-words 5000000] [Beam options]
     labse-vocab --input-text de=de.txt --input-text zh=zh.txt --output vocab.txt ...
 
 This module parses the options and calls `vocab.builder.build` (count with Beam, smooth, learn,
@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heldout-per-language", type=int, default=defaults.heldout_per_language)
     parser.add_argument("--max-token-length", type=int, default=defaults.max_token_length,
                         help="words longer than this (in characters) are not learned from")
+    parser.add_argument("--max-words", type=int, default=defaults.max_words,
+                        help="distinct words the learner gets at most (each language's most frequent, split by "
+                             "smoothed share; the learner needs about 1 KB a word); 0 = all")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace vocab.txt and the files beside it from an earlier run (else they are refused)")
     return parser
@@ -69,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab_size=args.vocab_size, smoothing=args.smoothing, num_unused=args.num_unused,
         char_min_count=args.char_min_count, holdout_rate=args.holdout_rate,
         heldout_per_language=args.heldout_per_language, max_token_length=args.max_token_length,
+        max_words=args.max_words,
     )
     problems = config.problems()
     if problems:  # before anything is read

@@ -7,10 +7,17 @@
 Inputs: `labse-clean`'s `DIR/sentences/lang=XX/*.parquet` (columns `text`, `lang`), or one plain
 text file (pattern) per language, one sentence per line.
 
-The tally accounts for two units (`pipelines.accounting`, README contract 11): `sentences` (read ->
-kept: counted into the vocabulary, or dropped: `no_lang`, `empty`, `no_words`, `held_out`) and
+The counts written are only the words the learner may see: at most `max_words` distinct words,
+each language's most frequent within its share (`vocab.prune`, `PruneWords`), so the learner's
+memory is bounded whatever the corpus size.
+
+The tally accounts for three units (`pipelines.accounting`, README contract 11): `sentences` (read ->
+kept: counted into the vocabulary, or dropped: `no_lang`, `empty`, `no_words`, `held_out`),
 `heldout_sentences` (the held-out ones -> kept: written to heldout.jsonl for the report, or dropped:
-`over_report_limit`, beyond `heldout_per_language` in a language).
+`over_report_limit`, beyond `heldout_per_language` in a language) and `word_types` (distinct
+(language, word) pairs -> kept: written for the learner, or dropped: `over_language_budget`), with
+`pruned_types.LANG` and `pruned_words.LANG` (occurrences) per language, and
+`folded_character_entries` (one-character lines added for the characters of pruned words).
 """
 from __future__ import annotations
 
@@ -24,12 +31,14 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from pipelines.accounting import MergeTallies, ReasonCounters
+from pipelines.accounting import MergeTallies, ReasonCounters, SumTallies
 from pipelines.text.pretokenize import pretokenize
+from vocab.prune import (DEFAULT_MAX_WORDS, fold_pruned_characters, keep_top, language_budgets, prune_tally,
+                         rank_key, word_characters)
 
 COUNTER_NAMESPACE = "vocab"  # Beam counters: one namespace per stage, its name
 HOLDOUT_SCALE = 1_000_000
-UNITS = ("sentences", "heldout_sentences")
+UNITS = ("sentences", "heldout_sentences", "word_types")
 
 
 def is_heldout(text: str, rate: float) -> bool:
@@ -106,10 +115,13 @@ class CountWords(beam.PTransform):
     `heldout_per_language` a language), the rest are `heldout_sentences.dropped.over_report_limit`.
     """
 
-    def __init__(self, holdout_rate: float = 0.01, heldout_per_language: int = 2000):
+    def __init__(self, holdout_rate: float = 0.01, heldout_per_language: int = 2000,
+                 max_words: int = DEFAULT_MAX_WORDS, smoothing: float = 0.3):
         super().__init__()
         self.holdout_rate = holdout_rate
         self.heldout_per_language = heldout_per_language
+        self.max_words = max_words
+        self.smoothing = smoothing
 
     def expand(self, sentences):
         parts = (
@@ -117,7 +129,8 @@ class CountWords(beam.PTransform):
             | "Batch" >> beam.BatchElements(min_batch_size=512, max_batch_size=8192)
             | "CountBatch" >> beam.ParDo(_CountBatches(self.holdout_rate)).with_outputs("heldout", "tally", main="counts")
         )
-        counts = parts.counts | "SumPerKey" >> beam.CombinePerKey(sum)
+        summed = parts.counts | "SumPerKey" >> beam.CombinePerKey(sum)
+        pruned = summed | "Prune" >> PruneWords(self.max_words, self.smoothing)
         limit = self.heldout_per_language
         heldout = parts.heldout | "FirstByHash" >> beam.combiners.Top.PerKey(
             limit, key=lambda text: zlib.crc32(text.encode("utf-8"))
@@ -128,8 +141,72 @@ class CountWords(beam.PTransform):
             | "OverLimit" >> beam.Map(lambda kv: {"heldout_sentences.dropped.over_report_limit": max(0, kv[1] - limit)})
         )
         reported = heldout | "CountReported" >> beam.Map(lambda kv: {"heldout_sentences.kept": len(kv[1])})
-        tally = (parts.tally, over_limit, reported) | "SumTallies" >> MergeTallies()
-        return {"counts": counts, "heldout": heldout, "tally": tally}
+        tally = (parts.tally, over_limit, reported, pruned["tally"]) | "SumTallies" >> MergeTallies()
+        return {"counts": pruned["counts"], "heldout": heldout, "tally": tally}
+
+
+def _by_language(item: tuple[tuple[str, str], int]) -> tuple[str, tuple[int, str]]:
+    (lang, word), count = item
+    return lang, (count, word)
+
+
+def _budget_plan(sizes: dict, smoothing: float, max_words: int) -> dict:
+    return {"sizes": sizes, "budgets": language_budgets(sizes, smoothing, max_words)}
+
+
+def _keep_within_budget(item: tuple[str, list[tuple[int, str]]], plan: dict, characters: dict):
+    lang, entries = item
+    kept = keep_top(entries, plan["budgets"].get(lang, 0))
+    written = fold_pruned_characters(kept, characters[lang])
+    for count, word in written:
+        yield (lang, word), count
+    tally = prune_tally(lang, kept, plan["sizes"][lang])
+    tally["folded_character_entries"] = len(written) - len(kept)
+    yield beam.pvalue.TaggedOutput("tally", tally)
+
+
+class PruneWords(beam.PTransform):
+    """((lang, word), n) summed -> {"counts": the same for the words kept, "tally": dict}.
+
+    At most `max_words` distinct words pass (0: all), split over languages by `vocab.prune`, plus
+    the characters of the pruned words folded into one-character entries (at most one a distinct
+    character). One top-`max_words` per language and its characters' counts are the only state a
+    worker holds: no global ranking of all words.
+    """
+
+    def __init__(self, max_words: int = DEFAULT_MAX_WORDS, smoothing: float = 0.3):
+        super().__init__()
+        self.max_words = max_words
+        self.smoothing = smoothing
+
+    def expand(self, counts):
+        by_language = counts | "ByLanguage" >> beam.Map(_by_language)
+        sizes = (
+            by_language
+            | "OccurrencesAndTypes" >> beam.Map(lambda kv: (kv[0], (kv[1][0], 1)))
+            | "SumSizes" >> beam.CombinePerKey(beam.combiners.TupleCombineFn(sum, sum))
+        )
+        if self.max_words <= 0:
+            tally = sizes | "KeptAll" >> beam.Map(lambda kv: {"word_types.read": kv[1][1], "word_types.kept": kv[1][1]})
+            return {"counts": counts, "tally": tally}
+        plan = (
+            sizes
+            | "SizesByLanguage" >> beam.combiners.ToDict()
+            | "Budgets" >> beam.Map(_budget_plan, self.smoothing, self.max_words)
+        )
+        characters = (
+            by_language
+            | "WordCharacters" >> beam.Map(lambda kv: (kv[0], word_characters(kv[1])))
+            | "CharactersPerLanguage" >> beam.CombinePerKey(SumTallies())  # {char: count}, summed as tallies are
+        )
+        kept = (
+            by_language
+            | "TopPerLanguage" >> beam.combiners.Top.PerKey(self.max_words, key=rank_key, reverse=True)
+            | "KeepWithinBudget" >> beam.FlatMap(
+                _keep_within_budget, plan=beam.pvalue.AsSingleton(plan), characters=beam.pvalue.AsDict(characters))
+            .with_outputs("tally", main="counts")
+        )
+        return {"counts": kept.counts, "tally": kept.tally}
 
 
 def _parquet_rows(record: Mapping) -> tuple[str, str]:
