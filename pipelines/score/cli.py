@@ -69,21 +69,37 @@ def parse_other_language(text: str | None) -> tuple[str, str] | None | str:
     return match.group(1), match.group(2).strip()
 
 
+def _openable_pair_files(pairs_dir: str) -> list[str]:
+    """The Parquet files `ReadPairs` reads from `pairs_dir` that the launcher may open: not a named
+    pipe (opening it would block) or a dangling link; the pipeline counts those as errored."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.read.readers import local_file_problem
+
+    return [m.path for r in FileSystems.match([ReadPairs(pairs_dir).pattern]) for m in r.metadata_list
+            if local_file_problem(m.path) is None]
+
+
 def check_labelled_matches(pairs_dir: str, labelled: dict, labelled_path: str) -> None:
     """Before any work: `--labelled` must rate at least one pair of `pairs_dir` (the same (src, tgt)
     test as the pipeline's), else the threshold would silently fall back to the expected precision.
     Reads only the two text columns and stops at the first match. Raises ValueError."""
     from apache_beam.io.filesystems import FileSystems
 
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    for metadata in (m for r in FileSystems.match([ReadPairs(pairs_dir).pattern]) for m in r.metadata_list):
+    rated_sources = pa.array(sorted({src for src, _ in labelled}), pa.string())
+    for path in _openable_pair_files(pairs_dir):
         try:
-            with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+            with FileSystems.open(path, compression_type="uncompressed") as handle:
                 table = pq.read_table(handle, columns=["src", "tgt"])
         except Exception:  # unreadable or without the columns: counted by the pipeline
             continue
-        if any(pair in labelled for pair in zip(table.column("src").to_pylist(), table.column("tgt").to_pylist())):
+        # only the rows whose source is rated become Python objects: the check stays seconds on millions of pairs
+        candidates = table.filter(pc.is_in(table.column("src"), value_set=rated_sources))
+        if any(pair in labelled for pair in zip(candidates.column("src").to_pylist(),
+                                                 candidates.column("tgt").to_pylist())):
             return
     raise ValueError(f"--labelled {labelled_path}: none of its {len(labelled)} rated pairs is among the pairs of "
                      f"{pairs_dir}, so it cannot measure their precision: rate a sample of these pairs")
@@ -97,9 +113,9 @@ def check_pair_column_types(pairs_dir: str) -> None:
 
     import pyarrow.parquet as pq
 
-    for metadata in (m for r in FileSystems.match([ReadPairs(pairs_dir).pattern]) for m in r.metadata_list):
+    for path in _openable_pair_files(pairs_dir):
         try:
-            with FileSystems.open(metadata.path, compression_type="uncompressed") as handle:
+            with FileSystems.open(path, compression_type="uncompressed") as handle:
                 schema = pq.read_schema(handle)
         except Exception:  # unreadable: counted as `unreadable_file` by the pipeline
             continue
@@ -110,7 +126,7 @@ def check_pair_column_types(pairs_dir: str) -> None:
             fits = (pa.types.is_integer(field.type) or pa.types.is_floating(field.type) if numeric
                     else pa.types.is_string(field.type) or pa.types.is_large_string(field.type))
             if not fits:
-                raise ValueError(f"--pairs {metadata.path}: column {field.name!r} holds {field.type}, expected "
+                raise ValueError(f"--pairs {path}: column {field.name!r} holds {field.type}, expected "
                                  f"{'a number' if numeric else 'text'}: rewrite that file with labse-mine's schema")
 
 
