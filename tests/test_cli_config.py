@@ -324,12 +324,15 @@ INNER = {
                     ["--pairs", "p", "--output", "OUT", "--model", "m"]),
     "labse-clean": ("pipelines.clean.cli", "infer_format", ["--input", "x.warc.gz", "--output", "OUT"]),
     "labse-main-content train": ("pipelines.main_content.train", "train", ["--data", "d", "--output", "OUT/m.bin"]),
+    "labse-main-content build-data": ("pipelines.read.readers", "check_pattern_matches",
+                                     ["--input", "x.warc.gz", "--output", "OUT"]),
     "labse-train": ("labse_model.train", "train", TRAIN_REQUIRED[:-1] + ["OUT", "--device", "cpu"]),
+    "labse-eval mining": ("pipelines.score.bucc", "read_side", ["mining", "--src", "s", "--tgt", "t", "--gold", "g"]),
 }
 
 
 def _main_of(command: str):
-    from labse_model import train as train_module
+    from labse_model import evaluate as evaluate_module, train as train_module
     from pipelines.clean import cli as clean_cli
     from pipelines.main_content import cli as main_content_cli
     from pipelines.mine import cli as mine_cli
@@ -340,6 +343,8 @@ def _main_of(command: str):
     return {"labse-mine": mine_cli.main, "labse-tfrecords": tfrecords_cli.main, "labse-vocab": vocab_cli.main,
             "labse-score": score_cli.main, "labse-clean": clean_cli.main,
             "labse-main-content train": main_content_cli.train_main,
+            "labse-main-content build-data": main_content_cli.build_data_main,
+            "labse-eval mining": evaluate_module.main,
             "labse-train": lambda argv: train_module.main(argv)}[command]
 
 

@@ -147,7 +147,7 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def evaluate_main(argv: list[str] | None = None) -> int:
+def evaluate_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labse-main-content evaluate",
         description="Agreement of a main-content model with the teacher (trafilatura) on any WARC: "
@@ -159,6 +159,11 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                         help="score lines without the HTML feature (as for WET input)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many HTML pages")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
+    return parser
+
+
+def evaluate_main(argv: list[str] | None = None) -> int:
+    parser = evaluate_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 
