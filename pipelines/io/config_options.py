@@ -3,9 +3,10 @@
 Every field of a command's settings dataclass says how it is set: `option(default, help, ...)`
 puts its option, help text and choices beside its type and default, `not_an_option(default)` says
 it deliberately has none. `add_config_options` builds the options from that and `config_from_args`
-builds the dataclass back from the parsed options. Used by `labse-clean` (CleanConfig) and by the
-trainers (`labse_model.config.TrainConfig`, `PretrainConfig`). Standard library only: it lives in
-the neutral `pipelines.io`, which both `pipelines` and `labse_model` import.
+builds the dataclass back from the parsed options. Every command with settings uses it
+(docs/guides/configuration.md lists them); `UsageError` is the one error a command prints as a
+line and exit 2. Standard library only: it lives in the neutral `pipelines.io`, which both
+`pipelines` and `labse_model` import.
 """
 from __future__ import annotations
 
