@@ -108,7 +108,7 @@ def measure_quality(args, work: Path, data_dir: Path, cc_model, teacher) -> dict
     import numpy as np
     from resiliparse.extract.html2text import extract_plain_text
 
-    from pipelines.main_content.config import BuildConfig, TrainConfig
+    from pipelines.main_content.config import BuildConfig, MainContentTrainConfig
     from pipelines.main_content.transforms import training_examples
     from pipelines.main_content.evaluate import html_pages, model_kept_text, token_f1
     from pipelines.main_content.labels import label_page, teacher_extract
@@ -136,7 +136,7 @@ def measure_quality(args, work: Path, data_dir: Path, cc_model, teacher) -> dict
         train_file = work / f"cv{fold}.txt"
         train_file.write_text("\n".join(rows) + "\n", encoding="utf-8")
         model_path = work / f"cv{fold}.bin"
-        train_fasttext(str(train_file), str(model_path), TrainConfig())
+        train_fasttext(str(train_file), str(model_path), MainContentTrainConfig())
         model = MainContentModel.load(str(model_path))
         for url, page in labelled.items():
             if fold_of(url, args.folds) == fold and page.lines:

@@ -436,7 +436,8 @@ def real_text_files(folder: Path) -> dict[str, str]:
 
 
 def run_real(args) -> dict:
-    from vocab.builder import VocabConfig, build
+    from vocab.builder import build
+    from vocab.config import VocabConfig
 
     work = Path(tempfile.mkdtemp(prefix="vocab_real_"))
     files = real_text_files(work)

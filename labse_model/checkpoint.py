@@ -37,6 +37,7 @@ import torch
 
 from labse_model.write_errors import writing
 from pipelines.io.atomic import atomic_path, durable_replace
+from pipelines.io.config_options import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ RNG_KEYS = ("torch", "python", "numpy")
 Loaded = TypeVar("Loaded")
 
 
-class CorruptCheckpointError(ValueError):
+class CorruptCheckpointError(UsageError):
     """A checkpoint or weights file that does not read back: truncated, damaged, or holding more than
     tensors and plain values (refused, never unpickled). The message names the file, on one line."""
 

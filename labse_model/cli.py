@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import ContextManager
 
-from labse_model.checkpoint import CorruptCheckpointError, find_checkpoint
+from labse_model.checkpoint import find_checkpoint
 from labse_model.distributed import (
     DistributedContext,
     init_distributed,
@@ -25,16 +25,16 @@ from labse_model.distributed import (
     shutdown_distributed,
 )
 from labse_model.write_errors import environment_error_line
-from pipelines.io.config_options import HelpFormatter
+from pipelines.io.config_options import HelpFormatter, UsageError
 from pipelines.io.stage_output import OutputLockedError, output_lock
 
 logger = logging.getLogger(__name__)
 
-# Errors a user can fix from the command line: one line on stderr and exit status 2, no traceback.
-# CorruptCheckpointError is a ValueError too; it is named for the reader: a damaged checkpoint or
-# weights file is reported as one line naming the file (labse_model.checkpoint).
-USER_ERRORS: tuple[type[BaseException], ...] = (CorruptCheckpointError, ValueError, FileNotFoundError,
-                                                FileExistsError, PermissionError, OutputLockedError)
+# Errors a user can fix: one line on stderr and exit status 2, no traceback. UsageError is what the
+# code says the user can fix (an option, an input; CorruptCheckpointError and the other input errors
+# are UsageErrors); the OS errors name a path. Any other exception is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (UsageError, FileNotFoundError, FileExistsError, PermissionError,
+                                                OutputLockedError)
 
 
 def run_dir_lock(run_dir: Path, ctx: DistributedContext) -> ContextManager:
@@ -177,18 +177,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGrou
 
 
 def check_run_arguments(args: argparse.Namespace) -> None:
-    """The options `add_run_arguments` adds, checked before any work: ValueError naming the option.
+    """The options `add_run_arguments` adds, checked before any work: UsageError naming the option.
 
     The config's options (--eval-every, --save-every, ...) are checked by the config dataclasses.
     --device is checked against this host's GPUs (`resolve_device`)."""
     if args.nproc_per_node < 1:
-        raise ValueError(f"--nproc-per-node must be an integer >= 1, got {args.nproc_per_node}")
+        raise UsageError(f"--nproc-per-node must be an integer >= 1, got {args.nproc_per_node}")
     if args.stop_after_steps is not None and args.stop_after_steps < 1:
-        raise ValueError(f"--stop-after-steps must be an integer >= 1, got {args.stop_after_steps}")
+        raise UsageError(f"--stop-after-steps must be an integer >= 1, got {args.stop_after_steps}")
     if args.resume_step is not None and not args.resume:
-        raise ValueError("--resume-step needs --resume")
+        raise UsageError("--resume-step needs --resume")
     if args.resume_step is not None and args.resume_step < 1:
-        raise ValueError(f"--resume-step must be an integer >= 1, got {args.resume_step}")
+        raise UsageError(f"--resume-step must be an integer >= 1, got {args.resume_step}")
     resolve_device(args.device, *processes_on_this_host(args.nproc_per_node))
 
 

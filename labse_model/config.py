@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pipelines.io.config_options import not_an_option, option
+from pipelines.io.config_options import UsageError, not_an_option, option
 
 # Preset encoders. "base" is the paper's (BERT-base); "tiny" is for tests, "mini" for CPU
 # benchmarks and the demo (minutes on 2 cores), "small" for longer CPU or single-GPU experiments.
@@ -77,14 +77,14 @@ def check_dropout(value: Any, name: str = "--dropout") -> None:
     """Dropout is a probability of zeroing a unit: [0, 1) (1 would zero every activation)."""
     problem = finite_in(name, value, 0.0, 1.0)
     if problem:
-        raise ValueError(problem)
+        raise UsageError(problem)
 
 
 def refuse_problems(problems: list[str | None]) -> None:
     """ValueError with every problem found, on one line (a user fixes them all in one go)."""
     found = [problem for problem in problems if problem]
     if found:
-        raise ValueError("; ".join(found))
+        raise UsageError("; ".join(found))
 
 
 # Seeds feed torch.manual_seed (at most 2**64 - 1, shifted by rank and step) and numpy's
@@ -137,7 +137,7 @@ class ModelConfig:
     @classmethod
     def from_preset(cls, name: str, vocab_size: int, **overrides: Any) -> "ModelConfig":
         if name not in PRESETS:
-            raise ValueError(f"unknown model config {name!r}; choose one of {sorted(PRESETS)}")
+            raise UsageError(f"unknown model config {name!r}; choose one of {sorted(PRESETS)}")
         return cls(vocab_size=vocab_size, preset=name, **{**PRESETS[name], **overrides})
 
     def __post_init__(self) -> None:
@@ -151,17 +151,17 @@ class ModelConfig:
             f"unknown pooling {self.pooling!r}; choose one of {list(POOLING_MODES)}",
         ])
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+            raise UsageError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.parameter_count() > MAX_PARAMETERS:
             # Checked here, before any tensor exists: a config file asking for 10^6 layers or a
             # hidden size of 10^6 would otherwise be found out by an allocation of ~100 GB.
-            raise ValueError(f"the model would have {self.parameter_count():.3g} parameters (vocab_size "
+            raise UsageError(f"the model would have {self.parameter_count():.3g} parameters (vocab_size "
                              f"{self.vocab_size}, num_layers {self.num_layers}, hidden_size {self.hidden_size}, "
                              f"intermediate_size {self.intermediate_size}, max_position_embeddings "
                              f"{self.max_position_embeddings}), over this trainer's limit of {MAX_PARAMETERS:.0e} "
                              "(LaBSE: 4.7e+08)")
         if not (_is_int(self.pad_token_id) and 0 <= self.pad_token_id < self.vocab_size):
-            raise ValueError(f"pad_token_id must be an id of the vocabulary, got {self.pad_token_id!r}")
+            raise UsageError(f"pad_token_id must be an id of the vocabulary, got {self.pad_token_id!r}")
 
     def parameter_count(self) -> int:
         """Parameters of the encoder and head this config builds (BERT's embeddings, layers, head)."""
@@ -301,7 +301,7 @@ class JsonConfigFile:
             with open(path, encoding="utf-8") as handle:
                 return cls.from_dict(json.load(handle))
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise ValueError(f"{path} is not a valid {cls.__name__} file: {exc}") from None
+            raise UsageError(f"{path} is not a valid {cls.__name__} file: {exc}") from None
 
 
 @dataclass

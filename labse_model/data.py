@@ -66,6 +66,7 @@ from pipelines.io.tfrecord import TFRecordCorruptError, decode_pair, index_open_
 
 from . import storage
 from .config import file_sha256
+from pipelines.io.config_options import UsageError
 
 __all__ = [
     "SCHEMA_FILENAME",
@@ -126,7 +127,7 @@ def load_schema(shard_paths: list[str]) -> dict | None:
                 schema = json.loads(f.read().decode("utf-8"))
             version = schema.get("version")
             if version not in SUPPORTED_SCHEMA_VERSIONS:
-                raise ValueError(
+                raise UsageError(
                     f"{path}: TFRecord schema version {version!r} is not supported by this reader "
                     f"(supported: {SUPPORTED_SCHEMA_VERSIONS}); rewrite the shards with this labse-tfrecords"
                 )
@@ -147,7 +148,7 @@ def check_schema_vocab(schema: dict | None, vocab_path: str | os.PathLike, init_
         if init_from:
             remedy = (f"the run starts from --init-from {init_from}, which tokenises with that vocabulary: make the "
                       f"shards with labse-tfrecords --vocab {vocab_path}")
-        raise ValueError(
+        raise UsageError(
             f"the shards were written with a different vocabulary (sha256 {schema['vocab'].get('sha256', '?')[:12]}…) "
             f"than {vocab_path} (sha256 {digest[:12]}…): {remedy}"
         )
@@ -281,7 +282,7 @@ class PairBatchStream(IterableDataset):
         self.check_crc = check_crc
         self.steps_per_epoch = index.num_records // global_batch_size
         if self.steps_per_epoch == 0:
-            raise ValueError(
+            raise UsageError(
                 f"the shards hold {index.num_records} records, fewer than one global batch of {global_batch_size}"
             )
         self._order_epoch: int | None = None

@@ -11,6 +11,7 @@ from labse_model.encoder import SentenceEncoder
 from labse_model.evaluate import retrieval_accuracy
 from pipelines.io.parallel_text import is_parallel_text, parse_parallel_text
 from pipelines.io.text_lines import read_lines
+from pipelines.io.config_options import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def load_dev_pairs(spec: str, vocab_path: str, max_pairs: int, max_seq_length: i
                 raise FileNotFoundError(f"--dev-data file not found: {path}")
         sources, targets = read_lines(src_path), read_lines(tgt_path)
         if len(sources) != len(targets):
-            raise ValueError(f"--dev-data files are not line-aligned: {len(sources)} vs {len(targets)} lines")
+            raise UsageError(f"--dev-data files are not line-aligned: {len(sources)} vs {len(targets)} lines")
         keep = [(s, t) for s, t in zip(sources, targets) if s.strip() and t.strip()][:max_pairs]
         from pipelines.text.wordpiece import hf_tokenizer
 
@@ -65,7 +66,7 @@ def load_dev_pairs(spec: str, vocab_path: str, max_pairs: int, max_seq_length: i
         if len(src_ids) >= max_pairs:
             break
     if not src_ids:
-        raise ValueError(f"--dev-data {spec!r} holds no pairs")
+        raise UsageError(f"--dev-data {spec!r} holds no pairs")
     return src_ids, tgt_ids
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from pipelines.io.config_options import UsageError
 
 
 @dataclass(frozen=True)
@@ -48,26 +49,26 @@ def resolve_device(requested: str | None, local_rank: int, processes_on_host: in
     """
     match = DEVICE_NAME.match(requested or "")
     if requested is not None and match is None:
-        raise ValueError(f"--device {requested}: the trainers run on cpu, cuda (one GPU per process) or cuda:N")
+        raise UsageError(f"--device {requested}: the trainers run on cpu, cuda (one GPU per process) or cuda:N")
     if (match is not None and match.group(1) == "cpu") or (requested is None and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        raise ValueError(f"--device {requested}: no CUDA GPU is available on this host (torch {torch.__version__}, "
+        raise UsageError(f"--device {requested}: no CUDA GPU is available on this host (torch {torch.__version__}, "
                          f"{build}); use --device cpu")
     count = torch.cuda.device_count()
     index = match.group(2) if match is not None else None
     if index is not None:
         if processes_on_host > 1:
-            raise ValueError(f"--device {requested} names one GPU for {processes_on_host} processes on this host: "
+            raise UsageError(f"--device {requested} names one GPU for {processes_on_host} processes on this host: "
                              "pass --device cuda (each process takes cuda:LOCAL_RANK)")
         if int(index) >= count:
-            raise ValueError(f"--device {requested}: this host has {count} GPU{'s' if count != 1 else ''} "
+            raise UsageError(f"--device {requested}: this host has {count} GPU{'s' if count != 1 else ''} "
                              f"(cuda:0 to cuda:{count - 1})")
         return torch.device("cuda", int(index))
     if max(processes_on_host, local_rank + 1) > count:
         how = "--device cuda" if requested else "the default device, cuda (CUDA is available)"
-        raise ValueError(f"{processes_on_host} processes on this host need one GPU each with {how}, and it has "
+        raise UsageError(f"{processes_on_host} processes on this host need one GPU each with {how}, and it has "
                          f"{count}: lower --nproc-per-node, or pass --device cpu")
     return torch.device("cuda", local_rank)
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.text_lines import read_lines
+from pipelines.io.config_options import UsageError
 
 __all__ = [
     "EncodeFn",
@@ -114,7 +115,7 @@ def load_tatoeba(data_dir: str | os.PathLike, lang: str) -> tuple[list[str], lis
             raise FileNotFoundError(f"Tatoeba file missing: {path} (languages here: {', '.join(tatoeba_languages(data_dir)[:10])}, ...)")
     xx, en = read_lines(xx_path), read_lines(en_path)
     if len(xx) != len(en):
-        raise ValueError(f"{xx_path} has {len(xx)} lines but {en_path} has {len(en)}")
+        raise UsageError(f"{xx_path} has {len(xx)} lines but {en_path} has {len(en)}")
     return xx, en
 
 
@@ -160,10 +161,10 @@ def parse_language_pairs(spec: str) -> list[tuple[str, str]]:
             continue
         langs = [lang.strip() for lang in item.split("-")]
         if len(langs) != 2 or not all(langs):
-            raise ValueError(f"{item!r} is not a language pair of the form SRC-TGT, e.g. de-en")
+            raise UsageError(f"{item!r} is not a language pair of the form SRC-TGT, e.g. de-en")
         pairs.append((langs[0], langs[1]))
     if not pairs:
-        raise ValueError("no language pair given; expected SRC-TGT pairs, e.g. de-en,fr-en")
+        raise UsageError("no language pair given; expected SRC-TGT pairs, e.g. de-en,fr-en")
     return pairs
 
 
@@ -192,7 +193,7 @@ def multi30k_retrieval_accuracies(encode_fn: EncodeFn, data_dir: str | os.PathLi
     texts = {lang: load_multi30k(data_dir, lang, split) for pair in pairs for lang in pair}
     for src, tgt in pairs:
         if len(texts[src]) != len(texts[tgt]):
-            raise ValueError(f"Multi30k {split}: {src} has {len(texts[src])} lines, {tgt} {len(texts[tgt])}")
+            raise UsageError(f"Multi30k {split}: {src} has {len(texts[src])} lines, {tgt} {len(texts[tgt])}")
     vectors = {lang: _encode(encode_fn, lines[:limit] if limit else lines) for lang, lines in texts.items()}
     results = {}
     for src, tgt in pairs:
@@ -211,7 +212,7 @@ def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64)
         try:
             embedder = load_embedder(model, device=device or "cpu")
         except EmbedderError as error:  # one line for the user: not cached offline, package missing
-            raise ValueError(str(error)) from None
+            raise UsageError(str(error)) from None
         return lambda texts: embedder.encode(texts, batch_size=batch_size)
     path = Path(model)
     if not (path / "modules.json").is_file():
@@ -294,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             pairs = parse_language_pairs(args.pairs)
             unknown = sorted({lang for pair in pairs for lang in pair} - set(available))
             if unknown:
-                raise ValueError(f"no {args.split} file for {', '.join(unknown)}")
-        except ValueError as exc:
+                raise UsageError(f"no {args.split} file for {', '.join(unknown)}")
+        except UsageError as exc:
             args.usage_error(f"--pairs: {exc}; languages in {args.data} for split {args.split}: "
                              f"{', '.join(available) or 'none'}")
     try:
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, r in per_pair.items():
                 print(f"{name:<8} {r['pairs']:>6} {100 * r['src->tgt']:>9.2f} {100 * r['tgt->src']:>9.2f} {100 * r['mean']:>8.2f}")
             print(f"{'mean':<8} {'':>6} {'':>9} {'':>9} {100 * results['mean']:>8.2f}")
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, UsageError) as exc:
         print(f"labse-eval: error: {exc}", file=sys.stderr)
         return 2
     if args.output:

@@ -30,6 +30,7 @@ from labse_model import checkpoint as ckpt
 from labse_model import storage
 from labse_model.config import RunConfig
 from labse_model.encoder import SentenceEncoder
+from pipelines.io.config_options import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = 
     if output.is_symlink():
         # Replacing it would swap the link for a directory (or rmtree refuses it with a traceback):
         # the user means the directory it points to, or another path.
-        raise ValueError(f"--output {output} is a symbolic link (to {os.readlink(output)}): give the directory "
+        raise UsageError(f"--output {output} is a symbolic link (to {os.readlink(output)}): give the directory "
                          "itself, or another path")
     if output.exists() and not output.is_dir():
         raise FileExistsError(f"{output} is an existing file, not a directory: choose a directory for --output")
@@ -100,7 +101,7 @@ def _export_locked(run_dir: Path, output: Path, step: int | None, max_seq_length
     encoder, config, checkpoint = load_encoder(run_dir, step)
     max_seq_length = max_seq_length or config.train.max_seq_length
     if max_seq_length > config.model.max_position_embeddings:
-        raise ValueError(f"--max-seq-length {max_seq_length} > the model's {config.model.max_position_embeddings} positions")
+        raise UsageError(f"--max-seq-length {max_seq_length} > the model's {config.model.max_position_embeddings} positions")
 
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.hf-") as hf_dir:

@@ -67,7 +67,7 @@ from labse_model.run_log import RunLog
 from labse_model.run_store import checkpoint_publisher
 from labse_model.stacking import Stage, build_model, default_stage_layers, grow, plan_stages
 from pipelines.io.atomic import atomic_path, write_text_atomic
-from pipelines.io.config_options import add_config_options, config_from_args, resumable_fields
+from pipelines.io.config_options import UsageError, add_config_options, config_from_args, resumable_fields
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def make_run_config(args: argparse.Namespace, world_size: int) -> PretrainRunCon
 
 def pretrain_settings(args: argparse.Namespace, num_layers: int, max_positions: int) -> PretrainConfig:
     """The PretrainConfig the options ask for, for a model of `num_layers` and `max_positions`;
-    ValueError naming any setting out of range. The options not given that PretrainConfig marks
+    UsageError naming any setting out of range. The options not given that PretrainConfig marks
     `derived` are derived here from the model and --pairs."""
     return config_from_args(PretrainConfig, args, derived={
         "stage_layers": lambda: default_stage_layers(num_layers),
@@ -143,22 +143,22 @@ def check_run_config(config: PretrainRunConfig, world_size: int) -> list[Stage]:
     """Everything that can be wrong with the settings, found before any data is read."""
     model, settings = config.model, config.pretrain
     if settings.max_seq_length > model.max_position_embeddings:
-        raise ValueError(f"--max-seq-length {settings.max_seq_length} exceeds the {model.preset} config's "
+        raise UsageError(f"--max-seq-length {settings.max_seq_length} exceeds the {model.preset} config's "
                          f"{model.max_position_embeddings} positions")
     if settings.global_batch_size % world_size:
-        raise ValueError(f"--global-batch-size {settings.global_batch_size} does not divide over {world_size} processes")
+        raise UsageError(f"--global-batch-size {settings.global_batch_size} does not divide over {world_size} processes")
     if settings.tlm_fraction > 0 and not config.pairs:
-        raise ValueError("--tlm-fraction > 0 needs pair shards: give --pairs")
+        raise UsageError("--tlm-fraction > 0 needs pair shards: give --pairs")
     tlm_rows = round(settings.global_batch_size * settings.tlm_fraction)
     if tlm_rows % world_size:
-        raise ValueError(f"{tlm_rows} TLM rows per step (--tlm-fraction {settings.tlm_fraction} of "
+        raise UsageError(f"{tlm_rows} TLM rows per step (--tlm-fraction {settings.tlm_fraction} of "
                          f"{settings.global_batch_size}) do not divide over {world_size} processes")
     if tlm_rows == settings.global_batch_size:
-        raise ValueError("--tlm-fraction 1 leaves no monolingual row: MLM needs at least one")
+        raise UsageError("--tlm-fraction 1 leaves no monolingual row: MLM needs at least one")
     stages = plan_stages(settings.max_steps, settings.stage_layers, settings.stage_fractions, model.num_layers)
     for stage in stages:
         if settings.warmup_steps >= stage.end - stage.begin:
-            raise ValueError(f"--warmup-steps {settings.warmup_steps} is not shorter than stage {stage.index + 1} "
+            raise UsageError(f"--warmup-steps {settings.warmup_steps} is not shorter than stage {stage.index + 1} "
                              f"({stage.end - stage.begin} steps): every stage warms up anew")
     return stages
 
@@ -179,7 +179,7 @@ def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int)
     if saved.vocab_sha256 != asked.vocab_sha256:
         differences.insert(0, "vocab.txt differs from the run's")
     if differences:
-        raise ValueError(f"--resume: {run_dir} is a run with other settings; " + "; ".join(differences))
+        raise UsageError(f"--resume: {run_dir} is a run with other settings; " + "; ".join(differences))
     saved.pretrain = dataclasses.replace(saved.pretrain,
                                          **{name: getattr(asked.pretrain, name) for name in resumable_fields(PretrainConfig)})
     saved.mono, saved.pairs, saved.world_size = asked.mono, asked.pairs, world_size
@@ -194,7 +194,7 @@ def resolve_run_config(args: argparse.Namespace, ctx: DistributedContext) -> Pre
         config = resumed_run_config(args, run_dir, ctx.world_size)
     else:
         if run_dir.exists() and any(run_dir.iterdir()):
-            raise ValueError(f"{run_dir} is not empty: pass --resume to continue it, or choose a new --output")
+            raise UsageError(f"{run_dir} is not empty: pass --resume to continue it, or choose a new --output")
         config = make_run_config(args, ctx.world_size)
     check_run_config(config, ctx.world_size)
     return config
@@ -219,7 +219,7 @@ def check_same_processes(resumed: ckpt.ResumePoint, world_size: int) -> None:
     from the step for any number of processes.)"""
     saved = int(resumed.state["world_size"])
     if saved != world_size:
-        raise ValueError(f"--resume: {resumed.path} was written by {saved} processes and this run has {world_size}: "
+        raise UsageError(f"--resume: {resumed.path} was written by {saved} processes and this run has {world_size}: "
                          f"labse-pretrain's monolingual text is split per process, so it resumes only on {saved} "
                          f"(--nproc-per-node {saved}, or nodes x processes per node = {saved} under torchrun)")
 

@@ -58,6 +58,7 @@ import torch
 
 from labse_model import storage
 from labse_model.masking import MaskingSpec, mask_tokens
+from pipelines.io.config_options import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def _parquet_rows(path: str) -> int:
     try:
         return storage.parquet_file(path).metadata.num_rows
     except Exception as exc:  # pyarrow raises several types for a file that is not Parquet
-        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
+        raise UsageError(f"{path}: not a readable Parquet file ({exc})") from exc
 
 
 def _count_text_sentences(path: str) -> int:
@@ -129,7 +130,7 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
                 raise FileNotFoundError(f"--mono {spec!r}: {pattern!r} matches no files")
             rows = [_count_text_sentences(p) for p in paths]
             if sum(rows) == 0:
-                raise ValueError(f"--mono {spec!r}: the files hold no sentence")
+                raise UsageError(f"--mono {spec!r}: the files hold no sentence")
             add(lang, paths, TEXT, rows)
             continue
         root = spec
@@ -141,16 +142,16 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             require_stage_output(spec, f"--mono {spec!r} (labse-clean output)")
         partitions = [d for d in storage.listdir(root) if _PARTITION.match(d) and storage.isdir(storage.join(root, d))]
         if not partitions:
-            raise ValueError(f"--mono {spec!r}: no lang=XX partitions under {root} (is it labse-clean's output?)")
+            raise UsageError(f"--mono {spec!r}: no lang=XX partitions under {root} (is it labse-clean's output?)")
         for partition in partitions:
             paths = _visible_files(storage.join(root, partition, "*.parquet"))
             rows = [_parquet_rows(p) for p in paths]
             if sum(rows) == 0:
-                raise ValueError(f"--mono {spec!r}: the partition {storage.join(root, partition)} holds no sentence "
+                raise UsageError(f"--mono {spec!r}: the partition {storage.join(root, partition)} holds no sentence "
                                  "(an interrupted or filtered run?); remove it or rerun labse-clean")
             add(_PARTITION.match(partition).group(1), paths, PARQUET, rows)
     if not files:
-        raise ValueError("no monolingual input: give --mono")
+        raise UsageError("no monolingual input: give --mono")
     return [MonoCorpus(lang, tuple(sorted(files[lang].items())), counts[lang]) for lang in sorted(files)]
 
 
@@ -213,7 +214,7 @@ class Packer:
 
     def __init__(self, tokenizer, max_seq_length: int, cls_id: int, sep_id: int):
         if max_seq_length < 3:
-            raise ValueError(f"max_seq_length must be >= 3, got {max_seq_length}")
+            raise UsageError(f"max_seq_length must be >= 3, got {max_seq_length}")
         self.tokenizer = tokenizer
         self.capacity = max_seq_length - 2
         self.cls_id, self.sep_id = cls_id, sep_id
@@ -276,7 +277,7 @@ class LanguageStream:
     def __init__(self, corpus: MonoCorpus, packer: Packer, *, rank: int, world_size: int, seed: int,
                  heldout_rate: float, shuffle_window: int = 1, position: dict[str, int] | None = None):
         if shuffle_window < 1:
-            raise ValueError(f"shuffle_window must be >= 1, got {shuffle_window}")
+            raise UsageError(f"shuffle_window must be >= 1, got {shuffle_window}")
         self.corpus, self.packer = corpus, packer
         self.seed, self.heldout_rate, self.shuffle_window = seed, heldout_rate, shuffle_window
         if len(corpus.files) >= world_size:
@@ -323,7 +324,7 @@ class LanguageStream:
                     taken = 0
                 file_index, row, ordinal = file_index + 1, 0, 0
             if kept_in_epoch == 0 and whole_epoch:
-                raise ValueError(f"language {self.corpus.lang!r} gives this process no training sequence "
+                raise UsageError(f"language {self.corpus.lang!r} gives this process no training sequence "
                                  f"(too little text for {ranks} processes, or all of it held out)")
             epoch, file_index = epoch + 1, 0
 
@@ -439,7 +440,7 @@ class PretrainBatches:
                  heldout_rate: float, max_seq_length: int, pad_id: int, shuffle_window: int = 1,
                  start_step: int = 0, position: dict[str, Any] | None = None):
         if tlm_rows and tlm is None:
-            raise ValueError("TLM rows were asked for but no pair shards given (--pairs)")
+            raise UsageError("TLM rows were asked for but no pair shards given (--pairs)")
         self.spec, self.local_rows, self.tlm_rows, self.tlm = spec, local_rows, tlm_rows, tlm
         self.rank, self.seed, self.max_seq_length, self.pad_id = rank, seed, max_seq_length, pad_id
         self.languages = [c.lang for c in corpora]

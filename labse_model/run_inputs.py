@@ -18,6 +18,8 @@ import hashlib
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
+from pipelines.io.config_options import UsageError
+
 HEAD_BYTES = 1 << 16
 
 
@@ -52,7 +54,7 @@ def _unique(key: str, taken: dict[str, int]) -> str:
 
 
 def check_same_inputs(option: str, recorded: dict[str, Any] | None, now: dict[str, Any], run_dir: Path) -> None:
-    """ValueError (one line) when `now` is not the `recorded` fingerprint of what `run_dir` read.
+    """UsageError (one line) when `now` is not the `recorded` fingerprint of what `run_dir` read.
 
     A run written before inputs were recorded (`recorded` None) has nothing to compare with."""
     if recorded is None or recorded["sha256"] == now["sha256"]:
@@ -70,7 +72,7 @@ def check_same_inputs(option: str, recorded: dict[str, Any] | None, now: dict[st
         parts.append(f"{len(resized)} files changed size ({_names(resized)})")
     if not parts:
         parts.append("same files and sizes, other content")
-    raise ValueError(f"--resume: {option} is not what {run_dir} was trained on ({len(before)} files): "
+    raise UsageError(f"--resume: {option} is not what {run_dir} was trained on ({len(before)} files): "
                      f"{'; '.join(parts)}. Give the run's own {option}, or start a new --output")
 
 

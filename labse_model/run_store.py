@@ -35,6 +35,7 @@ from typing import Callable, Iterator
 
 from labse_model import storage
 from labse_model.checkpoint import STEP_DIR, CorruptCheckpointError
+from pipelines.io.config_options import UsageError
 
 logger = logging.getLogger("labse_model.run_store")
 
@@ -83,7 +84,7 @@ class RemoteRunDir:
         steps = self.complete_steps()
         if not resume:
             if steps:
-                raise ValueError(f"{self.url} already holds checkpoints: pass --resume to continue it, or choose "
+                raise UsageError(f"{self.url} already holds checkpoints: pass --resume to continue it, or choose "
                                  "a new --output")
             return None
         return self.pull_checkpoint(steps, step)
@@ -195,7 +196,7 @@ def run_directory(args, ctx) -> Iterator[RemoteRunDir | None]:
     import os
 
     if ctx.world_size != int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)):
-        raise ValueError(f"--output {output}: a run directory on object storage is mirrored on one host; with "
+        raise UsageError(f"--output {output}: a run directory on object storage is mirrored on one host; with "
                          "several nodes, give a shared filesystem path")
     store = RemoteRunDir.for_url(output)
     with contextlib.ExitStack() as held:
@@ -224,7 +225,7 @@ def _on_every_rank(work: Callable[[], object], ctx) -> None:
     if ctx.is_main:
         try:
             work()
-        except (ValueError, FileNotFoundError) as exc:
+        except (UsageError, FileNotFoundError) as exc:
             message[0] = str(exc)
             if not (dist.is_available() and dist.is_initialized()):
                 raise
@@ -233,7 +234,7 @@ def _on_every_rank(work: Callable[[], object], ctx) -> None:
     if dist.is_available() and dist.is_initialized():
         dist.broadcast_object_list(message, src=0)
         if message[0] is not None:
-            raise ValueError(message[0])
+            raise UsageError(message[0])
 
 
 def checkpoint_publisher(args, ctx, keep_last: int | None) -> Callable[[int], None] | None:

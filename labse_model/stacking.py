@@ -14,6 +14,7 @@ import torch
 
 from labse_model.config import ModelConfig
 from labse_model.mlm import MaskedLanguageModel
+from pipelines.io.config_options import UsageError
 
 _LAYER_KEY = re.compile(r"^(bert\.encoder\.layer\.)(\d+)(\..*)$")
 
@@ -29,7 +30,7 @@ class Stage:
 def default_stage_layers(num_layers: int) -> tuple[int, ...]:
     """LaBSE's L/4, L/2, L; a depth that does not divide by 4 must name its stages."""
     if num_layers % 4:
-        raise ValueError(f"{num_layers} layers do not divide into LaBSE's L/4, L/2, L stages: "
+        raise UsageError(f"{num_layers} layers do not divide into LaBSE's L/4, L/2, L stages: "
                          "pass --stage-layers (e.g. 1,2 for 2 layers, or the full depth alone for no stacking)")
     return (num_layers // 4, num_layers // 2, num_layers)
 
@@ -38,17 +39,17 @@ def plan_stages(max_steps: int, stage_layers: tuple[int, ...], stage_fractions: 
                 num_layers: int) -> list[Stage]:
     """The stages of a run of `max_steps`, validated against the encoder's depth."""
     if len(stage_layers) != len(stage_fractions):
-        raise ValueError(f"--stage-layers has {len(stage_layers)} entries but --stage-fractions "
+        raise UsageError(f"--stage-layers has {len(stage_layers)} entries but --stage-fractions "
                          f"{len(stage_fractions)}: give one fraction per stage")
     if stage_layers[-1] != num_layers:
-        raise ValueError(f"the last stage must train all {num_layers} layers of the config, "
+        raise UsageError(f"the last stage must train all {num_layers} layers of the config, "
                          f"--stage-layers ends at {stage_layers[-1]}")
     for shallow, deep in zip(stage_layers, stage_layers[1:]):
         if shallow < 1 or deep <= shallow or deep % shallow:
-            raise ValueError(f"--stage-layers {','.join(map(str, stage_layers))}: each stage must be a multiple "
+            raise UsageError(f"--stage-layers {','.join(map(str, stage_layers))}: each stage must be a multiple "
                              f"of the one before (stacking copies whole stacks), and {deep} is not of {shallow}")
     if any(f <= 0 for f in stage_fractions):
-        raise ValueError("--stage-fractions must be positive")
+        raise UsageError("--stage-fractions must be positive")
     total = sum(stage_fractions)
     ends, cumulative = [], 0.0
     for fraction in stage_fractions:
@@ -57,7 +58,7 @@ def plan_stages(max_steps: int, stage_layers: tuple[int, ...], stage_fractions: 
     stages, begin = [], 0
     for index, (layers, end) in enumerate(zip(stage_layers, ends)):
         if end <= begin:
-            raise ValueError(f"--max-steps {max_steps} leaves stage {index + 1} ({layers} layers) no step")
+            raise UsageError(f"--max-steps {max_steps} leaves stage {index + 1} ({layers} layers) no step")
         stages.append(Stage(index=index, num_layers=layers, begin=begin, end=end))
         begin = end
     return stages

@@ -33,6 +33,7 @@ import torch
 from labse_model import checkpoint as ckpt
 from labse_model import storage
 from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, count_vocab, file_sha256
+from pipelines.io.config_options import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -94,12 +95,12 @@ class StartingPoint:
         unexpected = sorted(set(self.weights) - set(expected))
         if missing or unexpected:
             hint = " (was it trained with a different --config?)" if self.model is None else ""
-            raise ValueError(f"--init-from {self.source} ({self.kind}) does not match the encoder: "
+            raise UsageError(f"--init-from {self.source} ({self.kind}) does not match the encoder: "
                              f"missing {_some(missing)}, unexpected {_some(unexpected)}{hint}")
         wrong_shapes = [f"{k} {tuple(v.shape)} != {tuple(expected[k].shape)}" for k, v in self.weights.items()
                         if v.shape != expected[k].shape]
         if wrong_shapes:
-            raise ValueError(f"--init-from {self.source} ({self.kind}): weights of another shape: {_some(wrong_shapes)}")
+            raise UsageError(f"--init-from {self.source} ({self.kind}): weights of another shape: {_some(wrong_shapes)}")
         return fresh
 
 
@@ -128,7 +129,7 @@ def load_starting_point(path: str | Path) -> StartingPoint:
         raise FileNotFoundError(f"--init-from {path} does not exist")
     if path.is_file():
         if path.suffix != ".safetensors":
-            raise ValueError(f"--init-from {path}: a file must be a model.safetensors of a labse-train checkpoint")
+            raise UsageError(f"--init-from {path}: a file must be a model.safetensors of a labse-train checkpoint")
         return _from_run_weights(path)
     if (path / "modules.json").is_file():
         return _from_sentence_transformers(path)
@@ -143,7 +144,7 @@ def load_starting_point(path: str | Path) -> StartingPoint:
         return _from_run_weights(choice.path / ckpt.MODEL_FILE, choice.loaded)
     if (path / "config.json").is_file():
         return _from_huggingface(path)
-    raise ValueError(
+    raise UsageError(
         f"--init-from {path}: not a labse-train run or checkpoint, a labse-pretrain output ({PRETRAIN_WEIGHTS}), "
         "a Hugging Face BERT directory (config.json) or a sentence-transformers directory (modules.json)"
     )
@@ -175,7 +176,7 @@ def _from_pretrain(path: Path) -> StartingPoint:
     model = _model_config_from_dict(pretrain_config.get("model"), path / PRETRAIN_CONFIG)
     recorded = pretrain_config.get("vocab_sha256")
     if recorded != file_sha256(path / VOCAB_FILE):
-        raise ValueError(f"--init-from {path}: {VOCAB_FILE} is not the vocabulary the encoder was pre-trained with "
+        raise UsageError(f"--init-from {path}: {VOCAB_FILE} is not the vocabulary the encoder was pre-trained with "
                          f"({PRETRAIN_CONFIG} records sha256 {recorded})")
     _check_vocab(path / VOCAB_FILE, model.vocab_size, path)
     # Pre-training has no sentence head: LaBSE's dense layer is new at fine-tuning.
@@ -185,10 +186,10 @@ def _from_pretrain(path: Path) -> StartingPoint:
 
 def _model_config_from_dict(data, where: Path) -> ModelConfig:
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: no \"model\" object (a ModelConfig)")
+        raise UsageError(f"{where}: no \"model\" object (a ModelConfig)")
     known = {f.name for f in dataclasses.fields(ModelConfig)}
     if set(data) - known:
-        raise ValueError(f"{where}: model settings this trainer does not know: {sorted(set(data) - known)}")
+        raise UsageError(f"{where}: model settings this trainer does not know: {sorted(set(data) - known)}")
     return ModelConfig(**data)
 
 
@@ -274,7 +275,7 @@ def _read_bert(directory: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
     prefixed = [k for k in raw if k.startswith("bert.")]
     if prefixed and len(prefixed) != len(raw):
         others = sorted(k for k in raw if not k.startswith("bert."))
-        raise ValueError(f"{directory}: weights both with and without the 'bert.' prefix: {_some(others)}")
+        raise UsageError(f"{directory}: weights both with and without the 'bert.' prefix: {_some(others)}")
     bert = {k.removeprefix("bert."): v for k, v in raw.items()}
     # Checkpoints converted from TensorFlow name LayerNorm parameters gamma/beta (transformers renames them too).
     bert = {_modern_layer_norm_name(k): v for k, v in bert.items() if k not in UNUSED_BERT_KEYS}
@@ -292,16 +293,16 @@ def _modern_layer_norm_name(key: str) -> str:
 def _model_config_from_bert(directory: Path) -> ModelConfig:
     config = _read_json(directory / "config.json")
     if config.get("model_type") != "bert":
-        raise ValueError(f"{directory}/config.json: model_type {config.get('model_type')!r}; only BERT encoders "
+        raise UsageError(f"{directory}/config.json: model_type {config.get('model_type')!r}; only BERT encoders "
                          "can be represented by this trainer")
     absent = [name for name in ("vocab_size", "num_hidden_layers", "hidden_size", "num_attention_heads",
                                 "intermediate_size", "max_position_embeddings") if name not in config]
     if absent:
-        raise ValueError(f"{directory}/config.json lacks {absent}: not a BERT config")
+        raise UsageError(f"{directory}/config.json lacks {absent}: not a BERT config")
     different = {name: config[name] for name, value in FIXED_BERT_SETTINGS.items()
                  if name in config and config[name] not in (value, None)}
     if different:
-        raise ValueError(f"{directory}/config.json: settings this trainer's BERT cannot represent: {different} "
+        raise UsageError(f"{directory}/config.json: settings this trainer's BERT cannot represent: {different} "
                          f"(it uses {FIXED_BERT_SETTINGS})")
     return ModelConfig(
         vocab_size=config["vocab_size"],
@@ -321,7 +322,7 @@ def _read_modules(path: Path) -> dict[str, str]:
     names = [entry["type"].rsplit(".", 1)[-1] for entry in entries]
     valid = names[:2] == ["Transformer", "Pooling"] and names[2:] in ([], ["Dense"], ["Normalize"], ["Dense", "Normalize"])
     if not valid:
-        raise ValueError(f"{path}/modules.json: modules {[entry['type'] for entry in entries]} cannot be represented; "
+        raise UsageError(f"{path}/modules.json: modules {[entry['type'] for entry in entries]} cannot be represented; "
                          "the trainer's encoder is Transformer -> Pooling [-> Dense] [-> Normalize]")
     return {name: entry["path"] for name, entry in zip(names, entries)}
 
@@ -335,11 +336,11 @@ def _read_pooling(directory: Path, hidden: int) -> str:
                  for key, on in config.items() if key.startswith("pooling_mode_") and on]
         modes = modes or ["mean"]  # what sentence-transformers does when none is set
     if len(modes) != 1 or modes[0] not in POOLING_MODES:
-        raise ValueError(f"{directory}/config.json: pooling {modes} cannot be represented; the trainer pools with "
+        raise UsageError(f"{directory}/config.json: pooling {modes} cannot be represented; the trainer pools with "
                          f"one of {list(POOLING_MODES)}")
     dimension = config.get("embedding_dimension", config.get("word_embedding_dimension", hidden))
     if dimension != hidden:
-        raise ValueError(f"{directory}/config.json: pooling dimension {dimension} != the encoder's {hidden}")
+        raise UsageError(f"{directory}/config.json: pooling dimension {dimension} != the encoder's {hidden}")
     return modes[0]
 
 
@@ -350,7 +351,7 @@ def _read_dense(directory: Path, hidden: int) -> dict[str, torch.Tensor]:
     shape = (config.get("in_features"), config.get("out_features"))
     if not activation.endswith(".Tanh") or shape != (hidden, hidden) or not config.get("bias", True) \
             or config.get("use_residual", False):
-        raise ValueError(f"{directory}/config.json: Dense {shape[0]}->{shape[1]}, activation {activation}, "
+        raise UsageError(f"{directory}/config.json: Dense {shape[0]}->{shape[1]}, activation {activation}, "
                          f"bias {config.get('bias', True)}, residual {config.get('use_residual', False)} cannot be "
                          f"represented; the trainer's head is Dense {hidden}->{hidden} with bias and tanh")
     tensors = next((read_tensors(directory / name) for name in ("model.safetensors", "pytorch_model.bin")
@@ -369,7 +370,7 @@ def _check_vocab(vocab: Path, vocab_size: int, source: Path) -> Path:
         raise FileNotFoundError(f"--init-from {source}: no {VOCAB_FILE} (the vocabulary labse-tfrecords must tokenise with)")
     tokens = load_vocab(vocab)  # VocabError (a ValueError) if the special tokens are not at ids 0-4
     if len(tokens) != vocab_size:
-        raise ValueError(f"--init-from {source}: {vocab} has {len(tokens)} tokens but the model {vocab_size} embeddings")
+        raise UsageError(f"--init-from {source}: {vocab} has {len(tokens)} tokens but the model {vocab_size} embeddings")
     return vocab
 
 
@@ -377,7 +378,7 @@ def _refuse_lower_casing(config_file: Path, source: Path) -> None:
     # labse-tfrecords tokenises cased (no lower-casing, accents kept): an uncased vocabulary would see
     # every capitalised word as [UNK].
     if config_file.is_file() and _read_json(config_file).get("do_lower_case"):
-        raise ValueError(f"--init-from {source}: {config_file.name} says do_lower_case; this toolkit tokenises "
+        raise UsageError(f"--init-from {source}: {config_file.name} says do_lower_case; this toolkit tokenises "
                          "cased text, so only cased models can be fine-tuned")
 
 
@@ -400,10 +401,10 @@ def model_config_for_run(start: StartingPoint, preset: str | None, pooling: str 
         wanted = {name: PRESETS[preset][name] for name in ARCHITECTURE_FIELDS}
         actual = {name: getattr(model, name) for name in ARCHITECTURE_FIELDS}
         if wanted != actual:
-            raise ValueError(f"--config {preset} {wanted} contradicts --init-from {start.source} {actual}: "
+            raise UsageError(f"--config {preset} {wanted} contradicts --init-from {start.source} {actual}: "
                              "leave --config out, the architecture comes from the starting point")
     if pooling is not None and start.defines_pooling and pooling != model.pooling:
-        raise ValueError(f"--pooling {pooling} contradicts --init-from {start.source}, which pools with "
+        raise UsageError(f"--pooling {pooling} contradicts --init-from {start.source}, which pools with "
                          f"{model.pooling}: leave --pooling out")
     return dataclasses.replace(model, pooling=pooling or model.pooling, hidden_dropout=dropout,
                                attention_dropout=dropout)
@@ -414,6 +415,6 @@ def check_run_vocab(start: StartingPoint, vocab: str | Path) -> None:
     if start.vocab is None:
         return
     if file_sha256(vocab) != file_sha256(start.vocab):
-        raise ValueError(f"--vocab {vocab} is not the vocabulary of --init-from {start.source} ({start.vocab}): "
+        raise UsageError(f"--vocab {vocab} is not the vocabulary of --init-from {start.source} ({start.vocab}): "
                          f"the shards must be made by labse-tfrecords --vocab {start.vocab}, and --vocab must be "
                          "that file")

@@ -25,6 +25,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import IO, Any, Iterator
+from pipelines.io.config_options import UsageError
 
 logger = logging.getLogger("labse_model.storage")
 
@@ -219,12 +220,12 @@ def url_key(url: str) -> str:
 def require_complete(url: str, what: str) -> None:
     """ValueError unless the output `url` holds its `_SUCCESS` (written last by every stage)."""
     if not exists(join(url, SUCCESS_MARKER)):
-        raise ValueError(f"{what} {url} is not a complete stage output (no {SUCCESS_MARKER}): the run that writes "
+        raise UsageError(f"{what} {url} is not a complete stage output (no {SUCCESS_MARKER}): the run that writes "
                          "it was interrupted, is still running, or the copy to the bucket is unfinished")
 
 
 # --------------------------------------------------------------------------- lock
-class ObjectLockedError(ValueError):
+class ObjectLockedError(UsageError):
     """Another run holds the lock object beside an output on object storage."""
 
 

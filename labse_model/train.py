@@ -54,6 +54,7 @@ from labse_model.starting_point import StartingPoint, check_run_vocab, load_star
 from pipelines.io.atomic import write_text_atomic
 from labse_model.run_inputs import check_same_inputs, file_key, fingerprint
 from pipelines.io.config_options import (
+    UsageError,
     add_config_options,
     config_from_args,
     config_options,
@@ -117,7 +118,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     config_from_args(TrainConfig, args)
     check_dropout(args.dropout)
     if args.dev_max_pairs < 1:
-        raise ValueError(f"--dev-max-pairs must be an integer >= 1, got {args.dev_max_pairs}")
+        raise UsageError(f"--dev-max-pairs must be an integer >= 1, got {args.dev_max_pairs}")
     if args.dev_data is not None:
         from labse_model.dev_eval import dev_text_files
 
@@ -139,7 +140,7 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
         start.check_matches(model)  # before the run directory is written
     train_config = config_from_args(TrainConfig, args)
     if train_config.max_seq_length > model.max_position_embeddings:
-        raise ValueError(
+        raise UsageError(
             f"--max-seq-length {train_config.max_seq_length} exceeds the model's "
             f"{model.max_position_embeddings} positions"
         )
@@ -148,14 +149,14 @@ def make_run_config(args: argparse.Namespace, world_size: int, start: StartingPo
 
 
 def resumed_run_config(args: argparse.Namespace, run_dir: Path, world_size: int) -> RunConfig:
-    """The run's saved configuration with the resumable options given now; ValueError (one line)
+    """The run's saved configuration with the resumable options given now; UsageError (one line)
     when --data is not the run's shards or an option given now would change what cannot change."""
     config = RunConfig.load(run_dir / "config.json")
     inputs = shard_inputs(args.data)
     check_same_inputs("--data", config.inputs, inputs, run_dir)
     changed = changed_settings(args, config, run_dir)
     if changed:
-        raise ValueError(f"--resume: {run_dir} was trained with other settings, which a resume cannot change: "
+        raise UsageError(f"--resume: {run_dir} was trained with other settings, which a resume cannot change: "
                          + "; ".join(changed) + ". Leave them out (the run's are used), or start a new --output")
     # Only the fields TrainConfig marks resumable may change; their options default to None, so one
     # not given keeps the run's value.
@@ -208,7 +209,7 @@ def prepare_run_dir(args: argparse.Namespace, ctx: DistributedContext, start: St
             config.save(run_dir / "config.json")  # records overrides such as a longer --max-steps
         return config
     if ckpt.list_checkpoints(run_dir):
-        raise ValueError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or choose a new --output")
+        raise UsageError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or choose a new --output")
     config = make_run_config(args, ctx.world_size, start)
     config.inputs = shard_inputs(args.data)
     if ctx.is_main:
@@ -238,7 +239,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     barrier()
     tc, mc = config.train, config.model
     if tc.global_batch_size % ctx.world_size:
-        raise ValueError(f"--global-batch-size {tc.global_batch_size} does not divide over {ctx.world_size} processes")
+        raise UsageError(f"--global-batch-size {tc.global_batch_size} does not divide over {ctx.world_size} processes")
     local_batch = tc.global_batch_size // ctx.world_size
     if tc.grad_cache_chunk >= local_batch and ctx.is_main:
         logger.warning("--grad-cache-chunk %d is not smaller than the %d pairs per process: one chunk, so "
@@ -307,7 +308,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         if not checked_ids[0]:
             top = max(int(batch["src_input_ids"].max()), int(batch["tgt_input_ids"].max()))
             if top >= mc.vocab_size:
-                raise ValueError(f"token id {top} >= vocabulary size {mc.vocab_size}: were the shards "
+                raise UsageError(f"token id {top} >= vocabulary size {mc.vocab_size}: were the shards "
                                  f"tokenised with {args.vocab}?")
             checked_ids[0] = True
 

@@ -175,3 +175,211 @@ def test_labse_clean_builds_its_options_and_config_from_clean_config():
         "--main-content-threshold", "0.25"]))
     assert given == CleanConfig(langid_threshold=0.7, main_content_model="m.bin", main_content_threshold=0.25,
                                 min_chars=5, max_chars=900, max_line_chars=1000, rows_per_file=7)
+
+
+# ------------------------------------------------------------------------------------------------
+# Every command: options from its config dataclasses, checks in the dataclasses, one UsageError.
+
+import ast
+import logging
+from pathlib import Path
+
+from pipelines.io.config_options import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _console_scripts() -> set[str]:
+    """The command names setup.py installs (its entry_points' console_scripts)."""
+    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and key.value == "console_scripts":
+                    return {ast.literal_eval(entry).split("=")[0] for entry in value.elts}
+    raise AssertionError("setup.py declares no console_scripts")
+
+
+def _parsers():
+    """(command, sub-command or None) -> (its parser builder, the config dataclasses it is built from)."""
+    from labse_model.config import PretrainConfig as Pretrain, TrainConfig as Train
+    from pipelines.clean import cli as clean_cli
+    from pipelines.clean.config import CleanConfig
+    from pipelines.main_content import cli as main_content_cli
+    from pipelines.main_content.config import BuildConfig, MainContentTrainConfig
+    from pipelines.mine import cli as mine_cli
+    from pipelines.mine.config import MineConfig
+    from pipelines.score import cli as score_cli
+    from pipelines.score.config import ScoreConfig
+    from pipelines.score.scorer import ScorerConfig
+    from pipelines.tfrecords import cli as tfrecords_cli
+    from pipelines.tfrecords.config import TFRecordsConfig
+    from vocab import cli as vocab_cli
+    from vocab.config import VocabConfig
+
+    return {
+        ("labse-clean", None): (clean_cli.build_parser, [CleanConfig]),
+        ("labse-main-content", "build-data"): (main_content_cli.build_data_parser, [BuildConfig]),
+        ("labse-main-content", "train"): (main_content_cli.train_parser, [MainContentTrainConfig]),
+        ("labse-vocab", None): (vocab_cli.build_parser, [VocabConfig]),
+        ("labse-mine", None): (mine_cli.build_parser, [MineConfig]),
+        ("labse-score", None): (score_cli.build_parser, [ScoreConfig]),
+        ("labse-score", "train"): (score_cli.train_parser, [ScorerConfig]),
+        ("labse-tfrecords", None): (tfrecords_cli.build_parser, [TFRecordsConfig]),
+        ("labse-pretrain", None): (pretrain.build_parser, [Pretrain]),
+        ("labse-train", None): (train.build_parser, [Train]),
+    }
+
+
+# Commands whose options are all inputs, outputs and run settings, with no config dataclass: each says why.
+WITHOUT_CONFIG = {
+    ("labse-main-content", "evaluate"): "a model, a WARC pattern and how to read them",
+    ("labse-export", None): "a run, a step and an output directory",
+    ("labse-eval", None): "a model, a data set and a device (tatoeba, multi30k, mining)",
+}
+
+
+def test_every_command_and_sub_command_is_listed():
+    from pipelines.main_content.cli import COMMANDS as MAIN_CONTENT_COMMANDS
+
+    listed = set(_parsers()) | set(WITHOUT_CONFIG)
+    assert {command for command, _ in listed} == _console_scripts()
+    assert {sub for command, sub in listed if command == "labse-main-content"} == set(MAIN_CONTENT_COMMANDS)
+    assert ("labse-score", "train") in listed
+
+
+@pytest.mark.parametrize("command", sorted(_parsers(), key=str), ids=lambda c: " ".join(filter(None, c)))
+def test_every_command_is_built_from_its_config_dataclass(command):
+    """Every field that is an option appears once, under its flag, with the field's default
+    (None for the resumable and derived ones), its help text and its choices."""
+    build_parser, classes = _parsers()[command]
+    parser = build_parser()
+    for cls in classes:
+        for field, spec in config_options(cls):
+            actions = [a for a in parser._actions if a.dest == field.name]
+            if spec is None:
+                assert actions == [], f"{cls.__name__}.{field.name} is marked not an option but has one"
+                continue
+            assert len(actions) == 1, f"{cls.__name__}.{field.name}: {len(actions)} options"
+            action = actions[0]
+            assert option_flag(field, spec) in action.option_strings, field.name
+            assert spec.help and spec.help in action.help, field.name
+            if field.default is dataclasses.MISSING:
+                assert action.required, field.name
+            elif spec.resumable or spec.derived:
+                assert action.default is None, field.name
+            else:
+                assert action.default == field.default, field.name
+            assert action.choices == spec.choices, field.name
+
+
+@pytest.mark.parametrize("build, fault", [
+    ("pipelines.clean.config:CleanConfig(main_content_threshold=7)", "main_content_threshold"),
+    ("pipelines.main_content.config:BuildConfig(dev_fraction=0.6, test_fraction=0.5)", "--dev-fraction"),
+    ("pipelines.main_content.config:MainContentTrainConfig(epoch=0)", "epoch"),
+    ("vocab.config:VocabConfig(vocab_size=0)", "--vocab-size"),
+    ("pipelines.mine.config:MineConfig(src_lang='de', tgt_lang='en', k=0)", "--k"),
+    ("pipelines.mine.config:MineConfig(src_lang='de', tgt_lang='en', search='faiss')", "--search"),
+    ("pipelines.score.config:ScoreConfig(keep_fraction=0.5, keep_best_f1=True)", "exclude one another"),
+    ("pipelines.score.config:ScoreConfig(keep_precision=0)", "--keep-precision"),
+    ("pipelines.score.scorer:ScorerConfig(k=0)", "--k"),
+    ("pipelines.tfrecords.config:TFRecordsConfig(num_shards=0)", "--num-shards"),
+    ("labse_model.config:TrainConfig(max_steps=0)", "max_steps"),
+])
+def test_a_config_check_fires_in_library_use(build, fault):
+    import importlib
+
+    module, expression = build.split(":")
+    namespace = vars(importlib.import_module(module))
+    with pytest.raises(ValueError, match=fault):
+        eval(expression, dict(namespace))
+
+
+def test_the_keep_options_still_exclude_one_another_on_the_command_line(capsys):
+    from pipelines.score import cli as score_cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        score_cli.build_parser().parse_known_args(["--pairs", "p", "--output", "o", "--model", "m",
+                                                   "--keep-fraction", "0.5", "--keep-best-f1"])
+    assert exit_info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def _bug(*_args, **_kwargs):
+    raise ValueError("a shape bug deep inside")
+
+
+def _user_error(*_args, **_kwargs):
+    raise UsageError("--input x: something the user can fix")
+
+
+# command main, the inner function a run reaches once the options are checked, and the argv.
+INNER = {
+    "labse-mine": ("pipelines.mine.cli", "check_inputs",
+                   ["--src", "a", "--tgt", "b", "--src-lang", "de", "--tgt-lang", "en", "--output", "OUT"]),
+    "labse-tfrecords": ("pipelines.tfrecords.cli", "find_parquet_files",
+                        ["--pairs", "p", "--vocab", "v.txt", "--output", "OUT"]),
+    "labse-vocab": ("vocab.cli", "build", ["--input-text", "de=x.txt", "--output", "OUT/vocab.txt"]),
+    "labse-score": ("pipelines.score.cli", "require_stage_output",
+                    ["--pairs", "p", "--output", "OUT", "--model", "m"]),
+    "labse-clean": ("pipelines.clean.cli", "infer_format", ["--input", "x.warc.gz", "--output", "OUT"]),
+    "labse-main-content train": ("pipelines.main_content.train", "train", ["--data", "d", "--output", "OUT/m.bin"]),
+    "labse-main-content build-data": ("pipelines.read.readers", "check_pattern_matches",
+                                     ["--input", "x.warc.gz", "--output", "OUT"]),
+    "labse-train": ("labse_model.train", "train", TRAIN_REQUIRED[:-1] + ["OUT", "--device", "cpu"]),
+    "labse-eval mining": ("pipelines.score.bucc", "read_side", ["mining", "--src", "s", "--tgt", "t", "--gold", "g"]),
+}
+
+
+def _main_of(command: str):
+    from labse_model import evaluate as evaluate_module, train as train_module
+    from pipelines.clean import cli as clean_cli
+    from pipelines.main_content import cli as main_content_cli
+    from pipelines.mine import cli as mine_cli
+    from pipelines.score import cli as score_cli
+    from pipelines.tfrecords import cli as tfrecords_cli
+    from vocab import cli as vocab_cli
+
+    return {"labse-mine": mine_cli.main, "labse-tfrecords": tfrecords_cli.main, "labse-vocab": vocab_cli.main,
+            "labse-score": score_cli.main, "labse-clean": clean_cli.main,
+            "labse-main-content train": main_content_cli.train_main,
+            "labse-main-content build-data": main_content_cli.build_data_main,
+            "labse-eval mining": evaluate_module.main,
+            "labse-train": lambda argv: train_module.main(argv)}[command]
+
+
+def _run_with_inner(command: str, replacement, monkeypatch, tmp_path):
+    """Run `command` with its inner function (INNER) replaced; outputs go under tmp_path."""
+    import importlib
+
+    module, name, argv = INNER[command]
+    monkeypatch.setattr(importlib.import_module(module), name, replacement)
+    if command == "labse-score":  # the scorer is loaded before the inner check
+        from pipelines.score.scorer import QualityScorer
+
+        monkeypatch.setattr(QualityScorer, "load", staticmethod(lambda path: None))
+    argv = [str(tmp_path / a[4:]) if a.startswith("OUT/") else str(tmp_path / "out") if a == "OUT" else a
+            for a in argv]
+    return _main_of(command)(argv)
+
+
+@pytest.mark.parametrize("command", INNER)
+def test_a_bug_inside_a_command_keeps_its_traceback(command, monkeypatch, tmp_path):
+    """A ValueError that is not a UsageError is a bug: it propagates (traceback), never exit 2."""
+    with pytest.raises(ValueError, match="a shape bug deep inside") as raised:
+        _run_with_inner(command, _bug, monkeypatch, tmp_path)
+    assert not isinstance(raised.value, UsageError)
+
+
+@pytest.mark.parametrize("command", INNER)
+def test_a_usage_error_inside_a_command_is_one_line_and_exit_2(command, monkeypatch, tmp_path, capsys, caplog):
+    if command == "labse-clean":  # its input format is a parser error (usage and exit 2)
+        with pytest.raises(SystemExit) as exit_info:
+            _run_with_inner(command, _user_error, monkeypatch, tmp_path)
+        code = exit_info.value.code
+    else:
+        with caplog.at_level(logging.ERROR):
+            code = _run_with_inner(command, _user_error, monkeypatch, tmp_path)
+    assert code == 2
+    shown = capsys.readouterr().err + caplog.text
+    assert "something the user can fix" in shown and "Traceback" not in shown

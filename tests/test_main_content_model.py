@@ -16,7 +16,7 @@ from pipelines.main_content.model import (
     postprocess_scores,
     training_lines,
 )
-from pipelines.main_content.config import TrainConfig
+from pipelines.main_content.config import MainContentTrainConfig
 from pipelines.main_content.train import train_fasttext
 
 from tests.conftest import require_file
@@ -41,7 +41,7 @@ def tiny_model(tmp_path_factory):
         rows += training_lines(lines, [False] * len(NAV) + [True] * len(ARTICLE) + [False] * len(FOOTER))
     (folder / "train.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
     path = folder / "model.bin"
-    train_fasttext(str(folder / "train.txt"), str(path), TrainConfig(epoch=10, bucket=20_000, dim=8, threads=1))
+    train_fasttext(str(folder / "train.txt"), str(path), MainContentTrainConfig(epoch=10, bucket=20_000, dim=8, threads=1))
     return path
 
 
@@ -179,7 +179,7 @@ def test_score_lines_uses_the_page_html(tmp_path):
         rows += training_lines(lines, labels, labels)
     (tmp_path / "train.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
     train_fasttext(str(tmp_path / "train.txt"), str(tmp_path / "model.bin"),
-                   TrainConfig(epoch=10, bucket=20_000, dim=8, threads=1))
+                   MainContentTrainConfig(epoch=10, bucket=20_000, dim=8, threads=1))
     model = MainContentModel.load(str(tmp_path / "model.bin"))
 
     with_html = model.score_lines(lines, html=PAGE)
@@ -192,7 +192,7 @@ def test_score_lines_uses_the_page_html(tmp_path):
 def test_quantized_model_loads_validates_and_scores(tmp_path, tiny_model):
     path = tmp_path / "model.ftz"
     train_fasttext(str(tiny_model.parent / "train.txt"), str(path),
-                   TrainConfig(epoch=10, bucket=20_000, dim=8, threads=1, quantize=True))
+                   MainContentTrainConfig(epoch=10, bucket=20_000, dim=8, threads=1, quantize=True))
     assert path.stat().st_size < tiny_model.stat().st_size
     scores = MainContentModel.load(str(path)).score_lines(NAV + ARTICLE + FOOTER)
     assert scores[len(NAV):len(NAV) + len(ARTICLE)].min() > scores[:len(NAV)].max()

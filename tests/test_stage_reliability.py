@@ -259,7 +259,7 @@ def test_an_embedder_directory_that_is_no_model_is_refused_by_the_launcher(labse
 def test_numeric_options_are_checked_in_the_config_dataclasses(labse_data, tmp_path, capsys):
     from pipelines.clean.cli import main as clean_main
     from pipelines.main_content.cli import train_main
-    from pipelines.main_content.config import TrainConfig
+    from pipelines.main_content.config import MainContentTrainConfig
     from pipelines.clean.config import CleanConfig
     from pipelines.tfrecords.config import TFRecordsConfig
 
@@ -268,7 +268,7 @@ def test_numeric_options_are_checked_in_the_config_dataclasses(labse_data, tmp_p
     with pytest.raises(ValueError, match="num_shards"):
         TFRecordsConfig(num_shards=10 ** 12)
     with pytest.raises(ValueError, match="epoch"):
-        TrainConfig(epoch=-1)
+        MainContentTrainConfig(epoch=-1)
     assert clean_main(["--input", str(require_file(labse_data, WARC)), "--output", str(tmp_path / "o"),
                        "--max-line-chars", "-1"]) == 2
     assert "--max-line-chars" in _one_line_error(capsys, "labse-clean")

@@ -11,7 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from vocab.builder import VocabConfig, run_counting
+from vocab.builder import run_counting
+from vocab.config import VocabConfig
 
 NUM_WORDS = 300_000
 MAX_WORDS = 3_000

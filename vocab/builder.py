@@ -1,6 +1,7 @@
 """The `labse-vocab` stage as a library call: count (Beam), smooth, learn, report.
 
-    from vocab.builder import VocabConfig, build
+    from vocab.builder import build
+    from vocab.config import VocabConfig
     result = build("out/vocab.txt", sentences_dir="clean/sentences", config=VocabConfig(vocab_size=64000))
 
 Steps: Beam counts words per language (`vocab.count`, BERT pre-tokenisation), holding out a share
@@ -20,55 +21,16 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
-from vocab.learn import LearnerConfig, LearnResult, VocabSizeError, learn, write_vocab
-from vocab.prune import DEFAULT_MAX_WORDS
+from pipelines.io.config_options import UsageError
+from vocab.config import VocabConfig
+from vocab.learn import LearnResult, VocabSizeError, learn, write_vocab
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class VocabConfig:
-    vocab_size: int = 500_000  # LaBSE: 501,153
-    smoothing: float = 0.3  # LaBSE's exponent
-    num_unused: int = 0
-    char_min_count: float = 5.0
-    holdout_rate: float = 0.01
-    heldout_per_language: int = 2000
-    max_token_length: int = 50
-    # Distinct words given to the learner, split over languages by smoothed share (vocab.prune);
-    # 0 = all. The learner's memory is about 1 KB a word (docs/guides/vocabulary-at-scale.md).
-    max_words: int = DEFAULT_MAX_WORDS
-
-    def problems(self) -> list[str]:
-        """What is wrong with these settings (as CLI options), checked before any work starts."""
-        found = []
-        if not 0.0 <= self.holdout_rate < 1.0:
-            found.append(f"--holdout-rate must be in [0, 1), got {self.holdout_rate}")
-        if not (math.isfinite(self.smoothing) and self.smoothing >= 0.0):
-            found.append(f"--smoothing must be a finite number >= 0, got {self.smoothing}")
-        if not (math.isfinite(self.char_min_count) and self.char_min_count > 0.0):
-            found.append(f"--char-min-count must be a finite number > 0, got {self.char_min_count}")
-        for name in ("vocab_size", "max_token_length"):
-            if getattr(self, name) < 1:
-                found.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("num_unused", "heldout_per_language", "max_words"):
-            if getattr(self, name) < 0:
-                found.append(f"--{name.replace('_', '-')} must be at least 0, got {getattr(self, name)}")
-        return found
-
-    def learner(self) -> LearnerConfig:
-        return LearnerConfig(
-            vocab_size=self.vocab_size,
-            num_unused=self.num_unused,
-            char_min_count=self.char_min_count,
-            max_token_length=self.max_token_length,
-        )
 
 
 @dataclass
@@ -179,7 +141,7 @@ def _check_inputs(sentences_dir: str | None, text_files: Mapping[str, str] | Non
         patterns.append((f"--input-text {lang}", pattern))
     for option, pattern in patterns:
         if not FileSystems.match([pattern])[0].metadata_list:
-            raise ValueError(f"{option}: no file matches {pattern}")
+            raise UsageError(f"{option}: no file matches {pattern}")
     if sentences_dir:
         require_stage_output(sentences_dir, f"--input {sentences_dir} (labse-clean output)")
     for lang, pattern in (text_files or {}).items():
@@ -221,19 +183,17 @@ def build(
 
     Example::
 
-        from vocab.builder import VocabConfig, build
+        from vocab.builder import build
+        from vocab.config import VocabConfig
         result = build("out/vocab.txt", text_files={"en": "en.txt", "de": "de/*.txt"},
                        config=VocabConfig(vocab_size=32000, num_unused=100))
         result.report["languages"]["de"]["unk_share"]
     """
     from pipelines.io.stage_output import output_lock, prepare_output_files, remove_output
 
-    config = config or VocabConfig()
-    problems = config.problems()
-    if problems:
-        raise ValueError("; ".join(problems))
+    config = config or VocabConfig()  # checked when built
     if not sentences_dir and not text_files:
-        raise ValueError("give sentences_dir (labse-clean output) and/or text_files {lang: path}")
+        raise UsageError("give sentences_dir (labse-clean output) and/or text_files {lang: path}")
     _check_inputs(sentences_dir, text_files)
     paths = side_paths(output)
     if work_dir:

@@ -18,8 +18,10 @@ import logging
 import sys
 from pathlib import Path
 
+from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.stage_output import OutputExistsError, OutputLockedError, stage_parser, usage_error
-from vocab.builder import VocabConfig, build
+from vocab.builder import build
+from vocab.config import VocabConfig
 from vocab.learn import VocabSizeError
 
 
@@ -31,33 +33,18 @@ def _parse_text_input(value: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    defaults = VocabConfig()
     parser = stage_parser(
         "labse-vocab",
         "Learn a cased multilingual WordPiece vocabulary (vocab.txt) from labse-clean output or plain text files.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        output="vocab.txt to write; report, stats and work files go beside it",
+        overwrite="replace vocab.txt and the files beside it from an earlier run (else they are refused)")
     parser.add_argument("--input", help="labse-clean's DIR/sentences (hive lang=XX/*.parquet with text, lang)")
     parser.add_argument("--input-text", action="append", type=_parse_text_input, default=[], metavar="LANG=PATH",
                         help="a plain text file or pattern, one sentence per line, of language LANG (repeatable)")
-    parser.add_argument("--output", required=True, help="vocab.txt to write; report, stats and work files go beside it")
     parser.add_argument("--work-dir", default=None,
                         help="where Beam writes counts/held-out/tally (default: beside --output); gs://... on Dataflow")
-    parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size, help="exact number of tokens")
-    parser.add_argument("--smoothing", type=float, default=defaults.smoothing,
-                        help="exponent alpha of the language weights p_l ∝ n_l^alpha (1 = raw counts, 0 = uniform)")
-    parser.add_argument("--num-unused", type=int, default=defaults.num_unused, help="[unusedN] slots after the reserved tokens")
-    parser.add_argument("--char-min-count", type=float, default=defaults.char_min_count,
-                        help="a character with at least this weighted count is a token alone and as ##c")
-    parser.add_argument("--holdout-rate", type=float, default=defaults.holdout_rate,
-                        help="share of sentences held out of counting, for the report")
-    parser.add_argument("--heldout-per-language", type=int, default=defaults.heldout_per_language)
-    parser.add_argument("--max-token-length", type=int, default=defaults.max_token_length,
-                        help="words longer than this (in characters) are not learned from")
-    parser.add_argument("--max-words", type=int, default=defaults.max_words,
-                        help="distinct words the learner gets at most (each language's most frequent, split by "
-                             "smoothed share; the learner needs about 1 KB a word); 0 = all")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace vocab.txt and the files beside it from an earlier run (else they are refused)")
+    add_config_options(parser, VocabConfig)
     return parser
 
 
@@ -68,19 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("apache_beam").setLevel(logging.WARNING)  # per-batch statistics drown the progress
     if not args.input and not args.input_text:
         parser.error("give --input DIR/sentences and/or --input-text LANG=PATH")
-    config = VocabConfig(
-        vocab_size=args.vocab_size, smoothing=args.smoothing, num_unused=args.num_unused,
-        char_min_count=args.char_min_count, holdout_rate=args.holdout_rate,
-        heldout_per_language=args.heldout_per_language, max_token_length=args.max_token_length,
-        max_words=args.max_words,
-    )
-    problems = config.problems()
-    if problems:  # before anything is read
-        return usage_error("labse-vocab", "; ".join(problems))
+    try:  # before anything is read
+        config = config_from_args(VocabConfig, args)
+    except UsageError as error:
+        return usage_error("labse-vocab", str(error))
     try:
         result = build(args.output, sentences_dir=args.input, text_files=dict(args.input_text) or None,
                        config=config, beam_args=beam_args, work_dir=args.work_dir, overwrite=args.overwrite)
-    except (VocabSizeError, ValueError, OutputExistsError, OutputLockedError) as error:
+    except (VocabSizeError, UsageError, OutputExistsError, OutputLockedError) as error:
         return usage_error("labse-vocab", str(error))
     overall = result.report["overall"]
     print(f"wrote {result.vocab_path} ({result.report['vocab_size']} tokens); held-out: "

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from pipelines.io.config_options import UsageError
+
 
 def smoothed_shares(totals: Mapping[str, float], alpha: float) -> dict[str, float]:
     """p_l = n_l^α / Σ_k n_k^α for every language with a positive total."""
     if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"smoothing exponent must be in [0, 1], got {alpha}")
+        raise UsageError(f"smoothing exponent must be in [0, 1], got {alpha}")
     powered = {lang: float(n) ** alpha for lang, n in totals.items() if n > 0}
     norm = sum(powered.values())
     if norm <= 0:
-        raise ValueError("no language has any words")
+        raise UsageError("no language has any words")
     return {lang: value / norm for lang, value in powered.items()}
 
 

@@ -33,7 +33,7 @@ from pipelines.clean.transforms import (
     load_main_content_model,
     per_file_violations,
 )
-from pipelines.io.config_options import add_config_options, config_from_args
+from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.read.readers import FORMATS
 from pipelines.io.stage_output import (
     OutputExistsError,
@@ -59,26 +59,25 @@ def infer_format(pattern: str) -> str:
         return "wet"
     if name.endswith((".warc", ".warc.gz", ".arc.gz")) or ".warc" in name:
         return "warc"
-    raise ValueError(f"cannot tell the format of {pattern!r} from its name; pass --format warc|wet|wikipedia")
+    raise UsageError(f"cannot tell the format of {pattern!r} from its name; pass --format warc|wet|wikipedia")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser(
         "labse-clean",
         "Clean CommonCrawl WARC/WET and Wikipedia pages-articles dumps into per-language sentence Parquet "
-        "shards (Apache Beam).")
+        "shards (Apache Beam).",
+        output="output directory (local or gs://)", output_metavar="DIR",
+        overwrite="replace sentences/, errors/ and stats.json of an earlier run in DIR")
     parser.add_argument("--input", action="append", required=True, metavar="PATTERN",
                         help="Beam file pattern (local or gs://); repeat for several inputs")
     parser.add_argument("--format", default="auto", choices=FORMATS + ("auto",),
                         help="input format for every --input; 'auto' (default) infers it per pattern from "
                              "the file name (.warc[.gz] -> warc, .wet -> wet, .xml[.bz2] -> wikipedia)")
-    parser.add_argument("--output", required=True, metavar="DIR", help="output directory (local or gs://)")
     add_config_options(parser, CleanConfig)  # one option per CleanConfig field
     parser.add_argument("--per-file-limit", type=int, default=DEFAULT_PER_FILE_LIMIT, metavar="N",
                         help="stats.json lists the N input files with the most errored documents one by one "
                              "(`per_file`; its totals cover every file) (default %(default)s)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace sentences/, errors/ and stats.json of an earlier run in DIR")
     return parser
 
 
@@ -118,11 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     try:
         inputs = [(pattern, infer_format(pattern) if args.format == "auto" else args.format) for pattern in args.input]
-    except ValueError as exc:
+    except UsageError as exc:
         parser.error(str(exc))
     try:
         config = config_from_args(CleanConfig, args)
-    except ValueError as exc:
+    except UsageError as exc:
         return usage_error("labse-clean", str(exc))
     if args.per_file_limit < 0:
         parser.error("--per-file-limit must be >= 0")

@@ -3,9 +3,10 @@
 Every field of a command's settings dataclass says how it is set: `option(default, help, ...)`
 puts its option, help text and choices beside its type and default, `not_an_option(default)` says
 it deliberately has none. `add_config_options` builds the options from that and `config_from_args`
-builds the dataclass back from the parsed options. Used by `labse-clean` (CleanConfig) and by the
-trainers (`labse_model.config.TrainConfig`, `PretrainConfig`). Standard library only: it lives in
-the neutral `pipelines.io`, which both `pipelines` and `labse_model` import.
+builds the dataclass back from the parsed options. Every command with settings uses it
+(docs/guides/configuration.md lists them); `UsageError` is the one error a command prints as a
+line and exit 2. Standard library only: it lives in the neutral `pipelines.io`, which both
+`pipelines` and `labse_model` import.
 """
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 CLI = "cli"  # the metadata key
+REQUIRED = dataclasses.MISSING  # option(REQUIRED, help): a field without default, a required option
+
+
+class UsageError(ValueError):
+    """What the user can fix (an option, an input, an output): every command prints it as one line
+    and exits 2. Any other exception is a bug and keeps its traceback. A ValueError, so that library
+    callers catching ValueError from a config's check still do."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +40,7 @@ class CliOption:
         `--help` shows this text as the default (`{default}` is the field's default).
     group: the argument group (a name the command maps to a group); None: the config's own group.
 
-    A bool field is a `--flag/--no-flag` pair; a `tuple[T, ...]` field takes comma-separated values;
+    A bool field is a `--flag` (default False) or a `--flag/--no-flag` pair (default True); a `tuple[T, ...]` field takes comma-separated values;
     an optional field (`T | None`) takes a T and defaults to its field's default.
     """
 
@@ -122,16 +130,21 @@ def _argparse_settings(cls: type, f: dataclasses.Field, annotation: Any, spec: C
     settings: dict[str, Any] = {"dest": f.name, "help": spec.help}
     if spec.choices is not None:
         settings["choices"] = spec.choices
-    if annotation is bool:
+    if annotation is bool and f.default:
         # --flag / --no-flag, e.g. --gather-negatives / --no-gather-negatives, --bf16 / --no-bf16.
-        return {**settings, "action": argparse.BooleanOptionalAction, "default": f.default}
+        return {**settings, "action": argparse.BooleanOptionalAction, "default": True}
+    if annotation is bool:  # off unless given: --include-text, --same-site
+        return {**settings, "action": "store_true", "default": False}
     if typing.get_origin(annotation) is tuple:
         settings["type"] = _comma_separated(typing.get_args(annotation)[0])
     elif annotation in (int, float, str):
         settings["type"] = annotation
     else:
         raise TypeError(f"{cls.__name__}.{f.name}: no command-line form for a {annotation!r} field")
-    settings["metavar"] = spec.metavar or flag.lstrip("-").replace("-", "_").upper()
+    if spec.metavar is not None or spec.choices is None:  # with choices argparse shows {a,b,c}
+        settings["metavar"] = spec.metavar or flag.lstrip("-").replace("-", "_").upper()
+    if f.default is dataclasses.MISSING:
+        return {**settings, "required": True}
     if spec.derived is not None:
         # None = not given: the command derives the value (`config_from_args(..., derived=)`).
         settings["default"] = None
@@ -175,4 +188,9 @@ def config_from_args(cls: type, args: argparse.Namespace,
         elif value is None and spec.resumable:
             value = f.default
         values[f.name] = value
-    return cls(**values)
+    try:
+        return cls(**values)
+    except UsageError:
+        raise
+    except ValueError as error:  # the config's own check: the options given are at fault
+        raise UsageError(str(error)) from error

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pipelines.io.config_options import UsageError
+
 # A language code as the pipeline writes them (lid.176's `de`, `und`; also `pt-BR`, `zh_Hant`):
 # letters first, no path characters, so `data/x.de:data/x.en` cannot pass as a language and a path.
 _LANG = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
@@ -46,18 +48,18 @@ def is_parallel_text(spec: str) -> bool:
 
 
 def parse_parallel_text(spec: str, option: str = "--parallel-text") -> ParallelTextSpec:
-    """`SRC_LANG:PATH,TGT_LANG:PATH` -> ParallelTextSpec; ValueError naming `option` otherwise.
+    """`SRC_LANG:PATH,TGT_LANG:PATH` -> ParallelTextSpec; UsageError naming `option` otherwise.
 
     Each part splits at its first colon, so a path may hold colons (`de:gs://bucket/train.de.gz`)
     but no comma. Spaces around the parts are dropped. The files are not opened here.
     """
     usage = f"{option} expects 'src_lang:path,tgt_lang:path' (e.g. de:train.de.gz,en:train.en.gz), got {spec!r}"
     if not is_parallel_text(spec):
-        raise ValueError(usage)
+        raise UsageError(usage)
     (src_lang, src_path), (tgt_lang, tgt_path) = ((s.strip() for s in part.split(":", 1)) for part in spec.split(","))
     for lang, path in ((src_lang, src_path), (tgt_lang, tgt_path)):
         if not _LANG.fullmatch(lang):
-            raise ValueError(f"{usage}: {lang!r} is not a language code")
+            raise UsageError(f"{usage}: {lang!r} is not a language code")
         if not path:
-            raise ValueError(f"{usage}: no path after {lang}:")
+            raise UsageError(f"{usage}: no path after {lang}:")
     return ParallelTextSpec(src_lang, src_path, tgt_lang, tgt_path)

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.io.atomic import write_bytes_atomic
+from pipelines.io.config_options import UsageError
 
 SENTENCE_SCHEMA = pa.schema(
     [
@@ -97,7 +98,7 @@ def write_table_atomic(table: pa.Table, path: str) -> None:
     FileSystems.rename([tmp], [path])
 
 
-class MissingColumnsError(ValueError):
+class MissingColumnsError(UsageError):
     """A Parquet file lacks a column the reader needs."""
 
 

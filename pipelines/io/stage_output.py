@@ -55,6 +55,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
 from pipelines.io.atomic import write_bytes_atomic
+from pipelines.io.config_options import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class OutputExistsError(FileExistsError):
     """An output that already holds something (or is a file where a directory belongs)."""
 
 
-class IncompleteOutputError(ValueError):
+class IncompleteOutputError(UsageError):
     """A stage's output without its completion marker: interrupted, or still being written."""
 
 
@@ -148,11 +149,21 @@ def _suggestion(unknown: Sequence[str], ours: Sequence[str]) -> str:
     return f"; did you mean {', '.join(hints)}" if hints else ""
 
 
-def stage_parser(prog: str, description: str, **parser_settings: Any) -> argparse.ArgumentParser:
+def replace_help(where: str) -> str:
+    """The help of --overwrite for an output named `where` (a path's name or --output)."""
+    return f"replace an earlier run's output in {where} (without it an existing output is refused)"
+
+
+def stage_parser(prog: str, description: str, *, output: str, overwrite: str = replace_help("--output"),
+                 output_metavar: str | None = None, **parser_settings: Any) -> argparse.ArgumentParser:
     """The command line of a Beam stage: `prog`'s own options, with an epilog saying that any
     other option goes to Beam (the command parses with `parse_known_args` and gives the rest to
-    `PipelineOptions`); an option neither knows is refused (StageArgumentParser)."""
-    return StageArgumentParser(prog=prog, description=description, epilog=BEAM_OPTIONS_HELP, **parser_settings)
+    `PipelineOptions`); an option neither knows is refused (StageArgumentParser). Every stage
+    writes one output: `--output` (help `output`) and `--overwrite` (help `overwrite`)."""
+    parser = StageArgumentParser(prog=prog, description=description, epilog=BEAM_OPTIONS_HELP, **parser_settings)
+    parser.add_argument("--output", required=True, metavar=output_metavar, help=output)
+    parser.add_argument("--overwrite", action="store_true", help=overwrite)
+    return parser
 
 
 def is_remote(path: str | os.PathLike) -> bool:

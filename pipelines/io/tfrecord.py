@@ -31,6 +31,7 @@ import google_crc32c as _google_crc32c
 import numpy as np
 
 from pipelines.io.atomic import durable_replace
+from pipelines.io.config_options import UsageError
 
 __all__ = [
     "TFRecordCorruptError",
@@ -54,7 +55,7 @@ FOOTER_SIZE = _FOOTER.size  # 4
 _MASK_DELTA = 0xA282EAD8
 
 
-class TFRecordCorruptError(ValueError):
+class TFRecordCorruptError(UsageError):
     """A TFRecord file is truncated or a checksum does not match."""
 
     def __init__(self, path: str, offset: int, reason: str):

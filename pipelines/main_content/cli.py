@@ -9,6 +9,7 @@ Then ``labse-clean ... --main-content-model model.bin`` filters lines with it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -16,7 +17,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from pipelines.main_content.config import BuildConfig, TeacherConfig, TrainConfig
+from pipelines.io.config_options import UsageError, add_config_options, config_from_args
+from pipelines.io.stage_output import usage_error
+from pipelines.main_content.config import BuildConfig, MainContentTrainConfig, TeacherConfig
 
 logger = logging.getLogger(__name__)
 
@@ -47,27 +50,12 @@ def build_data_parser() -> argparse.ArgumentParser:
     parser = stage_parser(
         "labse-main-content build-data",
         "Label every line of every HTML page in WARC files with the teacher (trafilatura) and write "
-        "page-disjoint train/dev/test files in fastText format plus stats.json.")
+        "page-disjoint train/dev/test files in fastText format plus stats.json.",
+        output="output directory (local or gs://)")
     parser.add_argument("--input", required=True, help="WARC file pattern (local or gs://), e.g. 'crawl/*.warc.gz'")
-    parser.add_argument("--output", required=True, help="output directory (local or gs://)")
-    defaults = BuildConfig()
-    parser.add_argument("--dev-fraction", type=float, default=defaults.dev_fraction,
-                        help="share of pages (by URL hash) in dev (default %(default)s)")
-    parser.add_argument("--test-fraction", type=float, default=defaults.test_fraction,
-                        help="share of pages (by URL hash) in test (default %(default)s)")
-    parser.add_argument("--max-lines-per-page", type=int, default=defaults.max_lines_per_page,
-                        help="training examples kept per page at most (default %(default)s)")
-    parser.add_argument("--max-class-ratio", type=float, default=defaults.max_class_ratio,
-                        help="per page, majority class kept at most this times the minority (default %(default)s)")
-    parser.add_argument("--max-lines-per-language", type=int, default=defaults.max_lines_per_language,
-                        help="training examples kept per language at most (default %(default)s)")
-    parser.add_argument("--html-feature-dropout", type=float, default=defaults.html_feature_dropout,
-                        help="share of training pages featurised without the HTML feature, so the model also "
-                             "serves text-only input (default %(default)s)")
+    add_config_options(parser, BuildConfig)
     parser.add_argument("--teacher-balanced", action="store_true",
                         help="run trafilatura in its balanced mode instead of favor_precision")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier run's output in --output (without it an existing output is refused)")
     return parser
 
 
@@ -93,7 +81,7 @@ def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfi
 
 
 def build_data_main(argv: list[str] | None = None) -> int:
-    from pipelines.io.stage_output import OutputExistsError, OutputLockedError, usage_error
+    from pipelines.io.stage_output import OutputExistsError, OutputLockedError
     from pipelines.stage import report_identity
 
     parser = build_data_parser()
@@ -101,23 +89,16 @@ def build_data_main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     from pipelines.read.readers import check_pattern_matches
 
-    if not 0.0 <= args.html_feature_dropout <= 1.0:
-        parser.error("--html-feature-dropout must be in [0, 1]")
-    for name in ("dev_fraction", "test_fraction"):
-        if not 0.0 <= getattr(args, name) < 1.0:
-            parser.error(f"--{name.replace('_', '-')} must be in [0, 1)")
-    if args.dev_fraction + args.test_fraction >= 1.0:
-        parser.error("--dev-fraction + --test-fraction must leave pages for training")
     try:
+        config = config_from_args(BuildConfig, args)
         files = check_pattern_matches(args.input)
+    except UsageError as exc:
+        return usage_error("labse-main-content build-data", str(exc))
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    config = BuildConfig(dev_fraction=args.dev_fraction, test_fraction=args.test_fraction,
-                         max_lines_per_page=args.max_lines_per_page, max_class_ratio=args.max_class_ratio,
-                         max_lines_per_language=args.max_lines_per_language,
-                         html_feature_dropout=args.html_feature_dropout,
-                         teacher=TeacherConfig(favor_precision=not args.teacher_balanced))
+    if args.teacher_balanced:
+        config = dataclasses.replace(config, teacher=TeacherConfig(favor_precision=False))
     logger.info("labelling %d file(s) matching %s into %s", len(files), args.input, args.output)
     try:
         stats = build_data(args.input, args.output, config, beam_args, overwrite=args.overwrite)
@@ -129,39 +110,31 @@ def build_data_main(argv: list[str] | None = None) -> int:
     return report_identity("labse-main-content build-data", stats)
 
 
-def train_main(argv: list[str] | None = None) -> int:
-    from pipelines.main_content.evaluate import format_metrics
-    from pipelines.main_content.train import train
-
-    defaults = TrainConfig()
+def train_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labse-main-content train",
         description="Train the fastText main-content classifier on `build-data` output and report precision, "
                     "recall, F1 and agreement with the teacher on the page-disjoint test split.")
     parser.add_argument("--data", required=True, help="directory written by `labse-main-content build-data`")
     parser.add_argument("--output", required=True, help="model file to write (model.bin, or model.ftz with --quantize)")
-    parser.add_argument("--quantize", action="store_true", help="write a quantized (much smaller) .ftz model")
-    parser.add_argument("--epoch", type=int, default=defaults.epoch, help="default %(default)s")
-    parser.add_argument("--lr", type=float, default=defaults.lr, help="default %(default)s")
-    parser.add_argument("--dim", type=int, default=defaults.dim, help="default %(default)s")
-    parser.add_argument("--word-ngrams", type=int, default=defaults.word_ngrams, help="default %(default)s")
-    parser.add_argument("--bucket", type=int, default=defaults.bucket, help="hash buckets for n-grams (default %(default)s)")
-    parser.add_argument("--threads", type=int, default=defaults.threads, help="default %(default)s")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="default %(default)s")
-    parser.add_argument("--threshold", type=float, default=defaults.threshold,
-                        help="decision threshold used for the reported metrics (default %(default)s)")
+    add_config_options(parser, MainContentTrainConfig)
+    return parser
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    from pipelines.main_content.evaluate import format_metrics
+    from pipelines.main_content.train import train
+
+    parser = train_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        config = TrainConfig(epoch=args.epoch, lr=args.lr, dim=args.dim, word_ngrams=args.word_ngrams,
-                             bucket=args.bucket, threads=args.threads, seed=args.seed, quantize=args.quantize,
-                             threshold=args.threshold)
-    except ValueError as exc:
-        print(f"labse-main-content train: error: {exc}", file=sys.stderr)
-        return 2
+        config = config_from_args(MainContentTrainConfig, args)
+    except UsageError as exc:
+        return usage_error("labse-main-content train", str(exc))
     try:
         report = train(args.data, args.output, config)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+    except (FileNotFoundError, UsageError, RuntimeError) as exc:  # RuntimeError: fastText itself failed
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"model: {args.output} ({report['model_bytes']} bytes, {report['train_examples']} examples, "
@@ -174,7 +147,7 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def evaluate_main(argv: list[str] | None = None) -> int:
+def evaluate_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labse-main-content evaluate",
         description="Agreement of a main-content model with the teacher (trafilatura) on any WARC: "
@@ -186,6 +159,11 @@ def evaluate_main(argv: list[str] | None = None) -> int:
                         help="score lines without the HTML feature (as for WET input)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many HTML pages")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
+    return parser
+
+
+def evaluate_main(argv: list[str] | None = None) -> int:
+    parser = evaluate_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 

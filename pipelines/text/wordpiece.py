@@ -24,6 +24,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from pipelines.io.config_options import UsageError
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(5)
@@ -32,7 +33,7 @@ SUFFIX = "##"
 MAX_CHARS_PER_WORD = 100
 
 
-class VocabError(ValueError):
+class VocabError(UsageError):
     """vocab.txt is missing, empty, or not a BERT vocabulary of this project."""
 
 

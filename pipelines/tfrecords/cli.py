@@ -23,6 +23,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.stage import report_identity
 from pipelines.io.stage_output import (
     OutputExistsError,
@@ -34,6 +35,7 @@ from pipelines.io.stage_output import (
     usage_error,
 )
 from pipelines.io.parallel_text import parse_parallel_text
+from pipelines.text.wordpiece import VocabError
 from pipelines.tfrecords.config import TFRecordsConfig
 from pipelines.tfrecords.transforms import BuildTFRecords
 
@@ -61,21 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser(
         "labse-tfrecords",
         "Tokenise translation pairs and write globally shuffled tf.train.Example shards "
-        "(src_ids, tgt_ids, src_lang, tgt_lang, score) with schema.json and stats.json.")
+        "(src_ids, tgt_ids, src_lang, tgt_lang, score) with schema.json and stats.json.",
+        output="directory for the shards, schema.json and stats.json")
     parser.add_argument("--pairs", action="append", default=[],
                         help="scored pairs: a directory of Parquet files (searched recursively) or a glob; repeatable")
     parser.add_argument("--parallel-text", action="append", default=[], metavar="SRC_LANG:PATH,TGT_LANG:PATH",
                         help="line-aligned text files (gzip ok), e.g. de:train.de.gz,en:train.en.gz; score 1.0; repeatable")
     parser.add_argument("--vocab", required=True, help="vocab.txt from labse-vocab")
-    parser.add_argument("--output", required=True, help="directory for the shards, schema.json and stats.json")
-    parser.add_argument("--max-seq-length", type=int, default=64, help="ids per side including [CLS] and [SEP] (default 64, as the paper)")
-    parser.add_argument("--num-shards", type=int, default=16,
-                        help="output shards; each is sorted in one worker's memory, so keep shards under ~1 GB (default 16)")
-    parser.add_argument("--min-score", type=float, default=None, help="drop pairs scored below this (default: keep all)")
-    parser.add_argument("--include-text", action="store_true", help="also store src_text/tgt_text")
-    parser.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier run's output in --output (without it an existing output is refused)")
+    add_config_options(parser, TFRecordsConfig)
     return parser
 
 
@@ -84,21 +79,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
     try:  # everything about the inputs is checked here, before any work: one line, exit 2
-        config = TFRecordsConfig(max_seq_length=args.max_seq_length, num_shards=args.num_shards,
-                                 min_score=args.min_score, include_text=args.include_text, seed=args.seed)
+        config = config_from_args(TFRecordsConfig, args)
         specs = [parse_parallel_text(s, "--parallel-text") for s in args.parallel_text]
         parquet_files: list[str] = []
         for location in args.pairs:
             found = find_parquet_files(location)
             if not found:
-                raise ValueError(f"--pairs {location}: no Parquet files found")
+                raise UsageError(f"--pairs {location}: no Parquet files found")
             check_pairs_complete(location, found)
             parquet_files.extend(found)
         if not parquet_files and not specs:
-            raise ValueError("give --pairs and/or --parallel-text")
-        build = BuildTFRecords(args.vocab, args.output, config, parquet_files=parquet_files, parallel_text=specs)
-    except (ValueError, OSError) as exc:  # IncompleteOutputError is a ValueError
-        return usage_error("labse-tfrecords", f"--vocab: {exc}" if str(exc).startswith(args.vocab) else str(exc))
+            raise UsageError("give --pairs and/or --parallel-text")
+        try:  # builds the tokenizer: the vocabulary is read here
+            build = BuildTFRecords(args.vocab, args.output, config, parquet_files=parquet_files, parallel_text=specs)
+        except (VocabError, OSError) as exc:
+            raise UsageError(f"--vocab: {exc}") from exc
+    except (UsageError, OSError) as exc:
+        return usage_error("labse-tfrecords", str(exc))
 
     logger.info("writing TFRecords from %d Parquet files and %d parallel text pairs of files to %s",
                 len(parquet_files), len(specs), args.output)

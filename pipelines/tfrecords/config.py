@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pipelines.io.config_options import not_an_option, option
+
 # Every shard is one file, one group of the shuffle and one entry of schema.json: far more shards than
 # that make the stage's bookkeeping, not its data, the cost (10^12 would never finish).
 MAX_NUM_SHARDS = 100_000
@@ -11,12 +13,13 @@ MAX_NUM_SHARDS = 100_000
 
 @dataclass(frozen=True)
 class TFRecordsConfig:
-    max_seq_length: int = 64
-    num_shards: int = 16
-    min_score: float | None = None
-    include_text: bool = False
-    seed: int = 0
-    tokenize_batch_size: int = 512
+    max_seq_length: int = option(64, "ids per side including [CLS] and [SEP] (default 64, as the paper)")
+    num_shards: int = option(16, "output shards; each is sorted in one worker's memory, so keep shards under "
+                             "~1 GB (default 16)")
+    min_score: float | None = option(None, "drop pairs scored below this (default: keep all)")
+    include_text: bool = option(False, "also store src_text/tgt_text")
+    seed: int = option(0, "shuffle seed (default 0)")
+    tokenize_batch_size: int = not_an_option(512)
 
     def __post_init__(self):
         if self.max_seq_length < 3:

@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import Sequence
 
 from pipelines.io.tfrecord import encode_example
+from pipelines.text.wordpiece import VocabError
 from pipelines.tfrecords.config import TFRecordsConfig
 
 logger = logging.getLogger(__name__)
@@ -47,24 +48,24 @@ TEXT_FEATURES_DOC = {
 def vocab_facts(raw: bytes, vocab_path: str) -> dict:
     """File name, sha256, size and special-token ids of the bytes of a vocab.txt (for schema.json).
 
-    Raises ValueError for text that is not UTF-8, an empty line, a duplicate token, or a missing
+    Raises VocabError for text that is not UTF-8, an empty line, a duplicate token, or a missing
     special token (naming the file and the line: the tokenizer would fail in every worker).
     """
     try:
         tokens = raw.decode("utf-8").splitlines()
     except UnicodeDecodeError as error:
-        raise ValueError(f"{vocab_path}: not UTF-8 text ({error})") from None
+        raise VocabError(f"{vocab_path}: not UTF-8 text ({error})") from None
     first_line: dict[str, int] = {}
     for number, token in enumerate(tokens, 1):
         if not token.strip():
-            raise ValueError(f"{vocab_path}:{number}: an empty line; a vocabulary holds one token on every line")
+            raise VocabError(f"{vocab_path}:{number}: an empty line; a vocabulary holds one token on every line")
         if token in first_line:  # two ids for one token: the tokenizer would silently use one of them
-            raise ValueError(f"{vocab_path}: token {token!r} appears twice (lines {first_line[token]} and {number})")
+            raise VocabError(f"{vocab_path}: token {token!r} appears twice (lines {first_line[token]} and {number})")
         first_line[token] = number
     special = {t: first_line[t] - 1 for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in first_line}
     missing = {"[CLS]", "[SEP]", "[PAD]", "[UNK]"} - set(special)
     if missing:
-        raise ValueError(f"{vocab_path}: vocabulary lacks {sorted(missing)}")
+        raise VocabError(f"{vocab_path}: vocabulary lacks {sorted(missing)}")
     return {"file": os.path.basename(vocab_path), "sha256": hashlib.sha256(raw).hexdigest(), "size": len(tokens),
             "special_ids": special}
 
