@@ -11,7 +11,7 @@ from labse_model.dev_eval import dev_text_files, load_dev_pairs
 from labse_model.train import main as train_main
 from model_helpers import build_vocab
 from pipelines.io.parallel_text import ParallelTextSpec, is_parallel_text, parse_parallel_text
-from pipelines.tfrecords import encode as tfr_encode
+from pipelines.tfrecords import transforms as tfr_transforms
 
 
 def test_parse_names_languages_and_paths():
@@ -23,8 +23,8 @@ def test_parse_names_languages_and_paths():
     # A path may hold colons (object stores); spaces around the parts are dropped.
     assert parse_parallel_text(" de : gs://b/x.de.gz , pt-BR:gs://b/x.pt.gz") == \
         ParallelTextSpec("de", "gs://b/x.de.gz", "pt-BR", "gs://b/x.pt.gz")
-    # labse-tfrecords' spec is this one (re-exported by pipelines.tfrecords.encode).
-    assert tfr_encode.ParallelTextSpec is ParallelTextSpec
+    # labse-tfrecords reads this very spec (pipelines.tfrecords.transforms imports it).
+    assert tfr_transforms.ParallelTextSpec is ParallelTextSpec
 
 
 @pytest.mark.parametrize("text,problem", [
