@@ -260,6 +260,7 @@ class PairBatchStream(IterableDataset):
         num_steps: int | None = None,
         max_seq_length: int | None = None,
         check_crc: bool = True,
+        vocab_size: int | None = None,
     ):
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
@@ -279,6 +280,7 @@ class PairBatchStream(IterableDataset):
         self.num_steps = num_steps
         self.max_seq_length = max_seq_length
         self.check_crc = check_crc
+        self.vocab_size = vocab_size
         self.steps_per_epoch = index.num_records // global_batch_size
         if self.steps_per_epoch == 0:
             raise ValueError(
@@ -332,9 +334,20 @@ class PairBatchStream(IterableDataset):
             pair = decode_pair(self._read(shard, offset), path, offset)
             if not pair.src_ids or not pair.tgt_ids:
                 raise TFRecordCorruptError(path, offset, "empty src_ids or tgt_ids")
+            if self.vocab_size is not None:
+                self._check_ids(pair.src_ids, path, offset)
+                self._check_ids(pair.tgt_ids, path, offset)
             src[row] = _truncate(pair.src_ids, self.max_seq_length)
             tgt[row] = _truncate(pair.tgt_ids, self.max_seq_length)
         return src, tgt
+
+    def _check_ids(self, ids: list[int], path: str, offset: int) -> None:
+        # An id past the embedding table is an IndexError deep in the model otherwise, naming nothing.
+        low, high = min(ids), max(ids)
+        if low < 0 or high >= self.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"TFRecord shard {path}, record at byte offset {offset}: token id {bad} is outside the "
+                             f"vocabulary of {self.vocab_size} ids: the shards were tokenised with another vocabulary")
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
@@ -412,6 +425,8 @@ def build_train_loader(pattern: str, *, num_workers: int = 0, **stream_settings:
         num_steps: stop after this many steps (default: infinite, epochs repeat).
         max_seq_length: truncate longer sequences (keeping the final ``[SEP]``).
         check_crc: check each record's data CRC when it is read (headers are always checked).
+        vocab_size: refuse a record holding an id outside ``[0, vocab_size)`` (ValueError naming
+            the shard and offset); None reads ids unchecked.
 
     Yields ``{"src_input_ids", "src_attention_mask", "tgt_input_ids", "tgt_attention_mask"}``
     LongTensors of shape [global_batch_size // world_size, longest in the slice]. Raises
