@@ -124,13 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # labse-mine mines one language pair per run, so `auto` is decided here, once, in the launcher
         choice = resolve_embedder(args.embedder, args.src_lang, args.tgt_lang)
+        config = config_from_args(args, choice.embedder, choice.reason)  # its bounds, before a model loads
         check_embedder_spec(choice.embedder)
         check_inputs(args.src, args.tgt)
     except (EmbedderError, IncompleteOutputError, ValueError) as error:
         return usage_error("labse-mine", f"--embedder: {error}" if isinstance(error, EmbedderError) else str(error))
     if choice.reason != "given":
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
-    config = config_from_args(args, choice.embedder, choice.reason)
     for side, path in (("--src", args.src), ("--tgt", args.tgt)):
         if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
             logger.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)

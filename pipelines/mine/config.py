@@ -7,6 +7,13 @@ from typing import Optional
 from pipelines.mine.margin import MARGINS, STRATEGIES
 
 
+# Upper bounds, checked before any work: every source is copied to each of the tgt_shards cells of
+# its block and every target to each of the src_blocks cells of its shard, so these counts multiply
+# the data; past them a run only exhausts memory (10^15 blocks crashed the worker with a segfault).
+MAX_COUNTS = {"k": 1_000, "src_blocks": 10_000, "tgt_shards": 10_000, "batch_size": 100_000,
+              "embedder_threads": 1_024}
+
+
 @dataclass(frozen=True)
 class MineConfig:
     src_lang: str
@@ -29,5 +36,7 @@ class MineConfig:
             raise ValueError(f"margin must be one of {MARGINS}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}")
-        if self.k < 1 or self.src_blocks < 1 or self.tgt_shards < 1 or self.batch_size < 1:
-            raise ValueError("k, src_blocks, tgt_shards and batch_size must be >= 1")
+        for name, largest in MAX_COUNTS.items():
+            value = getattr(self, name)
+            if not 1 <= value <= largest:
+                raise ValueError(f"{name} (--{name.replace('_', '-')}) must be between 1 and {largest:,}, got {value}")
