@@ -22,7 +22,7 @@ import pytest
 
 from labse_model.config import MAX_PARAMETERS, ModelConfig
 from labse_model.pretrain_data import TEXT, Packer
-from vocab.tokenizer import CLS_ID, SEP_ID, hf_tokenizer
+from pipelines.text.wordpiece import CLS_ID, SEP_ID, hf_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 
