@@ -188,6 +188,16 @@ def test_mono_content_errors_name_the_file(pair_inputs, tmp_path, table):
         list(_packer(vocab).pack(str(path), PARQUET))
 
 
+def test_a_mono_text_file_that_is_not_utf8_is_named(pair_inputs, tmp_path):
+    from labse_model.pretrain_data import TEXT
+
+    vocab, _ = pair_inputs
+    path = tmp_path / "de.txt"
+    path.write_bytes("Ein Hund läuft.\n".encode("utf-8") + "Ein Hund läuft.\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=f"--mono file {path}: 'utf-8' codec"):
+        list(_packer(vocab).pack(str(path), TEXT))
+
+
 def test_the_pretrain_summary_keeps_the_stages_finished_before_a_crash(labse_data, pair_inputs, tmp_path,
                                                                        monkeypatch):
     from labse_model import pretrain_data
