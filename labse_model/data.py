@@ -334,20 +334,24 @@ class PairBatchStream(IterableDataset):
             pair = decode_pair(self._read(shard, offset), path, offset)
             if not pair.src_ids or not pair.tgt_ids:
                 raise TFRecordCorruptError(path, offset, "empty src_ids or tgt_ids")
-            if self.vocab_size is not None:
-                self._check_ids(pair.src_ids, path, offset)
-                self._check_ids(pair.tgt_ids, path, offset)
             src[row] = _truncate(pair.src_ids, self.max_seq_length)
             tgt[row] = _truncate(pair.tgt_ids, self.max_seq_length)
+        if self.vocab_size is not None:
+            self._check_ids(src, tgt, shards, offsets)
         return src, tgt
 
-    def _check_ids(self, ids: list[int], path: str, offset: int) -> None:
-        # An id past the embedding table is an IndexError deep in the model otherwise, naming nothing.
-        low, high = min(ids), max(ids)
-        if low < 0 or high >= self.vocab_size:
-            bad = low if low < 0 else high
-            raise ValueError(f"TFRecord shard {path}, record at byte offset {offset}: token id {bad} is outside the "
-                             f"vocabulary of {self.vocab_size} ids: the shards were tokenised with another vocabulary")
+    def _check_ids(self, src: list[list[int]], tgt: list[list[int]], shards: np.ndarray, offsets: np.ndarray) -> None:
+        """An id outside the vocabulary is an IndexError deep in the model otherwise, naming nothing:
+        one min and max over the batch, and the offending record is looked for only when they fail."""
+        rows = src + tgt
+        if min(map(min, rows)) >= 0 and max(map(max, rows)) < self.vocab_size:
+            return
+        row = next(i for i, ids in enumerate(rows) if min(ids) < 0 or max(ids) >= self.vocab_size)
+        bad = next(i for i in rows[row] if not 0 <= i < self.vocab_size)
+        row %= len(src)
+        raise ValueError(f"TFRecord shard {self.index.paths[int(shards[row])]}, record at byte offset "
+                         f"{int(offsets[row])}: token id {bad} is outside the vocabulary of {self.vocab_size} ids: "
+                         "the shards were tokenised with another vocabulary")
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
