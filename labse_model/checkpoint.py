@@ -181,6 +181,15 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def records_digest(path: Path) -> bool:
+    """Whether a safetensors file carries the digest `save_weights` records (files written before
+    it was recorded, or by other tools, do not: their tensor bytes cannot be checked)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt", device="cpu") as handle:
+        return DIGEST_KEY in (handle.metadata() or {})
+
+
 def read_torch_file(path: Path) -> Any:
     """A file written by `torch.save`, read with `weights_only=True`: tensors and plain values only.
 

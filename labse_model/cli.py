@@ -41,10 +41,10 @@ def run_dir_lock(run_dir: Path, ctx: DistributedContext) -> ContextManager:
     """The run directory's exclusive lock (`RUN_DIR.lock`), held by rank 0 for the whole run.
 
     A second run into the same directory fails at once naming the holder, instead of both
-    writing interleaved logs and checkpoints. The lock is taken on the real path (symlinks
+    writing interleaved logs and checkpoints. `output_lock` takes it on the real path (symlinks
     resolved): a run into `ptA` and one into a symlink to it are runs into one directory.
     """
-    return output_lock(Path(os.path.realpath(run_dir))) if ctx.is_main else nullcontext()
+    return output_lock(run_dir) if ctx.is_main else nullcontext()
 
 
 def run_in_run_dir(args: argparse.Namespace, body: Callable[[argparse.Namespace, DistributedContext], Any]) -> Any:

@@ -261,6 +261,7 @@ class PairBatchStream(IterableDataset):
         num_steps: int | None = None,
         max_seq_length: int | None = None,
         check_crc: bool = True,
+        vocab_size: int | None = None,
     ):
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
@@ -280,6 +281,7 @@ class PairBatchStream(IterableDataset):
         self.num_steps = num_steps
         self.max_seq_length = max_seq_length
         self.check_crc = check_crc
+        self.vocab_size = vocab_size
         self.steps_per_epoch = index.num_records // global_batch_size
         if self.steps_per_epoch == 0:
             raise UsageError(
@@ -335,7 +337,22 @@ class PairBatchStream(IterableDataset):
                 raise TFRecordCorruptError(path, offset, "empty src_ids or tgt_ids")
             src[row] = _truncate(pair.src_ids, self.max_seq_length)
             tgt[row] = _truncate(pair.tgt_ids, self.max_seq_length)
+        if self.vocab_size is not None:
+            self._check_ids(src, tgt, shards, offsets)
         return src, tgt
+
+    def _check_ids(self, src: list[list[int]], tgt: list[list[int]], shards: np.ndarray, offsets: np.ndarray) -> None:
+        """An id outside the vocabulary is an IndexError deep in the model otherwise, naming nothing:
+        one min and max over the batch, and the offending record is looked for only when they fail."""
+        rows = src + tgt
+        if min(map(min, rows)) >= 0 and max(map(max, rows)) < self.vocab_size:
+            return
+        row = next(i for i, ids in enumerate(rows) if min(ids) < 0 or max(ids) >= self.vocab_size)
+        bad = next(i for i in rows[row] if not 0 <= i < self.vocab_size)
+        row %= len(src)
+        raise UsageError(f"TFRecord shard {self.index.paths[int(shards[row])]}, record at byte offset "
+                         f"{int(offsets[row])}: token id {bad} is outside the vocabulary of {self.vocab_size} ids: "
+                         "the shards were tokenised with another vocabulary")
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
@@ -413,6 +430,8 @@ def build_train_loader(pattern: str, *, num_workers: int = 0, **stream_settings:
         num_steps: stop after this many steps (default: infinite, epochs repeat).
         max_seq_length: truncate longer sequences (keeping the final ``[SEP]``).
         check_crc: check each record's data CRC when it is read (headers are always checked).
+        vocab_size: refuse a record holding an id outside ``[0, vocab_size)`` (ValueError naming
+            the shard and offset); None reads ids unchecked.
 
     Yields ``{"src_input_ids", "src_attention_mask", "tgt_input_ids", "tgt_attention_mask"}``
     LongTensors of shape [global_batch_size // world_size, longest in the slice]. Raises

@@ -218,6 +218,12 @@ def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64)
     if not (path / "modules.json").is_file():
         raise FileNotFoundError(
             f"{path} is not a sentence-transformers directory (no modules.json); export a run with labse-export")
+    from pipelines.mine.embedders import EmbedderError, check_embedder_spec
+
+    try:  # loads it and embeds one sentence: a damaged directory is one line here, not a traceback later
+        check_embedder_spec(str(path))
+    except EmbedderError as error:
+        raise UsageError(str(error)) from None
     # A local directory never needs the hub; these make a missing file fail instead of downloading.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

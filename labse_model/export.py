@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from pipelines.io.atomic import durable_replace
+from pipelines.io.atomic import durable_replace, make_tree_shareable
 from labse_model import checkpoint as ckpt
 from labse_model import storage
 from labse_model.config import RunConfig
@@ -44,6 +44,9 @@ def load_encoder(run_dir: Path, step: int | None = None) -> tuple[SentenceEncode
         raise FileNotFoundError(f"{config_path} not found: is {run_dir} a labse-train run directory?")
     config = RunConfig.load(config_path)
     choice = ckpt.choose_checkpoint(run_dir, ckpt.read_checkpoint_weights, step)
+    if not ckpt.records_digest(choice.path / ckpt.MODEL_FILE):
+        logger.warning("%s carries no sha256 digest (written by an older labse-train): damage that keeps its size "
+                       "cannot be detected; exporting it as it reads", choice.path / ckpt.MODEL_FILE)
     encoder = SentenceEncoder(config.model)
     ckpt.apply_model_weights(encoder, choice.loaded, choice.path / ckpt.MODEL_FILE)
     encoder.eval()
@@ -74,10 +77,12 @@ def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = 
                                 max_seq_length: int | None = None, overwrite: bool = False) -> Path:
     """Write the sentence-transformers directory atomically (staged beside `output`, then renamed),
     holding the output lock (`OUTPUT.lock`, `pipelines.io.stage_output`) so two exports never race.
-    The staged rename is the completion: a directory at `output` is always whole."""
-    from pipelines.io.stage_output import output_lock
+    The staged rename is the completion: a directory at `output` is always whole. An output that
+    is, contains or lies inside the run directory is refused before anything is removed."""
+    from pipelines.io.stage_output import check_output_apart, output_lock
 
     output = Path(output)
+    check_output_apart(output, [run_dir])
     if output.is_symlink():
         # Replacing it would swap the link for a directory (or rmtree refuses it with a traceback):
         # the user means the directory it points to, or another path.
@@ -123,6 +128,7 @@ def _export_locked(run_dir: Path, output: Path, step: int | None, max_seq_length
             # transformers 5 saves only tokenizer.json; vocab.txt keeps the folder usable by
             # BertTokenizer, TF Text and labse-tfrecords (the same ids, one token per line).
             shutil.copyfile(Path(run_dir) / "vocab.txt", staging / "vocab.txt")
+            make_tree_shareable(staging)
             if output.exists():
                 shutil.rmtree(output)
             durable_replace(staging, output)
@@ -141,7 +147,9 @@ def export(run: str | Path, output: str | Path, step: int | None = None, max_seq
     its marker: `run_store.fetch_run`); an output there is written into a local temporary folder,
     then uploaded under `OUTPUT.lock` with `_SUCCESS` last (`run_store.publish_directory`)."""
     from labse_model.run_store import fetch_run, publish_directory
+    from pipelines.io.stage_output import check_output_apart
 
+    check_output_apart(output, [run])  # before the run is fetched or anything is removed
     if storage.is_url(run):
         run, checkpoint = fetch_run(str(run), step)
         step = int(ckpt.STEP_DIR.match(checkpoint.name).group(1))

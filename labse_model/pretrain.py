@@ -332,7 +332,8 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     if tlm_local:
         tlm = TLMSource.open(config.pairs, vocab_path=args.vocab,
                              global_rows=tlm_local * ctx.world_size, rank=ctx.rank, world_size=ctx.world_size,
-                             seed=settings.seed, shuffle_buffer=settings.shuffle_buffer)
+                             seed=settings.seed, shuffle_buffer=settings.shuffle_buffer,
+                             vocab_size=model_config.vocab_size)
     batches = PretrainBatches(corpora, packer, spec=spec, local_rows=local_rows, tlm_rows=tlm_local, tlm=tlm,
                               lang_alpha=settings.lang_alpha, rank=ctx.rank, world_size=ctx.world_size,
                               seed=settings.seed, heldout_rate=settings.heldout_rate,
@@ -355,6 +356,21 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     stage_results = _timing_carried_over(_read_summary(run_dir), start_step, stages) if args.resume else {}
     tokens = torch.zeros((), dtype=torch.float64)
     step, stopped_by = start_step, None
+
+    def summary_of(at_step: int, stopped: str | None) -> dict[str, Any]:
+        return {
+            "step": at_step,
+            "finished": at_step >= settings.max_steps,
+            "stopped_by": stopped,
+            "world_size": ctx.world_size,
+            "global_batch_size": settings.global_batch_size,
+            "tlm_rows_per_step": tlm_local * ctx.world_size,
+            "languages": {c.lang: c.sentences for c in corpora},
+            "sentences_cut": packer.sentences_cut,
+            "rows_skipped": packer.rows_skipped,
+            "peak_memory_bytes": _peak_memory(ctx.device),
+            "stages": {str(k): v for k, v in sorted(stage_results.items())},
+        }
     for stage in stages:
         if step >= stage.end or step >= stop_at:
             continue
@@ -413,20 +429,12 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
         stopped_by = result.stopped_by
         if stopped_by is not None:
             break
+        if ctx.is_main and step < settings.max_steps:
+            # Written at each stage's end too: a crash in a later stage, then --resume, keeps this stage's record.
+            write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary_of(step, None), indent=2) + "\n")
 
     finished = step >= settings.max_steps
-    summary = {
-        "step": step,
-        "finished": finished,
-        "stopped_by": stopped_by,
-        "world_size": ctx.world_size,
-        "global_batch_size": settings.global_batch_size,
-        "tlm_rows_per_step": tlm_local * ctx.world_size,
-        "languages": {c.lang: c.sentences for c in corpora},
-        "sentences_cut": packer.sentences_cut,
-        "peak_memory_bytes": _peak_memory(ctx.device),
-        "stages": {str(k): v for k, v in sorted(stage_results.items())},
-    }
+    summary = summary_of(step, stopped_by)
     if ctx.is_main:
         log.close()
         if finished:

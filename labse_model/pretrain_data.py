@@ -202,6 +202,21 @@ def _iter_rows(path: str, fmt: str, start_row: int) -> Iterator[list[tuple[int, 
         yield pending
 
 
+def _rows_naming_the_file(path: str, fmt: str, start_row: int) -> Iterator[list[tuple[int, Any, str]]]:
+    """`_iter_rows`, with a file whose content cannot be read (no `text` column, text that is not
+    a string, not UTF-8, damaged) reported as one ValueError naming it."""
+    try:
+        for rows in _iter_rows(path, fmt, start_row):
+            wrong = next((type(text).__name__ for _, _, text in rows if text is not None and not isinstance(text, str)),
+                         None)
+            if wrong is not None:
+                raise ValueError(f"its text column holds {wrong} values, not strings")
+            yield rows
+    except (ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid and ArrowKeyError, UnicodeDecodeError
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise UsageError(f"--mono file {path}: {first_line}") from None
+
+
 @dataclass
 class PackedSequence:
     ids: list[int]  # [CLS] ... [SEP]
@@ -219,6 +234,7 @@ class Packer:
         self.capacity = max_seq_length - 2
         self.cls_id, self.sep_id = cls_id, sep_id
         self.sentences_cut = 0
+        self.rows_skipped = 0  # null or empty text rows (Parquet): nothing to learn from, counted
         self.max_chars = self.capacity * CHARS_PER_TOKEN_BOUND
 
     def cut_text(self, text: str) -> str:
@@ -237,13 +253,18 @@ class Packer:
     def pack(self, path: str, fmt: str, start_row: int = 0) -> Iterator[PackedSequence]:
         current: list[int] = []
         first_row, document, last_row = start_row, None, start_row - 1
-        for rows in _iter_rows(path, fmt, start_row):
+        for rows in _rows_naming_the_file(path, fmt, start_row):
+            last_row = rows[-1][0]
+            kept = [(row, doc, text) for row, doc, text in rows if text]
+            self.rows_skipped += len(rows) - len(kept)
+            rows = kept
+            if not rows:
+                continue
             # verbose=False: sentences over the model's 512 tokens are expected here (cut below and counted
             # in `sentences_cut`), so the tokenizer's per-call length warning is noise.
             encoded = self.tokenizer([self.cut_text(text) for _, _, text in rows], add_special_tokens=False,
                                      verbose=False)["input_ids"]
             for (row, doc, text), ids in zip(rows, encoded):
-                last_row = row
                 if not ids:
                     continue
                 if len(ids) > self.capacity or len(text) > self.max_chars:
@@ -384,13 +405,14 @@ class TLMSource:
 
     @classmethod
     def open(cls, pattern: str, *, vocab_path: str, global_rows: int, rank: int, world_size: int, seed: int,
-             shuffle_buffer: int) -> "TLMSource":
+             shuffle_buffer: int, vocab_size: int | None = None) -> "TLMSource":
         from labse_model.data import PairBatchStream, ShardIndex, check_schema_vocab, load_schema, resolve_shards
 
         paths = resolve_shards(pattern)
         check_schema_vocab(load_schema(paths), vocab_path)
         stream = PairBatchStream(ShardIndex.build(paths), global_batch_size=global_rows, rank=rank,
-                                 world_size=world_size, seed=seed, shuffle_buffer=shuffle_buffer)
+                                 world_size=world_size, seed=seed, shuffle_buffer=shuffle_buffer,
+                                 vocab_size=vocab_size)
         logger.info("TLM pairs: %d records in %d shards", stream.index.num_records, len(paths))
         return cls(stream)
 

@@ -26,7 +26,7 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import torch
 
@@ -324,7 +324,16 @@ def _read_modules(path: Path) -> dict[str, str]:
     if not valid:
         raise UsageError(f"{path}/modules.json: modules {[entry['type'] for entry in entries]} cannot be represented; "
                          "the trainer's encoder is Transformer -> Pooling [-> Dense] [-> Normalize]")
-    return {name: entry["path"] for name, entry in zip(names, entries)}
+    folders = {name: entry.get("path", "") for name, entry in zip(names, entries)}
+    for name, folder in folders.items():
+        # A module folder is a relative path inside the directory ("" for the Transformer of the
+        # released LaBSE): an absolute path or `..` would read weights from anywhere.
+        inside = (isinstance(folder, str) and "\\" not in folder and not PurePosixPath(folder).is_absolute()
+                  and ".." not in PurePosixPath(folder).parts)
+        if not inside:
+            raise UsageError(f"{path}/modules.json: the {name} module's path {folder!r} leaves the directory; "
+                             "module paths must be folders inside it")
+    return folders
 
 
 def _read_pooling(directory: Path, hidden: int) -> str:

@@ -24,11 +24,26 @@ def _is_remote(path: str | os.PathLike) -> bool:
     return "://" in str(path)
 
 
-def _shareable(tmp: str) -> None:
-    # mkstemp creates 0600 files; outputs are ordinary files that other users and jobs read.
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    return umask
+
+
+def _shareable(tmp: str) -> None:
+    # mkstemp creates 0600 files; outputs are ordinary files that other users and jobs read.
+    os.chmod(tmp, 0o666 & ~_umask())
+
+
+def make_tree_shareable(folder: str | os.PathLike) -> None:
+    """Give a staging folder (mkdtemp: 0700) and everything below it the permissions a plain
+    mkdir/open would under the umask (folders 0777, files 0666, less the umask), as every other
+    output has, before it is renamed into place."""
+    umask = _umask()
+    for current, _, files in os.walk(folder):
+        os.chmod(current, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(current, name), 0o666 & ~umask)
 
 
 def _fsync_path(path: str | os.PathLike) -> None:

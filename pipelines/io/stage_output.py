@@ -217,13 +217,15 @@ def output_lock(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 
     Take it BEFORE looking at what the output holds (`prepare_output`), so that the check and the
     writes that follow cannot interleave with another run's. A second run fails at once with
-    OutputLockedError; nothing waits. Yields the holder info written into the lock.
+    OutputLockedError; nothing waits. Yields the holder info written into the lock. A local lock
+    lies beside the output's real path (symlinks resolved), however the output is spelt.
     """
     if is_remote(path):
         with _object_store_lock(_strip(path)) as holder:
             yield holder
     else:
-        with _local_lock(_strip(path)) as holder:
+        # The real path: a run into OUT and one into a symlink to OUT are runs into one output.
+        with _local_lock(os.path.realpath(_strip(path))) as holder:
             yield holder
 
 

@@ -11,6 +11,13 @@ from pipelines.mine.margin import MARGINS, STRATEGIES
 from pipelines.mine.search import METHODS
 
 
+# Upper bounds, checked before any work: every source is copied to each of the tgt_shards cells of
+# its block and every target to each of the src_blocks cells of its shard, so these counts multiply
+# the data; past them a run only exhausts memory (10^15 blocks crashed the worker with a segfault).
+MAX_COUNTS = {"k": 1_000, "src_blocks": 10_000, "tgt_shards": 10_000, "batch_size": 100_000,
+              "embedder_threads": 1_024}
+
+
 @dataclass(frozen=True)
 class MineConfig:
     src_lang: str = option(REQUIRED, "lid.176 code of the source side, e.g. de")
@@ -35,12 +42,16 @@ class MineConfig:
     embedder_reason: str = not_an_option("given")
 
     def __post_init__(self) -> None:
-        problems = [f"{name} (--{name.replace('_', '-')}) must be at least 1, got {getattr(self, name)}"
-                    for name in ("k", "src_blocks", "tgt_shards", "batch_size") if getattr(self, name) < 1]
+        problems = []
         if self.min_margin is not None and not math.isfinite(self.min_margin):
             problems.append(f"min_margin (--min-margin) must be a finite number, got {self.min_margin}")
         for name, allowed in (("margin", MARGINS), ("strategy", STRATEGIES), ("search", METHODS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} (--{name}) must be one of {allowed}, got {getattr(self, name)!r}")
+        # Bounded before anything is allocated from them (10^15 blocks once ended in a segfault).
+        for name, largest in MAX_COUNTS.items():
+            value = getattr(self, name)
+            if not 1 <= value <= largest:
+                problems.append(f"{name} (--{name.replace('_', '-')}) must be between 1 and {largest:,}, got {value}")
         if problems:
             raise ValueError("; ".join(problems))
