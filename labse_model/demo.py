@@ -51,14 +51,14 @@ def train_argv(shards, vocab, run_dir: Path, *, init_from=None, steps: int = DEM
     """labse-train's arguments with the demo's small settings (mean pooling, no dropout, gathered
     negatives over `nproc` gloo processes); also what `labse_model.remine` trains with."""
     argv = ["--data", str(shards), "--vocab", str(vocab), "--output", str(run_dir),
-            "--config", DEMO_CONFIG, "--pooling", DEMO_POOLING, "--dropout", str(DEMO_DROPOUT), "--nproc-per-node", str(nproc),
+            "--pooling", DEMO_POOLING, "--dropout", str(DEMO_DROPOUT), "--nproc-per-node", str(nproc),
             "--global-batch-size", str(batch), "--max-steps", str(steps), "--lr", str(DEMO_LR),
             "--warmup-steps", str(max(steps // 10, 1)), "--log-every", "10", "--save-every", str(steps),
             "--eval-every", "0"]
     if nproc > 1:
         argv.append("--gather-negatives")
-    if init_from is not None:
-        argv += ["--init-from", str(init_from)]
+    # the architecture comes from a starting point; without one, the demo's size
+    argv += ["--init-from", str(init_from)] if init_from is not None else ["--config", DEMO_CONFIG]
     if dev_data:
         argv += ["--dev-data", dev_data, "--dev-max-pairs", "500"]
     return argv
