@@ -46,6 +46,24 @@ DEMO_PRETRAIN_LR = 5e-4
 DEMO_DROPOUT = 0.0
 
 
+def train_argv(shards, vocab, run_dir: Path, *, init_from=None, steps: int = DEMO_STEPS,
+               batch: int = DEMO_BATCH, nproc: int = 2, dev_data: str | None = None) -> list[str]:
+    """labse-train's arguments with the demo's small settings (mean pooling, no dropout, gathered
+    negatives over `nproc` gloo processes); also what `labse_model.remine` trains with."""
+    argv = ["--data", str(shards), "--vocab", str(vocab), "--output", str(run_dir),
+            "--pooling", DEMO_POOLING, "--dropout", str(DEMO_DROPOUT), "--nproc-per-node", str(nproc),
+            "--global-batch-size", str(batch), "--max-steps", str(steps), "--lr", str(DEMO_LR),
+            "--warmup-steps", str(max(steps // 10, 1)), "--log-every", "10", "--save-every", str(steps),
+            "--eval-every", "0"]
+    if nproc > 1:
+        argv.append("--gather-negatives")
+    # the architecture comes from a starting point; without one, the demo's size
+    argv += ["--init-from", str(init_from)] if init_from is not None else ["--config", DEMO_CONFIG]
+    if dev_data:
+        argv += ["--dev-data", dev_data, "--dev-max-pairs", "500"]
+    return argv
+
+
 def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
     """The model step: TFRecords, pre-training, training, export and retrieval scores."""
     from labse_model.evaluate import load_encoder, multi30k_retrieval_accuracy, tatoeba_accuracy
@@ -119,14 +137,9 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
 
         shutil.rmtree(run_dir)
     started = time.perf_counter()
-    code = train_main([
-        "--data", str(shards / "*.tfrecord*"), "--vocab", vocab, "--output", str(run_dir),
-        "--init-from", str(pretrained), "--pooling", DEMO_POOLING, "--dropout", str(DEMO_DROPOUT),
-        "--nproc-per-node", "2", "--gather-negatives",
-        "--global-batch-size", str(DEMO_BATCH), "--max-steps", str(DEMO_STEPS), "--lr", str(DEMO_LR),
-        "--warmup-steps", str(DEMO_STEPS // 10), "--log-every", "10", "--save-every", str(DEMO_STEPS), "--eval-every", "0",
-        "--dev-data", f"de:{data / 'multi30k' / 'val.de.gz'},en:{data / 'multi30k' / 'val.en.gz'}", "--dev-max-pairs", "500",
-    ])
+    code = train_main(train_argv(
+        shards / "*.tfrecord*", vocab, run_dir, init_from=pretrained,
+        dev_data=f"de:{data / 'multi30k' / 'val.de.gz'},en:{data / 'multi30k' / 'val.en.gz'}"))
     if code != 0:
         raise RuntimeError(f"labse-train failed with exit code {code}")
     summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))

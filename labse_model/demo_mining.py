@@ -25,7 +25,7 @@ def _write_lines(path: Path, lines: Sequence[str]) -> None:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-def _demo_step(command: str, code: int) -> None:
+def check_exit(command: str, code: int) -> None:
     if code != 0:
         raise RuntimeError(f"{command} failed with exit code {code}")
 
@@ -57,12 +57,35 @@ def train_demo_scorers(data: Path, demo: Path, choices: dict) -> tuple[dict, lis
             argv += ["--other-language", f"{other}:{paths[other]}"]
         scorer_dir = demo / f"scorer-{embedder}"
         started = time.perf_counter()
-        _demo_step("labse-score train", score_cli.main(
+        check_exit("labse-score train", score_cli.main(
             ["train", *argv, "--embedder", embedder, "--max-pairs", str(max_pairs), "--output", str(scorer_dir)]))
         lines.append(f"{embedder} scorer trained on {len(langs)}x{max_pairs} Multi30k train rows "
                      f"({', '.join(f'{lang}-en' for lang in langs)}) in {time.perf_counter() - started:.0f} s")
         scorers[embedder] = scorer_dir
     return scorers, lines
+
+
+def combine_scored(scored_dirs: Sequence[Path], combined: Path, stage: str) -> Path:
+    """One complete stage output holding every scored directory's shards (hard links where the file
+    system has them), named by directory, with each directory's stats: what labse-tfrecords --pairs reads."""
+    import shutil
+
+    with fresh_output(combined, overwrite=True):
+        for scored_dir in scored_dirs:
+            for shard in sorted(scored_dir.glob("*.parquet")):
+                try:
+                    os.link(shard, combined / f"{scored_dir.name}-{shard.name}")
+                except OSError:  # file systems without hard links
+                    shutil.copyfile(shard, combined / f"{scored_dir.name}-{shard.name}")
+        finish_shard_output(combined, {d.name: read_shard_stats(d) for d in scored_dirs}, stage=stage)
+    return combined
+
+
+def read_rows(directory: Path) -> list[dict]:
+    """Every row of a stage output's Parquet shards."""
+    import pyarrow.parquet as pq
+
+    return [row for shard in sorted(directory.glob("*.parquet")) for row in pq.read_table(shard).to_pylist()]
 
 
 def _read_gz(path: Path, limit: int | None = None) -> list[str]:
@@ -98,17 +121,14 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
         truth = {foreign[i]: english[i] for i in range(len(foreign)) if english[i] in reachable}
         pairs_dir, scored_dir = demo / f"pairs-{lang}-en", demo / "scored" / f"{lang}-en"
         started = time.perf_counter()
-        _demo_step("labse-mine", mine_main(["--src", str(demo / "input" / lang), "--tgt", str(demo / "input" / f"en-for-{lang}"),
+        check_exit("labse-mine", mine_main(["--src", str(demo / "input" / lang), "--tgt", str(demo / "input" / f"en-for-{lang}"),
                                        "--src-lang", lang, "--tgt-lang", "en", "--embedder", "auto",
                                        "--output", str(pairs_dir), "--overwrite"]))
         mined_s = time.perf_counter() - started
-        _demo_step("labse-score", score_cli.main(["--pairs", str(pairs_dir), "--output", str(scored_dir),
+        check_exit("labse-score", score_cli.main(["--pairs", str(pairs_dir), "--output", str(scored_dir),
                                                   "--model", str(scorers[embedder]), "--keep-precision", "0.8",
                                                   "--overwrite"]))
-        import pyarrow.parquet as pq
-
-        mined = [r for f in sorted(pairs_dir.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
-        kept = [r for f in sorted(scored_dir.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+        mined, kept = read_rows(pairs_dir), read_rows(scored_dir)
         mined_ok = sum(truth.get(r["src"]) == r["tgt"] for r in mined)
         kept_ok = sum(truth.get(r["src"]) == r["tgt"] for r in kept)
         lines.append(
@@ -118,18 +138,7 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
             f"precision {kept_ok / max(len(kept), 1):.1%}, recall {kept_ok / max(len(truth), 1):.1%}")
         scored_dirs.append(scored_dir)
     # one directory of scored shards for labse-tfrecords: both language pairs side by side
-    combined = demo / "scored_all"
-    with fresh_output(combined, overwrite=True):
-        for scored_dir in scored_dirs:
-            for shard in sorted(scored_dir.glob("*.parquet")):
-                try:
-                    os.link(shard, combined / f"{scored_dir.name}-{shard.name}")
-                except OSError:  # file systems without hard links
-                    import shutil
-
-                    shutil.copyfile(shard, combined / f"{scored_dir.name}-{shard.name}")
-        merged_stats = {d.name: read_shard_stats(d) for d in scored_dirs}
-        finish_shard_output(combined, merged_stats, stage="demo: labse-score outputs side by side")
+    combined = combine_scored(scored_dirs, demo / "scored_all", stage="demo: labse-score outputs side by side")
     artifacts["scored_pairs"] = str(combined)
     lines.append(f"scored pairs for TFRecords: {combined}")
     return lines
