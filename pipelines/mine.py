@@ -37,6 +37,7 @@ from pipelines.io.stage_output import (
     fresh_output,
     read_shard_stats,
     require_complete,
+    run_to_completion,
     stage_parser,
     usage_error,
 )
@@ -318,25 +319,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             LOG.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
 
-    def mine_and_log() -> None:
+    def mine_and_log() -> bool:
         stats = run(args.src, args.tgt, output, config, beam_args)
         if stats is not None:
             LOG.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
                      stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
+        return stats is not None
 
     return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log)
 
 
 def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:
-    """Run the pipeline into `output` (locked and prepared by the caller); the stats when local."""
+    """Run the pipeline into `output` (locked and prepared by the caller); the stats it wrote, or
+    None for a dry run (the job was built, not run)."""
     started = time.perf_counter()
     LOG.info("mining %s (%s) x %s (%s) with %s -> %s", src, config.src_lang, tgt, config.tgt_lang,
              config.embedder, output)
-    with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
-        build_pipeline(pipeline, src, tgt, output, config)
-    LOG.info("mined in %.0f s", time.perf_counter() - started)
-    if "://" in output:
+    pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))
+    build_pipeline(pipeline, src, tgt, output, config)
+    if not run_to_completion(pipeline, "labse-mine"):
         return None
+    LOG.info("mined in %.0f s", time.perf_counter() - started)
     return read_shard_stats(output)
 
 

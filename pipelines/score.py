@@ -38,6 +38,7 @@ from pipelines.io.stage_output import (
     IncompleteOutputError,
     finish_shard_output,
     require_complete,
+    run_to_completion,
     stage_parser,
     usage_error,
 )
@@ -549,12 +550,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
     output = args.output.rstrip("/")
 
-    def score() -> None:
+    def score() -> bool:
         started = time.perf_counter()
-        with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-            build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
-                           labelled, args.keep_best_f1)
+        pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+        build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
+                       labelled, args.keep_best_f1)
+        if not run_to_completion(pipeline, "labse-score"):
+            return False
         LOG.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
+        return True
 
     return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score)
 

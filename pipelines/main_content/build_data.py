@@ -38,6 +38,8 @@ from pipelines.io.stage_output import (
     mark_complete,
     output_lock,
     prepare_output,
+    read_stats_json,
+    run_to_completion,
     stage_parser,
     usage_error,
     write_stats_json,
@@ -319,20 +321,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
-        beam_args: list[str] | None = None, overwrite: bool = False) -> dict:
+        beam_args: list[str] | None = None, overwrite: bool = False) -> dict | None:
     """Build and run the pipeline (holding the output lock; an existing output is refused with
-    OutputExistsError unless `overwrite`); returns the stats written to ``output/stats.json``."""
-    from apache_beam.io.filesystems import FileSystems
-
+    OutputExistsError unless `overwrite`); returns the stats written to ``output/stats.json``, or
+    None for a dry run (the job was built, not run)."""
     from pipelines.io.readers import ReadDocuments
 
     with output_lock(output):
         prepare_output(output, overwrite=overwrite)
-        with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
-            _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
-                 | "Build" >> BuildTrainingData(output, config))
-    with FileSystems.open(f"{output.rstrip('/')}/stats.json") as handle:
-        return json.loads(handle.read().decode("utf-8"))
+        pipeline = beam.Pipeline(options=PipelineOptions(beam_args or []))
+        _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc")
+             | "Build" >> BuildTrainingData(output, config))
+        if not run_to_completion(pipeline, "labse-main-content build-data"):
+            return None
+    return read_stats_json(f"{output.rstrip('/')}/stats.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         stats = run(args.input, args.output, config, beam_args, overwrite=args.overwrite)
     except (OutputExistsError, OutputLockedError) as exc:
         return usage_error("labse-main-content build-data", str(exc))
+    if stats is None:  # a dry run
+        return 0
     print(json.dumps({k: stats[k] for k in ("documents_read", "documents_kept", "documents_dropped",
                                             "documents_errored", "identity_holds", "pages", "lines",
                                             "train_examples")}, indent=1))
