@@ -134,25 +134,10 @@ def shard_name(shard: int, num_shards: int) -> str:
 
 
 def load_tfte_tokenizer(vocab_path: str):
-    """The project tokenizer (contract 5); imported here so TensorFlow loads only in workers that tokenise.
-    A vocab.txt on an object store (gs://) is read through Beam's FileSystems into a temporary local
-    copy: the tokenizer reads its file once, while it is built."""
-    import os
-    import tempfile
-
+    """The project tokenizer (contract 5); imported here so TensorFlow loads only in workers that tokenise."""
     from vocab.tokenizer import TFTextTokenizer
 
-    if "://" not in vocab_path:
-        return TFTextTokenizer(vocab_path)
-    from apache_beam.io.filesystems import FileSystems
-
-    with FileSystems.open(vocab_path, compression_type="uncompressed") as remote:
-        content = remote.read()
-    with tempfile.TemporaryDirectory(prefix="labse-vocab-") as local:
-        local_path = os.path.join(local, "vocab.txt")
-        with open(local_path, "wb") as handle:
-            handle.write(content)
-        return TFTextTokenizer(local_path)
+    return TFTextTokenizer(vocab_path)
 
 
 def tokenize_texts(tokenizer, texts: list[str]) -> list[list[int] | None]:
