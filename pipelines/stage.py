@@ -31,20 +31,21 @@ def report_identity(stage: str, stats: Mapping) -> int:
     return 0
 
 
-def run_sharded_stage(stage: str, output: str, *, overwrite: bool, run: Callable[[], object],
+def run_sharded_stage(stage: str, output: str, *, overwrite: bool, run: Callable[[], bool],
                       inputs: Sequence[str] = ()) -> int:
     """A sharded stage's run, as labse-mine and labse-score make it: `run()` (a Beam pipeline whose
-    sinks write Parquet shards and `_stats.json` into `output`) with `output` fresh and locked
-    first, so two runs never mix. The exit status: 2 with one line when the output is refused
-    (it exists without --overwrite, another run holds it, or it overlaps one of `inputs`); else
-    `report_identity` of the stats the run wrote (0 for an object-store output, whose stats Beam
-    wrote and only Beam checks)."""
+    sinks write Parquet shards and `_stats.json` into `output`; it returns `run_to_completion`'s
+    answer) with `output` fresh and locked first, so two runs never mix. The exit status: 2 with
+    one line when the output is refused (it exists without --overwrite, another run holds it, or
+    it overlaps one of `inputs`); 0 for a dry run (the job was built, not run); else
+    `report_identity` of the stats the run wrote, read back from `output` wherever it is (local
+    disk or an object store)."""
     try:
         with fresh_output(output, overwrite=overwrite, inputs=inputs):
-            run()
+            ran = run()
     except OUTPUT_REFUSED as error:
         return usage_error(stage, str(error))
-    if "://" in output:
+    if not ran:
         return 0
     return report_identity(stage, read_shard_stats(output))
 

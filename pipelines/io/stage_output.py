@@ -26,7 +26,8 @@ Choices (docs/reliability.md):
   object must be absent before, we write it with a random token, wait
   OBJECT_STORE_LOCK_SETTLE_SECONDS and read it back: another token means another run won.
   Two runs starting within the same moment can still both pass, and a run that crashed leaves its
-  lock object behind (the error names it: delete it when that run is gone).
+  lock object behind: a later run on the same host whose process is gone takes it over (pid
+  reuse aside); from another host the error names it (delete it when that run is gone).
 - The completion marker is `OUT/_SUCCESS` (Hadoop's and Spark's name) holding JSON: the stage,
   the completion time and the stage's stats. pyarrow's datasets skip names starting with `_` or
   `.` by default, so it never breaks `pyarrow.dataset.dataset(OUT...)`. With `--overwrite` the
@@ -277,12 +278,31 @@ def _read_object(path: str) -> bytes:
         return handle.read()
 
 
+def _holder_is_gone(holder: Mapping[str, Any]) -> bool:
+    """True only when the run that wrote a lock object is known to be dead: it ran on this host and
+    its process no longer exists (a run killed on this machine). A holder on another host can be
+    alive, so its lock stands until a person deletes it."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, under another user
+        return False
+    return False
+
+
 @contextmanager
 def _object_store_lock(output: str) -> Iterator[dict[str, Any]]:
     filesystems = _filesystems()
     lock_path = lock_path_of(output)
     if filesystems.exists(lock_path):  # checked before ...
-        raise OutputLockedError(output, lock_path, _json_object(_read_object(lock_path)))
+        holder = _json_object(_read_object(lock_path))
+        if not _holder_is_gone(holder):
+            raise OutputLockedError(output, lock_path, holder)
+        logger.warning("removing the lock %s of a run that is gone (%s)", lock_path, describe_holder(holder))
+        filesystems.delete([lock_path])
     holder = holder_info()
     with filesystems.create(lock_path, mime_type="application/json") as handle:
         handle.write((json.dumps(holder) + "\n").encode("utf-8"))
@@ -479,10 +499,78 @@ def finish_shard_output(output: str | os.PathLike, stats: Mapping[str, Any], *, 
     mark_complete(output, stats, stage=stage)
 
 
-def read_shard_stats(output: str | os.PathLike) -> dict[str, Any]:
-    """The stats `finish_shard_output` wrote into the local output `output`."""
-    with open(os.path.join(output, STATS_BESIDE_SHARDS), encoding="utf-8") as f:
+def read_stats_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A stats file a stage (or its Beam workers) wrote, local or on an object store."""
+    if is_remote(path):
+        return json.loads(_read_object(str(path)).decode("utf-8"))
+    with open(path, encoding="utf-8") as f:
         return json.loads(f.read())
+
+
+def read_shard_stats(output: str | os.PathLike) -> dict[str, Any]:
+    """The stats `finish_shard_output` wrote into `output` (local or on an object store)."""
+    return read_stats_json(f"{_strip(output)}/{STATS_BESIDE_SHARDS}")
+
+
+# --------------------------------------------------------------------------- running the job
+def run_to_completion(pipeline, stage: str) -> bool:
+    """Run a built Beam pipeline and wait until it has finished, on every runner (DirectRunner,
+    Dataflow, a portable job service): True when it ran, so its outputs (stats) can be read back.
+
+    False for a dry run (`--dry_run True`, e.g. with `--runner DataflowRunner --no_auth`): the job
+    was built (graph translated, `--setup_file` packaged) but nothing ran, so there is nothing to
+    read back; one line on stdout says so and what would have been staged. With
+    `--dataflow_job_file PATH` the built pipeline (runner API proto, as JSON) is saved there too.
+    A job that ends in any state but DONE raises: its outputs are incomplete.
+    """
+    from apache_beam.options.pipeline_options import TestOptions
+
+    result = pipeline.run()
+    if pipeline.options.view_as(TestOptions).dry_run:
+        print(describe_built_job(stage, pipeline.options, getattr(result, "job", None)), flush=True)
+        return False
+    state = result.wait_until_finish()
+    if state is not None and str(state).rsplit(".", 1)[-1] != "DONE":
+        raise RuntimeError(f"{stage}: the Beam job ended in state {state}, not DONE: its output is incomplete")
+    return True
+
+
+def describe_built_job(stage: str, options, job) -> str:
+    """The line a dry run prints: job built, not run; its size; the files a real run stages."""
+    from apache_beam.options.pipeline_options import DebugOptions, GoogleCloudOptions
+
+    proto = getattr(job, "proto_pipeline", None)
+    if proto is None:  # a runner without a job description (DirectRunner ignores --dry_run)
+        return f"{stage}: job built, not run (--dry_run)"
+    staged = sorted({name for _path, name in staged_artifacts(proto)})
+    cloud = options.view_as(GoogleCloudOptions)
+    staging = cloud.staging_location or (f"{cloud.temp_location.rstrip('/')}/staging" if cloud.temp_location else "?")
+    job_file = options.view_as(DebugOptions).dataflow_job_file
+    if job_file:
+        from google.protobuf import json_format
+
+        write_bytes_atomic(job_file, json_format.MessageToJson(proto).encode("utf-8"))
+    return (f"{stage}: job built, not run (--dry_run): {len(proto.components.transforms)} transforms, "
+            f"pipeline {proto.ByteSize() / 1024:.0f} KB; a real run stages {', '.join(staged) or 'nothing'} "
+            f"to {staging}" + (f"; pipeline saved to {job_file}" if job_file else ""))
+
+
+def staged_artifacts(proto) -> list[tuple[str, str]]:
+    """(local file, staged name) of every file the pipeline's environments stage for the workers
+    (the package built from --setup_file is `workflow.tar.gz`)."""
+    from apache_beam.portability import common_urns
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    found = []
+    for environment in proto.components.environments.values():
+        for artifact in environment.dependencies:
+            if (artifact.type_urn != common_urns.artifact_types.FILE.urn
+                    or artifact.role_urn != common_urns.artifact_roles.STAGING_TO.urn):
+                continue
+            path = beam_runner_api_pb2.ArtifactFilePayload.FromString(artifact.type_payload).path
+            name = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(artifact.role_payload).staged_name
+            found.append((path, name))
+    return found
 
 
 # --------------------------------------------------------------------------- completion

@@ -24,7 +24,14 @@ from typing import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.io.stage_output import IncompleteOutputError, read_shard_stats, require_stage_output, stage_parser, usage_error
+from pipelines.io.stage_output import (
+    IncompleteOutputError,
+    read_shard_stats,
+    require_stage_output,
+    run_to_completion,
+    stage_parser,
+    usage_error,
+)
 from pipelines.mine.config import MineConfig
 from pipelines.mine.embedder_choice import resolve_embedder
 from pipelines.mine.embedders import EmbedderError, check_embedder_spec
@@ -136,26 +143,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
 
-    def mine_and_log() -> None:
+    def mine_and_log() -> bool:
         stats = run(args.src, args.tgt, output, config, beam_args)
         if stats is not None:
             logger.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
                      stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
+        return stats is not None
 
     return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log,
                              inputs=[args.src, args.tgt])
 
 
 def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:
-    """Run the pipeline into `output` (locked and prepared by the caller); the stats when local."""
+    """Run the pipeline into `output` (locked and prepared by the caller); the stats it wrote, or
+    None for a dry run (the job was built, not run)."""
     started = time.perf_counter()
     logger.info("mining %s (%s) x %s (%s) with %s -> %s", src, config.src_lang, tgt, config.tgt_lang,
              config.embedder, output)
-    with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
-        build_pipeline(pipeline, src, tgt, output, config)
-    logger.info("mined in %.0f s", time.perf_counter() - started)
-    if "://" in output:
+    pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))
+    build_pipeline(pipeline, src, tgt, output, config)
+    if not run_to_completion(pipeline, "labse-mine"):
         return None
+    logger.info("mined in %.0f s", time.perf_counter() - started)
     return read_shard_stats(output)
 
 

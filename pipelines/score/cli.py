@@ -32,7 +32,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import pyarrow as pa
 
-from pipelines.io.stage_output import IncompleteOutputError, require_stage_output, stage_parser, usage_error
+from pipelines.io.stage_output import (
+    IncompleteOutputError,
+    require_stage_output,
+    run_to_completion,
+    stage_parser,
+    usage_error,
+)
 from pipelines.score.transforms import PAIR_COLUMNS, ReadPairs, build_pipeline
 from pipelines.stage import run_sharded_stage
 
@@ -281,12 +287,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         None if args.keep_fraction is not None or args.keep_best_f1 else 0.8)
     output = args.output.rstrip("/")
 
-    def score() -> None:
+    def score() -> bool:
         started = time.perf_counter()
-        with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-            build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
-                           labelled, args.keep_best_f1)
+        pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+        build_pipeline(pipeline, args.pairs, output, args.model, keep_precision, args.keep_fraction,
+                       labelled, args.keep_best_f1)
+        if not run_to_completion(pipeline, "labse-score"):
+            return False
         logger.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
+        return True
 
     return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score,
                              inputs=[args.pairs, args.model, args.labelled])
