@@ -645,7 +645,9 @@ def stage_output_root(path_or_pattern: str | os.PathLike) -> str | None:
         current = os.path.dirname(current)
     child = None
     while current:
-        if _exists(marker_path_of(current)) or _exists(lock_path_of(current)):
+        # a bucket's root (gs://BUCKET) can hold a marker but has no name beside it for a lock
+        lockable = not is_remote(current) or _parent(current) is not None
+        if _exists(marker_path_of(current)) or (lockable and _exists(lock_path_of(current))):
             return current
         if child is None:  # the path names a labse-clean output's root itself
             holds_sentences = not is_remote(current) and os.path.isdir(os.path.join(current, "sentences"))
