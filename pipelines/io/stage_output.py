@@ -97,7 +97,8 @@ OUTPUT_REFUSED: tuple[type[Exception], ...] = (OutputExistsError, OutputLockedEr
 
 
 BEAM_OPTIONS_HELP = ("Options the command does not know are passed to Apache Beam, e.g. --runner DataflowRunner "
-                     "--project P --region R --temp_location gs://B/tmp --setup_file ./setup.py, or "
+                     "--project P --region R --temp_location gs://B/tmp --setup_file ./setup.py --requirements_file "
+                     "dataflow/requirements.txt --requirements_cache skip (docs/guides/cloud.md), or "
                      "--direct_running_mode multi_processing --direct_num_workers 2. An option that neither "
                      "the command nor Beam knows is refused.")
 
