@@ -113,7 +113,7 @@ def staged_requirements(job_file: Path) -> list[str]:
     from apache_beam.portability.api import beam_runner_api_pb2
     from google.protobuf import json_format
 
-    from pipelines.io.stage_output import staged_artifacts
+    from pipelines.stage import staged_artifacts
 
     proto = json_format.Parse(job_file.read_text(encoding="utf-8"), beam_runner_api_pb2.Pipeline())
     [path] = {path for path, name in staged_artifacts(proto) if name == "requirements.txt"}

@@ -104,7 +104,7 @@ def run_counting(
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.io.stage_output import run_to_completion
+    from pipelines.stage import run_to_completion
     from vocab.count import CountWords, ReadLanguageTexts, ReadSentenceParquet, WriteCounts
 
     pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))

@@ -41,10 +41,10 @@ from pipelines.io.stage_output import (
     output_lock,
     prepare_output,
     read_stats_json,
-    run_to_completion,
     stage_parser,
     usage_error,
 )
+from pipelines.stage import run_to_completion
 from pipelines.clean.config import CleanConfig
 
 __all__ = ["build_parser", "infer_format", "main", "run", "run_demo"]

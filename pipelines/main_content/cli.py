@@ -79,9 +79,10 @@ def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfi
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.io.stage_output import output_lock, prepare_output, read_stats_json, run_to_completion
+    from pipelines.io.stage_output import output_lock, prepare_output, read_stats_json
     from pipelines.main_content.transforms import COUNTER_NAMESPACE, BuildTrainingData
     from pipelines.read.readers import ReadDocuments
+    from pipelines.stage import run_to_completion
 
     with output_lock(output):
         prepare_output(output, overwrite=overwrite, inputs=[input_pattern])

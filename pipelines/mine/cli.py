@@ -28,7 +28,6 @@ from pipelines.io.stage_output import (
     IncompleteOutputError,
     read_shard_stats,
     require_stage_output,
-    run_to_completion,
     stage_parser,
     usage_error,
 )
@@ -37,7 +36,7 @@ from pipelines.mine.embedder_choice import resolve_embedder
 from pipelines.mine.embedders import EmbedderError, check_embedder_spec
 from pipelines.mine.margin import MARGINS, STRATEGIES
 from pipelines.mine.transforms import build_pipeline, input_pattern, is_sidecar
-from pipelines.stage import run_sharded_stage
+from pipelines.stage import run_sharded_stage, run_to_completion
 
 logger = logging.getLogger(__name__)
 

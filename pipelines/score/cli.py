@@ -35,12 +35,11 @@ import pyarrow as pa
 from pipelines.io.stage_output import (
     IncompleteOutputError,
     require_stage_output,
-    run_to_completion,
     stage_parser,
     usage_error,
 )
 from pipelines.score.transforms import PAIR_COLUMNS, ReadPairs, build_pipeline
-from pipelines.stage import run_sharded_stage
+from pipelines.stage import run_sharded_stage, run_to_completion
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.stage import report_identity
+from pipelines.stage import report_identity, run_to_completion
 from pipelines.io.stage_output import (
     OutputExistsError,
     OutputLockedError,
@@ -30,7 +30,6 @@ from pipelines.io.stage_output import (
     prepare_output,
     read_stats_json,
     require_stage_output,
-    run_to_completion,
     stage_parser,
     usage_error,
 )
