@@ -9,6 +9,8 @@ TORCH = "torch==2.13.0"
 # labse-tfrecords and the trainer, so its two dependencies are required, not an extra.
 CORE = ["numpy>=1.26", "tqdm>=4.60", "google-crc32c>=1.5", "protobuf>=4.21"]
 
+# Dataflow workers install the Beam stages' extras (below, less apache-beam) from
+# dataflow/requirements.txt, which tests/test_dataflow_jobs.py keeps equal to these lists.
 PIPELINES = [
     "apache-beam==2.77.0",
     "pyarrow>=14",

@@ -13,9 +13,9 @@ which the emulator does not serve (a 60 s timeout before it falls back).
 from __future__ import annotations
 
 import http.server
+import importlib.util
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -95,7 +95,8 @@ class GcsEmulator:
         bucket = self.client().bucket(bucket_name)
         files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
         for path in files:
-            name = prefix if local.is_file() else f"{prefix.rstrip('/')}/{path.relative_to(local).as_posix()}"
+            relative = path.relative_to(local).as_posix()
+            name = prefix if local.is_file() else (f"{prefix.rstrip('/')}/{relative}" if prefix else relative)
             bucket.blob(name).upload_from_filename(str(path))
 
     def list(self, url: str) -> dict[str, bytes]:
@@ -123,9 +124,9 @@ def _wait_until_up(endpoint: str, process: subprocess.Popen, log: Path) -> None:
 def gcs(tmp_path_factory) -> GcsEmulator:
     """The emulator for the whole session; its variables are set in os.environ (so subprocesses
     and in-process Beam both use it) and restored at the end."""
-    executable = shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable)) \
-        or shutil.which("gcp-storage-emulator")
-    if executable is None:
+    # `python -m`: the console script lives in whichever venv installed it (a venv layered on
+    # another has the module but not the script in its own bin folder).
+    if importlib.util.find_spec("gcp_storage_emulator") is None:
         pytest.fail("gcp-storage-emulator is not installed: `pip install -e '.[dev]'` installs it", pytrace=False)
     root = tmp_path_factory.mktemp("gcs_emulator")
     port = _free_port()
@@ -133,7 +134,7 @@ def gcs(tmp_path_factory) -> GcsEmulator:
     log = root / "emulator.log"
     with open(log, "wb") as log_file:
         process = subprocess.Popen(
-            [executable, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--quiet"],
+            [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--quiet"],
             stdout=log_file, stderr=subprocess.STDOUT)
     token_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenHandler)
     threading.Thread(target=token_server.serve_forever, daemon=True).start()

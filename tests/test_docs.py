@@ -130,8 +130,8 @@ def example_commands(text: str) -> list[tuple[str, list[str]]]:
     for block_text in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
         for command in block_text.replace("\\\n", " ").splitlines():
             words = command.split("#")[0].split()
-            if not words or not words[0].startswith("labse-"):
-                continue
+            if not words or not words[0].startswith("labse-") or words[0].endswith(":"):
+                continue  # not a command (`labse-clean: ...` is a line a command printed)
             line = words[0] + (f" {words[1]}" if len(words) > 1 and not words[1].startswith(("-", "…", "...")) else "")
             options = [w.lstrip("[|(").rstrip("]|)").split("=")[0] for w in words]
             options = [o for o in options if o.startswith("--") and len(o) > 2]

@@ -31,3 +31,19 @@ def test_gcsfs_reads_what_was_uploaded(gcs, tmp_path):
     fs = gcsfs.GCSFileSystem()
     assert fs.cat(f"{bucket}/data/a.bin") == b"\x00\x01payload"
     assert fs.ls(f"{bucket}/data") == [f"{bucket}/data/a.bin"]
+
+
+def test_a_plain_object_in_a_bucket_lies_in_no_stage_output_until_the_root_is_marked(gcs, tmp_path):
+    # Looking upwards for a stage output reaches the bucket's root, where `gs://BUCKET.lock` is
+    # no object name (GCS IO refuses it): the root can only be marked, not locked.
+    from pipelines.io.stage_output import SUCCESS_MARKER, require_stage_output, stage_output_root
+
+    bucket = gcs.new_bucket()
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "en.txt").write_text("one line\n")
+    gcs.upload_tree(tmp_path, f"gs://{bucket}")
+    assert stage_output_root(f"gs://{bucket}/text/en.txt") is None
+    assert require_stage_output(f"gs://{bucket}/text/en.txt", plain_allowed=True) is None
+    (tmp_path / SUCCESS_MARKER).write_text("{}")
+    gcs.upload_tree(tmp_path, f"gs://{bucket}")
+    assert stage_output_root(f"gs://{bucket}/text/en.txt") == f"gs://{bucket}"

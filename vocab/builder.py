@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -59,23 +61,25 @@ def run_counting(
     text_files: Mapping[str, str] | None,
     config: VocabConfig,
     beam_args: Sequence[str] = (),
-) -> None:
+) -> bool:
+    """Count with Beam into `work_dir`; False for a dry run (the job was built, not run)."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from pipelines.stage import run_to_completion
     from vocab.count import CountWords, ReadLanguageTexts, ReadSentenceParquet, WriteCounts
 
-    options = PipelineOptions(list(beam_args))
-    with beam.Pipeline(options=options) as pipeline:
-        inputs = []
-        if sentences_dir:
-            inputs.append(pipeline | "Sentences" >> ReadSentenceParquet(sentences_dir))
-        if text_files:
-            inputs.append(pipeline | "Texts" >> ReadLanguageTexts(text_files))
-        sentences = inputs[0] if len(inputs) == 1 else tuple(inputs) | "Inputs" >> beam.Flatten()
-        counted = sentences | "CountWords" >> CountWords(
-            config.holdout_rate, config.heldout_per_language, config.max_words, config.smoothing)
-        counted | "Write" >> WriteCounts(work_dir)
+    pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))
+    inputs = []
+    if sentences_dir:
+        inputs.append(pipeline | "Sentences" >> ReadSentenceParquet(sentences_dir))
+    if text_files:
+        inputs.append(pipeline | "Texts" >> ReadLanguageTexts(text_files))
+    sentences = inputs[0] if len(inputs) == 1 else tuple(inputs) | "Inputs" >> beam.Flatten()
+    counted = sentences | "CountWords" >> CountWords(
+        config.holdout_rate, config.heldout_per_language, config.max_words, config.smoothing)
+    counted | "Write" >> WriteCounts(work_dir)
+    return run_to_completion(pipeline, "labse-vocab")
 
 
 def _read_lines(pattern: str):
@@ -157,7 +161,7 @@ def build(
     beam_args: Sequence[str] = (),
     work_dir: str | None = None,
     overwrite: bool = False,
-) -> BuildResult:
+) -> BuildResult | None:
     """Count (Beam), smooth, learn, report: writes `output` (vocab.txt) and the files beside it.
 
     The same as `labse-vocab`; `vocab.build` is this function.
@@ -178,7 +182,8 @@ def build(
             stats or work directory is refused (OutputExistsError): leftover count shards of an
             earlier run would otherwise be summed with the new ones.
 
-    Returns a `BuildResult` (paths, the report and the stats as dicts). The output is locked while
+    Returns a `BuildResult` (paths, the report and the stats as dicts), or None for a dry run
+    (`--dry_run True` in `beam_args`: the counting job was built, not run). The output is locked while
     it is built (`vocab.txt.lock`, OutputLockedError for a second run).
 
     Example::
@@ -212,7 +217,7 @@ def build(
 
 
 def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_files: Mapping[str, str] | None,
-           config: VocabConfig, beam_args: Sequence[str]) -> BuildResult:
+           config: VocabConfig, beam_args: Sequence[str]) -> BuildResult | None:
     from pipelines.accounting import accounting_section
     from pipelines.io.stage_output import write_stats_json
     from vocab.count import UNITS
@@ -221,7 +226,9 @@ def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_f
 
     started = time.perf_counter()
     logger.info("counting words with Beam into %s", paths["work"])
-    run_counting(paths["work"], sentences_dir=sentences_dir, text_files=text_files, config=config, beam_args=beam_args)
+    if not run_counting(paths["work"], sentences_dir=sentences_dir, text_files=text_files, config=config,
+                        beam_args=beam_args):
+        return None  # a dry run: the learning step needs the counts a real run writes
     counted = time.perf_counter()
     tally, heldout = load_work(paths["work"])
     totals = {key[len("words."):]: value for key, value in tally.items() if key.startswith("words.")}
@@ -235,7 +242,12 @@ def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_f
     del words, counts
     write_vocab(result.vocab, output)
     learned = time.perf_counter()
-    report = build_report(output, heldout)
+    if "://" in output:  # the tokenizers read local files: measure a local copy of what was uploaded
+        with tempfile.TemporaryDirectory(prefix="labse-vocab-") as local:
+            write_vocab(result.vocab, os.path.join(local, "vocab.txt"))
+            report = {**build_report(os.path.join(local, "vocab.txt"), heldout), "vocab": output}
+    else:
+        report = build_report(output, heldout)
     write_report(report, paths["report"], paths["png"])
     stats = {
         **accounting_section(tally, UNITS),

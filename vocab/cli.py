@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                        config=config, beam_args=beam_args, work_dir=args.work_dir, overwrite=args.overwrite)
     except (VocabSizeError, UsageError, OutputExistsError, OutputLockedError) as error:
         return usage_error("labse-vocab", str(error))
+    if result is None:  # a dry run: the counting job was built; learning needs its counts
+        return 0
     overall = result.report["overall"]
     print(f"wrote {result.vocab_path} ({result.report['vocab_size']} tokens); held-out: "
           f"[UNK] {overall['unk_share']:.4f}, subwords/word {overall['subwords_per_word']:.3f}; "

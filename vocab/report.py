@@ -61,12 +61,13 @@ def build_report(vocab_path: str, heldout: Mapping[str, Sequence[str]], extra: M
 def write_report(report: dict, json_path: str | Path, png_path: str | Path | None = None) -> None:
     from pipelines.io.stage_output import strict_json
 
-    write_bytes_atomic(Path(json_path), strict_json(report, indent=1).encode("utf-8"))
+    # str, not Path: the paths may be gs://... (Path would fold the double slash)
+    write_bytes_atomic(str(json_path), strict_json(report, indent=1).encode("utf-8"))
     if png_path is not None and report["languages"]:
-        plot_report(report, Path(png_path))
+        plot_report(report, str(png_path))
 
 
-def plot_report(report: dict, png_path: Path) -> None:
+def plot_report(report: dict, png_path: str | Path) -> None:
     import io
 
     import matplotlib

@@ -40,9 +40,11 @@ from pipelines.io.stage_output import (
     OutputLockedError,
     output_lock,
     prepare_output,
+    read_stats_json,
     stage_parser,
     usage_error,
 )
+from pipelines.stage import run_to_completion
 from pipelines.clean.config import CleanConfig
 
 __all__ = ["build_parser", "infer_format", "main", "run", "run_demo"]
@@ -82,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_args: list[str] | None = None,
-        overwrite: bool = False, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict:
-    """Build and run the pipeline; returns the stats written to `output/stats.json`."""
+        overwrite: bool = False, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict | None:
+    """Build and run the pipeline; returns the stats written to `output/stats.json` (None for a
+    dry run: the job was built, not run)."""
     output = output.rstrip("/")
     with output_lock(output):  # before looking at the output: no check-then-act race between runs
         prepare_output(output, overwrite=overwrite, inputs=[pattern for pattern, _ in inputs])
@@ -91,7 +94,7 @@ def run(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_ar
 
 
 def _run_pipeline(inputs: list[tuple[str, str]], output: str, config: CleanConfig,
-                  beam_args: list[str] | None, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict:
+                  beam_args: list[str] | None, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict | None:
     run_config = {
         "inputs": [{"pattern": p, "format": f} for p, f in inputs],
         "output": output,
@@ -100,15 +103,14 @@ def _run_pipeline(inputs: list[tuple[str, str]], output: str, config: CleanConfi
     }
     options = PipelineOptions(beam_args or [])
     started = time.perf_counter()
-    with beam.Pipeline(options=options) as pipeline:
-        _ = (pipeline
-             | "ReadInputs" >> ReadAll(inputs)
-             | "CleanCorpus" >> CleanCorpus(output, config, run_config, per_file_limit=per_file_limit))
+    pipeline = beam.Pipeline(options=options)
+    _ = (pipeline
+         | "ReadInputs" >> ReadAll(inputs)
+         | "CleanCorpus" >> CleanCorpus(output, config, run_config, per_file_limit=per_file_limit))
+    if not run_to_completion(pipeline, "labse-clean"):
+        return None
     logger.info("pipeline finished in %.1f s", time.perf_counter() - started)
-    from apache_beam.io.filesystems import FileSystems
-
-    with FileSystems.open(f"{output}/stats.json") as handle:
-        return json.loads(handle.read().decode("utf-8"))
+    return read_stats_json(f"{output}/stats.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                     per_file_limit=args.per_file_limit)
     except (OutputExistsError, OutputLockedError) as exc:
         return usage_error("labse-clean", str(exc))
+    if stats is None:  # a dry run
+        return 0
     print(summarise(stats))
     problems = identity_violations(stats) + per_file_violations(stats)
     if problems:

@@ -26,7 +26,8 @@ Choices (docs/reliability.md):
   object must be absent before, we write it with a random token, wait
   OBJECT_STORE_LOCK_SETTLE_SECONDS and read it back: another token means another run won.
   Two runs starting within the same moment can still both pass, and a run that crashed leaves its
-  lock object behind (the error names it: delete it when that run is gone).
+  lock object behind: a later run on the same host whose process is gone takes it over (pid
+  reuse aside); from another host the error names it (delete it when that run is gone).
 - The completion marker is `OUT/_SUCCESS` (Hadoop's and Spark's name) holding JSON: the stage,
   the completion time and the stage's stats. pyarrow's datasets skip names starting with `_` or
   `.` by default, so it never breaks `pyarrow.dataset.dataset(OUT...)`. With `--overwrite` the
@@ -97,7 +98,8 @@ OUTPUT_REFUSED: tuple[type[Exception], ...] = (OutputExistsError, OutputLockedEr
 
 
 BEAM_OPTIONS_HELP = ("Options the command does not know are passed to Apache Beam, e.g. --runner DataflowRunner "
-                     "--project P --region R --temp_location gs://B/tmp --setup_file ./setup.py, or "
+                     "--project P --region R --temp_location gs://B/tmp --setup_file ./setup.py --requirements_file "
+                     "dataflow/requirements.txt --requirements_cache skip (docs/guides/cloud.md), or "
                      "--direct_running_mode multi_processing --direct_num_workers 2. An option that neither "
                      "the command nor Beam knows is refused.")
 
@@ -290,12 +292,31 @@ def _read_object(path: str) -> bytes:
         return handle.read()
 
 
+def _holder_is_gone(holder: Mapping[str, Any]) -> bool:
+    """True only when the run that wrote a lock object is known to be dead: it ran on this host and
+    its process no longer exists (a run killed on this machine). A holder on another host can be
+    alive, so its lock stands until a person deletes it."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    try:
+        os.kill(holder["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, under another user
+        return False
+    return False
+
+
 @contextmanager
 def _object_store_lock(output: str) -> Iterator[dict[str, Any]]:
     filesystems = _filesystems()
     lock_path = lock_path_of(output)
     if filesystems.exists(lock_path):  # checked before ...
-        raise OutputLockedError(output, lock_path, _json_object(_read_object(lock_path)))
+        holder = _json_object(_read_object(lock_path))
+        if not _holder_is_gone(holder):
+            raise OutputLockedError(output, lock_path, holder)
+        logger.warning("removing the lock %s of a run that is gone (%s)", lock_path, describe_holder(holder))
+        filesystems.delete([lock_path])
     holder = holder_info()
     with filesystems.create(lock_path, mime_type="application/json") as handle:
         handle.write((json.dumps(holder) + "\n").encode("utf-8"))
@@ -492,10 +513,17 @@ def finish_shard_output(output: str | os.PathLike, stats: Mapping[str, Any], *, 
     mark_complete(output, stats, stage=stage)
 
 
-def read_shard_stats(output: str | os.PathLike) -> dict[str, Any]:
-    """The stats `finish_shard_output` wrote into the local output `output`."""
-    with open(os.path.join(output, STATS_BESIDE_SHARDS), encoding="utf-8") as f:
+def read_stats_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A stats file a stage (or its Beam workers) wrote, local or on an object store."""
+    if is_remote(path):
+        return json.loads(_read_object(str(path)).decode("utf-8"))
+    with open(path, encoding="utf-8") as f:
         return json.loads(f.read())
+
+
+def read_shard_stats(output: str | os.PathLike) -> dict[str, Any]:
+    """The stats `finish_shard_output` wrote into `output` (local or on an object store)."""
+    return read_stats_json(f"{_strip(output)}/{STATS_BESIDE_SHARDS}")
 
 
 # --------------------------------------------------------------------------- completion
@@ -570,7 +598,9 @@ def stage_output_root(path_or_pattern: str | os.PathLike) -> str | None:
         current = os.path.dirname(current)
     child = None
     while current:
-        if _exists(marker_path_of(current)) or _exists(lock_path_of(current)):
+        # a bucket's root (gs://BUCKET) can hold a marker but has no name beside it for a lock
+        lockable = not is_remote(current) or _parent(current) is not None
+        if _exists(marker_path_of(current)) or (lockable and _exists(lock_path_of(current))):
             return current
         if child is None:  # the path names a labse-clean output's root itself
             holds_sentences = not is_remote(current) and os.path.isdir(os.path.join(current, "sentences"))

@@ -60,24 +60,26 @@ def build_data_parser() -> argparse.ArgumentParser:
 
 
 def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
-        beam_args: list[str] | None = None, overwrite: bool = False) -> dict:
+        beam_args: list[str] | None = None, overwrite: bool = False) -> dict | None:
     """Build and run the pipeline (holding the output lock; an existing output is refused with
-    OutputExistsError unless `overwrite`); returns the stats written to ``output/stats.json``."""
+    OutputExistsError unless `overwrite`); returns the stats written to ``output/stats.json``, or
+    None for a dry run (the job was built, not run)."""
     import apache_beam as beam
-    from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.io.stage_output import output_lock, prepare_output
+    from pipelines.io.stage_output import output_lock, prepare_output, read_stats_json
     from pipelines.main_content.transforms import COUNTER_NAMESPACE, BuildTrainingData
     from pipelines.read.readers import ReadDocuments
+    from pipelines.stage import run_to_completion
 
     with output_lock(output):
         prepare_output(output, overwrite=overwrite, inputs=[input_pattern])
-        with beam.Pipeline(options=PipelineOptions(beam_args or [])) as pipeline:
-            _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc", namespace=COUNTER_NAMESPACE)
-                 | "Build" >> BuildTrainingData(output, config))
-    with FileSystems.open(f"{output.rstrip('/')}/stats.json") as handle:
-        return json.loads(handle.read().decode("utf-8"))
+        pipeline = beam.Pipeline(options=PipelineOptions(beam_args or []))
+        _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc", namespace=COUNTER_NAMESPACE)
+             | "Build" >> BuildTrainingData(output, config))
+        if not run_to_completion(pipeline, "labse-main-content build-data"):
+            return None
+    return read_stats_json(f"{output.rstrip('/')}/stats.json")
 
 
 def build_data_main(argv: list[str] | None = None) -> int:
@@ -104,6 +106,8 @@ def build_data_main(argv: list[str] | None = None) -> int:
         stats = build_data(args.input, args.output, config, beam_args, overwrite=args.overwrite)
     except (OutputExistsError, OutputLockedError) as exc:
         return usage_error("labse-main-content build-data", str(exc))
+    if stats is None:  # a dry run
+        return 0
     print(json.dumps({k: stats[k] for k in ("documents_read", "documents_kept", "documents_dropped",
                                             "documents_errored", "identity_holds", "pages", "lines",
                                             "train_examples")}, indent=1))

@@ -89,11 +89,14 @@ def _shuffled_copy(train_file: str, seed: int) -> tuple[str, int]:
 
 
 def train(data_dir: str, output: str, config: MainContentTrainConfig = MainContentTrainConfig()) -> dict:
-    """Train, save, evaluate on dev/test pages; returns (and writes beside the model) the metrics."""
+    """Train, save, evaluate on dev/test pages; returns (and writes beside the model) the metrics.
+    `data_dir` and `output` may be on an object store (gs://...)."""
     from pipelines.main_content.model import MainContentModel
 
-    from pipelines.io.stage_output import require_stage_output
+    from pipelines.io.stage_output import is_remote, require_stage_output
 
+    if is_remote(data_dir) or is_remote(output):
+        return _train_through_local_copies(data_dir, output, config)
     train_file = os.path.join(data_dir, "train.txt")
     if not os.path.isfile(train_file):
         raise FileNotFoundError(f"{train_file} not found: run `labse-main-content build-data` first")
@@ -122,3 +125,39 @@ def train(data_dir: str, output: str, config: MainContentTrainConfig = MainConte
 
     write_json_atomic(output + ".metrics.json", report)
     return report
+
+
+DATA_FILES = ("train.txt", "dev.pages.jsonl", "test.pages.jsonl")
+
+
+def _train_through_local_copies(data_dir: str, output: str, config: MainContentTrainConfig) -> dict:
+    """fastText reads and writes local files only: a remote `data_dir` (complete: its marker is
+    checked first) is copied down, a remote `output` is trained locally and uploaded, the model
+    before its metrics, each object written whole (an interrupted upload leaves no model)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.io.atomic import write_bytes_atomic, write_json_atomic
+    from pipelines.io.stage_output import SUCCESS_MARKER, is_remote, require_stage_output
+
+    require_stage_output(data_dir, f"--data {data_dir} (labse-main-content build-data output)")
+    with tempfile.TemporaryDirectory(prefix="main-content-train-") as local:
+        local_data = data_dir
+        if is_remote(data_dir):
+            local_data = os.path.join(local, "data")
+            os.makedirs(local_data)
+            for name in (*DATA_FILES, SUCCESS_MARKER):
+                remote = f"{data_dir.rstrip('/')}/{name}"
+                if FileSystems.exists(remote):
+                    with FileSystems.open(remote, compression_type="uncompressed") as source, \
+                            open(os.path.join(local_data, name), "wb") as target:
+                        while chunk := source.read(1 << 20):
+                            target.write(chunk)
+        local_output = os.path.join(local, os.path.basename(output)) if is_remote(output) else output
+        report = train(local_data, local_output, config)
+        if is_remote(output):
+            with open(local_output, "rb") as model:
+                write_bytes_atomic(output, model.read())
+            report["model"] = output
+            write_json_atomic(output + ".metrics.json", report)
+    return report
+

@@ -30,7 +30,7 @@ from pipelines.mine.config import MineConfig
 from pipelines.mine.embedder_choice import resolve_embedder
 from pipelines.mine.embedders import EmbedderError, check_embedder_spec
 from pipelines.mine.transforms import build_pipeline, input_pattern, is_sidecar
-from pipelines.stage import run_sharded_stage
+from pipelines.stage import run_sharded_stage, run_to_completion
 
 logger = logging.getLogger(__name__)
 
@@ -94,26 +94,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
 
-    def mine_and_log() -> None:
+    def mine_and_log() -> bool:
         stats = run(args.src, args.tgt, output, config, beam_args)
         if stats is not None:
             logger.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
                      stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
+        return stats is not None
 
     return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log,
                              inputs=[args.src, args.tgt])
 
 
 def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:
-    """Run the pipeline into `output` (locked and prepared by the caller); the stats when local."""
+    """Run the pipeline into `output` (locked and prepared by the caller); the stats it wrote, or
+    None for a dry run (the job was built, not run)."""
     started = time.perf_counter()
     logger.info("mining %s (%s) x %s (%s) with %s -> %s", src, config.src_lang, tgt, config.tgt_lang,
              config.embedder, output)
-    with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
-        build_pipeline(pipeline, src, tgt, output, config)
-    logger.info("mined in %.0f s", time.perf_counter() - started)
-    if "://" in output:
+    pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))
+    build_pipeline(pipeline, src, tgt, output, config)
+    if not run_to_completion(pipeline, "labse-mine"):
         return None
+    logger.info("mined in %.0f s", time.perf_counter() - started)
     return read_shard_stats(output)
 
 

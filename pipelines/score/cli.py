@@ -36,7 +36,7 @@ from pipelines.io.config_options import UsageError, add_config_options, config_f
 from pipelines.io.stage_output import replace_help, require_stage_output, stage_parser, usage_error
 from pipelines.score.config import ScoreConfig
 from pipelines.score.transforms import PAIR_COLUMNS, ReadPairs, build_pipeline
-from pipelines.stage import run_sharded_stage
+from pipelines.stage import run_sharded_stage, run_to_completion
 
 logger = logging.getLogger(__name__)
 
@@ -271,12 +271,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     mined_with)
     output = args.output.rstrip("/")
 
-    def score() -> None:
+    def score() -> bool:
         started = time.perf_counter()
-        with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-            build_pipeline(pipeline, args.pairs, output, args.model, config.target_precision, config.keep_fraction,
-                           labelled, config.keep_best_f1)
+        pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+        build_pipeline(pipeline, args.pairs, output, args.model, config.target_precision, config.keep_fraction,
+                       labelled, config.keep_best_f1)
+        if not run_to_completion(pipeline, "labse-score"):
+            return False
         logger.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
+        return True
 
     return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score,
                              inputs=[args.pairs, args.model, args.labelled])

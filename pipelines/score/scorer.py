@@ -125,6 +125,30 @@ class LogisticModel:
         return cls(mean, scale, model.coef_[0].astype(np.float64), float(model.intercept_[0]))
 
 
+class RemoteScorerPath(str):
+    """The two things `QualityScorer.load` asks of a path, answered through Beam's FileSystems
+    for an object store: is it a directory (no object of that name), and its text."""
+
+    def is_dir(self) -> bool:
+        from apache_beam.io.filesystems import FileSystems
+
+        return not self.endswith(".json") or not FileSystems.exists(self)
+
+    def __truediv__(self, name: str) -> "RemoteScorerPath":
+        return RemoteScorerPath(self.rstrip("/") + "/" + name)
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        from apache_beam.io.filesystems import FileSystems
+
+        try:
+            with FileSystems.open(self, compression_type="uncompressed") as handle:
+                return handle.read().decode(encoding)
+        except Exception as error:  # Beam's filesystems raise their own error types
+            if not FileSystems.exists(self):
+                raise FileNotFoundError(self) from error
+            raise OSError(f"{self}: {error}") from error
+
+
 @dataclass
 class QualityScorer:
     """score = P_ranker(good | pair) * P_sanity(not corrupted | pair).
@@ -176,7 +200,12 @@ class QualityScorer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "QualityScorer":
-        path = Path(path)
+        """The scorer in the directory (or file) `path`, local or on an object store (gs://...):
+        Dataflow workers load it from the path the job names."""
+        if "://" in str(path):
+            path = RemoteScorerPath(str(path))
+        else:
+            path = Path(path)
         if path.is_dir():
             path = path / SCORER_FILE
         try:

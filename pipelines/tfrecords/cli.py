@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import logging
 import os
 import sys
@@ -24,12 +23,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.stage import report_identity
+from pipelines.stage import report_identity, run_to_completion
 from pipelines.io.stage_output import (
     OutputExistsError,
     OutputLockedError,
     output_lock,
     prepare_output,
+    read_stats_json,
     require_stage_output,
     stage_parser,
     usage_error,
@@ -47,6 +47,8 @@ def find_parquet_files(location: str) -> list[str]:
     if "://" not in location and os.path.isdir(location):
         found = glob.glob(os.path.join(location, "**", "*.parquet"), recursive=True)
     else:
+        if "://" in location and not any(ch in location for ch in "*?[") and not location.endswith(".parquet"):
+            location = location.rstrip("/") + "/**.parquet"  # an object-store folder: every shard below it
         found = [m.path for r in FileSystems.match([location]) for m in r.metadata_list]
     return sorted(p for p in found if not os.path.basename(p).startswith((".", "_")))
 
@@ -103,18 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         with output_lock(args.output):  # before looking at the output: two runs never mix
             prepare_output(args.output, overwrite=args.overwrite, inputs=[*args.pairs, args.vocab, *(
                 path for spec in specs for path in (spec.src_path, spec.tgt_path))])
-            with beam.Pipeline(options=PipelineOptions(beam_args)) as pipeline:
-                _ = pipeline | "BuildTFRecords" >> build
+            pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
+            _ = pipeline | "BuildTFRecords" >> build
+            if not run_to_completion(pipeline, "labse-tfrecords"):
+                return 0
     except (OutputExistsError, OutputLockedError) as exc:
         return usage_error("labse-tfrecords", str(exc))
-    stats_path = FileSystems.join(args.output, "stats.json")
-    if "://" not in stats_path and os.path.exists(stats_path):
-        with open(stats_path, encoding="utf-8") as f:
-            stats = json.load(f)
-        print(f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} shards "
-              f"under {args.output}; dropped: {stats['dropped'] or 'none'}")
-        return report_identity("labse-tfrecords", stats)
-    return 0
+    stats = read_stats_json(FileSystems.join(args.output, "stats.json"))
+    print(f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} shards "
+          f"under {args.output}; dropped: {stats['dropped'] or 'none'}")
+    return report_identity("labse-tfrecords", stats)
 
 
 if __name__ == "__main__":

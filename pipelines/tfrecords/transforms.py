@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import tempfile
 from collections import Counter
 from dataclasses import asdict
 from typing import Callable, Iterator, Sequence
@@ -65,6 +67,21 @@ def vocab_fingerprint(vocab_path: str) -> dict:
     with FileSystems.open(vocab_path, compression_type="uncompressed") as f:
         raw = f.read()
     return vocab_facts(raw, vocab_path)
+
+
+def load_tokenizer(vocab_path: str):
+    """`load_tfte_tokenizer` for a vocab.txt anywhere: one on an object store (gs://) is read
+    through Beam's FileSystems into a temporary local copy (the tokenizer reads its file once,
+    while it is built), so Dataflow workers load it from the path the job names."""
+    if "://" not in vocab_path:
+        return load_tfte_tokenizer(vocab_path)
+    with FileSystems.open(vocab_path, compression_type="uncompressed") as remote:
+        content = remote.read()
+    with tempfile.TemporaryDirectory(prefix="labse-vocab-") as local:
+        local_path = os.path.join(local, "vocab.txt")
+        with open(local_path, "wb") as handle:
+            handle.write(content)
+        return load_tfte_tokenizer(local_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,7 +362,7 @@ class PairsToTFRecords(beam.PTransform):
     """
 
     def __init__(self, vocab_path: str, output_dir: str, config: TFRecordsConfig = TFRecordsConfig(),
-                 *, inputs: dict | None = None, tokenizer_factory: Callable[[str], object] = load_tfte_tokenizer,
+                 *, inputs: dict | None = None, tokenizer_factory: Callable[[str], object] = load_tokenizer,
                  default_score: float = float("nan")):
         super().__init__()
         self.vocab_path = vocab_path
@@ -426,7 +443,7 @@ class BuildTFRecords(beam.PTransform):
 
     def __init__(self, vocab_path: str, output_dir: str, config: TFRecordsConfig = TFRecordsConfig(), *,
                  parquet_files: Sequence[str] = (), parallel_text: Sequence[ParallelTextSpec] = (),
-                 tokenizer_factory: Callable[[str], object] = load_tfte_tokenizer):
+                 tokenizer_factory: Callable[[str], object] = load_tokenizer):
         super().__init__()
         if not parquet_files and not parallel_text:
             raise ValueError("no input: give Parquet pair files and/or parallel text files")
