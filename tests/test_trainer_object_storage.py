@@ -253,7 +253,10 @@ def test_init_from_a_sentence_transformers_folder_on_gs(gcs, pair_inputs, bucket
 def test_shards_on_gs_without_success_are_refused(gcs, pair_inputs, tmp_path, caplog):
     vocab, shards = pair_inputs
     bucket = gcs.new_bucket()
-    gcs.upload_tree(Path(shards).parent, f"gs://{bucket}/unfinished")
+    # the fixture's shards are a complete output; the copy leaves out its _SUCCESS (an unfinished upload)
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(Path(shards).parent, unfinished, ignore=shutil.ignore_patterns("_SUCCESS"))
+    gcs.upload_tree(unfinished, f"gs://{bucket}/unfinished")
     assert train_main(_args(vocab, f"gs://{bucket}/unfinished/*.tfrecord", tmp_path / "run")) == 2
     assert "is not a complete stage output (no _SUCCESS)" in caplog.text
 
