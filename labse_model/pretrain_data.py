@@ -140,6 +140,8 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             raise FileNotFoundError(f"--mono {spec!r} is neither a directory of lang=XX partitions nor LANG:GLOB")
         if not storage.is_url(spec):
             require_stage_output(spec, f"--mono {spec!r} (labse-clean output)")
+        else:  # the labse-clean output that holds these sentences/ must be complete on the bucket too
+            storage.require_complete(storage.dirname(root), f"--mono {spec!r} (labse-clean output)")
         partitions = [d for d in storage.listdir(root) if _PARTITION.match(d) and storage.isdir(storage.join(root, d))]
         if not partitions:
             raise UsageError(f"--mono {spec!r}: no lang=XX partitions under {root} (is it labse-clean's output?)")

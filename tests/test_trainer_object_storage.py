@@ -283,6 +283,7 @@ def test_pretrain_streams_mono_and_pairs_from_gs_into_a_gs_run_as_on_local_disk(
         (mono / "clean" / "sentences" / f"lang={lang}").mkdir(parents=True)
         pq.write_table(table, mono / "clean" / "sentences" / f"lang={lang}" / "part-00000-of-00001.parquet",
                        row_group_size=16)
+    (mono / "clean" / "_SUCCESS").write_text("{}")  # a complete labse-clean output, as readers require
     (mono / "text").mkdir()
     with gzip.open(mono / "text" / "fr.txt.gz", "wt", encoding="utf-8") as handle:
         for i, line in enumerate(read_multi30k(labse_data, "val", "fr", 120)):
@@ -320,3 +321,19 @@ def test_pretrain_streams_mono_and_pairs_from_gs_into_a_gs_run_as_on_local_disk(
     start = load_starting_point(remote)
     assert start.kind == "pretrain"
     assert all(torch.equal(start.weights[k], local_encoder[k]) for k in local_encoder)
+
+
+def test_mono_sentences_on_gs_without_success_are_refused(gcs, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from labse_model.pretrain_data import find_mono_corpora
+    from pipelines.io.config_options import UsageError
+
+    partition = tmp_path / "clean" / "sentences" / "lang=de"
+    partition.mkdir(parents=True)
+    pq.write_table(pa.table({"text": ["Ein Satz."], "lang": ["de"]}), partition / "part-00000-of-00001.parquet")
+    bucket = gcs.new_bucket()
+    gcs.upload_tree(tmp_path / "clean", f"gs://{bucket}/clean")  # an interrupted labse-clean: no _SUCCESS
+    with pytest.raises(UsageError, match="no _SUCCESS"):
+        find_mono_corpora([f"gs://{bucket}/clean"])
