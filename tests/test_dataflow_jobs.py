@@ -160,3 +160,5 @@ def test_the_guide_quotes_every_tested_command():
     for stage, argv in dataflow_commands().items():
         assert shlex.join(argv) in text, f"docs/guides/cloud.md lacks the tested {stage} command:\n{shlex.join(argv)}"
     assert shlex.join(dataflow_commands(CONTAINER_IMAGE)["clean"]) in text
+    readme = re.sub(r"\s*\\\n\s*", " ", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert shlex.join(dataflow_commands()["clean"]) in readme, "README.md lacks the tested labse-clean command"
