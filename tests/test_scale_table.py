@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -50,17 +49,13 @@ def test_varied_warc_copies_read_back_with_their_own_urls_and_text(tmp_path, lab
 
 
 def test_tree_poller_sees_the_peak_of_a_grandchild_process():
-    """A child starts a grandchild that holds 200 MiB resident; the poller's worker peak (the
-    largest descendant) covers it while the parent stays small."""
-    grandchild = "b = b'x' * (200 * 2**20); print('ready', flush=True); input()"
-    child = textwrap.dedent(f"""
-        import subprocess, sys
-        p = subprocess.Popen([sys.executable, '-c', {grandchild!r}], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        print(p.stdout.readline().strip(), flush=True)
-        sys.stdin.readline()
-        p.communicate('')
-    """)
-    process = subprocess.Popen([sys.executable, "-c", child], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """The polled process starts a child that starts a grandchild holding 200 MiB resident (all
+    three share the test's pipes); the worker peak (the largest descendant) covers the grandchild
+    while the polled process stays small."""
+    grandchild = "import sys; b = b'x' * (200 * 2**20); print('ready', flush=True); sys.stdin.readline()"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}])"
+    root = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"
+    process = subprocess.Popen([sys.executable, "-c", root], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout.readline().strip() == "ready"
         poller = TreePoller(process.pid)
@@ -68,7 +63,7 @@ def test_tree_poller_sees_the_peak_of_a_grandchild_process():
     finally:
         process.communicate("\n")
     summary = poller.summary()
-    assert summary["worker_processes"] == 1
+    assert summary["worker_processes"] == 2
     assert summary["worker_peak_mb"] >= 200
     assert summary["main_peak_mb"] < 100
 
