@@ -405,8 +405,10 @@ class Table:
     # ---- mine
     def cell_mine(self, scale: int) -> dict:
         cells = (MINE_CELL_SIDE * scale) ** 2
-        done = [c for c in self.cells if c["stage"] == "mine" and c.get("rc") == 0]
-        if done:  # cost per cell from the largest run so far, times this run's cells
+        # Cost per cell from the largest run so far, times this run's cells; only from a run of 100
+        # cells or more, where the start-up (most of a 4-cell run) no longer counts.
+        done = [c for c in self.cells if c["stage"] == "mine" and c.get("rc") == 0 and c["cells"] >= 100]
+        if done:
             largest = max(done, key=lambda c: c["scale"])
             estimate = largest["wall_s"] * cells / largest["cells"]
             if estimate > self.mine_budget_s:

@@ -164,7 +164,7 @@ def snapshot_rows(table: dict, params: Parameters) -> list[Row]:
         peak = max(p for _, p in peaks)
         first, last = min(peaks), max(peaks)
         growth = f"x{last[1] / first[1]:.2f} from x{first[0]} to x{last[0]}" if last[0] != first[0] else "one scale"
-        rows.append(Row(stage, f"{formula} x {rate.cpu_per_unit:.3g} CPU s/{rate.unit} ({rate.how})", count,
+        rows.append(Row(stage, f"{formula} x {rate.cpu_per_unit:.3g} CPU s per {rate.unit.rstrip('s')} ({rate.how})", count,
                         rate.unit, hours, hours * params.price, peak, growth))
     return rows
 
