@@ -190,8 +190,9 @@ def report(table: dict, params: Parameters) -> str:
     for row in rows:
         lines.append(f"| {row.stage} | {_number(row.units)} {row.unit} | {row.formula} | {_number(row.vcpu_hours)} | "
                      f"{_number(row.cost)} | {row.worker_peak_mb:,.0f} | {row.growth} |")
-    linear = [r for r in rows if r.stage != "mine"]
-    lines.append(f"| all but mining | | | {_number(sum(r.vcpu_hours for r in linear))} | "
+    # clean+model is the alternative to clean, not a further step
+    linear = [r for r in rows if r.stage not in ("mine", "clean+model")]
+    lines.append(f"| all but mining (clean without the model) | | | {_number(sum(r.vcpu_hours for r in linear))} | "
                  f"{_number(sum(r.cost for r in linear))} | | |")
     clean = next((r for r in rows if r.stage == "clean"), None)
     if clean is not None:
