@@ -1,0 +1,222 @@
+"""Cost of one Common Crawl snapshot per stage (issue 23 item 5), from benchmarks/scale_table.py's JSON.
+
+For each stage, the marginal CPU cost of one unit of its input is read from the two largest scales
+that ran (so the start-up of a run, paid once per job, cancels out):
+
+    cpu_per_unit = (cpu_s[large] - cpu_s[small]) / (count[large] - count[small])
+
+and the snapshot's units follow from its pages:
+
+    S (sentences)    = pages x sentences_per_page                (measured: kept / documents, 1x clean)
+    en               = English share of S                         (measured: kept English / kept, 1x clean)
+    clean            : pages
+    vocab            : S                                         (counting; the learner is bounded by --max-words)
+    mine (exact)     : cells = (S x (1 - en)) x (S x en) / side^2  (every non-English sentence against every
+                       English one, in cells of side x side sentences as measured; the sum over language
+                       pairs is the same whatever the split of the non-English share)
+    score            : P = S x (1 - en) x pairs_per_sentence       (measured: pairs / source sentences, 1x mine)
+    tfrecords, loader: P x keep_share                            (measured: kept / scored, 1x score)
+    pre-training     : S                                         (one pass of the MLM stream)
+
+    vCPU-hours = units x cpu_per_unit / 3600;  cost = vCPU-hours x price
+
+The peak memory per worker is the largest measured at any scale, with its growth from 1x.
+
+Defaults: CC-MAIN-2019-09 (February 2019), "2.9 billion web pages", 64,000 WARC files (59.86 TiB),
+from Common Crawl's announcement https://commoncrawl.org/2019/03/february-2019-crawl-archive-now-available/
+(for scale: CC-MAIN-2024-51 holds 2.64 billion pages, https://blog.commoncrawl.org/blog/december-2024-crawl-archive-now-available);
+price $0.056 per vCPU-hour: Dataflow batch workers in us-central1, as Apache Beam's
+apache_beam/testing/load_tests/dataflow_cost_consts.py quotes https://cloud.google.com/dataflow/pricing
+(memory, disk and shuffle are billed on top and left out here).
+
+    .venv/bin/python benchmarks/snapshot_cost.py scale_table.json [--pages 2.9e9] [--warc-files 64000] \\
+        [--price 0.056] [--english-share X] [--sentences-per-page N] [--pairs-per-sentence X] [--keep-share X]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SNAPSHOT = "CC-MAIN-2019-09"
+PAGES, WARC_FILES = 2.9e9, 64_000
+PRICE = 0.056  # USD per vCPU-hour, Dataflow batch, us-central1
+MINE_CELL_SIDE = 2  # scale_table.py: source blocks = target shards = 2 x scale
+
+
+@dataclass
+class Parameters:
+    pages: float
+    warc_files: int
+    price: float
+    sentences_per_page: float | None  # None: measured
+    english_share: float | None  # None: measured
+    pairs_per_sentence: float | None
+    keep_share: float | None
+
+
+@dataclass
+class Rate:
+    stage: str
+    unit: str
+    cpu_per_unit: float
+    how: str  # which cells it came from
+
+
+@dataclass
+class Derived:
+    sentences_per_page: float
+    english_share: float
+    pairs_per_sentence: float
+    keep_share: float
+    cell_side: int
+
+
+@dataclass
+class Row:
+    stage: str
+    formula: str
+    units: float
+    unit: str
+    vcpu_hours: float
+    cost: float
+    worker_peak_mb: float | None
+    growth: str
+
+
+def _ok_cells(table: dict, stage: str) -> list[dict]:
+    return sorted((c for c in table["cells"] if c["stage"] == stage and c.get("status") == "ok" and c.get("count")),
+                  key=lambda c: c["count"])
+
+
+def unit_costs(table: dict) -> dict[str, Rate]:
+    """CPU seconds per unit of each stage's input, from the two largest cells that ran."""
+    rates = {}
+    for stage in dict.fromkeys(c["stage"] for c in table["cells"]):
+        cells = _ok_cells(table, stage)
+        if len(cells) >= 2 and cells[-1]["count"] > cells[-2]["count"]:
+            small, large = cells[-2], cells[-1]
+            rate = (large["cpu_s"] - small["cpu_s"]) / (large["count"] - small["count"])
+            how = f"x{small['scale']} -> x{large['scale']}"
+        elif cells:  # one cell: its start-up is counted in
+            large = cells[-1]
+            rate, how = large["cpu_s"] / large["count"], f"x{large['scale']} alone (start-up included)"
+        else:
+            continue
+        rates[stage] = Rate(stage, large["unit"], rate, how)
+    return rates
+
+
+def _one_x(table: dict, stage: str) -> dict:
+    cells = [c for c in table["cells"] if c["stage"] == stage and c.get("status") == "ok"]
+    if not cells:
+        raise SystemExit(f"the table has no {stage} cell that ran: measured ratios need one")
+    return min(cells, key=lambda c: c["scale"])
+
+
+def derive(table: dict, params: Parameters) -> Derived:
+    """The ratios measured on the samples, unless given."""
+    clean, mine = _one_x(table, "clean"), _one_x(table, "mine")
+    spp = params.sentences_per_page
+    if spp is None:
+        spp = clean["sentences_kept"] / clean["documents"]
+    english = params.english_share
+    if english is None:
+        english = clean["english_kept"] / clean["sentences_kept"]
+    pps = params.pairs_per_sentence
+    if pps is None:
+        pps = mine["pairs"] / mine["sentences_per_side"]
+    keep = params.keep_share
+    if keep is None:
+        score = _one_x(table, "score")
+        keep = score["pairs_kept"] / score["pairs_in"]
+    side = round(mine["sentences_per_side"] / (MINE_CELL_SIDE * mine["scale"]))
+    return Derived(spp, english, pps, keep, side)
+
+
+def snapshot_rows(table: dict, params: Parameters) -> list[Row]:
+    rates, derived = unit_costs(table), derive(table, params)
+    sentences = params.pages * derived.sentences_per_page
+    foreign, english = sentences * (1 - derived.english_share), sentences * derived.english_share
+    pairs = foreign * derived.pairs_per_sentence
+    kept = pairs * derived.keep_share
+    units = {
+        "clean": (params.pages, "pages"),
+        "clean+model": (params.pages, "pages"),
+        "vocab": (sentences, "S"),
+        "mine": (foreign * english / derived.cell_side ** 2, "S(1-en) x S en / side^2"),
+        "score": (pairs, "P = S(1-en) x pairs/sentence"),
+        "tfrecords": (kept, "P x keep"),
+        "pretrain-stream": (sentences, "S"),
+        "loader": (kept, "P x keep"),
+    }
+    rows = []
+    for stage, (count, formula) in units.items():
+        rate = rates.get(stage)
+        if rate is None:
+            continue
+        hours = count * rate.cpu_per_unit / 3600
+        cells = [c for c in table["cells"] if c["stage"] == stage and c.get("status") == "ok"]
+        peaks = [(c["scale"], c["worker_peak_mb"] if c.get("worker_peak_mb") is not None else c["main_peak_mb"])
+                 for c in cells]
+        peak = max(p for _, p in peaks)
+        first, last = min(peaks), max(peaks)
+        growth = f"x{last[1] / first[1]:.2f} from x{first[0]} to x{last[0]}" if last[0] != first[0] else "one scale"
+        rows.append(Row(stage, f"{formula} x {rate.cpu_per_unit:.3g} CPU s per {rate.unit.rstrip('s')} ({rate.how})", count,
+                        rate.unit, hours, hours * params.price, peak, growth))
+    return rows
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value < 1e12 else f"{value:.2e}"
+
+
+def report(table: dict, params: Parameters) -> str:
+    derived = derive(table, params)
+    rows = snapshot_rows(table, params)
+    sentences = params.pages * derived.sentences_per_page
+    lines = [
+        f"snapshot: {params.pages:,.0f} pages in {params.warc_files:,} WARC files "
+        f"({params.pages / params.warc_files:,.0f} pages a file); price ${params.price} per vCPU-hour",
+        f"S = pages x {derived.sentences_per_page:.1f} sentences/page = {sentences:.3g} sentences; English share "
+        f"{derived.english_share:.3f}; {derived.pairs_per_sentence:.3f} pairs per non-English sentence; keep share "
+        f"{derived.keep_share:.3f}; mining cells of {derived.cell_side} x {derived.cell_side} sentences",
+        "",
+        "| stage | units | formula | vCPU-hours | USD | peak MB per worker (measured) | its growth |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row.stage} | {_number(row.units)} {row.unit} | {row.formula} | {_number(row.vcpu_hours)} | "
+                     f"{_number(row.cost)} | {row.worker_peak_mb:,.0f} | {row.growth} |")
+    # clean+model is the alternative to clean, not a further step
+    linear = [r for r in rows if r.stage not in ("mine", "clean+model")]
+    lines.append(f"| all but mining (clean without the model) | | | {_number(sum(r.vcpu_hours for r in linear))} | "
+                 f"{_number(sum(r.cost for r in linear))} | | |")
+    clean = next((r for r in rows if r.stage == "clean"), None)
+    if clean is not None:
+        lines.append(f"\nclean per WARC file: {clean.vcpu_hours * 3600 / params.warc_files:,.0f} vCPU-seconds")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("table", type=Path, help="the JSON of benchmarks/scale_table.py")
+    parser.add_argument("--pages", type=float, default=PAGES, help=f"pages in the snapshot (default: {SNAPSHOT}'s)")
+    parser.add_argument("--warc-files", type=int, default=WARC_FILES, help=f"WARC files (default: {SNAPSHOT}'s)")
+    parser.add_argument("--price", type=float, default=PRICE, help="USD per vCPU-hour (default: Dataflow batch, us-central1)")
+    parser.add_argument("--english-share", type=float, default=None,
+                        help="English share of the kept sentences (default: measured at 1x)")
+    parser.add_argument("--sentences-per-page", type=float, default=None, help="default: measured at 1x")
+    parser.add_argument("--pairs-per-sentence", type=float, default=None, help="default: measured at 1x")
+    parser.add_argument("--keep-share", type=float, default=None, help="default: measured at 1x")
+    args = parser.parse_args(argv)
+    table = json.loads(args.table.read_text(encoding="utf-8"))
+    print(report(table, Parameters(args.pages, args.warc_files, args.price, args.sentences_per_page,
+                                   args.english_share, args.pairs_per_sentence, args.keep_share)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
