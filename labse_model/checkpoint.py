@@ -231,14 +231,15 @@ def read_checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
 
 
 def apply_model_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor], source: Path) -> None:
-    """Copy `tensors` into `model`; ValueError naming `source` unless they are exactly its weights."""
+    """Copy `tensors` into `model`; UsageError naming `source` unless they are exactly its weights
+    (a checkpoint of another model than the run's config.json describes: the user picks the right one)."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     wrong_shapes = [f"{k} {tuple(v.shape)} != {tuple(expected[k].shape)}" for k, v in tensors.items()
                     if k in expected and v.shape != expected[k].shape]
     if missing or unexpected or wrong_shapes:
-        raise ValueError(
+        raise UsageError(
             f"{source} does not match the model: missing {missing[:5]}, unexpected {unexpected[:5]}, "
             f"other shapes {wrong_shapes[:5]} (was it trained with a different --config?)"
         )

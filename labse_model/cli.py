@@ -24,6 +24,7 @@ from labse_model.distributed import (
     resolve_device,
     shutdown_distributed,
 )
+from labse_model.stop_signal import StoppedOutsideSteps, stop_at_once
 from labse_model.write_errors import environment_error_line
 from pipelines.io.config_options import HelpFormatter, UsageError
 from pipelines.io.stage_output import OutputLockedError, output_lock
@@ -225,10 +226,15 @@ def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] |
     args.given_options = given_options(parser, argv)
     configure_logging()
     try:
-        check_run_arguments(args)
-        if check is not None:
-            check(args)
-    except USER_ERRORS as exc:
-        logger.error("%s", exc)
-        return 2
-    return run_distributed_command(module, argv, args.nproc_per_node, lambda: run(args))
+        with stop_at_once():  # SIGTERM before (or after) the steps: stop now, cleanly (stop_signal)
+            try:
+                check_run_arguments(args)
+                if check is not None:
+                    check(args)
+            except USER_ERRORS as exc:
+                logger.error("%s", exc)
+                return 2
+            return run_distributed_command(module, argv, args.nproc_per_node, lambda: run(args))
+    except StoppedOutsideSteps as stopped:
+        logger.warning("%s", stopped.line())
+        return stopped.exit_status

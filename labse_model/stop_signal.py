@@ -10,13 +10,22 @@ same step and the checkpoint is collective. The cost is one one-element all_redu
 
 Only the process that installed the handler stops gently: a process forked from it (a DataLoader
 worker) gets the default action back, so its parent can still end it with SIGTERM.
+
+Outside the steps (start-up: reading the run, the data, a checkpoint; wrap-up after the loop) there
+is no step to finish, so `stop_at_once` makes SIGTERM stop the command at once but cleanly: the
+exception `StoppedOutsideSteps` unwinds the run (its lock released, staged files removed), the
+command says so in one line and exits 128 + the signal's number (143), as a process ended by it.
+Nothing trained is lost: no step was in progress, and every finished one was checkpointed by the
+loop before it returned.
 """
 from __future__ import annotations
 
 import os
 import signal
 import threading
+from contextlib import contextmanager
 from types import FrameType
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -35,24 +44,17 @@ class StopRequest:
         self._previous: dict[signal.Signals, object] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != self._owner:  # a forked child: behave as if no handler had been set
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+        if not _in_owner(self._owner, signum):
             return
         self.received = signal.Signals(signum)
 
     def __enter__(self) -> "StopRequest":
-        # signal.signal works only in the main thread; elsewhere (a test calling the loop from a
-        # thread) the run simply keeps the default action.
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.signals:
-                self._previous[sig] = signal.signal(sig, self._handle)
+        self._previous = _install(self.signals, self._handle)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)  # type: ignore[arg-type]
-        self._previous.clear()
+        _restore(self._previous)
+        self._previous = {}
 
     def agreed(self) -> str | None:
         """The name of the signal any rank received, or None (collective: every rank calls it after
@@ -62,3 +64,62 @@ class StopRequest:
         if get_world_size() > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return signal.Signals(int(flag.item())).name if flag.item() else None
+
+
+class StoppedOutsideSteps(BaseException):
+    """A stop signal arrived while no training step was running (see `stop_at_once`). A
+    BaseException, as KeyboardInterrupt is, so that no `except Exception` on its way (a checkpoint
+    reader that skips a damaged file) takes it for an error and carries on."""
+
+    def __init__(self, received: signal.Signals):
+        super().__init__(received.name)
+        self.received = received
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + int(self.received)  # what a shell reports for a process this signal ended
+
+    def line(self) -> str:
+        return (f"{self.received.name} outside the training steps (start-up or wrap-up): stopped at once; no step "
+                "was in progress and every finished step is checkpointed, so nothing trained is lost; run the "
+                "same command again to continue (with --resume once the run has a checkpoint)")
+
+
+@contextmanager
+def stop_at_once(signals: tuple[signal.Signals, ...] = (signal.SIGTERM,)) -> Iterator[None]:
+    """Within the block, `signals` raise `StoppedOutsideSteps` in the main thread (the training
+    loop's `StopRequest` takes them over while it runs, and gives them back after)."""
+    owner = os.getpid()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if _in_owner(owner, signum):
+            raise StoppedOutsideSteps(signal.Signals(signum))
+
+    previous = _install(signals, handle)
+    try:
+        yield
+    finally:
+        _restore(previous)
+
+
+def _in_owner(owner: int, signum: int) -> bool:
+    """False in a process forked from the owner (a DataLoader worker), which then gets the default
+    action, as if no handler had been set: its parent can still end it with the signal."""
+    if os.getpid() == owner:
+        return True
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return False
+
+
+def _install(signals: tuple[signal.Signals, ...], handler) -> dict[signal.Signals, object]:
+    """Set `handler` for `signals`; the handlers it replaced. signal.signal works only in the main
+    thread; elsewhere (a test calling the loop from a thread) the default action stays."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, handler) for sig in signals}
+
+
+def _restore(previous: dict[signal.Signals, object]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)  # type: ignore[arg-type]

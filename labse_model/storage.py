@@ -26,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import IO, Any, Iterator
 from pipelines.io.config_options import UsageError
+from pipelines.io.stage_output import lock_path_of
 
 logger = logging.getLogger("labse_model.storage")
 
@@ -238,7 +239,7 @@ def object_lock(url: str) -> Iterator[dict[str, Any]]:
     LOCK_SETTLE_SECONDS and read it back: another token means another run won. A run killed
     while holding it leaves the object behind; the error names it (delete it when that run is gone).
     """
-    lock = url.rstrip("/") + ".lock"
+    lock = lock_path_of(url)  # however the URL is spelt (gs://b//x, gs://b/x/): one lock
     if exists(lock):
         raise ObjectLockedError(f"{url} is in use by another run (lock {lock}: {_holder(lock)}); "
                                 "if that run is gone, delete the lock object")

@@ -191,3 +191,44 @@ def test_fresh_output_locks_then_refuses_what_exists_and_shard_stats_round_trip(
             pass
     with so.fresh_output(out, overwrite=True):
         assert not list(out.iterdir())
+
+
+def test_object_store_lock_is_keyed_on_the_output_not_its_spelling(gcs, monkeypatch):
+    """On Cloud Storage (the emulator) `gs://b/x`, `gs://b//x`, `gs://b/x/` and `gs://b/./x` take
+    one lock object, `gs://b/x.lock`. Keyed on the URL text, `gs://b//x` locked the object `/x.lock`
+    and a second run into the same output went ahead."""
+    monkeypatch.setattr(so, "OBJECT_STORE_LOCK_SETTLE_SECONDS", 0)
+    bucket = gcs.new_bucket()
+    out = f"gs://{bucket}/runs/x"
+    for spelling in (f"gs://{bucket}//runs/x", f"gs://{bucket}/runs//x/", f"gs://{bucket}/./runs/x"):
+        with output_lock(out):
+            assert sorted(gcs.list(f"gs://{bucket}")) == ["runs/x.lock"]
+            with pytest.raises(OutputLockedError, match="x.lock"):
+                with output_lock(spelling):
+                    pass
+        with output_lock(spelling):  # and the other way round
+            assert sorted(gcs.list(f"gs://{bucket}")) == ["runs/x.lock"]
+            with pytest.raises(OutputLockedError):
+                with output_lock(out):
+                    pass
+        assert not gcs.list(f"gs://{bucket}")  # released
+
+
+def test_lock_key_normalises_object_store_urls_only_after_the_bucket():
+    assert {so.lock_key(u) for u in ("gs://b/x", "gs://b//x", "gs://b/x/", "gs://b/./x//")} == {"gs://b/x"}
+    assert so.lock_path_of("gs://b//x/y//") == "gs://b/x/y.lock"
+    assert so.lock_key("gs://b/") == "gs://b" and so.lock_key("file:///tmp//x/") == "file:///tmp/x"
+    assert so.lock_key("s3://b/x/../y") == "s3://b/x/../y"  # `..` is a name on an object store: kept
+
+
+def test_the_trainers_object_lock_is_keyed_the_same_way(monkeypatch):
+    """labse_model.storage.object_lock (fsspec, for gs:// run directories) shares the key."""
+    from labse_model import storage
+
+    monkeypatch.setattr(storage, "LOCK_SETTLE_SECONDS", 0)
+    with storage.object_lock("memory://bucket/runs/a"):
+        assert storage.exists("memory://bucket/runs/a.lock")
+        with pytest.raises(storage.ObjectLockedError):
+            with storage.object_lock("memory://bucket//runs/a/"):
+                pass
+    assert not storage.exists("memory://bucket/runs/a.lock")

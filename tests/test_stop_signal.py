@@ -133,3 +133,53 @@ def test_sigterm_to_the_launcher_reaches_the_workers_and_pretrain_stops_gently(l
     returncode, stderr = _finish(launcher)
     assert returncode == 0, stderr[-3000:]
     _check_stopped_run(run, stderr, "pretrain_summary.json", 2)
+
+
+# The trainer with a start-up that lasts (a slow object store, a large checkpoint to read): after
+# the run directory is prepared it touches MARKER and sleeps, so the signal surely arrives before
+# the first step.
+SLOW_START_UP = """
+import sys, time
+from pathlib import Path
+import labse_model.train as train
+
+prepare = train.prepare_run_dir
+
+def slowly_prepared(*args, **kwargs):
+    config = prepare(*args, **kwargs)
+    Path(sys.argv[1]).touch()
+    time.sleep(600)
+    return config
+
+train.prepare_run_dir = slowly_prepared
+sys.exit(train.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_during_start_up_stops_at_once_cleanly_and_says_so(pair_inputs, tmp_path):
+    """Before the loop's handler is in place SIGTERM used to kill the trainer outright (no message,
+    its run lock left behind). Now it unwinds the run (lock released), says in one line that nothing
+    trained is lost and exits 143 (128 + SIGTERM); the same command then runs."""
+    run, marker = tmp_path / "run", tmp_path / "starting"
+    argv = _command("labse_model.train", run, *_train_args(pair_inputs))[3:]
+    process = _start([sys.executable, "-c", SLOW_START_UP, str(marker), *argv])
+    deadline = time.monotonic() + WAIT_S
+    while not marker.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the trainer never reached its start-up: {process.communicate()[1][-3000:]}")
+        time.sleep(0.1)
+    assert (tmp_path / "run.lock").exists()  # the run holds its lock while it starts
+    process.send_signal(signal.SIGTERM)
+    returncode, stderr = _finish(process)
+
+    assert returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if "SIGTERM outside the training steps" in line]
+    assert len(lines) == 1 and "nothing trained is lost" in lines[0], stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "run.lock").exists() and not ckpt.list_checkpoints(run)
+    from labse_model.train import main as train_main
+
+    assert train_main([*argv[:argv.index("--max-steps")], "--max-steps", "2"]) == 0
+    assert [s for s, _ in ckpt.list_checkpoints(run)] == [2]

@@ -349,6 +349,30 @@ def test_a_run_config_with_a_bad_number_is_refused_naming_the_file(pair_inputs, 
     assert len(_errors(caplog)) == 1 and str(run / "config.json") in _errors(caplog)[0]
 
 
+def test_a_checkpoint_of_another_model_is_refused_in_one_line(pair_inputs, finished_run, tmp_path, caplog, capsys):
+    """config.json describing another model than the checkpoint holds (a checkpoint copied into the
+    wrong run, an edited config): export and --resume stop with one line naming the weights file,
+    exit 2, no traceback (it used to be a bare ValueError)."""
+    import json
+
+    vocab, shards = pair_inputs
+    run = _copy(finished_run, tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    config["model"]["intermediate_size"] *= 2
+    (run / "config.json").write_text(json.dumps(config))
+    weights = run / "checkpoints" / "step-00000006" / ckpt.MODEL_FILE
+
+    assert export_main(["--run", str(run), "--output", str(tmp_path / "model")]) == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and str(weights) in errors[0] and "does not match the model" in errors[0]
+    assert "\n" not in errors[0] and not (tmp_path / "model").exists()
+    caplog.clear()
+    assert train_main(_args(vocab, shards, run, "--resume")) == 2
+    errors = _errors(caplog)
+    assert len(errors) == 1 and str(weights) in errors[0] and "other shapes" in errors[0]
+    assert "Traceback" not in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------------------------
 # Item 8: a device this host does not have is refused before any work starts
 

@@ -28,6 +28,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from pipelines.io.config_options import UsageError
 from vocab.config import VocabConfig
 from vocab.learn import LearnResult, VocabSizeError, learn, write_vocab
@@ -110,13 +112,12 @@ def load_work(work_dir: str) -> tuple[dict, dict[str, list[str]]]:
 _WEIGHT_SCALE = 1 << 64
 
 
-def weighted_counts(work_dir: str, weights: Mapping[str, float]) -> tuple[list[str], "np.ndarray"]:
+def weighted_counts(work_dir: str, weights: Mapping[str, float]) -> tuple[list[str], np.ndarray]:
     """Sum over languages of count x weight, word by word, from the counts TSV shards.
 
     Words in sorted order and totals summed exactly: the result is the same whatever order Beam
     wrote the lines in (one run's vocabulary is every run's).
     """
-    import numpy as np
     from tqdm.auto import tqdm
 
     from vocab.count import parse_count

@@ -177,8 +177,24 @@ def _strip(path: str | os.PathLike) -> str:
     return text.rstrip("/") or text
 
 
+def lock_key(output: str | os.PathLike) -> str:
+    """The one spelling of an output its lock is keyed on. An object-store URL with doubled or
+    trailing slashes or `.` segments (`gs://b//x`, `gs://b/x/`, `gs://b/./x`) gets the lock of
+    `gs://b/x`: the tools disagree on whether such spellings are one output (Beam's FileSystems.join
+    turns `gs://b//x` into `gs://b/x/...`, its GCS client reads `/x` as its own object), so they
+    share one lock rather than let two runs write what may be the same objects. The bucket part
+    stays as given; a local path is only stripped here: the local lock resolves its real path first."""
+    text = str(output)
+    if not is_remote(text):
+        return _strip(text)
+    scheme, rest = text.split("://", 1)
+    authority, _, path = rest.partition("/")  # the bucket (empty in file:///x)
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return f"{scheme}://{authority}" + "".join("/" + part for part in parts)
+
+
 def lock_path_of(output: str | os.PathLike) -> str:
-    return _strip(output) + LOCK_SUFFIX
+    return lock_key(output) + LOCK_SUFFIX
 
 
 def marker_path_of(output: str | os.PathLike) -> str:
@@ -223,7 +239,7 @@ def output_lock(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
     lies beside the output's real path (symlinks resolved), however the output is spelt.
     """
     if is_remote(path):
-        with _object_store_lock(_strip(path)) as holder:
+        with _object_store_lock(lock_key(path)) as holder:
             yield holder
     else:
         # The real path: a run into OUT and one into a symlink to OUT are runs into one output.

@@ -61,7 +61,8 @@ def _matched_files(path: str) -> set[str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = stage_parser(
         "labse-mine",
-        "Mine translation pairs between two monolingual sentence sets: embed both sides (RunInference), "
+        "Mine translation pairs between two monolingual sentence sets: embed both sides (in batches fixed by the "
+        "sentences, so reruns give the same vectors), "
         "k-nearest neighbours in both directions over sharded cells (FAISS), margin scoring "
         "(Artetxe & Schwenk 2019) and a selection strategy.",
         output="PAIRS_DIR: Parquet shards and stats.json", overwrite=replace_help("PAIRS_DIR"))

