@@ -412,7 +412,7 @@ def run_prune(args) -> dict:
 # --------------------------------------------------------------------------- pruning: real text
 def real_text_files(folder: Path) -> dict[str, str]:
     """UDHR + Tatoeba + the Wikipedia samples as one text file per language (ISO 639-3 code)."""
-    from pipelines.io.wikipedia import read_wikipedia_stream
+    from pipelines.read.wikipedia import read_wikipedia_stream
 
     lines: dict[str, list[str]] = {}
     for path in sorted((DATA / "udhr").glob("*.txt")):
