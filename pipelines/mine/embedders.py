@@ -13,6 +13,8 @@
   loaded by sentence-transformers from the local Hugging Face cache, or downloaded when the hub is
   reachable; offline and not cached, a one-line `EmbedderError` says what to do.
 
+* ``vectors:DIR`` — vectors saved earlier, looked up by sentence text (`pipelines/mine/saved_vectors.py`).
+
 ``auto`` is not an embedder but a choice per language pair: see `pipelines/mine/embedder_choice.py`.
 
 Every embedder returns float32, L2-normalised vectors, so inner product is cosine. Texts are
@@ -238,13 +240,18 @@ def check_embedder_spec(spec: str) -> None:
     loaded; a hub id must be in the local cache or downloadable."""
     if str(spec).lower() in (USEM3, E5_SMALL):
         return
+    from pipelines.mine.saved_vectors import PREFIX, SavedVectorsEmbedder, is_saved_vectors_spec
+
+    if is_saved_vectors_spec(spec):
+        SavedVectorsEmbedder(str(spec)[len(PREFIX):])  # reads every file: a mismatch fails here, not in a worker
+        return
     if is_hub_id(spec):
         hub_model_dir(spec)
         return
     path = Path(spec)
     if not path.is_dir():
         raise EmbedderError(f"embedder {spec!r} is not 'usem3', 'e5-small', a Hugging Face model id "
-                            "(owner/name) or a directory")
+                            "(owner/name), a directory or vectors:DIR")
     if not (path / "modules.json").is_file() and not (path / "config.json").is_file():
         raise EmbedderError(f"{path} is not a sentence-transformers directory (no modules.json or config.json)")
     try:
@@ -267,6 +274,10 @@ def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedd
         return Usem3Embedder(threads=threads)
     if spec.lower() == E5_SMALL:
         return E5SmallEmbedder(threads=threads)
+    from pipelines.mine.saved_vectors import PREFIX, SavedVectorsEmbedder, is_saved_vectors_spec
+
+    if is_saved_vectors_spec(spec):
+        return SavedVectorsEmbedder(spec[len(PREFIX):])
     if Path(spec).exists():
         return SentenceTransformerEmbedder(spec, device=device)
     if is_hub_id(spec):
@@ -275,6 +286,6 @@ def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedd
         raise EmbedderError("'auto' picks an embedder per language pair: resolve it with "
                             "pipelines.mine.embedder_choice.resolve_embedder(spec, src_lang, tgt_lang)")
     raise EmbedderError(
-        f"unknown embedder {spec!r}: use 'usem3', 'e5-small', a Hugging Face model id (owner/name) or the path "
-        "of a sentence-transformers directory (e.g. one written by labse-export)"
+        f"unknown embedder {spec!r}: use 'usem3', 'e5-small', a Hugging Face model id (owner/name), the path "
+        "of a sentence-transformers directory (e.g. one written by labse-export) or vectors:DIR (saved vectors)"
     )
