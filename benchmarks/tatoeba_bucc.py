@@ -4,7 +4,8 @@
 
 One set per Tatoeba language XXX that an embedder covers:
 
-* true pairs: every line of `tatoeba.XXX-eng` (up to 1,000), less pairs repeating an earlier
+* true pairs: the first `max_pairs` lines of `tatoeba.XXX-eng` (all, up to 1,000, by default; the
+  published run takes 300, what e5-small's CPU cost allowed here), less pairs repeating an earlier
   pair's XXX or English sentence (a repeated sentence makes the gold ambiguous);
 * English distractors: `ENGLISH_RATIO` x (true pairs) sentences from one shared pool, the English
   sides of all OTHER Tatoeba files, deduplicated on a normalised form (casefolded words), shuffled
@@ -29,7 +30,7 @@ from mining import hidden_set, read_text_lines  # a sibling script: `benchmarks`
 from pipelines.mine.embedder_choice import normalise_language
 
 ENGLISH_RATIO = 2  # English distractors per true pair
-POOL_SIZE = 3000  # shared English pool: 2 x 1,000 plus room for the per-language exclusions
+POOL_SPARE = 1000  # pool sentences beyond ENGLISH_RATIO x max_pairs, room for the per-language exclusions
 
 # Tatoeba code -> (lid.176 / ISO 639-1 code, UDHR file stem or None). Only languages whose code is in
 # an embedder's list are here; dialects and relatives (arz, arq, yue, wuu, gsw, swg, nds...) are not the
@@ -67,10 +68,11 @@ def tatoeba_codes(data: Path) -> list[str]:
     return sorted(p.name.split(".")[1].split("-")[0] for p in (data / "tatoeba").glob("tatoeba.*-eng.eng"))
 
 
-def true_pairs(data: Path, code: str) -> tuple[list[str], list[str], int]:
-    """(XXX sentences, English sentences, pairs dropped as repeats) of `tatoeba.XXX-eng`."""
-    xx = read_text_lines(data / f"tatoeba/tatoeba.{code}-eng.{code}")
-    en = read_text_lines(data / f"tatoeba/tatoeba.{code}-eng.eng")
+def true_pairs(data: Path, code: str, max_pairs: int = 1000) -> tuple[list[str], list[str], int]:
+    """(XXX sentences, English sentences, pairs dropped as repeats) of the first `max_pairs` lines of
+    `tatoeba.XXX-eng`."""
+    xx = read_text_lines(data / f"tatoeba/tatoeba.{code}-eng.{code}")[:max_pairs]
+    en = read_text_lines(data / f"tatoeba/tatoeba.{code}-eng.eng")[:max_pairs]
     if len(xx) != len(en):
         raise ValueError(f"tatoeba.{code}-eng: {len(xx)} {code} lines against {len(en)} English")
     seen_xx, seen_en, kept_xx, kept_en = set(), set(), [], []
@@ -81,9 +83,10 @@ def true_pairs(data: Path, code: str) -> tuple[list[str], list[str], int]:
     return kept_xx, kept_en, len(xx) - len(kept_xx)
 
 
-def english_pool(data: Path, seed: int, size: int = POOL_SIZE) -> list[tuple[str, str]]:
-    """(English sentence, Tatoeba code of the file it came from), `size` of them, one per normalised form,
-    drawn from the English sides of every Tatoeba file in a seeded order."""
+def english_pool(data: Path, seed: int, max_pairs: int = 1000) -> list[tuple[str, str]]:
+    """(English sentence, Tatoeba code of the file it came from), ENGLISH_RATIO x `max_pairs` + POOL_SPARE
+    of them, one per normalised form, drawn from the English sides of every Tatoeba file in a seeded order."""
+    size = ENGLISH_RATIO * max_pairs + POOL_SPARE
     by_form: dict[str, tuple[str, str]] = {}
     for code in tatoeba_codes(data):
         for text in read_text_lines(data / f"tatoeba/tatoeba.{code}-eng.eng"):
@@ -115,9 +118,10 @@ class BuccSet:
     repeats_dropped: int
 
 
-def tatoeba_bucc_set(data: Path, code: str, pool: list[tuple[str, str]], seed: int) -> BuccSet:
+def tatoeba_bucc_set(data: Path, code: str, pool: list[tuple[str, str]], seed: int,
+                     max_pairs: int = 1000) -> BuccSet:
     """XXX's Tatoeba pairs hidden among the shared English pool and XXX's UDHR lines (module docstring)."""
-    xx, en, repeats = true_pairs(data, code)
+    xx, en, repeats = true_pairs(data, code, max_pairs)
     own_forms = {normalised(t) for t in read_text_lines(data / f"tatoeba/tatoeba.{code}-eng.eng")}
     wanted = ENGLISH_RATIO * len(xx)
     en_distractors = [text for text, source in pool if source != code and normalised(text) not in own_forms][:wanted]
@@ -140,19 +144,19 @@ def covered_codes(data: Path, embedder: str) -> list[str]:
             if code in present and covers(embedder, normalise_language(lang))]
 
 
-def embed_corpora(data: Path, embedder, codes: list[str], pool: list[tuple[str, str]], log=print) -> None:
-    """Every corpus the sets of `codes` draw from, through `embedder` (a `CachedEmbedder`): each
-    language's Tatoeba files and UDHR lines, then the shared English pool, each embedded once."""
+def embed_corpora(data: Path, embedder, codes: list[str], pool: list[tuple[str, str]], seed: int,
+                  max_pairs: int, log=print) -> None:
+    """Every sentence the sets of `codes` hold, through `embedder` (a `CachedEmbedder`), each language's
+    sentences under their own cache entry and the shared English pool under one, so each is embedded once."""
     import time
 
     for code in codes:
         started = time.process_time()
-        for side in (code, "eng"):
-            path = data / f"tatoeba/tatoeba.{code}-eng.{side}"
-            embedder.add_file(path, read_text_lines(path))
-        embedder.add_texts(f"udhr-{code}", udhr_lines(data, code))
+        bucc = tatoeba_bucc_set(data, code, pool, seed, max_pairs)
+        embedder.add_texts(f"tatoeba-bucc-{code}-{max_pairs}-xx", bucc.src)
+        embedder.add_texts(f"tatoeba-bucc-{code}-{max_pairs}-en", [bucc.tgt[j] for _, j in sorted(bucc.gold)])
         log({"part": "tatoeba-bucc", "step": "embed", "embedder": embedder.spec, "language": code,
-             "cpu_s": round(time.process_time() - started, 1)})
+             "sentences": len(bucc.src) + len(bucc.gold), "cpu_s": round(time.process_time() - started, 1)})
     embedder.add_texts("tatoeba-english-pool", [text for text, _ in pool])
 
 
