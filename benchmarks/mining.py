@@ -485,7 +485,7 @@ def tatoeba_bucc_rows(args, spec: str, embedder, codes: list[str], pool, scorer_
                "z_in_calibration_range": ours["z_in_range"],
                "laser_oracle_precision": round(laser["precision"], 4), "laser_oracle_recall": round(laser["recall"], 4),
                "laser_oracle_f1": round(laser["f1"], 4), "laser_oracle_margin": round(margin_threshold, 4),
-               "cpu_s": round(time.process_time() - started, 1)}
+               **tb.false_positive_kinds(bucc, ours["kept_pairs"]), "cpu_s": round(time.process_time() - started, 1)}
         rows.append(row)
         emit({"part": "tatoeba-bucc", **row})
     return rows

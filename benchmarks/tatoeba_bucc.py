@@ -207,3 +207,18 @@ def print_table(rows: list[dict], asked: float) -> None:
         print(f"- {r['language']} {r['embedder']}: P {r['precision']:.3f}, kept {r['kept']} of {r['mined_pairs']} "
               f"mined, est. good share {r['estimated_good_share']:.3f} against true {r['true_good_share']:.3f}"
               f"{'' if r['z_in_calibration_range'] else ', set statistic outside the calibration range'}")
+
+
+def false_positive_kinds(bucc: BuccSet, kept: list[tuple[int, int]], near: float = 0.8) -> dict:
+    """Why kept pairs are wrong: the source is a UDHR distractor (it has no partner), the English is a
+    near-copy of the gold one (difflib ratio of normalised words >= `near`: "Tom's here." for "Tom is
+    here."), or another sentence."""
+    import difflib
+
+    partner = {i: j for i, j in bucc.gold}
+    wrong = [(i, j) for i, j in kept if (i, j) not in bucc.gold]
+    unpartnered = sum(i not in partner for i, _ in wrong)
+    near_gold = sum(i in partner and difflib.SequenceMatcher(
+        None, normalised(bucc.tgt[j]), normalised(bucc.tgt[partner[i]])).ratio() >= near for i, j in wrong)
+    return {"kept_false": len(wrong), "false_udhr_source": unpartnered, "false_near_gold": near_gold,
+            "false_other": len(wrong) - unpartnered - near_gold}

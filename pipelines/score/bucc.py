@@ -134,7 +134,7 @@ def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[in
     probabilities = calibrated_scores(scorer, components, decision)
     chosen = [(int(i), int(j)) for i, j, q in zip(pairs.src, pairs.tgt, probabilities) if q >= decision["threshold"]]
     good = [(int(i), int(j)) in gold for i, j in zip(pairs.src, pairs.tgt)]
-    return {**precision_recall_f1(chosen, gold), "score_threshold": decision["threshold"],
+    return {**precision_recall_f1(chosen, gold), "kept_pairs": chosen, "score_threshold": decision["threshold"],
             "keep_precision": keep_precision, "expected_precision": decision["estimated_precision"],
             "estimated_good_share": decision["estimated_good_share"],
             "true_good_share": float(np.mean(good)) if good else 0.0, "mined_pairs": len(good),
