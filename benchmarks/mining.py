@@ -281,7 +281,9 @@ def train_benchmark_scorer(args, embedder, lid) -> Path:
         positives = [parse_parallel_text(f"{lang}:{train}.{lang}.gz,en:{train}.en.gz", "--positives")
                      for lang in ("de", "fr")]
         scorer = train_scorer(positives, args.embedder, scorer_dir,
-                              ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed),
+                              ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed,
+                                           calibration_rows=getattr(args, "calibration_rows",
+                                                                    ScorerConfig.calibration_rows)),
                               wrong_language_files(positives), embedder=embedder, lid=lid)
     finally:
         shutil.rmtree(prefix_dir, ignore_errors=True)  # the scorer directory stays: reuse it with --scorer
@@ -628,6 +630,8 @@ def main(argv=None) -> int:
     t.add_argument("--train-pairs", type=int, default=4000)
     t.add_argument("--train-lines", type=int, default=19000)
     t.add_argument("--scorer-seed", type=int, default=0)
+    t.add_argument("--calibration-rows", type=int, default=13_000,
+                   help="held-out Multi30k train rows mined into the scorer's calibration pools")
     t.add_argument("--scorers", default="", help="EMBEDDER=DIR,... trained scorers to reuse (else trained)")
     t.add_argument("--keep-precision", type=float, default=0.8)
     t.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "labse-bench-embeddings"))
