@@ -465,8 +465,14 @@ def tatoeba_bucc_rows(args, spec: str, embedder, codes: list[str], pool, scorer_
 
     lid = LanguageIdentifier()
     args.embedder = spec
-    scorer_dir = Path(scorer_dir) if scorer_dir else train_benchmark_scorer(args, embedder, lid)
-    scorer = QualityScorer.load(scorer_dir)
+    if scorer_dir == "none":  # LASER's oracle alone (no scorer for this embedder): automatic columns are NaN
+        scorer = None
+    else:
+        scorer_dir = Path(scorer_dir) if scorer_dir else train_benchmark_scorer(args, embedder, lid)
+        scorer = QualityScorer.load(scorer_dir)
+    nothing = {"precision": np.nan, "recall": np.nan, "f1": np.nan, "predicted": 0, "mined_pairs": 0,
+               "estimated_good_share": np.nan, "true_good_share": np.nan, "calibration": None, "z_in_range": None,
+               "kept_pairs": []}
     rows = []
     for code in codes:
         started = time.process_time()
@@ -474,8 +480,11 @@ def tatoeba_bucc_rows(args, spec: str, embedder, codes: list[str], pool, scorer_
         x, y = embedder.encode(bucc.src), embedder.encode(bucc.tgt)
         pairs = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
         margin_threshold, laser = best_threshold_f1(pairs, bucc.gold)
-        components = score_mined(bucc.src, bucc.tgt, pairs, bucc.lang, "en", scorer, lid)
-        ours = keep_automatically(pairs, components, scorer, bucc.gold, f"{bucc.lang}-en", args.keep_precision)
+        if scorer is None:
+            ours = nothing
+        else:
+            components = score_mined(bucc.src, bucc.tgt, pairs, bucc.lang, "en", scorer, lid)
+            ours = keep_automatically(pairs, components, scorer, bucc.gold, f"{bucc.lang}-en", args.keep_precision)
         row = {"language": code, "lang": bucc.lang, "embedder": spec, "scorer": str(scorer_dir),
                "scorer_trained_on": "de-en, fr-en", "pair_seen_in_training": bucc.lang in ("de", "fr"),
                "true_pairs": bucc.n_true, "xx_distractors": bucc.n_src_distractors,
@@ -632,7 +641,8 @@ def main(argv=None) -> int:
     t.add_argument("--scorer-seed", type=int, default=0)
     t.add_argument("--calibration-rows", type=int, default=13_000,
                    help="held-out Multi30k train rows mined into the scorer's calibration pools")
-    t.add_argument("--scorers", default="", help="EMBEDDER=DIR,... trained scorers to reuse (else trained)")
+    t.add_argument("--scorers", default="",
+                   help="EMBEDDER=DIR,... trained scorers to reuse (else trained; DIR 'none': LASER's oracle only)")
     t.add_argument("--keep-precision", type=float, default=0.8)
     t.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "labse-bench-embeddings"))
     args = parser.parse_args(argv)
