@@ -1,5 +1,7 @@
 """Shared fixtures. Real-data tests find ../shared/data through LABSE_DATA."""
+import importlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,15 @@ def pair_inputs(labse_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("pair_inputs")
     vocab = build_vocab(labse_data, root / "vocab")
     return vocab, write_shards(labse_data, vocab, root / "shards", pairs_per_lang=32)
+
+
+def benchmark_script(name: str):
+    """The module of `benchmarks/NAME.py`, imported with `benchmarks/` on sys.path only while it loads
+    (its siblings import each other by name). Left on sys.path, `benchmarks/vocab.py` would shadow
+    the `vocab` package for every test collected later."""
+    folder = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(folder)

@@ -57,3 +57,12 @@ def test_every_project_import_names_something_that_exists():
 def test_the_check_tells_a_missing_name(source, expected):
     node = ast.parse(source).body[0]
     assert _resolves(node.module, node.names[0].name) is expected
+
+
+def test_no_test_module_leaves_the_benchmarks_folder_on_the_import_path():
+    # runs after every test module was collected: benchmarks/vocab.py first on sys.path would
+    # shadow the vocab package in whichever test imports it next (conftest.benchmark_script)
+    import sys
+
+    benchmarks = REPO / "benchmarks"
+    assert not [entry for entry in sys.path if entry and Path(entry).resolve() == benchmarks]

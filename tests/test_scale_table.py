@@ -3,28 +3,15 @@ arithmetic of benchmarks/snapshot_cost.py. The benchmarks themselves run for ten
 (BENCHMARKS.md); these checks take seconds."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import benchmark_script
 
-
-def _load_script(name: str):
-    # By file path: benchmarks/ on sys.path would shadow the `vocab` package with benchmarks/vocab.py
-    # for every test collected after this one.
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-scale_table = _load_script("scale_table")
-snapshot_cost = _load_script("snapshot_cost")
+scale_table = benchmark_script("scale_table")
+snapshot_cost = benchmark_script("snapshot_cost")
 TreePoller, copy_tag, markdown_table = scale_table.TreePoller, scale_table.copy_tag, scale_table.markdown_table
 vary_html, vary_line, varied_lines, varied_warc = (scale_table.vary_html, scale_table.vary_line,
                                                   scale_table.varied_lines, scale_table.varied_warc)

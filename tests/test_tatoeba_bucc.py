@@ -1,15 +1,11 @@
 """The BUCC-style Tatoeba sets of `benchmarks/mining.py tatoeba-bucc` (issue 24 item 2), on real data:
 the true pairs are recoverable from the gold, no English distractor repeats a sentence of the
 language's own file, the distractors come from where the module says, at the stated ratio."""
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from conftest import benchmark_script, require_file
 
-import tatoeba_bucc as tb  # noqa: E402
-from conftest import require_file  # noqa: E402
+tb = benchmark_script("tatoeba_bucc")
 
 
 @pytest.fixture(scope="module")
