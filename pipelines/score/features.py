@@ -128,7 +128,7 @@ def dominant_script(text: str) -> tuple[str, float]:
 def unspaced_script(ch: str) -> str:
     """The script written without spaces that the letter or mark `ch` belongs to, else ''."""
     code = ord(ch)
-    if code < 0x0E00 or not unicodedata.category(ch)[0] in "LM":
+    if code < 0x0E00 or unicodedata.category(ch)[0] not in "LM":
         return ""
     for first, last, script in _UNSPACED_BLOCKS:
         if first <= code <= last:
