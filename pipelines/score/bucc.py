@@ -95,7 +95,7 @@ def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: 
     keys = list(zip(s_idx.tolist(), t_idx.tolist()))
     margins = margin_scores(cosine, nn.fwd_mean[s_idx], nn.bwd_mean[t_idx], margin)
     features = pair_features([src[i] for i in s_idx], [tgt[j] for j in t_idx], [src_lang] * len(keys),
-                             [tgt_lang] * len(keys), cosine, margins, lid)
+                             [tgt_lang] * len(keys), cosine, margins, lid, scorer.feature_set)
     ranker, sanity = scorer.components(features)
     return keys, cosine, margins, np.column_stack([ranker, sanity, cosine, margins])
 
@@ -119,7 +119,7 @@ def score_mined(src: Sequence[str], tgt: Sequence[str], pairs, src_lang: str, tg
     from pipelines.score.features import pair_features
 
     features = pair_features([src[i] for i in pairs.src], [tgt[j] for j in pairs.tgt], [src_lang] * len(pairs),
-                             [tgt_lang] * len(pairs), pairs.cosine, pairs.margin, lid)
+                             [tgt_lang] * len(pairs), pairs.cosine, pairs.margin, lid, scorer.feature_set)
     ranker, sanity = scorer.components(features)
     return np.column_stack([ranker, sanity, pairs.cosine, pairs.margin])
 

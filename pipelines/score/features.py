@@ -2,6 +2,17 @@
 
 Each feature is a float, named in `FEATURE_NAMES` (the scorer's saved column order). Language ID
 uses lid.176 through `pipelines.text.langid.LanguageIdentifier`, loaded once by the caller.
+
+Feature sets (a scorer records the one it was trained with; `QualityScorer.feature_set`):
+1. lengths in characters and tokens split at whitespace: a Chinese, Japanese, Thai or Khmer sentence
+   has a few "tokens" and (Chinese, Japanese) a third of the characters of its English translation,
+   so a true pair looks like a truncated one to a scorer fitted on European pairs;
+2. script-aware lengths (`word_count`, `latin_equivalent_length`): a run of a script written without
+   spaces counts as its letters / `CHARACTERS_PER_WORD` words, and each of its letters (and each
+   Hangul syllable) as as many characters as the Latin letters it stands for. Text with none of
+   these scripts has the same features in both sets;
+   and sentence-final punctuation of other scripts (Khmer ។, Devanagari ।, Urdu ۔, ...) is recognised,
+   so a Khmer sentence ending in ។ agrees with its English translation's full stop.
 """
 from __future__ import annotations
 
@@ -16,8 +27,8 @@ import numpy as np
 FEATURE_NAMES = (
     "cosine",
     "margin",
-    "log_len_ratio",        # |log(chars_src / chars_tgt)|
-    "log_token_ratio",      # |log(tokens_src / tokens_tgt)|
+    "log_len_ratio",        # |log(length_src / length_tgt)|, length as the feature set measures it
+    "log_token_ratio",      # |log(words_src / words_tgt)|
     "log_min_chars",
     "src_lid_prob",         # lid.176's probability of the declared source language
     "tgt_lid_prob",
@@ -31,10 +42,36 @@ FEATURE_NAMES = (
     "script_purity",        # min over sides of the share of letters in the side's dominant script
 )
 
+FEATURE_SETS = (1, 2)
+CURRENT_FEATURE_SET = 2
+
+# Letters (marks included) per word in scripts written without spaces between words, measured as
+# letters per English word of their Tatoeba translations (lines 300 on, which the BUCC-style
+# benchmark does not use): cmn 1.46, jpn 2.26 (kanji and kana), tha 4.20, khm 4.08 (Khmer puts a
+# space between phrases, which counts as well). Lao is Thai's close relative; Myanmar and Tibetan
+# (no Tatoeba file here) get the abugida value, not measured.
+CHARACTERS_PER_WORD = {"han": 1.5, "kana": 2.5, "thai": 4.0, "lao": 4.0, "khmer": 4.0, "myanmar": 4.0,
+                       "tibetan": 4.0}
+# A word of a spaced script takes about 5 characters with its space (Multi30k English 5.1, Tatoeba
+# English 5.2): one word-equivalent of an unspaced script is as long.
+CHARACTERS_PER_SPACED_WORD = 5.0
+# A Hangul syllable block writes 2-3 letters (jamo); Korean is spaced, so only its length changes.
+CHARACTERS_PER_HANGUL_SYLLABLE = 2.5
+_UNSPACED_BLOCKS = (  # (first, last code point, script)
+    (0x0E00, 0x0E7F, "thai"), (0x0E80, 0x0EFF, "lao"), (0x0F00, 0x0FFF, "tibetan"), (0x1000, 0x109F, "myanmar"),
+    (0x1780, 0x17FF, "khmer"), (0x19E0, 0x19FF, "khmer"), (0x3040, 0x30FF, "kana"), (0x31F0, 0x31FF, "kana"),
+    (0x3400, 0x4DBF, "han"), (0x4E00, 0x9FFF, "han"), (0xA9E0, 0xA9FF, "myanmar"), (0xAA60, 0xAA7F, "myanmar"),
+    (0xF900, 0xFAFF, "han"), (0xFF66, 0xFF9F, "kana"), (0x20000, 0x323AF, "han"),
+)
+
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _URL = re.compile(r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+\.[\w.]+", re.IGNORECASE)
 _FINAL = {".": "stop", "!": "exclaim", "?": "question", "？": "question", "。": "stop", "！": "exclaim",
           "…": "stop", ":": "colon", ";": "colon"}
+# Sentence-final marks of other scripts (feature set 2): Devanagari / Bengali danda, Khmer khan and
+# koomuut, Myanmar section, Tibetan shad, Urdu full stop, Ethiopic full stop and question, Arabic question.
+_FINAL_OTHER_SCRIPTS = {**_FINAL, "।": "stop", "॥": "stop", "។": "stop", "៕": "stop", "။": "stop", "།": "stop",
+                        "۔": "stop", "።": "stop", "፧": "question", "؟": "question"}
 
 
 def numbers(text: str) -> set[str]:
@@ -52,9 +89,10 @@ def jaccard(a: set, b: set) -> float:
     return len(a & b) / len(a | b)
 
 
-def final_punctuation(text: str) -> str:
+def final_punctuation(text: str, feature_set: int = CURRENT_FEATURE_SET) -> str:
     stripped = text.rstrip(" \"'»«“”’)")
-    return _FINAL.get(stripped[-1:], "none") if stripped else "none"
+    marks = _FINAL if feature_set == 1 else _FINAL_OTHER_SCRIPTS
+    return marks.get(stripped[-1:], "none") if stripped else "none"
 
 
 def punctuation_count(text: str) -> int:
@@ -87,6 +125,43 @@ def dominant_script(text: str) -> tuple[str, float]:
     return script, count / sum(counts.values())
 
 
+def unspaced_script(ch: str) -> str:
+    """The script written without spaces that the letter or mark `ch` belongs to, else ''."""
+    code = ord(ch)
+    if code < 0x0E00 or unicodedata.category(ch)[0] not in "LM":
+        return ""
+    for first, last, script in _UNSPACED_BLOCKS:
+        if first <= code <= last:
+            return script
+    return ""
+
+
+def word_count(text: str) -> float:
+    """Whitespace tokens, where letters of unspaced scripts count as word-equivalents instead
+    (a token of Latin and Han letters mixed: 1 + its Han letters / 1.5)."""
+    count = 0.0
+    for token in text.split():
+        equivalents = sum(1 / CHARACTERS_PER_WORD[s] for s in map(unspaced_script, token) if s)
+        spaced = any(ch.isalnum() and not unspaced_script(ch) for ch in token)
+        count += equivalents + 1 if spaced or not equivalents else equivalents
+    return count
+
+
+def latin_equivalent_length(text: str) -> float:
+    """Characters, where a letter of an unspaced script counts as its share of a spaced word's
+    characters and a Hangul syllable as the letters it writes."""
+    length = 0.0
+    for ch in text:
+        script = unspaced_script(ch)
+        if script:
+            length += CHARACTERS_PER_SPACED_WORD / CHARACTERS_PER_WORD[script]
+        elif 0xAC00 <= ord(ch) <= 0xD7A3:
+            length += CHARACTERS_PER_HANGUL_SYLLABLE
+        else:
+            length += 1
+    return length
+
+
 def copy_similarity(src: str, tgt: str) -> float:
     a, b = src.lower().strip(), tgt.lower().strip()
     if not a or not b:
@@ -99,11 +174,15 @@ def copy_similarity(src: str, tgt: str) -> float:
     return matcher.ratio() if upper_bound > 0.5 else upper_bound
 
 
-def text_features(src: str, tgt: str) -> list[float]:
+def text_features(src: str, tgt: str, feature_set: int = CURRENT_FEATURE_SET) -> list[float]:
     """Every feature that needs only the two texts (not cosine, margin or language ID)."""
     src, tgt = src or "", tgt or ""
-    chars_src, chars_tgt = max(len(src), 1), max(len(tgt), 1)
-    tokens_src, tokens_tgt = max(len(src.split()), 1), max(len(tgt.split()), 1)
+    if feature_set == 1:
+        chars_src, chars_tgt = max(len(src), 1), max(len(tgt), 1)
+        tokens_src, tokens_tgt = max(len(src.split()), 1), max(len(tgt.split()), 1)
+    else:
+        chars_src, chars_tgt = max(latin_equivalent_length(src), 1), max(latin_equivalent_length(tgt), 1)
+        tokens_src, tokens_tgt = word_count(src) or 1, word_count(tgt) or 1
     punct_src, punct_tgt = punctuation_count(src), punctuation_count(tgt)
     script_src, purity_src = dominant_script(src)
     script_tgt, purity_tgt = dominant_script(tgt)
@@ -113,7 +192,7 @@ def text_features(src: str, tgt: str) -> list[float]:
         math.log(min(chars_src, chars_tgt)),
         jaccard(numbers(src), numbers(tgt)),
         jaccard(urls(src), urls(tgt)),
-        float(final_punctuation(src) == final_punctuation(tgt)),
+        float(final_punctuation(src, feature_set) == final_punctuation(tgt, feature_set)),
         abs(punct_src - punct_tgt) / (1 + max(punct_src, punct_tgt)),
         float(brackets_quotes(src) == brackets_quotes(tgt)),
         copy_similarity(src, tgt),
@@ -123,12 +202,15 @@ def text_features(src: str, tgt: str) -> list[float]:
 
 
 def pair_features(src: Sequence[str], tgt: Sequence[str], src_lang: Sequence[str], tgt_lang: Sequence[str],
-                  cosine: Sequence[float], margin: Sequence[float], lid=None) -> np.ndarray:
-    """Feature matrix [n, len(FEATURE_NAMES)] for n pairs.
+                  cosine: Sequence[float], margin: Sequence[float], lid=None,
+                  feature_set: int = CURRENT_FEATURE_SET) -> np.ndarray:
+    """Feature matrix [n, len(FEATURE_NAMES)] for n pairs, lengths as `feature_set` measures them.
 
     `lid` is a `LanguageIdentifier` (lid.176); without one the LID features are 1.0 (unknown,
     i.e. no evidence against the pair) — the scorer is always trained and applied with one.
     """
+    if feature_set not in FEATURE_SETS:
+        raise ValueError(f"unknown feature set {feature_set!r} (known: {FEATURE_SETS})")
     n = len(src)
     if not (len(tgt) == len(src_lang) == len(tgt_lang) == len(cosine) == len(margin) == n):
         raise ValueError("pair_features: all columns must have the same length")
@@ -137,7 +219,7 @@ def pair_features(src: Sequence[str], tgt: Sequence[str], src_lang: Sequence[str
         return out
     out[:, 0] = np.asarray(cosine, dtype=np.float64)
     out[:, 1] = np.asarray(margin, dtype=np.float64)
-    out[:, [2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14]] = [text_features(s, t) for s, t in zip(src, tgt)]
+    out[:, [2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14]] = [text_features(s, t, feature_set) for s, t in zip(src, tgt)]
     if lid is None:
         out[:, 5] = out[:, 6] = 1.0
     else:

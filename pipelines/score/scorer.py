@@ -33,7 +33,7 @@ import numpy as np
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.config_options import UsageError, not_an_option, option
 from pipelines.score.calibration import Calibration, CalibrationError, fit_calibration, scaled_grid
-from pipelines.score.features import FEATURE_NAMES, pair_features
+from pipelines.score.features import CURRENT_FEATURE_SET, FEATURE_NAMES, FEATURE_SETS, pair_features
 from pipelines.mine.margin import MARGINS, MarginConfig, best_candidates, margin_scores, mine, neighbours
 from pipelines.mine.search import knn
 
@@ -167,6 +167,8 @@ class QualityScorer:
     k: int = 4
     training: dict = field(default_factory=dict)
     calibration: Calibration | None = None   # P(good) on any mined set; see calibration.py
+    # how its length features are measured (features.py); a scorer.json without one predates set 2
+    feature_set: int = CURRENT_FEATURE_SET
 
     feature_names = list(FEATURE_NAMES) + list(EXTRA_TERMS)
 
@@ -190,7 +192,7 @@ class QualityScorer:
             "format_version": FORMAT_VERSION, "model": "logistic_regression x2 (ranker * sanity)",
             "feature_names": self.feature_names, "ranker": self.ranker.to_dict(),
             "sanity": self.sanity.to_dict(), "embedder": self.embedder, "margin": self.margin,
-            "k": self.k, "training": self.training,
+            "k": self.k, "training": self.training, "feature_set": self.feature_set,
         }
         if self.calibration is not None:
             payload["calibration"] = self.calibration.to_dict()
@@ -218,13 +220,16 @@ class QualityScorer:
             raise ScorerError(f"{path}: not a scorer of format version {FORMAT_VERSION}")
         if payload.get("feature_names") != cls.feature_names:
             raise ScorerError(f"{path}: scorer features {payload.get('feature_names')} != {cls.feature_names}")
+        if payload.get("feature_set", 1) not in FEATURE_SETS:
+            raise ScorerError(f"{path}: unknown feature set {payload.get('feature_set')!r} (known: {FEATURE_SETS})")
         try:
             n = len(cls.feature_names)
             calibration = payload.get("calibration")
             return cls(LogisticModel.from_dict(payload["ranker"], n), LogisticModel.from_dict(payload["sanity"], n),
                        payload.get("embedder", ""), payload.get("margin", "ratio"), int(payload.get("k", 4)),
                        payload.get("training", {}),
-                       None if calibration is None else Calibration.from_dict(calibration))
+                       None if calibration is None else Calibration.from_dict(calibration),
+                       payload.get("feature_set", 1))
         except CalibrationError as error:
             raise ScorerError(f"{path}: {error}") from error
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -369,7 +374,8 @@ def calibration_pools(src: Sequence[str], tgt: Sequence[str], rows: Sequence[int
         pairs = mine(src_vectors[on_src], tgt_vectors[on_tgt], MarginConfig(k=config.k, margin=config.margin))
         label = ((pairs.src == pairs.tgt) & (pairs.src < n_true)).astype(int)
         features = pair_features([src[rows[on_src[i]]] for i in pairs.src], [tgt[rows[on_tgt[j]]] for j in pairs.tgt],
-                                 [src_lang] * len(pairs), [tgt_lang] * len(pairs), pairs.cosine, pairs.margin, lid)
+                                 [src_lang] * len(pairs), [tgt_lang] * len(pairs), pairs.cosine, pairs.margin, lid,
+                                 scorer.feature_set)
         ranker, sanity = scorer.components(features)
         pools.append({"language_pair": f"{src_lang}-{tgt_lang}", "true_pairs": int(n_true),
                       "distractors": int(n_distractor), "ranker": ranker, "sanity": sanity,

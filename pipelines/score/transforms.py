@@ -111,7 +111,8 @@ class _ScoreBatch(beam.DoFn):
             return
         features = pair_features([r["src"] for r in good], [r["tgt"] for r in good],
                                  [r["src_lang"] or "" for r in good], [r["tgt_lang"] or "" for r in good],
-                                 [r["cosine"] for r in good], [r["margin"] for r in good], self.lid)
+                                 [r["cosine"] for r in good], [r["margin"] for r in good], self.lid,
+                                 self.scorer.feature_set)
         for row, ranker, sanity in zip(good, *self.scorer.components(features)):
             if math.isfinite(ranker) and math.isfinite(sanity):
                 yield {**row, "ranker": float(ranker), "sanity": float(sanity)}
