@@ -224,6 +224,8 @@ class TreePoller:
             "worker_processes": len(workers),
             "worker_peaks_mb": sorted((round(kb / 1024, 1) for kb in workers.values()), reverse=True)[:8],
             "cpu_polled_s": sum(self.cpu.values()),
+            # how the work was shared: a stage that runs on one worker shows one large figure here
+            "worker_cpu_s": sorted((round(self.cpu.get(pid, 0.0), 1) for pid in workers), reverse=True)[:8],
         }
 
 
