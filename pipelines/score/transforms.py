@@ -74,6 +74,9 @@ class ReadPairs(beam.PTransform):
         matched = pbegin | "Match" >> fileio.MatchFiles(self.pattern,
                                                         empty_match_treatment=fileio.EmptyMatchTreatment.ALLOW)
         read = (matched
+                # MatchFiles emits from one element: without a reshuffle every file is read and scored
+                # (fused downstream) on the one worker that matched them.
+                | "SpreadFiles" >> beam.Reshuffle()
                 | "Open" >> fileio.ReadMatches()
                 | "Rows" >> beam.ParDo(_ReadPairsFile()).with_outputs("errors", "tally", main="rows"))
         files = (matched | "CountFiles" >> CountByName(lambda _m: "input_files.read"),
