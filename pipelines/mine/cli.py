@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -26,10 +27,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.stage_output import read_shard_stats, replace_help, require_stage_output, stage_parser, usage_error
+from pipelines.mine.cells import matched_files, plan_cells
 from pipelines.mine.config import MineConfig
 from pipelines.mine.embedder_choice import resolve_embedder
 from pipelines.mine.embedders import EmbedderError, check_embedder_spec
-from pipelines.mine.transforms import build_pipeline, input_pattern, is_sidecar
+from pipelines.mine.transforms import build_pipeline
 from pipelines.stage import run_sharded_stage, run_to_completion
 
 logger = logging.getLogger(__name__)
@@ -48,14 +50,7 @@ def check_inputs(src: str, tgt: str) -> None:
 
 
 def _matched_files(path: str) -> set[str]:
-    from apache_beam.io.filesystems import FileSystems
-
-    try:
-        results = FileSystems.match([input_pattern(path)])
-    except Exception:  # nothing there: that side is empty, which is reported elsewhere
-        return set()
-    found = {m.path for r in results for m in r.metadata_list if not is_sidecar(m.path.rsplit("/", 1)[-1])}
-    return {p if "://" in p else os.path.realpath(p) for p in found}
+    return {p if "://" in p else os.path.realpath(p) for p in matched_files(path)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,16 +72,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args, beam_args = build_parser().parse_known_args(argv)
     try:
-        config = config_from_args(MineConfig, args)
+        check_inputs(args.src, args.tgt)
+        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards))
+        config = config_from_args(MineConfig, args, derived={"src_blocks": lambda: layout().src_blocks,
+                                                             "tgt_shards": lambda: layout().tgt_shards})
         try:
             # labse-mine mines one language pair per run, so `auto` is decided here, once, in the launcher
             choice = resolve_embedder(config.embedder, config.src_lang, config.tgt_lang)
             check_embedder_spec(choice.embedder)
         except EmbedderError as error:
             raise UsageError(f"--embedder: {error}") from error
-        check_inputs(args.src, args.tgt)
     except UsageError as error:
         return usage_error("labse-mine", str(error))
+    logger.info("cells: %d source block(s) x %d target shard(s) (%s)", config.src_blocks, config.tgt_shards,
+                layout().reason if args.src_blocks is None or args.tgt_shards is None else "given")
     if choice.reason != "given":
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
     config = dataclasses.replace(config, embedder=choice.embedder, embedder_reason=choice.reason)

