@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pipelines.stage import stable_hash  # noqa: E402
+from scale_table import measure  # noqa: E402 (a sibling script)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,63 +177,14 @@ def bench_build(args) -> None:
 
 
 # ------------------------------------------------------------------------------------- mine
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def _status_kb(pid: int, field: str) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def run_measured(command: list[str], poll_s: float = 0.5) -> dict:
-    """Run `command`; wall and process-tree CPU seconds, the peak RSS of each process (kernel's
-    VmHWM, polled) and the peak of their sum."""
-    started = time.perf_counter()
-    child = subprocess.Popen(command)
-    peaks: dict[int, tuple[int, str]] = {}
-    peak_sum = 0
-    while child.poll() is None:
-        total = 0
-        for pid in _descendants(child.pid):
-            total += _status_kb(pid, "VmRSS")
-            hwm = _status_kb(pid, "VmHWM")
-            if hwm > peaks.get(pid, (0, ""))[0]:
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                        name = handle.read().replace(b"\0", b" ").decode(errors="replace")[:120]
-                except OSError:
-                    name = "?"
-                peaks[pid] = (hwm, name)
-        peak_sum = max(peak_sum, total)
-        time.sleep(poll_s)
-    wall = time.perf_counter() - started
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    per_process = sorted(((kb / 1e6, name) for kb, name in peaks.values()), reverse=True)
-    return {"rc": child.returncode, "wall_s": round(wall, 1), "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-            "peak_rss_gb_per_process": [round(gb, 2) for gb, _ in per_process[:4]],
-            "largest_process": per_process[0][1] if per_process else "", "peak_rss_gb_sum": round(peak_sum / 1e6, 2),
-            "load_average": [round(x, 2) for x in os.getloadavg()]}
+def run_measured(command: list[str], log: Path) -> dict:
+    """Run `command` through the scale table's `measure` (process tree polled: each process's
+    peak RSS, CPU of the tree); the figures this benchmark reports."""
+    result = measure(command, log)
+    peaks_mb = sorted([result["main_peak_mb"], *result["worker_peaks_mb"]], reverse=True)
+    return {"rc": result["rc"], "wall_s": round(result["wall_s"], 1), "cpu_s": round(result["cpu_s"], 1),
+            "peak_rss_gb_per_process": [round(mb / 1024, 2) for mb in peaks_mb[:4]],
+            "load_average": [round(x, 2) for x in os.getloadavg()], "log": str(log)}
 
 
 def mined_rows(pairs_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -280,7 +230,7 @@ def bench_mine(args) -> None:
                "--embedder", f"vectors:{out / 'vectors'}", "--output", str(pairs), "--overwrite",
                "--src-blocks", str(args.src_blocks), "--tgt-shards", str(args.tgt_shards), "--search", args.search,
                "--direct_num_workers", str(args.workers), "--direct_running_mode", "multi_processing"]
-    measured = run_measured(command)
+    measured = run_measured(command, out / "runs" / f"{name}.log")
     record = {"part": "mine", "layout": name, "workers": args.workers, "command": " ".join(command[1:]), **measured}
     keep_measurement(out, f"beam {name}", record)
     if measured["rc"] == 0:
@@ -416,7 +366,7 @@ def bench_peer(args) -> None:
     command = run_measured([sys.executable, __file__, "peer-run", "--out", str(out), "--threads", str(args.threads),
                             "--factory", args.factory,
                             "--k", str(args.k), "--nprobe", str(args.nprobe),
-                            "--train-per-list", str(args.train_per_list)])
+                            "--train-per-list", str(args.train_per_list)], out / "peer.log")
     saved = np.load(out / "peer.npz")
     keep_measurement(out, "peer", {**json.loads(str(saved["timings"])), **command})
     emit({"part": "peer", "recipe": f"stopes: {saved['factory']}, knn {args.k}, nprobe {args.nprobe}, ratio margin, "
@@ -521,7 +471,7 @@ def bench_project(args) -> None:
     name = f"project-B{args.src_blocks}-S{args.tgt_shards}-{args.search}"
     measured = run_measured([sys.executable, __file__, "project-run", "--out", str(out), "--threads", str(args.threads),
                              "--src-blocks", str(args.src_blocks), "--tgt-shards", str(args.tgt_shards),
-                             "--search", args.search])
+                             "--search", args.search], out / f"{name}.log")
     src, tgt, gold = load_vectors(out)
     saved = np.load(out / f"{name}.npz")
     emit({"part": "project", "run": name, **json.loads(str(saved["timings"])), **measured})

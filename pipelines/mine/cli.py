@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         return usage_error("labse-mine", str(error))
     logger.info("cells: %d source block(s) x %d target shard(s) (%s)", config.src_blocks, config.tgt_shards,
-                layout().reason if args.src_blocks is None or args.tgt_shards is None else "given")
+                layout().reason)  # counts nothing when both are given
     if choice.reason != "given":
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
     config = dataclasses.replace(config, embedder=choice.embedder, embedder_reason=choice.reason)

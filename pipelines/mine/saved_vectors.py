@@ -88,16 +88,17 @@ class SavedVectorsEmbedder:
         return len(self._where)
 
     def encode(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), np.float32)
-        missing = []
-        for i, text in enumerate(texts):
-            found = self._where.get(normalised_key(text))
-            if found is None:
-                missing.append(text)
-                continue
-            out[i] = self._matrices[found[0]][found[1]]
+        found = [self._where.get(normalised_key(text)) for text in texts]
+        missing = [text for text, where in zip(texts, found) if where is None]
         if missing:
             raise SavedVectorsError(f"{len(missing):,} of {len(texts):,} sentences have no saved vector in "
                                     f"{self.name[len(PREFIX):]}, e.g. {missing[0][:80]!r}: save a vector for every "
                                     "sentence mined")
+        out = np.zeros((len(texts), self.dim), np.float32)
+        if found:
+            files, rows = np.array(found, dtype=np.int64).T
+            for file_number in np.unique(files):  # one gather per file, rows in file order
+                on_file = np.flatnonzero(files == file_number)
+                order = on_file[np.argsort(rows[on_file], kind="stable")]
+                out[order] = self._matrices[file_number][rows[order]]
         return l2_normalise(out)

@@ -136,9 +136,17 @@ def unspaced_script(ch: str) -> str:
     return ""
 
 
+def _all_below_unspaced(text: str) -> bool:
+    # Latin, Cyrillic, Greek, Arabic, Devanagari...: every code point below the first unspaced
+    # script (Thai, U+0E00) and Hangul, so both lengths are the plain ones; one C-level scan.
+    return not text or max(text) < "\u0e00"
+
+
 def word_count(text: str) -> float:
     """Whitespace tokens, where letters of unspaced scripts count as word-equivalents instead
     (a token of Latin and Han letters mixed: 1 + its Han letters / 1.5)."""
+    if _all_below_unspaced(text):
+        return float(len(text.split()))
     count = 0.0
     for token in text.split():
         equivalents = sum(1 / CHARACTERS_PER_WORD[s] for s in map(unspaced_script, token) if s)
@@ -150,6 +158,8 @@ def word_count(text: str) -> float:
 def latin_equivalent_length(text: str) -> float:
     """Characters, where a letter of an unspaced script counts as its share of a spaced word's
     characters and a Hangul syllable as the letters it writes."""
+    if _all_below_unspaced(text):
+        return float(len(text))
     length = 0.0
     for ch in text:
         script = unspaced_script(ch)
