@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from labse_model.data import build_train_loader, epoch_order
+from labse_model.train import main as train_main
 from pipelines.io.stage_output import mark_complete
 from pipelines.io.tfrecord import TFRecordWriter, encode_example
 
@@ -165,3 +166,24 @@ def test_empty_shard_is_harmless(tmp_path):
     batches = global_batches(pattern, 2, 4, global_batch_size=4)
     seen = [r[0][1] - 1000 for b in batches[:2] for r in b]
     assert sorted(seen) == list(range(8))
+
+
+def test_an_out_of_vocabulary_id_names_its_shard_in_one_line(pair_inputs, tmp_path, caplog):
+    from pipelines.io.tfrecord import TFRecordWriter, encode_example
+
+    vocab, _ = pair_inputs
+    vocab_size = len(vocab.read_text(encoding="utf-8").splitlines())
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    shard = shards / "pairs-00000-of-00001.tfrecord"
+    with TFRecordWriter(shard) as writer:
+        for i in range(16):
+            tgt = [2, 10 + i, 3] if i != 11 else [2, vocab_size + 7, 3]
+            writer.write(encode_example({"src_ids": [2, 20 + i, 3], "tgt_ids": tgt}))
+    mark_complete(shards, {}, stage="test shards")
+    # 2 steps of 8 = every record of the epoch: the bad one is met whatever the order.
+    assert train_main(["--data", str(shards), "--vocab", str(vocab), "--output", str(tmp_path / "run"),
+                       "--config", "tiny", "--global-batch-size", "8", "--max-steps", "2",
+                       "--warmup-steps", "0"]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and str(shard) in errors[0] and str(vocab_size + 7) in errors[0], errors

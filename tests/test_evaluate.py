@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,3 +184,33 @@ def test_mining_subcommand_dispatches_to_bucc(capsys):
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
     assert "labse-eval mining" in help_text and "--gold" in help_text  # bucc's own parser answered
+
+
+def _remove_weights(model: Path) -> None:
+    for weights in model.rglob("*.safetensors"):
+        weights.unlink()
+
+
+def _truncate_weights(model: Path) -> None:
+    for weights in model.rglob("*.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:100])
+
+
+def _modules_json_not_a_list(model: Path) -> None:
+    (model / "modules.json").write_text(json.dumps({"Transformer": ""}))
+
+
+@pytest.mark.parametrize("damage", [_remove_weights, _truncate_weights, _modules_json_not_a_list])
+def test_labse_eval_refuses_a_directory_that_is_not_a_model_in_one_line(labse_data, tmp_path, capsys, damage):
+    from conftest import require_file
+    from labse_model.evaluate import main as eval_main
+    from model_helpers import save_tiny_sentence_transformer
+
+    require_file(labse_data, "tatoeba/tatoeba.deu-eng.deu")
+    (tmp_path / "work").mkdir()
+    model = save_tiny_sentence_transformer(tmp_path / "work", tmp_path / "model")
+    damage(model)
+    capsys.readouterr()
+    assert eval_main(["tatoeba", "--model", str(model), "--data", str(labse_data / "tatoeba"), "--langs", "deu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("labse-eval: error:") and str(model) in err[0], err

@@ -1,11 +1,15 @@
 """labse-export round trip: SentenceTransformer(path) reproduces the trainer's encoder."""
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 from pathlib import Path
 
 import pytest
 import torch
 
+from labse_model import checkpoint as ckpt
 from labse_model.checkpoint import save_model_weights
 from labse_model.encoder import pool_tokens
 from labse_model.export import load_encoder, main as export_main
@@ -146,3 +150,60 @@ def test_export_refuses_a_file_as_output_and_a_locked_output(run_dir, tmp_path, 
     with output_lock(tmp_path / "model"):
         assert export_main(["--run", str(run_dir), "--output", str(tmp_path / "model")]) == 2
     assert "model.lock" in caplog.text and not (tmp_path / "model").exists()
+
+
+@pytest.fixture(scope="module")
+def finished_run(pair_inputs, tmp_path_factory) -> Path:
+    """A finished 2-step tiny run; tests that could damage it work on copies."""
+    vocab, shards = pair_inputs
+    run = tmp_path_factory.mktemp("export_run") / "run"
+    assert train_main(["--data", shards, "--vocab", str(vocab), "--output", str(run), "--config", "tiny",
+                       "--global-batch-size", "8", "--max-steps", "2", "--lr", "1e-3", "--warmup-steps", "0",
+                       "--save-every", "2"]) == 0
+    return run
+
+
+def _copy_run(run: Path, where: Path) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copytree(run, where / "run"))
+
+
+def _files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("output", ["run", "run/checkpoints", "."])
+def test_export_refuses_an_output_that_is_inside_or_holds_its_run(finished_run, tmp_path, caplog, output):
+    runs = tmp_path / "runs"
+    run = _copy_run(finished_run, runs)
+    before = _files_of(runs)
+    assert export_main(["--run", str(run), "--output", str(runs / output), "--overwrite"]) == 2
+    assert "the input" in caplog.text and str(run) in caplog.text
+    assert _files_of(runs) == before  # nothing removed, nothing written
+
+
+def test_export_respects_the_umask(finished_run, tmp_path):
+    old = os.umask(0o022)
+    try:
+        assert export_main(["--run", str(finished_run), "--output", str(tmp_path / "model")]) == 0
+    finally:
+        os.umask(old)
+    model = tmp_path / "model"
+    assert stat.S_IMODE(model.stat().st_mode) == 0o755
+    assert stat.S_IMODE((model / "model.safetensors").stat().st_mode) == 0o644
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in model.rglob("*")}
+    assert modes <= {0o755, 0o644}, sorted(oct(m) for m in modes)
+
+
+def test_exporting_a_checkpoint_without_its_digest_warns_in_one_line(finished_run, tmp_path, caplog):
+    from safetensors.torch import load_file, save_file
+
+    run = _copy_run(finished_run, tmp_path)
+    weights = ckpt.find_checkpoint(run) / ckpt.MODEL_FILE
+    save_file(load_file(weights), weights, metadata={"format": "pt"})  # the format before the digest
+    assert export_main(["--run", str(run), "--output", str(tmp_path / "model")]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "digest" in r.getMessage()]
+    assert len(warnings) == 1 and str(weights) in warnings[0] and "\n" not in warnings[0]
+    caplog.clear()
+    assert export_main(["--run", str(finished_run), "--output", str(tmp_path / "model2")]) == 0
+    assert "digest" not in caplog.text  # a checkpoint with its digest exports silently

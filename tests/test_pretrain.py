@@ -442,3 +442,38 @@ def test_a_resume_from_an_earlier_checkpoint_does_not_count_the_rerun_steps_twic
     summary = json.loads((run / "pretrain_summary.json").read_text())
     assert summary["finished"] and {k: s["steps_timed"] for k, s in summary["stages"].items()} == {"0": 4, "1": 4}
 
+
+def test_the_pretrain_summary_keeps_the_stages_finished_before_a_crash(labse_data, pair_inputs, tmp_path,
+                                                                       monkeypatch):
+    from labse_model import pretrain_data
+    from labse_model.pretrain import main as pretrain_main
+    from model_helpers import udhr_lines
+
+    vocab, shards = pair_inputs
+    sentences = tmp_path / "clean" / "sentences" / "lang=en"
+    sentences.mkdir(parents=True)
+    lines = udhr_lines(labse_data, "eng")
+    pq.write_table(pa.table({"text": lines, "doc_id": [f"d{i // 12}" for i in range(len(lines))]}),
+                   sentences / "part-00000-of-00001.parquet")
+    mark_complete(tmp_path / "clean", {}, stage="test: labse-clean's layout")
+    args = ["--mono", str(sentences.parent), "--vocab", str(vocab), "--output", str(tmp_path / "pt"),
+            "--config", "tiny", "--stage-layers", "1,2", "--stage-fractions", "1,1", "--max-steps", "6",
+            "--global-batch-size", "4", "--max-seq-length", "32", "--warmup-steps", "0", "--save-every", "3",
+            "--heldout-rate", "0"]
+    calls = {"n": 0}
+    real_next = pretrain_data.PretrainBatches.__next__
+
+    def crash_at_step_five(self):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("simulated crash in stage 2")
+        return real_next(self)
+
+    monkeypatch.setattr(pretrain_data.PretrainBatches, "__next__", crash_at_step_five)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        pretrain_main(args)
+    monkeypatch.setattr(pretrain_data.PretrainBatches, "__next__", real_next)
+    assert pretrain_main(args + ["--resume"]) == 0
+    summary = json.loads((tmp_path / "pt" / "pretrain_summary.json").read_text())
+    assert summary["finished"]
+    assert {k: s["steps_timed"] for k, s in summary["stages"].items()} == {"0": 3, "1": 3}

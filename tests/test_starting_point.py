@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -371,3 +372,23 @@ def test_run_directory_and_bare_weights_still_work(vocab, shards, tmp_path):
     bare.write_bytes(weights.read_bytes())
     assert train_main(_train_args(vocab, shards, tmp_path / "third", bare, "--config", "tiny")) == 0
     assert train_main(_train_args(vocab, shards, tmp_path / "fourth", bare, "--config", "mini")) == 2
+
+
+@pytest.mark.parametrize("escape", ["../model/{path}", "{model}/{path}"])
+def test_init_from_refuses_module_paths_that_leave_the_directory(tmp_path, escape):
+    from labse_model.starting_point import load_starting_point
+    from model_helpers import save_tiny_sentence_transformer
+
+    (tmp_path / "work").mkdir()
+    model = save_tiny_sentence_transformer(tmp_path / "work", tmp_path / "model")
+    shutil.copyfile(tmp_path / "work" / "vocab.txt", model / "vocab.txt")  # as labse-export writes it
+    load_starting_point(model)  # the model itself loads
+    wrapper = tmp_path / "wrapper"
+    wrapper.mkdir()
+    shutil.copyfile(model / "vocab.txt", wrapper / "vocab.txt")
+    modules = json.loads((model / "modules.json").read_text())
+    for entry in modules:
+        entry["path"] = escape.format(model=model, path=entry["path"]).rstrip("/")
+    (wrapper / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ValueError, match="leaves the directory"):
+        load_starting_point(wrapper)

@@ -83,3 +83,21 @@ def test_learning_rate_schedule():
     assert [round(factor(s), 4) for s in range(13)] == [
         0.25, 0.5, 0.75, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0
     ]
+
+
+def test_a_run_into_a_symlink_of_a_running_run_dir_is_refused(pair_inputs, tmp_path, caplog):
+    """Issue 26, item 6: the lock was keyed on the path text, so `ptA` and a symlink to it were two
+    locks and two runs interleaved one directory's logs and checkpoints."""
+    from labse_model.cli import run_dir_lock
+    from labse_model.distributed import DistributedContext
+
+    vocab, shards = pair_inputs
+    real, link = tmp_path / "runA", tmp_path / "linkA"
+    real.mkdir()
+    link.symlink_to(real)
+    main_rank = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    with run_dir_lock(real, main_rank):  # a run into runA holds its lock
+        assert train_main(_args(vocab, shards, link)) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "lock" in errors[0].lower()
+    assert not any(real.iterdir())  # the refused run wrote nothing

@@ -196,6 +196,20 @@ class Sentence:
         return cls(text, lang, visible, digits, symbols, letters, in_script)
 
 
+class _BatchCount:
+    """A read-only SentenceBatch attribute: its per-sentence count of that name, from the counts the
+    batch computes together on first use (`_counts`)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, batch: "SentenceBatch | None", owner: type | None = None):
+        return self if batch is None else batch._counts[self.name]
+
+    def __set__(self, batch: "SentenceBatch", value) -> None:
+        raise AttributeError(f"SentenceBatch.{self.name} is computed from the sentences")
+
+
 class SentenceBatch:
     """Many sentences (a bundle of documents' worth), held as arrays: the rules' batch forms read
     these instead of looking at one sentence at a time.
@@ -295,25 +309,11 @@ class SentenceBatch:
                 counts[name][i] = getattr(counted, name)
         return counts
 
-    @property
-    def visible(self) -> np.ndarray:
-        return self._counts["visible"]
-
-    @property
-    def digits(self) -> np.ndarray:
-        return self._counts["digits"]
-
-    @property
-    def symbols(self) -> np.ndarray:
-        return self._counts["symbols"]
-
-    @property
-    def letters(self) -> np.ndarray:
-        return self._counts["letters"]
-
-    @property
-    def in_script(self) -> np.ndarray:
-        return self._counts["in_script"]
+    visible = _BatchCount()
+    digits = _BatchCount()
+    symbols = _BatchCount()
+    letters = _BatchCount()
+    in_script = _BatchCount()
 
     @cached_property
     def ascii(self) -> np.ndarray:
