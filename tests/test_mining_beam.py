@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.mine import cli as mine_cli
 from pipelines.mine.transforms import MineBitext, embed_texts_with_beam, registered_domain
-from pipelines.mine.embedders import load_embedder
+from pipelines.embed.embedders import load_embedder
 from pipelines.mine.margin import MarginConfig, mine
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock
 from tests.conftest import require_file

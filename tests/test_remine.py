@@ -1,4 +1,4 @@
-"""`python -m labse_model.remine`: two rounds end to end on real Multi30k de-en, round 2 mining with
+"""`python -m recipes.remine`: two rounds end to end on real Multi30k de-en, round 2 mining with
 round 1's exported model."""
 import gzip
 import json
@@ -22,8 +22,8 @@ def _write(path, lines):
 def test_two_rounds_mine_with_the_exported_model(labse_data, tmp_path):
     from model_helpers import build_vocab
 
-    from labse_model.demo_mining import read_rows
-    from labse_model.remine import main
+    from recipes.demo_mining import read_rows
+    from recipes.remine import main
 
     m30k = "multi30k/{}.{}.gz"
     # 80 test_2016 pairs hidden among 40 train distractors a side (their partners absent), English shuffled

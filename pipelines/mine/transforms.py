@@ -249,7 +249,7 @@ class _EmbedBatch(beam.DoFn):
         self.embedded = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "embedded")
 
     def setup(self):
-        from pipelines.mine.embedders import load_embedder
+        from pipelines.embed.embedders import load_embedder
 
         spec, threads = self.spec, self.threads
         # Held for the DoFn's life: Shared keeps only a weak reference to what it built.

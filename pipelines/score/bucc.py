@@ -146,8 +146,8 @@ def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[in
 def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, int]], embedder_spec: str,
                   src_lang: str, tgt_lang: str, scorer_dir=None, keep_precision: float = 0.8,
                   embedder=None, lid=None, rescored: bool = False) -> dict:
-    from pipelines.mine.embedder_choice import resolve_embedder
-    from pipelines.mine.embedders import load_embedder
+    from pipelines.embed.choice import resolve_embedder
+    from pipelines.embed.embedders import load_embedder
 
     choice = resolve_embedder(embedder_spec, src_lang, tgt_lang)
     embedder = embedder or load_embedder(choice.embedder)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also let the scorer pick the pairs among all k-nearest candidates (slower)")
     parser.add_argument("--output", default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
-    from pipelines.mine.embedders import EmbedderError
+    from pipelines.embed.base import EmbedderError
 
     try:
         src_ids, src = read_side(args.src)

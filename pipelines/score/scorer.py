@@ -514,7 +514,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
     of its wrong-language negatives, None or absent for none (`wrong_language_files` derives it);
     each such file must have as many lines as the target.
     """
-    from pipelines.mine.embedders import load_embedder
+    from pipelines.embed.embedders import load_embedder
     from pipelines.text.langid import LanguageIdentifier
 
     tgt_lang, tgt_path = shared_target(positives)

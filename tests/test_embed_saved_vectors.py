@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from pipelines.mine import cli as mine_cli
-from pipelines.mine.embedders import EmbedderError, load_embedder
+from pipelines.embed.base import EmbedderError
+from pipelines.embed.embedders import load_embedder
 from pipelines.mine.margin import MarginConfig, mine
 from tests.conftest import require_file
 from tests.test_mining_beam import _one_line_error, read_rows

