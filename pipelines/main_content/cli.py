@@ -17,7 +17,7 @@ from collections import Counter
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.stage_output import usage_error
-from pipelines.main_content.config import BuildConfig, MainContentTrainConfig, TeacherConfig
+from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig, TeacherConfig
 
 logger = logging.getLogger(__name__)
 
@@ -156,11 +156,8 @@ def evaluate_parser() -> argparse.ArgumentParser:
                     "line precision/recall/F1 for 'main content', agreement, kept-text token F1.")
     parser.add_argument("--model", required=True, help="fastText model from `labse-main-content train`")
     parser.add_argument("--input", required=True, help="WARC file pattern, e.g. 'crawl/*.warc.gz'")
-    parser.add_argument("--threshold", type=float, default=0.5, help="keep lines scoring at least this (default 0.5)")
-    parser.add_argument("--text-only", action="store_true",
-                        help="score lines without the HTML feature (as for WET input)")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many HTML pages")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
+    add_config_options(parser, MainContentEvaluateConfig)
     return parser
 
 
@@ -168,6 +165,10 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     parser = evaluate_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:  # before the model is loaded
+        config = config_from_args(MainContentEvaluateConfig, args)
+    except UsageError as exc:
+        return usage_error("labse-main-content evaluate", str(exc))
 
     from pipelines.main_content.evaluate import evaluate_pages, format_metrics, labelled_pages_from_warc
     from pipelines.main_content.model import MainContentModel, MainContentModelError
@@ -181,14 +182,14 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     try:
         from tqdm import tqdm
 
-        pages = tqdm(labelled_pages_from_warc(args.input, limit=args.limit, stats=stats),
+        pages = tqdm(labelled_pages_from_warc(args.input, limit=config.limit, stats=stats),
                      desc="pages", unit="page", disable=None)
-        summary = evaluate_pages(model, pages, args.threshold, use_html=not args.text_only)
+        summary = evaluate_pages(model, pages, config.threshold, use_html=not config.text_only)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    summary["threshold"] = args.threshold
-    summary["html_feature"] = not args.text_only
+    summary["threshold"] = config.threshold
+    summary["html_feature"] = not config.text_only
     summary["input_counts"] = dict(sorted(stats.items()))
     print(format_metrics(f"{args.model} vs teacher on {args.input}", summary))
     if args.json_out:
