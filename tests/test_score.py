@@ -670,7 +670,7 @@ def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, emb
     free = [i for i in np.random.default_rng(5).permutation(len(train_en)) if i not in used][:2000]
     src = de + [train_de[i] for i in free[:1000]]
     tgt = en + [train_en[i] for i in free[1000:]]
-    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin="ratio", strategy="max"))
+    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     rows = [{"src": src[i], "tgt": tgt[j], "src_lang": "de", "tgt_lang": "en", "cosine": float(c), "margin": float(m),
              "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": str(j)}
             for i, j, c, m in zip(pairs.src, pairs.tgt, pairs.cosine, pairs.margin)]

@@ -156,8 +156,8 @@ def evaluate_parser() -> argparse.ArgumentParser:
                     "line precision/recall/F1 for 'main content', agreement, kept-text token F1.")
     parser.add_argument("--model", required=True, help="fastText model from `labse-main-content train`")
     parser.add_argument("--input", required=True, help="WARC file pattern, e.g. 'crawl/*.warc.gz'")
-    parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
     add_config_options(parser, MainContentEvaluateConfig)
+    parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
     return parser
 
 
