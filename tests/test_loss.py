@@ -87,3 +87,16 @@ def test_gathered_losses_of_the_ranks_average_to_the_big_batch_loss(monkeypatch)
 def test_shape_mismatch_is_a_clear_error():
     with pytest.raises(ValueError, match="differ in shape"):
         BidirectionalAMSLoss()(SRC, TGT[:1])
+
+
+def test_a_run_config_from_before_the_rename_loads_its_margin_as_the_additive_margin():
+    """config.json of runs written when TrainConfig's field was `margin` (labse-train --margin):
+    resume and export read it as `additive_margin`; a config written now round-trips."""
+    import dataclasses
+
+    from labse_model.config import ModelConfig, RunConfig, TrainConfig
+
+    written = dataclasses.asdict(RunConfig(model=ModelConfig(vocab_size=100), train=TrainConfig(additive_margin=0.2)))
+    assert RunConfig.from_dict(written).train.additive_margin == 0.2
+    written["train"]["margin"] = written["train"].pop("additive_margin")
+    assert RunConfig.from_dict(written).train.additive_margin == 0.2
