@@ -21,7 +21,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m labse_model.demo --data $(LABSE_DATA) --output demo_out
+	$(PY) -m recipes.demo --data $(LABSE_DATA) --output demo_out
 
 test: $(STAMP)
 	$(PY) -m pytest tests

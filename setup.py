@@ -61,7 +61,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["pipelines", "pipelines.*", "labse_model", "labse_model.*", "vocab", "vocab.*"]),
+    packages=find_packages(include=["pipelines", "pipelines.*", "labse_model", "labse_model.*", "vocab", "vocab.*",
+                                    "recipes", "recipes.*"]),
     install_requires=CORE,
     extras_require={
         "pipelines": PIPELINES + TF,

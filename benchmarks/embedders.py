@@ -7,7 +7,7 @@ the retrieval accuracy of both embedders in both directions (xx->en, en->xx) on 
 `--pairs` line-aligned pairs; `--extra` languages (default ces) are measured with e5-small only.
 Speed is sentences per CPU-second (process time, so other jobs on a shared machine do not count).
 Prints one JSON line per language and embedder, then a Markdown table, and the dict that
-`pipelines/mine/embedder_choice.py` keeps as TATOEBA_ACCURACY.
+`pipelines/embed/choice.py` keeps as TATOEBA_ACCURACY.
 
 Fewer pairs than Tatoeba's 1,000 make retrieval easier (fewer distractors), so these numbers sit
 above full-set ones; they are for comparing the two embedders on the same sample, which is what
@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labse_model.evaluate import load_tatoeba, retrieval_accuracy  # noqa: E402
-from pipelines.mine.embedder_choice import E5_SMALL_LANGUAGES, USEM3_LANGUAGES  # noqa: E402
-from pipelines.mine.embedders import E5_SMALL, USEM3, load_embedder  # noqa: E402
+from pipelines.embed.choice import E5_SMALL_LANGUAGES, USEM3_LANGUAGES  # noqa: E402
+from pipelines.embed.embedders import E5_SMALL, USEM3, load_embedder  # noqa: E402
 
 DATA = Path(os.environ.get("LABSE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 

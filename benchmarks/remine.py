@@ -1,4 +1,4 @@
-"""Two rounds of `python -m labse_model.remine` on BUCC-style Multi30k sets (BENCHMARKS.md, "Re-mining").
+"""Two rounds of `python -m recipes.remine` on BUCC-style Multi30k sets (BENCHMARKS.md, "Re-mining").
 
     python benchmarks/remine.py --output /tmp/remine-bench [--langs cs,de] [--distractors 1000]
     python benchmarks/remine.py --output /tmp/remine-bench --heldout   # after it: each round's model on unseen sets
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from mining import DATA, bucc_set, read_lines  # noqa: E402
-from labse_model.remine import main as remine_main  # noqa: E402
+from recipes.remine import main as remine_main  # noqa: E402
 from model_helpers import build_vocab  # noqa: E402
 
 POSITIVE_ROWS = 1000
@@ -39,7 +39,7 @@ def write_lines(path: Path, lines) -> None:
 def heldout(args) -> int:
     import json
 
-    from pipelines.mine.embedder_choice import choose_embedder
+    from pipelines.embed.choice import choose_embedder
     from pipelines.score.bucc import evaluate_sets
 
     summary = json.loads((args.output / "out" / "summary.json").read_text(encoding="utf-8"))
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     vocab = build_vocab(DATA, sets / "vocab", vocab_size=4000, lines_per_lang=2000)
     argv += ["--other-language", f"fr:{sets / 'pos.fr'}", "--vocab", str(vocab), "--output", str(args.output / "out"),
              "--eval-data", str(DATA), "--scorer-max-pairs", str(POSITIVE_ROWS - 560), *remine_args]
-    print("python -m labse_model.remine " + " ".join(argv), flush=True)
+    print("python -m recipes.remine " + " ".join(argv), flush=True)
     return remine_main(argv)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from mining import hidden_set, read_text_lines  # a sibling script: `benchmarks` is not a package here
-from pipelines.mine.embedder_choice import normalise_language
+from pipelines.embed.choice import normalise_language
 
 ENGLISH_RATIO = 2  # English distractors per true pair
 POOL_SPARE = 1000  # pool sentences beyond ENGLISH_RATIO x max_pairs, room for the per-language exclusions
@@ -137,7 +137,7 @@ def tatoeba_bucc_set(data: Path, code: str, pool: list[tuple[str, str]], seed: i
 
 def covered_codes(data: Path, embedder: str) -> list[str]:
     """The Tatoeba languages (of `TATOEBA_LANGUAGES`, with a file under `data`) that `embedder` covers."""
-    from pipelines.mine.embedder_choice import covers
+    from pipelines.embed.choice import covers
 
     present = set(tatoeba_codes(data))
     return [code for code, (lang, _) in TATOEBA_LANGUAGES.items()
@@ -163,7 +163,7 @@ def embed_corpora(data: Path, embedder, codes: list[str], pool: list[tuple[str, 
 def print_table(rows: list[dict], asked: float) -> None:
     """Per language (sorted by `auto`'s F1): each embedder's automatic keep and LASER's oracle F1, what
     `auto` picked; means over all languages and over those both embedders cover; the misses."""
-    from pipelines.mine.embedder_choice import choose_embedder
+    from pipelines.embed.choice import choose_embedder
 
     by_lang: dict[str, dict[str, dict]] = {}
     for r in rows:

@@ -240,8 +240,8 @@ class TrainConfig(TrainerSettings):
 
     # The paper's batch; split evenly over ranks.
     global_batch_size: int = option(4096, "pairs per step over all processes (must divide by the process count)")
-    # Additive margin m, subtracted from the positive cosine only (paper).
-    margin: float = option(0.3, "additive margin on the positive")
+    # Additive margin m, subtracted from the positive cosine only (paper); not labse-mine's margin kind.
+    additive_margin: float = option(0.3, "additive margin on the positive", flag="--margin")
     # Logit scale s multiplies cosines in [-1, 1]. TF Model Garden's LaBSE uses 100 with a
     # pre-trained BERT; from random weights (every [CLS] embedding nearly the same vector) 100 sat at
     # the collapsed loss while 20 learned (BENCHMARKS.md, "Trainer": the scale rows). A high scale
@@ -269,7 +269,7 @@ class TrainConfig(TrainerSettings):
             int_at_least("global_batch_size", self.global_batch_size, 2,
                          " (in-batch negatives need at least one negative)"),
             # The margin is subtracted from the positive's cosine; a negative one would favour it.
-            finite_in("margin", self.margin, 0.0),
+            finite_in("additive_margin", self.additive_margin, 0.0),
             finite_in("scale", self.scale, 0.0, low_open=True),
             int_at_least("max_steps", self.max_steps, 1),
             *self.trainer_problems(),
@@ -320,9 +320,12 @@ class RunConfig(JsonConfigFile):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        train = dict(data["train"])
+        if "margin" in train:  # a run written before the field was named additive_margin
+            train["additive_margin"] = train.pop("margin")
         return cls(
             model=ModelConfig(**data["model"]),
-            train=TrainConfig(**data["train"]),
+            train=TrainConfig(**train),
             **{k: v for k, v in data.items() if k not in ("model", "train")},
         )
 

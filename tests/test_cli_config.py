@@ -206,7 +206,7 @@ def _parsers():
     from pipelines.clean import cli as clean_cli
     from pipelines.clean.config import CleanConfig
     from pipelines.main_content import cli as main_content_cli
-    from pipelines.main_content.config import BuildConfig, MainContentTrainConfig
+    from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig
     from pipelines.mine import cli as mine_cli
     from pipelines.mine.config import MineConfig
     from pipelines.score import cli as score_cli
@@ -221,6 +221,7 @@ def _parsers():
         ("labse-clean", None): (clean_cli.build_parser, [CleanConfig]),
         ("labse-main-content", "build-data"): (main_content_cli.build_data_parser, [BuildConfig]),
         ("labse-main-content", "train"): (main_content_cli.train_parser, [MainContentTrainConfig]),
+        ("labse-main-content", "evaluate"): (main_content_cli.evaluate_parser, [MainContentEvaluateConfig]),
         ("labse-vocab", None): (vocab_cli.build_parser, [VocabConfig]),
         ("labse-mine", None): (mine_cli.build_parser, [MineConfig]),
         ("labse-score", None): (score_cli.build_parser, [ScoreConfig]),
@@ -233,7 +234,6 @@ def _parsers():
 
 # Commands whose options are all inputs, outputs and run settings, with no config dataclass: each says why.
 WITHOUT_CONFIG = {
-    ("labse-main-content", "evaluate"): "a model, a WARC pattern and how to read them",
     ("labse-export", None): "a run, a step and an output directory",
     ("labse-eval", None): "a model, a data set and a device (tatoeba, multi30k, mining)",
 }
@@ -277,6 +277,7 @@ def test_every_command_is_built_from_its_config_dataclass(command):
     ("pipelines.clean.config:CleanConfig(main_content_threshold=7)", "main_content_threshold"),
     ("pipelines.main_content.config:BuildConfig(dev_fraction=0.6, test_fraction=0.5)", "--dev-fraction"),
     ("pipelines.main_content.config:MainContentTrainConfig(epoch=0)", "epoch"),
+    ("pipelines.main_content.config:MainContentEvaluateConfig(threshold=1.5)", "--threshold"),
     ("vocab.config:VocabConfig(vocab_size=0)", "--vocab-size"),
     ("pipelines.mine.config:MineConfig(src_lang='de', tgt_lang='en', k=0)", "--k"),
     ("pipelines.mine.config:MineConfig(src_lang='de', tgt_lang='en', search='faiss')", "--search"),

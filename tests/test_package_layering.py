@@ -6,14 +6,16 @@ Layers, bottom to top (a module imports only its own layer or lower ones):
     pipelines.text                    pure text functions (never the readers, nor anything above)
     pipelines.accounting, .stage      counting and the stage kit (Beam)
     pipelines.read                    the readers (may use pipelines.text)
+    pipelines.embed                   the embedders and `auto` (imports no stage; the stages use it)
     pipelines.<stage>                 clean, main_content, mine, score, tfrecords
     vocab                             the vocabulary stage (uses pipelines, never the reverse)
-    labse_model                       the trainer, and the `make demo` orchestration (labse_model/demo.py)
+    labse_model                       the trainer (never the recipes)
+    recipes                           orchestration on top: `make demo` (recipes/demo.py), re-mining
 
 A stage may use another stage's logic but never its command-line module, no file imports a file
 that imports it back (directly or through others), and the three top-level packages import each
 other in one direction only. Read from the sources with `ast`, so the check needs no heavy import
-and sees imports inside functions too.
+and sees imports inside functions too. Only the recipes may drive several stages' commands.
 """
 from __future__ import annotations
 
@@ -81,10 +83,11 @@ def test_modules_used_without_beam_import_no_heavy_framework_at_load(module):
     assert [m for _, m in imports if any(_is(m, h) for h in heavy)] == []
 
 
-PACKAGES = ("pipelines", "vocab", "labse_model")
+PACKAGES = ("pipelines", "vocab", "labse_model", "recipes")
 STAGES = ("clean", "main_content", "mine", "score", "tfrecords")
 LAYERS = {"pipelines.io": 0, "pipelines.text": 1, "pipelines.accounting": 2, "pipelines.stage": 2,
-          "pipelines.read": 3, **{f"pipelines.{stage}": 4 for stage in STAGES}, "vocab": 5, "labse_model": 6}
+          "pipelines.read": 3, "pipelines.embed": 4, **{f"pipelines.{stage}": 5 for stage in STAGES}, "vocab": 6,
+          "labse_model": 7, "recipes": 8}
 
 
 def _module_of(path: Path, root: Path = ROOT) -> str:
@@ -197,7 +200,7 @@ def layering_violations(root: Path = ROOT) -> dict[str, list[str]]:
             low, high = _layer(module), _layer(target)
             if low is not None and high is not None and high > low:
                 upward.append(where)
-            if _stage(module) != _stage(target) and target in commands and not module.startswith("labse_model"):
+            if _stage(module) != _stage(target) and target in commands and not _is(module, "recipes"):
                 stage_commands.append(where)
     package_graph: dict[str, dict[str, int]] = {}
     for module, edges in graph.items():
@@ -260,6 +263,11 @@ def _write(root: Path, files: dict[str, str]) -> Path:
     ({"pipelines/text/a.py": "def f():\n    from pipelines.clean.bundle import g\n",
       "pipelines/clean/bundle.py": ""}, "import up a layer"),
     ({"pipelines/clean/a.py": "import labse_model.loss\n", "labse_model/loss.py": ""}, "import up a layer"),
+    ({"pipelines/embed/a.py": "def f():\n    from pipelines.mine.margin import m\n", "pipelines/mine/margin.py": ""},
+     "import up a layer"),
+    ({"labse_model/train.py": "from recipes.demo import DEMO_STEPS\n", "recipes/demo.py": ""}, "import up a layer"),
+    ({"labse_model/demo.py": "from pipelines.score import cli\n", "pipelines/score/cli.py": ""},
+     "stage imports another stage's command"),
     ({"pipelines/tfrecords/encode.py": "from vocab.tokenizer import T\n", "vocab/tokenizer.py": "",
       "vocab/count.py": "from pipelines.io.atomic import w\n", "pipelines/io/atomic.py": ""},
      "package import cycle"),
@@ -279,5 +287,8 @@ def test_a_stage_may_use_another_stage_s_logic(tmp_path):
                              "pipelines/mine/margin.py": "", "pipelines/clean/cli.py": "from . import bundle\n",
                              "pipelines/clean/bundle.py": "from pipelines.main_content.model import f\n",
                              "pipelines/main_content/model.py": "from pipelines.text.html import h\n",
-                             "pipelines/text/html.py": "", "labse_model/demo.py": "from pipelines.clean.cli import m\n"})
+                             "pipelines/text/html.py": "", "recipes/demo.py": "from pipelines.clean.cli import m\n",
+                             "pipelines/mine/cli.py": "from pipelines.embed.choice import c\n",
+                             "pipelines/embed/choice.py": "from pipelines.io.config_options import o\n",
+                             "pipelines/io/config_options.py": ""})
     assert all(not found for found in layering_violations(root).values())

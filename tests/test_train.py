@@ -53,7 +53,7 @@ def test_resume_continues_exactly(pair_inputs, labse_data, tmp_path, grad_cache_
     # The run directory (contract 9) and what the resumed run evaluated.
     config = json.loads((interrupted / "config.json").read_text())
     assert config["model"]["num_layers"] == 2 and config["model"]["vocab_size"] == 2000
-    assert config["train"]["margin"] == 0.3 and config["train"]["scale"] == 20.0
+    assert config["train"]["additive_margin"] == 0.3 and config["train"]["scale"] == 20.0
     assert config["train"]["grad_cache_chunk"] == grad_cache_chunk
     assert (interrupted / "vocab.txt").read_text() == vocab.read_text()
     state = ckpt.load_training_state(ckpt.find_checkpoint(interrupted))

@@ -12,7 +12,7 @@ from pathlib import Path
 from pyflakes import checker, messages
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("pipelines", "labse_model", "vocab")
+PACKAGES = ("pipelines", "labse_model", "vocab", "recipes")
 
 
 def undefined_names(path: Path) -> list[str]:

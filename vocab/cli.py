@@ -13,10 +13,8 @@ line, exit 2).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-from pathlib import Path
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.stage_output import OutputExistsError, OutputLockedError, stage_parser, usage_error
@@ -73,41 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     from pipelines.stage import report_identity
 
     return report_identity("labse-vocab", result.stats)
-
-
-def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
-    """Demo step: a 32k vocabulary from the demo's cleaned text plus Multi30k train (en/de/fr/cs)."""
-    out_dir = out / "vocab"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    argv = ["--output", str(out_dir / "vocab.txt"), "--vocab-size", "32000", "--char-min-count", "2", "--overwrite"]
-    clean = artifacts.get("clean_output")
-    sentences = Path(clean) / "sentences" if clean else None
-    if sentences is not None and any(sentences.glob("lang=*/*.parquet")):
-        argv += ["--input", str(sentences)]
-    for lang in ("en", "de", "fr", "cs"):
-        path = data / "multi30k" / f"train.{lang}.gz"
-        if not path.is_file():
-            raise FileNotFoundError(f"demo vocabulary needs {path}")
-        argv += ["--input-text", f"{lang}={path}"]
-    argv += ["--direct_num_workers", "1"]
-    code = main(argv)
-    if code != 0:
-        raise RuntimeError(f"labse-vocab failed with exit code {code}")
-    artifacts["vocab"] = str(out_dir / "vocab.txt")
-    report = json.loads((out_dir / "vocab.report.json").read_text(encoding="utf-8"))
-    stats = json.loads((out_dir / "vocab.stats.json").read_text(encoding="utf-8"))
-    lines = [
-        f"vocab.txt: {report['vocab_size']:,} tokens ({stats['learner']['num_chars']} characters, alone and as ##c) "
-        f"from {stats['learner']['num_words_in']:,} distinct words in {len(stats['languages'])} languages"
-        + (" (cleaned demo text + Multi30k train)" if "--input" in argv else " (Multi30k train; no cleaned text found)"),
-        f"learning took {stats['seconds']['learn']:.0f} s, counting with Beam {stats['seconds']['count']:.0f} s",
-    ]
-    ranked = sorted(report["languages"].items(), key=lambda kv: -kv[1]["sentences"])[:8]
-    lines.append("held-out sentences, per language: [UNK] share / subwords per word / words kept whole")
-    for lang, row in ranked:
-        lines.append(f"  {lang}: {row['unk_share']:.4f} / {row['subwords_per_word']:.3f} / {row['whole_word_share']:.3f}"
-                     f"  ({row['sentences']} sentences)")
-    return lines
 
 
 if __name__ == "__main__":

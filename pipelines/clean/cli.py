@@ -15,12 +15,10 @@ This module is the CLI only: it parses options and wires `ReadAll | CleanCorpus`
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -47,7 +45,7 @@ from pipelines.io.stage_output import (
 from pipelines.stage import run_to_completion
 from pipelines.clean.config import CleanConfig
 
-__all__ = ["build_parser", "infer_format", "main", "run", "run_demo"]
+__all__ = ["build_parser", "infer_format", "main", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -176,56 +174,6 @@ def summarise(stats: dict) -> str:
         lines.append(f"input files: {per_file['files']}, {per_file['files_with_errors']} with errored documents"
                      + (f"; most: {', '.join(worst)}" if worst else "") + " (stats.json per_file)")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Demo step (contract 10).
-
-DEMO_INPUTS = [
-    ("commoncrawl/CC-MAIN-2020-34-sample.warc.gz", "warc"),
-    ("commoncrawl/web-pages-sample.warc.gz", "warc"),
-    ("maincontent/article-pages.warc.gz", "warc"),
-    ("wikipedia/enwiki-pages-articles-sample.xml.bz2", "wikipedia"),
-    ("wikipedia/ltgwiki-pages-articles-sample.xml.bz2", "wikipedia"),
-]
-
-
-def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
-    """labse-clean on every sample in LABSE_DATA, through the real CLI, into out/clean/."""
-    output = out / "clean"
-    argv = []
-    for relative, fmt in DEMO_INPUTS:
-        argv += ["--input", str(data / relative)]
-    argv += ["--output", str(output), "--overwrite"]
-    model = artifacts.get("main_content_model")
-    if model:
-        argv += ["--main-content-model", str(model)]
-    print(f"labse-clean {' '.join(argv)}", flush=True)
-    code = main(argv)
-    if code != 0:
-        raise RuntimeError(f"labse-clean failed with exit code {code}")
-    stats = json.loads((output / "stats.json").read_text(encoding="utf-8"))
-    artifacts["clean_output"] = str(output)
-    lines = [
-        f"inputs: {len(DEMO_INPUTS)} sample files; main content by "
-        + (f"the model {model}" if model else "heuristic rules (no main-content model available)"),
-        f"documents read {stats['documents_read']}: kept {stats['documents_kept']}, "
-        f"dropped {sum(stats['documents_dropped'].values())}, errored {stats['documents_errored']}",
-        f"sentences read {stats['sentences_read']}: kept {stats['sentences_kept']}, "
-        f"dropped {sum(stats['sentences_dropped'].values())} "
-        f"(duplicates {stats['sentences_dropped'].get('duplicate', 0)}), errored {stats['sentences_errored']}",
-        f"accounting identity read = kept + dropped + errored: {'holds' if stats['identity_holds'] else 'BROKEN'}",
-        f"input files {stats['per_file']['files']}, with errored documents {stats['per_file']['files_with_errors']} "
-        "(stats.json per_file)",
-        "lang  sentences",
-    ]
-    for lang, count in list(stats["per_language"].items())[:15]:
-        lines.append(f"{lang:<5} {count}")
-    if len(stats["per_language"]) > 15:
-        rest = list(stats["per_language"].values())[15:]
-        lines.append(f"(+{len(rest)} more languages, {sum(rest)} sentences)")
-    lines.append(f"output: {output}/sentences (lang=XX/*.parquet), errors/, stats.json")
-    return lines
 
 
 if __name__ == "__main__":

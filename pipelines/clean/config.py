@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from pipelines.io.config_options import option
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE
+from pipelines.main_content.config import MAIN_CONTENT_THRESHOLD
 from pipelines.text.filters import FilterConfig
 from pipelines.text.langid import DEFAULT_THRESHOLD
 
@@ -23,7 +24,7 @@ class CleanConfig:
         None, "fastText main-content model from `labse-main-content` (local or gs://; workers copy it "
         "locally); without it, documented heuristic rules score lines (docs/reference/labse-clean.md)", metavar="PATH")
     main_content_threshold: float = option(
-        0.5, "drop sentences whose line scores below this P(main content) (default %(default)s)")
+        MAIN_CONTENT_THRESHOLD, "drop sentences whose line scores below this P(main content) (default %(default)s)")
     # LaBSE kept sentences of 10 to 5,000 characters.
     min_chars: int = option(10, "shortest sentence kept, in characters (default %(default)s, as LaBSE)")
     max_chars: int = option(5000, "longest sentence kept, in characters (default %(default)s, as LaBSE)")

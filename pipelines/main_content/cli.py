@@ -13,13 +13,11 @@ import dataclasses
 import json
 import logging
 import sys
-import time
 from collections import Counter
-from pathlib import Path
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.stage_output import usage_error
-from pipelines.main_content.config import BuildConfig, MainContentTrainConfig, TeacherConfig
+from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig, TeacherConfig
 
 logger = logging.getLogger(__name__)
 
@@ -158,10 +156,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
                     "line precision/recall/F1 for 'main content', agreement, kept-text token F1.")
     parser.add_argument("--model", required=True, help="fastText model from `labse-main-content train`")
     parser.add_argument("--input", required=True, help="WARC file pattern, e.g. 'crawl/*.warc.gz'")
-    parser.add_argument("--threshold", type=float, default=0.5, help="keep lines scoring at least this (default 0.5)")
-    parser.add_argument("--text-only", action="store_true",
-                        help="score lines without the HTML feature (as for WET input)")
-    parser.add_argument("--limit", type=int, default=None, help="evaluate at most this many HTML pages")
+    add_config_options(parser, MainContentEvaluateConfig)
     parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
     return parser
 
@@ -170,6 +165,10 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     parser = evaluate_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    try:  # before the model is loaded
+        config = config_from_args(MainContentEvaluateConfig, args)
+    except UsageError as exc:
+        return usage_error("labse-main-content evaluate", str(exc))
 
     from pipelines.main_content.evaluate import evaluate_pages, format_metrics, labelled_pages_from_warc
     from pipelines.main_content.model import MainContentModel, MainContentModelError
@@ -183,14 +182,14 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     try:
         from tqdm import tqdm
 
-        pages = tqdm(labelled_pages_from_warc(args.input, limit=args.limit, stats=stats),
+        pages = tqdm(labelled_pages_from_warc(args.input, limit=config.limit, stats=stats),
                      desc="pages", unit="page", disable=None)
-        summary = evaluate_pages(model, pages, args.threshold, use_html=not args.text_only)
+        summary = evaluate_pages(model, pages, config.threshold, use_html=not config.text_only)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    summary["threshold"] = args.threshold
-    summary["html_feature"] = not args.text_only
+    summary["threshold"] = config.threshold
+    summary["html_feature"] = not config.text_only
     summary["input_counts"] = dict(sorted(stats.items()))
     print(format_metrics(f"{args.model} vs teacher on {args.input}", summary))
     if args.json_out:
@@ -205,60 +204,6 @@ COMMANDS = {
     "train": (train_main, "train the fastText classifier; report P/R/F1 on the test split"),
     "evaluate": (evaluate_main, "agreement of a model with the teacher on any WARC"),
 }
-
-
-DEMO_INPUT = "commoncrawl/*.warc.gz"
-DEMO_ARTICLES = "maincontent/article-pages.warc.gz"
-DEMO_TRUTH = "maincontent/article-pages.ground-truth.json"
-
-
-def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
-    """Build data from the two Common Crawl sample WARCs, train, and measure on held-out article pages.
-
-    The 181 article pages are never used for training, so their F1 against the human main text is
-    a held-out number. Writes under out/main_content/; sets artifacts["main_content_model"].
-    """
-    stage = out / "main_content"
-    data_dir, model_path = stage / "data", stage / "model.bin"
-    started = time.perf_counter()
-    argv = ["build-data", "--input", str(data / DEMO_INPUT), "--output", str(data_dir), "--overwrite"]
-    print("labse-main-content " + " ".join(argv), flush=True)
-    if main(argv) != 0:
-        raise RuntimeError("labse-main-content build-data failed")
-    build_seconds = time.perf_counter() - started
-    # One thread: fastText's training repeats exactly only single-threaded, and every later stage of
-    # the demo (vocabulary, mining, training) depends on the sentences this model keeps.
-    argv = ["train", "--data", str(data_dir), "--output", str(model_path), "--threads", "1"]
-    print("labse-main-content " + " ".join(argv), flush=True)
-    if main(argv) != 0:
-        raise RuntimeError("labse-main-content train failed")
-    artifacts["main_content_model"] = str(model_path)
-    stats = json.loads((data_dir / "stats.json").read_text(encoding="utf-8"))
-    report = json.loads(Path(str(model_path) + ".metrics.json").read_text(encoding="utf-8"))
-    test = report["test"]
-    lines = [
-        f"build-data on {DEMO_INPUT}: {stats['documents_kept']} HTML pages labelled by trafilatura "
-        f"(train/dev/test pages {stats['pages']['train']}/{stats['pages']['dev']}/{stats['pages']['test']}), "
-        f"{stats['train_examples']} balanced training lines, {build_seconds:.0f} s",
-        f"model {model_path} ({report['model_bytes'] / 1e6:.1f} MB), trained in {report['train_seconds']:.1f} s",
-        f"test split vs teacher ({test['pages']} pages, {test['lines']} lines): P {test['precision']:.3f} "
-        f"R {test['recall']:.3f} F1 {test['f1']:.3f}, agreement {test['agreement']:.3f} "
-        f"(text only: F1 {report['test_text_only']['f1']:.3f}, agreement {report['test_text_only']['agreement']:.3f})",
-    ]
-    articles, truth_file = data / DEMO_ARTICLES, data / DEMO_TRUTH
-    if articles.is_file() and truth_file.is_file():
-        from pipelines.main_content.evaluate import html_pages, mean_token_f1_vs_truth, model_kept_text
-        from pipelines.main_content.model import MainContentModel
-
-        model = MainContentModel.load(str(model_path))
-        truth = json.loads(truth_file.read_text(encoding="utf-8"))
-        pages = html_pages(str(articles))
-        f1, count = mean_token_f1_vs_truth(lambda html: model_kept_text(model, html), pages, truth)
-        f1_text, _ = mean_token_f1_vs_truth(lambda html: model_kept_text(model, html, use_html=False), pages, truth)
-        lines.append(f"held-out article pages ({count}, never trained on), kept-text token F1 vs human main text: "
-                     f"{f1:.3f} with the HTML feature, {f1_text:.3f} text only "
-                     f"(data README: all visible text 0.594, trafilatura 0.955)")
-    return lines
 
 
 if __name__ == "__main__":

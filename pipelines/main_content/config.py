@@ -5,6 +5,10 @@ from dataclasses import dataclass, field
 
 from pipelines.io.config_options import CLI, not_an_option, option
 
+# P(main content) at or above which a line is kept: labse-clean's --main-content-threshold (also for the
+# heuristic rules' scores), and the threshold labse-main-content train and evaluate report metrics at.
+MAIN_CONTENT_THRESHOLD = 0.5
+
 
 @dataclass(frozen=True)
 class TeacherConfig:
@@ -70,7 +74,8 @@ class MainContentTrainConfig:
     threads: int = option(2, "default %(default)s")
     seed: int = option(0, "default %(default)s")
     quantize: bool = option(False, "write a quantized (much smaller) .ftz model")
-    threshold: float = option(0.5, "decision threshold used for the reported metrics (default %(default)s)")
+    threshold: float = option(MAIN_CONTENT_THRESHOLD,
+                              "decision threshold used for the reported metrics (default %(default)s)")
 
     def __post_init__(self):
         # Checked here so that library use is checked too; the CLI reports the ValueError in one line.
@@ -88,3 +93,22 @@ class MainContentTrainConfig:
         return {"epoch": self.epoch, "lr": self.lr, "dim": self.dim, "wordNgrams": self.word_ngrams,
                 "bucket": self.bucket, "minCount": self.min_count, "thread": self.threads,
                 "seed": self.seed, "loss": "softmax"}
+
+
+@dataclass(frozen=True)
+class MainContentEvaluateConfig:
+    """How `labse-main-content evaluate` scores a model against the teacher (its options besides the
+    model, the input and the JSON report's path)."""
+
+    threshold: float = option(MAIN_CONTENT_THRESHOLD, "keep lines scoring at least this (default %(default)s)")
+    text_only: bool = option(False, "score lines without the HTML feature (as for WET input)")
+    limit: int | None = option(None, "evaluate at most this many HTML pages", metavar="LIMIT")
+
+    def __post_init__(self):
+        problems = []
+        if not 0.0 <= self.threshold <= 1.0:
+            problems.append(f"threshold (--threshold) must be between 0 and 1, got {self.threshold}")
+        if self.limit is not None and self.limit < 1:
+            problems.append(f"limit (--limit) must be at least 1, got {self.limit}")
+        if problems:
+            raise ValueError("; ".join(problems))

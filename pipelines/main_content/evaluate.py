@@ -13,7 +13,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from pipelines.main_content.config import TeacherConfig
+from pipelines.main_content.config import MAIN_CONTENT_THRESHOLD, TeacherConfig
 from pipelines.main_content.labels import LabelledPage, label_page
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,8 @@ class LineMetrics:
         }
 
 
-def evaluate_pages(model, pages: Iterable[LabelledPage], threshold: float = 0.5, use_html: bool = True) -> dict:
+def evaluate_pages(model, pages: Iterable[LabelledPage], threshold: float = MAIN_CONTENT_THRESHOLD,
+                   use_html: bool = True) -> dict:
     """Model decisions (``score >= threshold``) vs teacher labels, over pages with lines.
 
     ``use_html=False`` scores the lines alone, as for WET input.
@@ -124,7 +125,7 @@ def html_pages(pattern: str) -> list[tuple[str, str]]:
             if isinstance(record, Document) and record.kind == KIND_HTML]
 
 
-def model_kept_text(model, html: str, threshold: float = 0.5, use_html: bool = True) -> str:
+def model_kept_text(model, html: str, threshold: float = MAIN_CONTENT_THRESHOLD, use_html: bool = True) -> str:
     """The text kept from a page with this model: html_to_lines, scored (with the HTML feature
     unless ``use_html=False``), thresholded."""
     from pipelines.text.html import html_to_lines

@@ -1,1 +1,1 @@
-"""The mining stage (labse-mine): config, embedders, kNN search and margins (no Beam), Beam transforms, CLI."""
+"""The mining stage (labse-mine): config, kNN search and margins (no Beam), Beam transforms, CLI."""

@@ -29,8 +29,9 @@ from pipelines.io.config_options import UsageError, add_config_options, config_f
 from pipelines.io.stage_output import read_shard_stats, replace_help, require_stage_output, stage_parser, usage_error
 from pipelines.mine.cells import matched_files, plan_cells
 from pipelines.mine.config import MineConfig
-from pipelines.mine.embedder_choice import resolve_embedder
-from pipelines.mine.embedders import EmbedderError, check_embedder_spec
+from pipelines.embed.choice import resolve_embedder
+from pipelines.embed.base import EmbedderError
+from pipelines.embed.embedders import check_embedder_spec
 from pipelines.mine.transforms import build_pipeline
 from pipelines.stage import run_sharded_stage, run_to_completion
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pipelines.io.config_options import REQUIRED, not_an_option, option
-from pipelines.mine.margin import MARGINS, STRATEGIES
+from pipelines.mine.margin import MARGIN_KINDS, STRATEGIES
 from pipelines.mine.search import METHODS
 
 
@@ -27,8 +27,8 @@ class MineConfig:
                            "from labse-export), a Hugging Face model id such as sentence-transformers/LaBSE, or "
                            "vectors:DIR (saved vectors: DIR/NAME.npy rows = DIR/NAME.txt lines)")
     k: int = option(4, "neighbours for margins and candidates (LASER: 4)")
-    margin: str = option("ratio", "ratio: cos/mean; distance: cos-mean; absolute: cos (default ratio)",
-                         choices=MARGINS)
+    margin_kind: str = option("ratio", "ratio: cos/mean; distance: cos-mean; absolute: cos (default ratio)",
+                         choices=MARGIN_KINDS, flag="--margin")
     strategy: str = option("max", "max: greedy one-to-one over both directions (default); intersect: mutual "
                            "best; fwd: best target per source; bwd: best source per target", choices=STRATEGIES)
     same_site: bool = option(False, "only pair sentences whose URLs share a registered domain")
@@ -49,9 +49,10 @@ class MineConfig:
         problems = []
         if self.min_margin is not None and not math.isfinite(self.min_margin):
             problems.append(f"min_margin (--min-margin) must be a finite number, got {self.min_margin}")
-        for name, allowed in (("margin", MARGINS), ("strategy", STRATEGIES), ("search", METHODS)):
+        for name, flag, allowed in (("margin_kind", "margin", MARGIN_KINDS), ("strategy", "strategy", STRATEGIES),
+                                    ("search", "search", METHODS)):
             if getattr(self, name) not in allowed:
-                problems.append(f"{name} (--{name}) must be one of {allowed}, got {getattr(self, name)!r}")
+                problems.append(f"{name} (--{flag}) must be one of {allowed}, got {getattr(self, name)!r}")
         # Bounded before anything is allocated from them (10^15 blocks once ended in a segfault).
         for name, largest in MAX_COUNTS.items():
             value = getattr(self, name)

@@ -26,7 +26,9 @@ import numpy as np
 
 from pipelines.mine.search import SearchConfig, knn
 
-MARGINS = ("ratio", "distance", "absolute")
+# The kind of margin (how a cosine is set against its neighbours' mean): not the trainer's additive
+# margin (labse_model.loss), which is a number taken off the positive's cosine.
+MARGIN_KINDS = ("ratio", "distance", "absolute")
 STRATEGIES = ("max", "intersect", "fwd", "bwd")
 K = TypeVar("K", bound=Hashable)
 
@@ -34,35 +36,35 @@ K = TypeVar("K", bound=Hashable)
 @dataclass(frozen=True)
 class MarginConfig:
     k: int = 4                 # neighbours for the margin means and candidates (LASER: 4)
-    margin: str = "ratio"      # LASER's default and the paper's best
+    margin_kind: str = "ratio"  # LASER's default and the paper's best
     strategy: str = "max"
     threshold: float | None = None   # keep pairs with margin >= threshold (None: keep all)
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError("k must be >= 1")
-        if self.margin not in MARGINS:
-            raise ValueError(f"margin must be one of {MARGINS}, got {self.margin!r}")
+        if self.margin_kind not in MARGIN_KINDS:
+            raise ValueError(f"margin_kind must be one of {MARGIN_KINDS}, got {self.margin_kind!r}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
 
 
-def margin_function(name: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    if name == "ratio":
+def margin_function(margin_kind: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    if margin_kind == "ratio":
         # LASER divides without a guard; only an exactly-zero denominator is nudged
         return lambda a, b: a / np.where(b == 0, 1e-12, b)
-    if name == "distance":
+    if margin_kind == "distance":
         return lambda a, b: a - b
-    if name == "absolute":
+    if margin_kind == "absolute":
         return lambda a, b: a
-    raise ValueError(f"margin must be one of {MARGINS}, got {name!r}")
+    raise ValueError(f"margin kind must be one of {MARGIN_KINDS}, got {margin_kind!r}")
 
 
-def margin_scores(cosines, fwd_means, bwd_means, margin: str):
+def margin_scores(cosines, fwd_means, bwd_means, margin_kind: str):
     """Margin of candidate pairs from their cosine and both sides' kNN means (broadcasts)."""
     cosines = np.asarray(cosines, dtype=np.float64)
     denominator = (np.asarray(fwd_means, dtype=np.float64) + np.asarray(bwd_means, dtype=np.float64)) / 2
-    return margin_function(margin)(cosines, denominator)
+    return margin_function(margin_kind)(cosines, denominator)
 
 
 def greedy_unique(candidates: Iterable[tuple[float, K, K]]) -> list[tuple[float, K, K]]:
@@ -126,9 +128,9 @@ def neighbours(x: np.ndarray, y: np.ndarray, k: int, search: SearchConfig = Sear
 
 
 def best_candidates(cand_sims: np.ndarray, cand_ids: np.ndarray, own_mean: np.ndarray,
-                    other_mean: np.ndarray, margin: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    other_mean: np.ndarray, margin_kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each row: (best candidate id, its margin, its cosine) among its k candidates."""
-    scores = margin_scores(cand_sims, own_mean[:, None], other_mean[cand_ids], margin)
+    scores = margin_scores(cand_sims, own_mean[:, None], other_mean[cand_ids], margin_kind)
     best = scores.argmax(axis=1)
     rows = np.arange(len(best))
     return cand_ids[rows, best], scores[rows, best], cand_sims[rows, best].astype(np.float64)
@@ -175,8 +177,8 @@ def mine(x: np.ndarray, y: np.ndarray, config: MarginConfig = MarginConfig(),
     nn = neighbours(x, y, config.k, search)
     fwd_mean, bwd_mean = nn.fwd_mean, nn.bwd_mean
     pairs = select(
-        best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, config.margin),
-        best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, config.margin),
+        best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, config.margin_kind),
+        best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, config.margin_kind),
         config.strategy,
     )
     if config.threshold is not None and len(pairs):

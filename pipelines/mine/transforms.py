@@ -249,7 +249,7 @@ class _EmbedBatch(beam.DoFn):
         self.embedded = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "embedded")
 
     def setup(self):
-        from pipelines.mine.embedders import load_embedder
+        from pipelines.embed.embedders import load_embedder
 
         spec, threads = self.spec, self.threads
         # Held for the DoFn's life: Shared keeps only a weak reference to what it built.
@@ -410,8 +410,8 @@ def _mean_and_candidates(keyed):
 class _ScoreCandidates(beam.DoFn):
     """At sentence b: every a that lists b among its k nearest gets margin(a, b); sent back to a."""
 
-    def __init__(self, margin: str):
-        self.margin = margin
+    def __init__(self, margin_kind: str):
+        self.margin_kind = margin_kind
 
     def process(self, keyed):
         item, messages = keyed
@@ -425,7 +425,7 @@ class _ScoreCandidates(beam.DoFn):
         if own_mean is None:  # cannot happen: b met a in a cell, so b has neighbours too
             return
         for asker, sim, asker_mean in askers:
-            score = float(margin_scores(sim, asker_mean, own_mean, self.margin))
+            score = float(margin_scores(sim, asker_mean, own_mean, self.margin_kind))
             yield asker, (score, sim, item)
 
 
@@ -516,7 +516,7 @@ class Neighbours(beam.PTransform):
             top
             | "MeansToCandidates" >> beam.FlatMap(_mean_and_candidates)
             | "GroupByCandidate" >> beam.GroupByKey()
-            | "Margins" >> beam.ParDo(_ScoreCandidates(c.margin))
+            | "Margins" >> beam.ParDo(_ScoreCandidates(c.margin_kind))
             | "GroupByAsker" >> beam.GroupByKey()
             | "Best" >> beam.Map(_best)
         )

@@ -83,7 +83,7 @@ def knn_candidates(nn: Neighbours) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: np.ndarray, src_lang: str,
-                      tgt_lang: str, scorer, k: int = 4, margin: str = "ratio", lid=None):
+                      tgt_lang: str, scorer, k: int = 4, margin_kind: str = "ratio", lid=None):
     """All k-nearest candidates in both directions: keys, cosine, margin and (ranker, sanity, cosine,
     margin) per candidate, the scorer's outputs as labse-score uses them."""
     from pipelines.score.features import pair_features
@@ -93,7 +93,7 @@ def candidates_scored(src: Sequence[str], tgt: Sequence[str], x: np.ndarray, y: 
     if len(s_idx) == 0:
         return [], np.zeros(0), np.zeros(0), np.zeros((0, 4))
     keys = list(zip(s_idx.tolist(), t_idx.tolist()))
-    margins = margin_scores(cosine, nn.fwd_mean[s_idx], nn.bwd_mean[t_idx], margin)
+    margins = margin_scores(cosine, nn.fwd_mean[s_idx], nn.bwd_mean[t_idx], margin_kind)
     features = pair_features([src[i] for i in s_idx], [tgt[j] for j in t_idx], [src_lang] * len(keys),
                              [tgt_lang] * len(keys), cosine, margins, lid, scorer.feature_set)
     ranker, sanity = scorer.components(features)
@@ -146,14 +146,14 @@ def keep_automatically(pairs, components: np.ndarray, scorer, gold: set[tuple[in
 def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, int]], embedder_spec: str,
                   src_lang: str, tgt_lang: str, scorer_dir=None, keep_precision: float = 0.8,
                   embedder=None, lid=None, rescored: bool = False) -> dict:
-    from pipelines.mine.embedder_choice import resolve_embedder
-    from pipelines.mine.embedders import load_embedder
+    from pipelines.embed.choice import resolve_embedder
+    from pipelines.embed.embedders import load_embedder
 
     choice = resolve_embedder(embedder_spec, src_lang, tgt_lang)
     embedder = embedder or load_embedder(choice.embedder)
     x, y = embedder.encode(list(src)), embedder.encode(list(tgt))
     result: dict = {"embedder": choice.embedder, "embedder_reason": choice.reason}
-    laser = mine(x, y, MarginConfig(k=4, margin="ratio", strategy="max"))
+    laser = mine(x, y, MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     threshold, scores = best_threshold_f1(laser, gold)
     result["laser_oracle"] = {**scores, "margin_threshold": threshold}
     if scorer_dir is not None:
@@ -171,7 +171,7 @@ def evaluate_sets(src: Sequence[str], tgt: Sequence[str], gold: set[tuple[int, i
         if rescored:
             # variant: the scorer also picks the pairs (greedy one-to-one over all k-nearest candidates)
             keys, _, _, candidates = candidates_scored(src, tgt, x, y, src_lang, tgt_lang, scorer,
-                                                       k=scorer.k, margin=scorer.margin, lid=lid)
+                                                       k=scorer.k, margin_kind=scorer.margin_kind, lid=lid)
             chosen, decision = automatic_selection(keys, candidates, scorer, keep_precision, language_pair)
             result["ours_rescored_automatic"] = {**precision_recall_f1(chosen, gold), **{
                 "score_threshold": decision["threshold"], "keep_precision": keep_precision,
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also let the scorer pick the pairs among all k-nearest candidates (slower)")
     parser.add_argument("--output", default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
-    from pipelines.mine.embedders import EmbedderError
+    from pipelines.embed.base import EmbedderError
 
     try:
         src_ids, src = read_side(args.src)

@@ -204,8 +204,8 @@ def train_main(argv: Sequence[str]) -> int:
         if args.src_langs is not None or args.tgt_lang is not None:
             return usage_error("labse-score train", "--src-langs and --tgt-lang belong to the deprecated PREFIX form; "
                                                     "--positives SRC_LANG:PATH,TGT_LANG:PATH names the languages")
-        from pipelines.mine.embedder_choice import resolve_embedder_for_pairs
-        from pipelines.mine.embedders import EmbedderError
+        from pipelines.embed.choice import resolve_embedder_for_pairs
+        from pipelines.embed.base import EmbedderError
 
         try:
             positives, wrong_language = training_inputs(args)

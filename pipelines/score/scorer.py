@@ -34,7 +34,7 @@ from pipelines.io.atomic import write_json_atomic
 from pipelines.io.config_options import UsageError, not_an_option, option
 from pipelines.score.calibration import Calibration, CalibrationError, fit_calibration, scaled_grid
 from pipelines.score.features import CURRENT_FEATURE_SET, FEATURE_NAMES, FEATURE_SETS, pair_features
-from pipelines.mine.margin import MARGINS, MarginConfig, best_candidates, margin_scores, mine, neighbours
+from pipelines.mine.margin import MARGIN_KINDS, MarginConfig, best_candidates, margin_scores, mine, neighbours
 from pipelines.mine.search import knn
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ class ScorerError(Exception):
 @dataclass(frozen=True)
 class ScorerConfig:
     k: int = option(4, "neighbours for the margins of the mined negatives (as labse-mine --k)")
-    margin: str = option("ratio", "margin of the mined negatives (as labse-mine --margin)", choices=MARGINS)
+    margin_kind: str = option("ratio", "margin of the mined negatives (as labse-mine --margin)", choices=MARGIN_KINDS,
+                              flag="--margin")
     max_pairs_per_lang: int = option(6000, "parallel rows used per language pair", flag="--max-pairs")
     distractor_share: float = not_an_option(1 / 3)   # share of each side's pool whose partner is absent
     synthetic_share: float = not_an_option(0.2)      # synthetic negatives of each kind, as a share of true pairs
@@ -66,8 +67,8 @@ class ScorerConfig:
     def __post_init__(self) -> None:
         problems = [f"{name} (--{flag}) must be at least 1, got {getattr(self, name)}"
                     for name, flag in (("k", "k"), ("max_pairs_per_lang", "max-pairs")) if getattr(self, name) < 1]
-        if self.margin not in MARGINS:
-            problems.append(f"margin (--margin) must be one of {MARGINS}, got {self.margin!r}")
+        if self.margin_kind not in MARGIN_KINDS:
+            problems.append(f"margin_kind (--margin) must be one of {MARGIN_KINDS}, got {self.margin_kind!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -163,7 +164,7 @@ class QualityScorer:
     ranker: LogisticModel
     sanity: LogisticModel
     embedder: str = ""
-    margin: str = "ratio"
+    margin_kind: str = "ratio"   # scorer.json keeps it as "margin"
     k: int = 4
     training: dict = field(default_factory=dict)
     calibration: Calibration | None = None   # P(good) on any mined set; see calibration.py
@@ -191,7 +192,7 @@ class QualityScorer:
         payload = {
             "format_version": FORMAT_VERSION, "model": "logistic_regression x2 (ranker * sanity)",
             "feature_names": self.feature_names, "ranker": self.ranker.to_dict(),
-            "sanity": self.sanity.to_dict(), "embedder": self.embedder, "margin": self.margin,
+            "sanity": self.sanity.to_dict(), "embedder": self.embedder, "margin": self.margin_kind,
             "k": self.k, "training": self.training, "feature_set": self.feature_set,
         }
         if self.calibration is not None:
@@ -285,12 +286,12 @@ def corrupt_word_swap(text: str, vocabulary: Sequence[str], rng: np.random.Gener
     return " ".join(words)
 
 
-def pair_margins(src_vectors, tgt_vectors, src_pool, tgt_pool, k: int, margin: str):
+def pair_margins(src_vectors, tgt_vectors, src_pool, tgt_pool, k: int, margin_kind: str):
     """Cosine and margin of row-aligned pairs whose kNN means are taken in the given pools."""
     cosine = np.einsum("ij,ij->i", src_vectors, tgt_vectors).astype(np.float64)
     fwd_mean = knn(src_vectors, tgt_pool, k)[0].mean(axis=1)
     bwd_mean = knn(tgt_vectors, src_pool, k)[0].mean(axis=1)
-    return cosine, margin_scores(cosine, fwd_mean, bwd_mean, margin)
+    return cosine, margin_scores(cosine, fwd_mean, bwd_mean, margin_kind)
 
 
 @dataclass
@@ -371,7 +372,7 @@ def calibration_pools(src: Sequence[str], tgt: Sequence[str], rows: Sequence[int
         pick = rng.permutation(len(rows))[: n_true + 2 * n_distractor]
         on_src = np.concatenate([pick[:n_true], pick[n_true:n_true + n_distractor]])
         on_tgt = np.concatenate([pick[:n_true], pick[n_true + n_distractor:]])
-        pairs = mine(src_vectors[on_src], tgt_vectors[on_tgt], MarginConfig(k=config.k, margin=config.margin))
+        pairs = mine(src_vectors[on_src], tgt_vectors[on_tgt], MarginConfig(k=config.k, margin_kind=config.margin_kind))
         label = ((pairs.src == pairs.tgt) & (pairs.src < n_true)).astype(int)
         features = pair_features([src[rows[on_src[i]]] for i in pairs.src], [tgt[rows[on_tgt[j]]] for j in pairs.tgt],
                                  [src_lang] * len(pairs), [tgt_lang] * len(pairs), pairs.cosine, pairs.margin, lid,
@@ -402,13 +403,13 @@ def build_training_pairs(src: Sequence[str], tgt: Sequence[str], src_lang: str, 
     nn = neighbours(src_pool, tgt_pool, config.k)
     fwd_mean, bwd_mean = nn.fwd_mean, nn.bwd_mean
     true_cos = np.einsum("ij,ij->i", src_pool[:n_aligned], tgt_pool[:n_aligned]).astype(np.float64)
-    true_margin = margin_scores(true_cos, fwd_mean[:n_aligned], bwd_mean[:n_aligned], config.margin)
+    true_margin = margin_scores(true_cos, fwd_mean[:n_aligned], bwd_mean[:n_aligned], config.margin_kind)
     into.add(src_pool_text[:n_aligned], tgt_pool_text[:n_aligned], true_cos, true_margin, 1, "true",
              src_lang, tgt_lang)
 
     # the mistakes margin mining makes: best candidates that are not the partner
-    fwd_best, fwd_m, fwd_c = best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, config.margin)
-    bwd_best, bwd_m, bwd_c = best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, config.margin)
+    fwd_best, fwd_m, fwd_c = best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, config.margin_kind)
+    bwd_best, bwd_m, bwd_c = best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, config.margin_kind)
     mined = {}
     for i, (j, m, c) in enumerate(zip(fwd_best, fwd_m, fwd_c)):
         mined[(i, int(j))] = (m, c)
@@ -424,7 +425,7 @@ def build_training_pairs(src: Sequence[str], tgt: Sequence[str], src_lang: str, 
 
     # shuffled partners: both sides already embedded in the pool
     partners = (picks + rng.integers(1, max(n_aligned, 2), size=len(picks))) % max(n_aligned, 1)
-    cosine, margin = pair_margins(src_sel, tgt_pool[partners], src_pool, tgt_pool, config.k, config.margin)
+    cosine, margin = pair_margins(src_sel, tgt_pool[partners], src_pool, tgt_pool, config.k, config.margin_kind)
     into.add([src_pool_text[i] for i in picks], [tgt_pool_text[j] for j in partners], cosine, margin, 0,
              "shuffled", src_lang, tgt_lang)
 
@@ -445,7 +446,7 @@ def build_training_pairs(src: Sequence[str], tgt: Sequence[str], src_lang: str, 
         wrong_language = [other_language[rows[i]] for i in picks]
         corrupted["wrong_language"] = (src_text, src_sel, wrong_language, embedder.encode(wrong_language))
     for kind, (s_text, s_vec, t_text, t_vec) in corrupted.items():
-        cosine, margin = pair_margins(s_vec, t_vec, src_pool, tgt_pool, config.k, config.margin)
+        cosine, margin = pair_margins(s_vec, t_vec, src_pool, tgt_pool, config.k, config.margin_kind)
         into.add(s_text, t_text, cosine, margin, 0, kind, src_lang, tgt_lang)
     return into
 
@@ -514,7 +515,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
     of its wrong-language negatives, None or absent for none (`wrong_language_files` derives it);
     each such file must have as many lines as the target.
     """
-    from pipelines.mine.embedders import load_embedder
+    from pipelines.embed.embedders import load_embedder
     from pipelines.text.langid import LanguageIdentifier
 
     tgt_lang, tgt_path = shared_target(positives)
@@ -545,7 +546,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
                              ScorerConfig(**{**asdict(config), "seed": config.seed + n}), other_lines, data)
     features = pair_features(data.src, data.tgt, data.src_lang, data.tgt_lang, data.cosine, data.margin, lid)
     labels = np.asarray(data.label)
-    scorer = fit_scorer(features, labels, data.kind, config, embedder=embedder_spec, margin=config.margin, k=config.k,
+    scorer = fit_scorer(features, labels, data.kind, config, embedder=embedder_spec, margin_kind=config.margin_kind, k=config.k,
                         training={**(training or {}), "positives": [str(spec) for spec in positives],
                                   "src_langs": list(src_langs), "tgt_lang": tgt_lang,
                                   "wrong_language": {lang: f"{o[0]}:{o[1]}" for lang, o in wrong_language.items() if o},
@@ -563,7 +564,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
             for src_lang in src_langs:
                 pools += calibration_pools(lines(src_paths[src_lang]), tgt, rows, src_lang, tgt_lang, embedder, scorer,
                                            cached_lid, config, tgt_vectors=tgt_vectors)
-            scorer.calibration = fit_calibration(pools, config.margin)
+            scorer.calibration = fit_calibration(pools, config.margin_kind)
             scorer.training["calibration"] = {"held_out_rows": int(len(rows)), "pools": len(pools),
                                               "pairs": int(sum(len(p["label"]) for p in pools))}
     scorer.save(output)

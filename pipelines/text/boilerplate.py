@@ -2,7 +2,7 @@
 
 `labse-clean` without `--main-content-model` scores each line with these rules (the score is a
 rough P(main content); sentences inherit their line's score and are dropped as `main_content`
-below `--main-content-threshold`, default 0.5):
+below `--main-content-threshold`, default `MAIN_CONTENT_THRESHOLD`, 0.5):
 
 1. A line with a boilerplate phrase (copyright, "all rights reserved", sign in, subscribe, share
    on, cookies, skip to content, ...) scores 0.05.

@@ -4,12 +4,8 @@ import gzip
 import numpy as np
 import pytest
 
-from pipelines.mine.embedders import (
-    EmbedderError,
-    l2_normalise,
-    length_sorted_batches,
-    load_embedder,
-)
+from pipelines.embed.base import EmbedderError, l2_normalise
+from pipelines.embed.embedders import length_sorted_batches, load_embedder
 from tests.conftest import require_file
 from tests.model_helpers import save_tiny_sentence_transformer
 

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pipelines.mine.embedding_base import EmbedderError, l2_normalise
+from pipelines.embed.base import EmbedderError, l2_normalise
 
 PREFIX = "vectors:"
 

@@ -1,10 +1,11 @@
-"""`make demo`: every stage on the sample data with DirectRunner, then one summary.
+"""`make demo` (`python -m recipes.demo`): every stage on the sample data with DirectRunner, then one summary.
 
-The demo sits at the top of the dependency order (labse_model -> pipelines, vocab), so this module
-orders the steps and imports each directly. Each stage owns a `run_demo(data, out, artifacts) ->
-list[str]` next to its CLI (contract 10); a step records the paths it wrote in `artifacts` (for
-example `artifacts["clean_output"]`) for the steps after it. The last step, defined here, is the
-model's: TFRecords -> pre-training -> 2-process training -> export -> evaluation.
+The demo sits at the top of the dependency order (recipes -> labse_model, vocab, pipelines), so this
+module orders the steps and imports each directly. Each step is `step(data, out, artifacts) ->
+list[str]` (the text steps in recipes/demo_text.py, mining and scoring in recipes/demo_mining.py); a
+step records the paths it wrote in `artifacts` (for example `artifacts["clean_output"]`) for the
+steps after it. The last step, defined here, is the model's: TFRecords -> pre-training -> 2-process
+training -> export -> evaluation.
 
 The model step runs the real commands: `labse-tfrecords` on Multi30k train (de/fr/cs-en) plus the
 mining stage's scored pairs, `labse-pretrain` (MLM on the cleaning stage's sentences and Multi30k
@@ -23,10 +24,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from pipelines.clean.cli import run_demo as clean_demo
-from labse_model.demo_mining import run_demo as mining_demo
-from pipelines.main_content.cli import run_demo as main_content_demo
-from vocab.cli import run_demo as vocab_demo
+from recipes.demo_mining import mining_step
+from recipes.demo_text import clean_step, main_content_step, vocab_step
 
 # Sized to train in minutes on 2 shared CPU cores (what this size gives: BENCHMARKS.md, section model,
 # "Demo sizing").
@@ -49,7 +48,7 @@ DEMO_DROPOUT = 0.0
 def train_argv(shards, vocab, run_dir: Path, *, init_from=None, steps: int = DEMO_STEPS,
                batch: int = DEMO_BATCH, nproc: int = 2, dev_data: str | None = None) -> list[str]:
     """labse-train's arguments with the demo's small settings (mean pooling, no dropout, gathered
-    negatives over `nproc` gloo processes); also what `labse_model.remine` trains with."""
+    negatives over `nproc` gloo processes); also what `recipes.remine` trains with."""
     argv = ["--data", str(shards), "--vocab", str(vocab), "--output", str(run_dir),
             "--pooling", DEMO_POOLING, "--dropout", str(DEMO_DROPOUT), "--nproc-per-node", str(nproc),
             "--global-batch-size", str(batch), "--max-steps", str(steps), "--lr", str(DEMO_LR),
@@ -64,7 +63,7 @@ def train_argv(shards, vocab, run_dir: Path, *, init_from=None, steps: int = DEM
     return argv
 
 
-def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
+def model_step(data: Path, out: Path, artifacts: dict) -> list[str]:
     """The model step: TFRecords, pre-training, training, export and retrieval scores."""
     from labse_model.evaluate import load_encoder, multi30k_retrieval_accuracy, tatoeba_accuracy
     from labse_model.export import main as export_main
@@ -176,11 +175,11 @@ def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
 DemoStep = Callable[[Path, Path, dict], list[str]]
 # (name for --only, title, step), in data-flow order.
 STEPS: list[tuple[str, str, DemoStep]] = [
-    ("main_content", "main-content classifier", main_content_demo),
-    ("clean", "cleaning", clean_demo),
-    ("vocab", "vocabulary", vocab_demo),
-    ("mine", "mining and scoring", mining_demo),
-    ("model", "TFRecords, pre-training, training, export, Tatoeba", run_demo),
+    ("main_content", "main-content classifier", main_content_step),
+    ("clean", "cleaning", clean_step),
+    ("vocab", "vocabulary", vocab_step),
+    ("mine", "mining and scoring", mining_step),
+    ("model", "TFRecords, pre-training, training, export, Tatoeba", model_step),
 ]
 
 

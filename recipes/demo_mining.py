@@ -1,7 +1,7 @@
 """The demo's mining step: labse-mine and labse-score together on Multi30k (`make demo`).
 
 It runs two stages' commands, so it sits here with the demo's other orchestration rather than in
-either stage (a stage never imports another stage's CLI)."""
+either stage (a stage never imports another stage's CLI); recipes/remine.py reuses its helpers."""
 from __future__ import annotations
 
 import gzip
@@ -14,8 +14,8 @@ from typing import Sequence
 
 from pipelines.io.stage_output import finish_shard_output, fresh_output, read_shard_stats
 from pipelines.mine.cli import main as mine_main
-from pipelines.mine.embedder_choice import choose_embedder
-from pipelines.mine.embedders import USEM3
+from pipelines.embed.choice import choose_embedder
+from pipelines.embed.embedders import USEM3
 from pipelines.score import cli as score_cli
 
 
@@ -93,7 +93,7 @@ def _read_gz(path: Path, limit: int | None = None) -> list[str]:
         return [line.rstrip("\n") for line in itertools.islice(f, limit)]
 
 
-def run_demo(data: Path, out: Path, artifacts: dict) -> list[str]:
+def mining_step(data: Path, out: Path, artifacts: dict) -> list[str]:
     """Mine de-en, fr-en and cs-en from Multi30k `val` with `--embedder auto` (usem3 for de and fr,
     e5-small for Czech, which usem3 lacks; each side shuffled separately, as monolingual text, with a
     quarter of each side's partners removed so that some sentences have no translation), score the

