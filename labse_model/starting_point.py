@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model import storage
+from pipelines.io import storage
 from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, count_vocab, file_sha256
 from pipelines.io.config_options import UsageError
 
@@ -118,7 +118,7 @@ def load_starting_point(path: str | Path) -> StartingPoint:
 
     PATH on object storage (gs://...) is first copied to this host (`run_store.fetch_model`: a run
     gives one complete checkpoint, checked against its marker's sha256), then read the same way."""
-    if storage.is_url(path):
+    if storage.is_remote(path):
         from labse_model.run_store import fetch_model
 
         local = fetch_model(str(path))

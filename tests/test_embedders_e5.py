@@ -17,7 +17,7 @@ from pipelines.mine.embedder_choice import (
     resolve_embedder_for_pairs,
 )
 from pipelines.mine.embedders import E5_SMALL, USEM3, EmbedderError, check_embedder_spec, load_embedder
-from pipelines.io.stage_output import STATS_BESIDE_SHARDS
+from pipelines.io.completion import STATS_BESIDE_SHARDS
 from pipelines.score.cli import pairs_embedder
 from tests.conftest import require_file
 from tests.model_helpers import save_tiny_sentence_transformer

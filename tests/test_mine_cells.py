@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from pipelines.io.parquet import write_parquet_atomic
-from pipelines.io.stage_output import mark_complete
+from pipelines.io.completion import mark_complete
 from pipelines.mine import cli as mine_cli
 from pipelines.mine.cells import SENTENCES_PER_CELL_SIDE, cell_count, count_sentences, plan_cells
 from pipelines.mine.config import MAX_COUNTS

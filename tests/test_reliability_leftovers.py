@@ -20,7 +20,8 @@ import torch
 from labse_model import checkpoint as ckpt
 from labse_model.export import main as export_main
 from labse_model.train import main as train_main
-from pipelines.io.stage_output import OutputLockedError, mark_complete, output_lock
+from pipelines.io.completion import mark_complete
+from pipelines.io.locks import OutputLockedError, output_lock
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.io import stage_output as so
-from pipelines.io.stage_output import (
+from pipelines.io.completion import (
     IncompleteOutputError,
-    OutputExistsError,
-    OutputLockedError,
     mark_complete,
-    output_lock,
-    prepare_output,
     require_complete,
     strict_json,
     write_stats_json,
 )
+from pipelines.io.locks import OutputLockedError, output_lock
+from pipelines.io.overlap import OutputExistsError, prepare_output
 from tests.object_store import ObjectStoreOnDisk
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -182,9 +180,9 @@ def test_fresh_output_locks_then_refuses_what_exists_and_shard_stats_round_trip(
     out = tmp_path / "out"
     with so.fresh_output(out, overwrite=False):
         assert out.is_dir() and (tmp_path / "out.lock").is_file()
-        so.finish_shard_output(out, {"pairs": 3}, stage="test")
+        so.finish_output(out, {"pairs": 3}, stage="test", shards_in_root=True)
     assert not (tmp_path / "out.lock").exists()
-    assert so.read_shard_stats(out) == {"pairs": 3}
+    assert so.read_output_stats(out) == {"pairs": 3}
     assert so.require_complete(out, "out")["stage"] == "test"
     with pytest.raises(so.OUTPUT_REFUSED):
         with so.fresh_output(out, overwrite=False):
@@ -223,7 +221,7 @@ def test_lock_key_normalises_object_store_urls_only_after_the_bucket():
 
 def test_the_trainers_object_lock_is_keyed_the_same_way(monkeypatch):
     """labse_model.storage.object_lock (fsspec, for gs:// run directories) shares the key."""
-    from labse_model import storage
+    from pipelines.io import storage
 
     monkeypatch.setattr(storage, "LOCK_SETTLE_SECONDS", 0)
     with storage.object_lock("memory://bucket/runs/a"):

@@ -13,14 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import require_file
-from pipelines.io.stage_output import (
-    IncompleteOutputError,
-    OutputOverlapsInputError,
-    check_output_apart,
-    mark_complete,
-    require_stage_output,
-    stage_output_root,
-)
+from pipelines.io.completion import IncompleteOutputError, mark_complete, require_stage_output, stage_output_root
+from pipelines.io.overlap import OutputOverlapsInputError, check_output_apart
 
 WARC = "commoncrawl/CC-MAIN-2020-34-sample.warc.gz"
 

@@ -17,7 +17,7 @@ from pipelines.io.tfrecord import TFRecordCorruptError, example_to_dict, index_r
 from pipelines import tfrecords as tfr
 from pipelines.tfrecords import cli as tfr_cli, encode as tfr_encode, transforms as tfr_beam
 from tests.conftest import require_file
-from pipelines.io.stage_output import mark_complete
+from pipelines.io.completion import mark_complete
 from tests.object_store import ObjectStoreOnDisk
 from pipelines.accounting import identity_violations
 

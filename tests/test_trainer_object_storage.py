@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model import storage
+from pipelines.io import storage
 from labse_model.export import main as export_main
 from labse_model.run_log import read_metrics
 from labse_model.train import main as train_main
@@ -65,7 +65,7 @@ def cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bucket_shards(gcs, pair_inputs, tmp_path_factory) -> tuple[str, str]:
     """(bucket, shard glob on it): the pair_inputs shards uploaded with the _SUCCESS labse-tfrecords writes last."""
-    from pipelines.io.stage_output import mark_complete
+    from pipelines.io.completion import mark_complete
 
     _, shards = pair_inputs
     folder = tmp_path_factory.mktemp("shards_upload")
@@ -88,7 +88,8 @@ def local_run(pair_inputs, tmp_path_factory) -> Path:
 
 KILL_MID_UPLOAD = """
 import os, signal, sys
-from labse_model import storage, train
+from labse_model import train
+from pipelines.io import storage
 
 real_upload = storage.upload
 

@@ -25,7 +25,8 @@ import posixpath
 import stat
 from dataclasses import dataclass
 
-from pipelines.io.stage_output import read_completion, real_location, stage_output_root
+from pipelines.io.completion import read_completion, stage_output_root
+from pipelines.io.storage import real_location
 from pipelines.mine.config import MAX_COUNTS
 from pipelines.mine.transforms import input_pattern, is_sidecar
 

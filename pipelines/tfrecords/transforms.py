@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounters, accounting_section
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
-from pipelines.io.stage_output import mark_complete, write_stats_json
+from pipelines.io.completion import mark_complete, write_stats_json
 from pipelines.io.parallel_text import ParallelTextSpec
 from pipelines.io.tfrecord import TFRecordWriter, frame_record
 from pipelines.tfrecords.config import TFRecordsConfig
