@@ -396,9 +396,6 @@ def test_incomplete_pairs_are_refused(small_inputs, tmp_path, capsys):
 
 
 def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_path, capsys, monkeypatch):
-    from pipelines.io import stage_output
-
-    monkeypatch.setattr(stage_output, "OBJECT_STORE_LOCK_SETTLE_SECONDS", 0)
     scored, vocab = small_inputs
     (tmp_path / "remote").mkdir()
     (tmp_path / "remote" / "pairs-00000-of-00001.tfrecord").write_bytes(b"an earlier run")

@@ -125,7 +125,7 @@ def read_completion(path: str | os.PathLike) -> dict[str, Any] | None:
 def _incomplete(what: str, where: str) -> IncompleteOutputError:
     return IncompleteOutputError(
         f"{what} {where} is not a complete stage output (no {SUCCESS_MARKER}): the run that writes it was "
-        "interrupted, is still running, or its copy to the bucket is unfinished: rerun the stage")
+        "interrupted or is still running: rerun the stage")
 
 
 def require_complete(path: str | os.PathLike, what: str) -> dict[str, Any]:
