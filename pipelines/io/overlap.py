@@ -62,7 +62,7 @@ def collision(output: str | os.PathLike, source: str | os.PathLike) -> str | Non
         return None
     pattern = storage.wildcard_part(source)
     if target == where:
-        return "contains" if pattern else "is"
+        return "is"
     if _inside(where, target):
         return "contains"
     if not _inside(target, where):
