@@ -385,3 +385,27 @@ def test_every_stage_with_a_pattern_input_accepts_an_output_beside_what_it_reads
                                          f"{run}/shards"]) == "accepted", pairs
     assert _verdict(tfrecords_main, ["--pairs", f"{run}/**", "--vocab", str(vocab), "--output",
                                      f"{run}/shards"]) == "exit 2"
+
+
+def test_on_cloud_storage_too_an_output_beside_a_globs_files_is_accepted(
+        labse_data, tmp_path, gcs, capsys, monkeypatch, stop_after_overlap_check):
+    """`--input 'gs://B/crawl/*.warc.gz' --output gs://B/crawl/clean`, how many buckets are laid out."""
+    from pipelines.clean.cli import main as clean_main
+    from pipelines.main_content.cli import main as main_content_main
+    from pipelines.tfrecords.cli import main as tfrecords_main
+
+    bucket = gcs.new_bucket()
+    gcs.upload_tree(require_file(labse_data, WARC), f"gs://{bucket}/crawl/sample.warc.gz")
+    crawl = f"gs://{bucket}/crawl"
+    for run in (clean_main, lambda a: main_content_main(["build-data", *a])):
+        for source in (f"{crawl}/*.warc.gz", f"{crawl}/sample.warc.gz"):
+            assert _verdict(run, ["--input", source, "--output", f"{crawl}/clean"]) == "accepted", source
+    run = _pairs_output(labse_data, tmp_path / "run")
+    gcs.upload_tree(run, f"gs://{bucket}/run")
+    vocab = _tiny_vocab(tmp_path / "vocab.txt")
+    for pairs in (f"gs://{bucket}/run/part-*.parquet", f"gs://{bucket}/run/part-00000-of-00001.parquet"):
+        assert _verdict(tfrecords_main, ["--pairs", pairs, "--vocab", str(vocab), "--output",
+                                         f"gs://{bucket}/run/shards"]) == "accepted", pairs
+    assert _verdict(tfrecords_main, ["--pairs", f"gs://{bucket}/run/**", "--vocab", str(vocab), "--output",
+                                     f"gs://{bucket}/run/shards"]) == "exit 2"
+    assert "could hold files that match" in capsys.readouterr().err
