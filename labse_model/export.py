@@ -76,7 +76,7 @@ def bert_for_export(encoder: SentenceEncoder):
 def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = None,
                                 max_seq_length: int | None = None, overwrite: bool = False) -> Path:
     """Write the sentence-transformers directory atomically (staged beside `output`, then renamed),
-    holding the output lock (`OUTPUT.lock`, `pipelines.io.stage_output`) so two exports never race.
+    holding the output lock (`OUTPUT.lock`, `pipelines.io.locks`) so two exports never race.
     The staged rename is the completion: a directory at `output` is always whole. An output that
     is, contains or lies inside the run directory is refused before anything is removed."""
     from pipelines.io.locks import output_lock

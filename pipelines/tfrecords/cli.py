@@ -7,7 +7,7 @@
 Everything about the inputs is checked before any work (one line, exit 2): options, the Parquet
 files `--pairs` finds and that each lies in a complete stage output (`_SUCCESS`), the vocabulary.
 The output is locked while the stage runs and refused if it holds anything, unless `--overwrite`
-(`pipelines.io.stage_output`). The stage itself is `pipelines.tfrecords.transforms.BuildTFRecords`.
+(`pipelines.io.completion`). The stage itself is `pipelines.tfrecords.transforms.BuildTFRecords`.
 """
 from __future__ import annotations
 

@@ -337,7 +337,7 @@ class PairsToTFRecords(beam.PTransform):
         vocab_path: the vocab.txt to tokenise with (local or gs://); read and hashed once, here,
             when the transform is built, so a bad vocabulary fails before the pipeline runs.
         output_dir: the shards' directory; the caller locks and prepares it
-            (`pipelines.io.stage_output`), as `labse-tfrecords` does.
+            (`pipelines.io.completion`), as `labse-tfrecords` does.
         config: `TFRecordsConfig` (max_seq_length, num_shards, min_score, include_text, seed,
             tokenize_batch_size).
         inputs: what the stage read, recorded in stats.json.
