@@ -108,21 +108,23 @@ def test_the_gs_lock_is_an_atomic_create_if_absent(fake_gcs):
     storage.remove(lock)
 
     out = f"gs://{fake_gcs}/runs/y"
-    won, refused, release = [], [], threading.Event()
+    won, refused = [], []
+    start, release = threading.Barrier(4), threading.Event()
 
     def run():
+        start.wait(30)
         try:
             with output_lock(out):
                 won.append(1)
-                release.wait(30)
+                release.wait(30)  # hold it until the others have tried
         except OutputLockedError:
             refused.append(1)
 
     threads = [threading.Thread(target=run) for _ in range(4)]
     for thread in threads:
         thread.start()
-    while len(won) + len(refused) < 4 and any(t.is_alive() for t in threads):
-        if refused and len(refused) == 3:
+    for _ in range(600):
+        if len(won) + len(refused) == 4 or len(refused) == 3:
             break
         threading.Event().wait(0.05)
     release.set()

@@ -43,7 +43,7 @@ class OutputLockedError(UsageError):
         self.output, self.lock_path, self.holder = output, lock_path, dict(holder or {})
         gone = "; if that run is gone, delete the lock object" if storage.is_remote(lock_path) else ""
         super().__init__(f"{output} is being written by another run ({describe_holder(self.holder)}); "
-                         f"lock {lock_path}{gone}")
+                         f"lock file {lock_path}{gone}")
 
 
 def lock_key(output: str | os.PathLike) -> str:
