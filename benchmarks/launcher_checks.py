@@ -49,7 +49,7 @@ def main() -> None:
     import pyarrow.parquet as pq
 
     from pipelines import score
-    from pipelines.io.stage_output import mark_complete, require_stage_output
+    from pipelines.io.completion import mark_complete, require_stage_output
 
     shutil.rmtree(args.work, ignore_errors=True)
     argv = ["--pairs", "p", "--output", "o", "--model", "m", "--runner", "DirectRunner", "--direct_num_workers",

@@ -143,7 +143,7 @@ def repeated_pairs(pairs_dir: Path, target: Path, copies: int) -> int:
     stats kept, marked as prepared). Returns the rows written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pipelines.io.stage_output import finish_shard_output, read_shard_stats
+    from pipelines.io.completion import finish_output, read_output_stats
 
     table = pa.concat_tables(pq.read_table(p) for p in sorted(pairs_dir.glob("*.parquet")))
     rows = table.to_pylist()
@@ -151,8 +151,8 @@ def repeated_pairs(pairs_dir: Path, target: Path, copies: int) -> int:
     for copy in range(copies):
         varied = [dict(row, src=vary_line(row["src"], copy), tgt=vary_line(row["tgt"], copy)) for row in rows]
         pq.write_table(pa.Table.from_pylist(varied, schema=table.schema), target / f"part-{copy:05d}.parquet")
-    stats = dict(read_shard_stats(pairs_dir), prepared=f"{copies} varied copies of {pairs_dir}")
-    finish_shard_output(target, stats, stage="scale_table: repeated labse-mine pairs")
+    stats = dict(read_output_stats(pairs_dir), prepared=f"{copies} varied copies of {pairs_dir}")
+    finish_output(target, stats, stage="scale_table: repeated labse-mine pairs", shards_in_root=True)
     return len(rows) * copies
 
 

@@ -43,7 +43,7 @@ both, and the reads of a batch are near each shard's read cursor (the buffer spa
 local disk.
 
 Shards on object storage (``--data 'gs://B/shards/*.tfrecord'``) are read in place, never copied
-first (`labse_model.storage.open_input`: 8 MiB blocks, read ahead): the index scan streams each
+first (`pipelines.io.storage.open_input`: 8 MiB blocks, read ahead): the index scan streams each
 shard once (headers only are kept), and each process then opens only the shards its rows fall in
 and fetches the blocks holding its records (with the shuffle buffer spanning a window of records
 across shards, consecutive batches reuse the same blocks). Every folder holding shards there must
@@ -64,7 +64,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from pipelines.io.tfrecord import TFRecordCorruptError, decode_pair, index_open_records, read_record_at
 
-from . import storage
+from pipelines.io import storage
 from .config import file_sha256
 from pipelines.io.config_options import UsageError
 
@@ -91,14 +91,13 @@ SUPPORTED_SCHEMA_VERSIONS = (1,)
 def resolve_shards(pattern: str) -> list[str]:
     """Sorted shard paths for a glob pattern, a directory, or a comma-separated list of either;
     each must lie in a complete labse-tfrecords output (its `_SUCCESS`), local or gs://."""
-    from pipelines.io.stage_output import require_stage_output
+    from pipelines.io.completion import require_stage_output
 
     paths: set[str] = set()
     for part in (p.strip() for p in pattern.split(",")):
         if not part:
             continue
-        if not storage.is_url(part):
-            require_stage_output(part, f"TFRecord shards {part}")
+        require_stage_output(part, f"TFRecord shards {part}")
         if storage.isdir(part):
             part = storage.join(part, "*.tfrecord*")
         for path in storage.glob_files(part):
@@ -108,8 +107,6 @@ def resolve_shards(pattern: str) -> list[str]:
                 paths.add(path)
     if not paths:
         raise FileNotFoundError(f"no TFRecord shards match {pattern!r}")
-    for folder in sorted({storage.dirname(p) for p in paths if storage.is_url(p)}):
-        storage.require_complete(folder, "--data")
     return sorted(paths)
 
 

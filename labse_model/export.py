@@ -27,7 +27,7 @@ import torch
 
 from pipelines.io.atomic import durable_replace, make_tree_shareable
 from labse_model import checkpoint as ckpt
-from labse_model import storage
+from pipelines.io import storage
 from labse_model.config import RunConfig
 from labse_model.encoder import SentenceEncoder
 from pipelines.io.config_options import UsageError
@@ -76,10 +76,11 @@ def bert_for_export(encoder: SentenceEncoder):
 def export_sentence_transformer(run_dir: Path, output: Path, step: int | None = None,
                                 max_seq_length: int | None = None, overwrite: bool = False) -> Path:
     """Write the sentence-transformers directory atomically (staged beside `output`, then renamed),
-    holding the output lock (`OUTPUT.lock`, `pipelines.io.stage_output`) so two exports never race.
+    holding the output lock (`OUTPUT.lock`, `pipelines.io.locks`) so two exports never race.
     The staged rename is the completion: a directory at `output` is always whole. An output that
     is, contains or lies inside the run directory is refused before anything is removed."""
-    from pipelines.io.stage_output import check_output_apart, output_lock
+    from pipelines.io.locks import output_lock
+    from pipelines.io.overlap import check_output_apart
 
     output = Path(output)
     check_output_apart(output, [run_dir])
@@ -147,13 +148,13 @@ def export(run: str | Path, output: str | Path, step: int | None = None, max_seq
     its marker: `run_store.fetch_run`); an output there is written into a local temporary folder,
     then uploaded under `OUTPUT.lock` with `_SUCCESS` last (`run_store.publish_directory`)."""
     from labse_model.run_store import fetch_run, publish_directory
-    from pipelines.io.stage_output import check_output_apart
+    from pipelines.io.overlap import check_output_apart
 
     check_output_apart(output, [run])  # before the run is fetched or anything is removed
-    if storage.is_url(run):
+    if storage.is_remote(run):
         run, checkpoint = fetch_run(str(run), step)
         step = int(ckpt.STEP_DIR.match(checkpoint.name).group(1))
-    if not storage.is_url(output):
+    if not storage.is_remote(output):
         return export_sentence_transformer(Path(run), Path(output), step, max_seq_length, overwrite)
     if storage.walk(str(output)) and not overwrite:  # before the work; checked again under the lock
         raise FileExistsError(f"{output} exists and is not empty (pass --overwrite to replace it)")

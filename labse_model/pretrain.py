@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model import storage
+from pipelines.io import storage
 from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
     PRESETS,

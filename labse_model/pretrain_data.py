@@ -56,7 +56,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from labse_model import storage
+from pipelines.io import storage
 from labse_model.masking import MaskingSpec, mask_tokens
 from pipelines.io.config_options import UsageError
 
@@ -105,7 +105,7 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
     directory holding it), or `LANG:GLOB` of text files; either may be on object storage (gs://...). Missing inputs and empty languages are
     errors that name the spec, raised before any training work.
     """
-    from pipelines.io.stage_output import require_stage_output
+    from pipelines.io.completion import require_stage_output
 
     files: dict[str, dict[str, str]] = {}
     counts: dict[str, int] = {}
@@ -123,8 +123,7 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
         # gs://B/sentences matches LANG:GLOB too ("gs", "//B/..."); de:gs://B/*.txt is a spec.
         if match and not match.group(2).startswith("//") and not os.path.exists(spec):
             lang, pattern = match.groups()
-            if not storage.is_url(pattern):
-                require_stage_output(pattern, f"--mono {spec!r}", plain_allowed=True)
+            require_stage_output(pattern, f"--mono {spec!r}", plain_allowed=True)
             paths = _visible_files(pattern)
             if not paths:
                 raise FileNotFoundError(f"--mono {spec!r}: {pattern!r} matches no files")
@@ -138,10 +137,7 @@ def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
             root = storage.join(root, "sentences")
         if not storage.isdir(root):
             raise FileNotFoundError(f"--mono {spec!r} is neither a directory of lang=XX partitions nor LANG:GLOB")
-        if not storage.is_url(spec):
-            require_stage_output(spec, f"--mono {spec!r} (labse-clean output)")
-        else:  # the labse-clean output that holds these sentences/ must be complete on the bucket too
-            storage.require_complete(storage.dirname(root), f"--mono {spec!r} (labse-clean output)")
+        require_stage_output(root, f"--mono {spec!r} (labse-clean output)")
         partitions = [d for d in storage.listdir(root) if _PARTITION.match(d) and storage.isdir(storage.join(root, d))]
         if not partitions:
             raise UsageError(f"--mono {spec!r}: no lang=XX partitions under {root} (is it labse-clean's output?)")

@@ -29,15 +29,14 @@ def file_key(path: str, prefix: str = "") -> str:
 
 def fingerprint(files: Iterable[tuple[str, str]]) -> dict[str, Any]:
     """{"files": {key: bytes}, "sha256": digest of every key, size and head} of (key, path) pairs."""
-    from fsspec.core import url_to_fs
+    from pipelines.io import storage
 
     sizes: dict[str, int] = {}
     digest = hashlib.sha256()
     for key, path in sorted(files):
         key = _unique(key, sizes)
-        filesystem, location = url_to_fs(str(path))
-        sizes[key] = int(filesystem.size(location))
-        with filesystem.open(location, "rb") as handle:
+        sizes[key] = storage.size(str(path))
+        with storage.open_input(str(path)) as handle:
             head = handle.read(HEAD_BYTES)
         digest.update(f"{key}\0{sizes[key]}\0".encode())
         digest.update(hashlib.sha256(head).digest())

@@ -33,7 +33,9 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
-from labse_model import storage
+from pipelines.io import storage
+from pipelines.io.completion import SUCCESS_MARKER
+from pipelines.io.locks import output_lock
 from labse_model.checkpoint import STEP_DIR, CorruptCheckpointError
 from pipelines.io.config_options import UsageError
 
@@ -64,7 +66,7 @@ class RemoteRunDir:
 
     def complete_steps(self) -> list[int]:
         """Steps whose checkpoint has its marker, oldest first."""
-        pattern = storage.join(self.url, CHECKPOINTS, "step-*", storage.SUCCESS_MARKER)
+        pattern = storage.join(self.url, CHECKPOINTS, "step-*", SUCCESS_MARKER)
         steps = []
         for marker in storage.glob(pattern):
             match = STEP_DIR.match(marker.rsplit("/", 2)[-2])
@@ -74,13 +76,14 @@ class RemoteRunDir:
 
     def pull(self, *, resume: bool, step: int | None = None) -> Path | None:
         """Empty the mirror, then download the run files and (`resume`) one checkpoint: returns it."""
+        names = [n for n in storage.walk(self.url) if not n.startswith(CHECKPOINTS + "/") and not _TEMPORARY.search(n)]
+        targets = {n: storage.local_child(self.local, n, source=storage.join(self.url, n)) for n in names}
         if self.local.exists():
             shutil.rmtree(self.local)
         self.local.mkdir(parents=True)
-        for name in storage.walk(self.url):
-            if not name.startswith(CHECKPOINTS + "/") and not _TEMPORARY.search(name):
-                storage.download(storage.join(self.url, name), self.local / name)
-                self._remember(name)
+        for name, target in targets.items():
+            storage.download(storage.join(self.url, name), target)
+            self._remember(name)
         steps = self.complete_steps()
         if not resume:
             if steps:
@@ -97,7 +100,7 @@ class RemoteRunDir:
         candidates = [step] if step is not None else list(reversed(steps))
         if not candidates:
             raise FileNotFoundError(f"no complete checkpoint under {self.url}/{CHECKPOINTS} (none has its "
-                                    f"{storage.SUCCESS_MARKER} marker)")
+                                    f"{SUCCESS_MARKER} marker)")
         skipped = []
         for candidate in candidates:
             try:
@@ -115,18 +118,21 @@ class RemoteRunDir:
         raise CorruptCheckpointError(f"no checkpoint of {self.url} downloads intact: " + "; ".join(skipped))
 
     def _download_checkpoint(self, step: int) -> Path:
-        marker_url = self._checkpoint_url(step, storage.SUCCESS_MARKER)
+        marker_url = self._checkpoint_url(step, SUCCESS_MARKER)
         try:
             files = json.loads(storage.read_bytes(marker_url))["files"]
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptCheckpointError(f"{marker_url} is not a checkpoint marker ({exc})") from None
         final = self.local / CHECKPOINTS / f"step-{step:08d}"
         staging = final.with_name(f".tmp-{final.name}")
+        if not isinstance(files, dict):
+            raise CorruptCheckpointError(f"{marker_url} is not a checkpoint marker (its files are not a mapping)")
+        targets = {name: storage.local_child(staging, name, source=f"{marker_url}: file {name!r}") for name in files}
         shutil.rmtree(staging, ignore_errors=True)
         try:
             for name, expected in sorted(files.items()):
-                storage.download(self._checkpoint_url(step, name), staging / name)
-                if storage.sha256_file(staging / name) != expected["sha256"]:
+                storage.download(self._checkpoint_url(step, name), targets[name])
+                if storage.sha256_file(targets[name]) != expected["sha256"]:
                     raise CorruptCheckpointError(f"{self._checkpoint_url(step, name)} does not match the sha256 "
                                                  "its marker records (changed or half-copied)")
         except (CorruptCheckpointError, FileNotFoundError) as exc:
@@ -156,7 +162,7 @@ class RemoteRunDir:
     def publish(self, step: int, keep_last: int | None = None) -> None:
         """Upload the run files, then checkpoint `step`'s files, then its marker (last)."""
         for later in self._to_set_aside:
-            marker = self._checkpoint_url(later, storage.SUCCESS_MARKER)
+            marker = self._checkpoint_url(later, SUCCESS_MARKER)
             if storage.exists(marker):
                 storage.write_bytes(self._checkpoint_url(later, SET_ASIDE_MARKER), storage.read_bytes(marker))
                 storage.remove(marker)
@@ -165,7 +171,7 @@ class RemoteRunDir:
         self._to_set_aside = []
         self.publish_files()
         local = self.local / CHECKPOINTS / f"step-{step:08d}"
-        marker = self._checkpoint_url(step, storage.SUCCESS_MARKER)
+        marker = self._checkpoint_url(step, SUCCESS_MARKER)
         if storage.exists(marker):  # rewriting a step: it must not look complete while its files change
             storage.remove(marker)
         files = {}
@@ -177,7 +183,7 @@ class RemoteRunDir:
         logger.info("uploaded checkpoint %d to %s", step, self._checkpoint_url(step))
         if keep_last:
             for old in self.complete_steps()[:-keep_last]:
-                storage.remove(self._checkpoint_url(old, storage.SUCCESS_MARKER))
+                storage.remove(self._checkpoint_url(old, SUCCESS_MARKER))
                 storage.remove_tree(self._checkpoint_url(old))
 
 
@@ -190,7 +196,7 @@ def run_directory(args, ctx) -> Iterator[RemoteRunDir | None]:
 
     output = args.output
     args.run_store = None
-    if not storage.is_url(output):
+    if not storage.is_remote(output):
         yield None
         return
     import os
@@ -201,7 +207,7 @@ def run_directory(args, ctx) -> Iterator[RemoteRunDir | None]:
     store = RemoteRunDir.for_url(output)
     with contextlib.ExitStack() as held:
         def take_and_pull() -> None:
-            held.enter_context(storage.object_lock(output))
+            held.enter_context(output_lock(output))
             store.pull(resume=args.resume, step=args.resume_step)
 
         _on_every_rank(take_and_pull, ctx)
@@ -272,15 +278,17 @@ def fetch_model(url: str) -> Path:
         return fetch_run(url)[1]
     local = _download_dir(url)
     if storage.isfile(url):
-        storage.download(url, local / url.rsplit("/", 1)[-1])
-        return local / url.rsplit("/", 1)[-1]
+        target = storage.local_child(local, url.rsplit("/", 1)[-1], source=url)
+        storage.download(url, target)
+        return target
     names = [n for n in storage.walk(url) if not n.startswith((CHECKPOINTS + "/", "tensorboard/"))]
     if not names:
         raise FileNotFoundError(f"--init-from {url} does not exist")
+    targets = {n: storage.local_child(local, n, source=storage.join(url, n)) for n in names}
     if local.exists():
         shutil.rmtree(local)
-    for name in names:
-        storage.download(storage.join(url, name), local / name)
+    for name, target in targets.items():
+        storage.download(storage.join(url, name), target)
     return local
 
 
@@ -295,15 +303,15 @@ def publish_directory(local: Path, url: str, *, overwrite: bool) -> None:
     """Upload a finished local folder to `url`, `_SUCCESS` last, under `URL.lock`; an existing
     output is refused unless `overwrite` (then its marker goes first, then every object)."""
     url = url.rstrip("/")
-    with storage.object_lock(url):
+    with output_lock(url):
         existing = storage.walk(url)
         if existing and not overwrite:
             raise FileExistsError(f"{url} exists and is not empty ({len(existing)} objects; pass --overwrite to "
                                   "replace it)")
         if existing:
-            if storage.SUCCESS_MARKER in existing:
-                storage.remove(storage.join(url, storage.SUCCESS_MARKER))
+            if SUCCESS_MARKER in existing:
+                storage.remove(storage.join(url, SUCCESS_MARKER))
             storage.remove_tree(url)
         for path in sorted(p for p in local.rglob("*") if p.is_file()):
             storage.upload(path, storage.join(url, path.relative_to(local).as_posix()))
-        storage.write_bytes(storage.join(url, storage.SUCCESS_MARKER), b'{"complete": true}\n')
+        storage.write_bytes(storage.join(url, SUCCESS_MARKER), b'{"complete": true}\n')

@@ -26,12 +26,13 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model import storage
+from pipelines.io import storage
+from pipelines.io.storage import local_child
 from labse_model.config import POOLING_MODES, PRESETS, ModelConfig, RunConfig, count_vocab, file_sha256
 from pipelines.io.config_options import UsageError
 
@@ -118,7 +119,7 @@ def load_starting_point(path: str | Path) -> StartingPoint:
 
     PATH on object storage (gs://...) is first copied to this host (`run_store.fetch_model`: a run
     gives one complete checkpoint, checked against its marker's sha256), then read the same way."""
-    if storage.is_url(path):
+    if storage.is_remote(path):
         from labse_model.run_store import fetch_model
 
         local = fetch_model(str(path))
@@ -328,11 +329,11 @@ def _read_modules(path: Path) -> dict[str, str]:
     for name, folder in folders.items():
         # A module folder is a relative path inside the directory ("" for the Transformer of the
         # released LaBSE): an absolute path or `..` would read weights from anywhere.
-        inside = (isinstance(folder, str) and "\\" not in folder and not PurePosixPath(folder).is_absolute()
-                  and ".." not in PurePosixPath(folder).parts)
-        if not inside:
-            raise UsageError(f"{path}/modules.json: the {name} module's path {folder!r} leaves the directory; "
-                             "module paths must be folders inside it")
+        where = f"{path}/modules.json: the {name} module's path leaves the directory"
+        if not isinstance(folder, str):
+            raise UsageError(f"{where} ({folder!r} is not a folder name)")
+        if folder:
+            local_child(path, folder, source=where)
     return folders
 
 

@@ -23,7 +23,7 @@ import torch
 
 from pipelines.io.atomic import atomic_path
 from labse_model import checkpoint as ckpt
-from labse_model import storage
+from pipelines.io import storage
 from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
     POOLING_MODES,

@@ -18,7 +18,9 @@ import pyarrow as pa
 from pipelines.accounting import identity_violations
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic
-from pipelines.io.stage_output import OUTPUT_REFUSED, fresh_output, read_shard_stats, usage_error
+from pipelines.io.completion import read_output_stats
+from pipelines.io.overlap import OUTPUT_REFUSED, fresh_output
+from pipelines.stage_options import usage_error
 
 MAX_LISTED_ERRORS = 100  # errors a stage's stats list one by one (all are counted)
 
@@ -50,7 +52,7 @@ def run_sharded_stage(stage: str, output: str, *, overwrite: bool, run: Callable
         return usage_error(stage, str(error))
     if not ran:
         return 0
-    return report_identity(stage, read_shard_stats(output))
+    return report_identity(stage, read_output_stats(output))
 
 
 def run_to_completion(pipeline, stage: str) -> bool:

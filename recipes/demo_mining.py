@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from pipelines.io.stage_output import finish_shard_output, fresh_output, read_shard_stats
+from pipelines.io.completion import finish_output, read_output_stats
+from pipelines.io.overlap import fresh_output
 from pipelines.mine.cli import main as mine_main
 from pipelines.embed.choice import choose_embedder
 from pipelines.embed.embedders import USEM3
@@ -77,7 +78,7 @@ def combine_scored(scored_dirs: Sequence[Path], combined: Path, stage: str) -> P
                     os.link(shard, combined / f"{scored_dir.name}-{shard.name}")
                 except OSError:  # file systems without hard links
                     shutil.copyfile(shard, combined / f"{scored_dir.name}-{shard.name}")
-        finish_shard_output(combined, {d.name: read_shard_stats(d) for d in scored_dirs}, stage=stage)
+        finish_output(combined, {d.name: read_output_stats(d) for d in scored_dirs}, stage=stage, shards_in_root=True)
     return combined
 
 

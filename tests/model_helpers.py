@@ -59,7 +59,7 @@ def build_vocab(root: Path, out: Path, vocab_size: int = 2000, lines_per_lang: i
 def write_shards(root: Path, vocab: Path, out: Path, pairs_per_lang: int = 128, num_shards: int = 2,
                  split: str = "train", max_seq_length: int = 32) -> str:
     """Shards of `pairs_per_lang` pairs per language (xx -> en); returns their glob."""
-    from pipelines.io.stage_output import mark_complete
+    from pipelines.io.completion import mark_complete
     from pipelines.io.tfrecord import TFRecordWriter, encode_example
 
     tokenizer = hf_tokenizer(vocab)

@@ -33,3 +33,31 @@ class ObjectStoreOnDisk(LocalFileSystem):
         # Listed like an object store: every object below the prefix, named with the scheme.
         for metadata in super()._list(self._local(dir_or_prefix)):
             yield FileMetadata(self.PREFIX + metadata.path, metadata.size_in_bytes, metadata.last_updated_in_seconds)
+
+
+# The same store for fsspec (pipelines.io.storage: markers, stats, locks, listings), so both stacks
+# see one set of files.
+import fsspec  # noqa: E402
+from fsspec.implementations.local import LocalFileSystem as _FsspecLocal  # noqa: E402
+
+
+class FsspecObjectStoreOnDisk(_FsspecLocal):
+    protocol = ("labsetest",)
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        path = str(path)
+        if path.startswith(ObjectStoreOnDisk.PREFIX):
+            path = path[len(ObjectStoreOnDisk.PREFIX):]
+        return super()._strip_protocol(path)
+
+    def unstrip_protocol(self, name):
+        return ObjectStoreOnDisk.PREFIX + name
+
+    def pipe_file(self, path, value, mode="overwrite", **kwargs):
+        # Object stores show an object whole; make parent "prefixes" as a bucket would.
+        self.makedirs(self._parent(self._strip_protocol(path)), exist_ok=True)
+        super().pipe_file(path, value, mode=mode, **kwargs)
+
+
+fsspec.register_implementation("labsetest", FsspecObjectStoreOnDisk, clobber=True)

@@ -8,7 +8,8 @@ import pytest
 
 from pipelines.clean.cli import main, run
 from pipelines.read.readers import read_records
-from pipelines.io.stage_output import OutputLockedError, output_lock, require_complete
+from pipelines.io.completion import require_complete
+from pipelines.io.locks import OutputLockedError, output_lock
 from pipelines.clean.config import CleanConfig
 from tests.conftest import require_file
 

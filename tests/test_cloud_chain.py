@@ -155,7 +155,7 @@ def test_identity_check_reads_gs_stats_back(gcs):
     """run_sharded_stage checks the identity of stats its Beam workers wrote to the bucket (it used
     to return 0 for any object-store output without reading them)."""
     from pipelines.stage import run_sharded_stage
-    from pipelines.io.stage_output import finish_shard_output
+    from pipelines.io.completion import finish_output
 
     bucket = gcs.new_bucket()
     balanced = {"accounting": {"pairs": {"read": 3, "kept": 2, "dropped": {"low": 1}, "errored": 0}}}
@@ -163,7 +163,7 @@ def test_identity_check_reads_gs_stats_back(gcs):
 
     def writes(stats, output):
         def run() -> bool:
-            finish_shard_output(output, stats, stage="test")
+            finish_output(output, stats, stage="test", shards_in_root=True)
             return True
         return run
 

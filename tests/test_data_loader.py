@@ -9,7 +9,7 @@ import torch
 
 from labse_model.data import build_train_loader, epoch_order
 from labse_model.train import main as train_main
-from pipelines.io.stage_output import mark_complete
+from pipelines.io.completion import mark_complete
 from pipelines.io.tfrecord import TFRecordWriter, encode_example
 
 SHARD_SIZES = (7, 11, 5)  # 23 records in 3 uneven shards

@@ -18,7 +18,7 @@ from pipelines.embed.choice import (
 )
 from pipelines.embed.base import EmbedderError
 from pipelines.embed.embedders import E5_SMALL, USEM3, check_embedder_spec, load_embedder
-from pipelines.io.stage_output import STATS_BESIDE_SHARDS
+from pipelines.io.completion import STATS_BESIDE_SHARDS
 from pipelines.score.cli import pairs_embedder
 from tests.conftest import require_file
 from tests.model_helpers import save_tiny_sentence_transformer

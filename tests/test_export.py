@@ -141,7 +141,7 @@ def test_unknown_pooling_is_refused():
 
 
 def test_export_refuses_a_file_as_output_and_a_locked_output(run_dir, tmp_path, caplog):
-    from pipelines.io.stage_output import output_lock
+    from pipelines.io.locks import output_lock
 
     a_file = tmp_path / "model.txt"
     a_file.write_text("user data")

@@ -36,7 +36,7 @@ def test_gcsfs_reads_what_was_uploaded(gcs, tmp_path):
 def test_a_plain_object_in_a_bucket_lies_in_no_stage_output_until_the_root_is_marked(gcs, tmp_path):
     # Looking upwards for a stage output reaches the bucket's root, where `gs://BUCKET.lock` is
     # no object name (GCS IO refuses it): the root can only be marked, not locked.
-    from pipelines.io.stage_output import SUCCESS_MARKER, require_stage_output, stage_output_root
+    from pipelines.io.completion import SUCCESS_MARKER, require_stage_output, stage_output_root
 
     bucket = gcs.new_bucket()
     (tmp_path / "text").mkdir()

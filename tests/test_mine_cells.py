@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from pipelines.io.parquet import write_parquet_atomic
-from pipelines.io.stage_output import mark_complete
+from pipelines.io.completion import mark_complete
 from pipelines.mine import cli as mine_cli
 from pipelines.mine.cells import SENTENCES_PER_CELL_SIDE, cell_count, count_sentences, plan_cells
 from pipelines.mine.config import MAX_COUNTS
@@ -53,6 +53,30 @@ def test_a_whole_language_folder_is_counted_from_the_clean_marker(clean_output):
     # a glob may name part of the folder: its own files' footers count, not the language's total
     part = count_sentences(str(root / "clean" / "sentences" / "lang=de" / "part-00000-*.parquet"))
     assert part.sentences == 14_500 and part.source == "Parquet footers of 1 file(s)", part
+
+
+def test_a_marker_count_is_checked_against_the_parquet_footers(clean_output, caplog):
+    """Issue 34 item 4: a `_SUCCESS` claiming 10^15 sentences planned 10,000 x 10,000 cells (and
+    the launcher died); the footers' count is used, and one warning line names the marker."""
+    import json
+
+    root, counts = clean_output
+    marker = root / "clean" / "_SUCCESS"
+    original = marker.read_text()
+    payload = json.loads(original)
+    payload["stats"]["per_language"]["de"] = 10 ** 15
+    marker.write_text(json.dumps(payload))
+    de = str(root / "clean" / "sentences" / "lang=de")
+    try:
+        with caplog.at_level(logging.WARNING, logger="pipelines.mine.cells"):
+            counted = count_sentences(de)
+        warned = [r.getMessage() for r in caplog.records if "claims" in r.getMessage()]
+        layout = plan_cells(de, de.replace("lang=de", "lang=en"), None, None)
+    finally:
+        marker.write_text(original)  # the fixture is the module's
+    assert counted.sentences == counts["de"] and counted.source == "Parquet footers of 2 file(s)", counted
+    assert len(warned) == 1 and "1,000,000,000,000,000" in warned[0] and "_SUCCESS" in warned[0], warned
+    assert (layout.src_blocks, layout.tgt_shards) == (1, 1), layout
 
 
 def test_parquet_footers_and_text_lines_are_counted(clean_output, tmp_path):

@@ -13,7 +13,8 @@ from pipelines.mine import cli as mine_cli
 from pipelines.mine.transforms import MineBitext, embed_texts_with_beam, registered_domain
 from pipelines.embed.embedders import load_embedder
 from pipelines.mine.margin import MarginConfig, mine
-from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock
+from pipelines.io.completion import STATS_BESIDE_SHARDS, mark_complete
+from pipelines.io.locks import output_lock
 from tests.conftest import require_file
 
 N = 200

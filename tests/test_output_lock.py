@@ -1,4 +1,4 @@
-"""pipelines.io.stage_output.output_lock: the lock is taken on the output's real path, so every
+"""pipelines.io.locks.output_lock: the lock is taken on the output's real path, so every
 spelling of one output (a symlinked parent, a symlinked output, `./`, a trailing slash) meets it."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pipelines.io.stage_output import OutputLockedError, output_lock
+from pipelines.io.locks import OutputLockedError, output_lock
 
 
 def test_the_output_lock_is_taken_on_the_real_path(tmp_path):

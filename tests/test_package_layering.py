@@ -2,7 +2,7 @@
 
 Layers, bottom to top (a module imports only its own layer or lower ones):
 
-    pipelines.io                      Beam-free formats and the stage kit's pieces
+    pipelines.io                      the storage floor: Beam-free paths, lock, _SUCCESS, formats
     pipelines.text                    pure text functions (never the readers, nor anything above)
     pipelines.accounting, .stage      counting and the stage kit (Beam)
     pipelines.read                    the readers (may use pipelines.text)
@@ -70,8 +70,9 @@ def test_pipelines_and_vocab_never_import_labse_model():
     assert offenders == []
 
 
-@pytest.mark.parametrize("module", ["pipelines/io/tfrecord.py", "pipelines/io/stage_output.py",
-                                    "pipelines/io/atomic.py", "pipelines/io/text_lines.py",
+@pytest.mark.parametrize("module", ["pipelines/io/tfrecord.py", "pipelines/io/storage.py",
+                                    "pipelines/io/locks.py", "pipelines/io/completion.py",
+                                    "pipelines/io/overlap.py", "pipelines/io/atomic.py", "pipelines/io/text_lines.py",
                                     "pipelines/io/parallel_text.py", "pipelines/io/config_options.py",
                                     "pipelines/tfrecords/encode.py"])
 def test_modules_used_without_beam_import_no_heavy_framework_at_load(module):
@@ -83,9 +84,43 @@ def test_modules_used_without_beam_import_no_heavy_framework_at_load(module):
     assert [m for _, m in imports if any(_is(m, h) for h in heavy)] == []
 
 
+def test_the_storage_floor_imports_no_beam_and_nothing_above_it():
+    """pipelines/io is the bottom of the house: no Beam anywhere in it (not even inside a
+    function), and nothing from the project but pipelines.io itself."""
+    offenders = [
+        f"{path.relative_to(ROOT).as_posix()}:{line} imports {module}"
+        for path in _sources("pipelines/io")
+        for line, module in _imports(path)
+        if _is(module, "apache_beam")
+        or (module.split(".")[0] in ("pipelines", "vocab", "labse_model") and not _is(module, "pipelines.io"))
+    ]
+    assert offenders == []
+
+
+_SECOND_FLOOR = [
+    (re.compile(r"^\s*SUCCESS_MARKER\s*=|^\s*\w+\s*=\s*[\"']_SUCCESS[\"']", re.M), "a _SUCCESS constant"),
+    (re.compile(r"^\s*def require_complete\(", re.M), "a require_complete"),
+    (re.compile(r"^\s*class \w*Lock\w*Error\b", re.M), "a lock error"),
+    (re.compile(r"\bfcntl\.flock\(|ifGenerationMatch|O_EXCL|mode=[\"']create[\"']|\.lock[\"']", re.M),
+     "a lock of its own"),
+]
+
+
+def test_no_module_outside_the_floor_defines_a_lock_a_marker_or_require_complete():
+    offenders = [
+        f"{path.relative_to(ROOT).as_posix()}: {what}"
+        for path in _sources("pipelines", "vocab", "labse_model", "recipes", "benchmarks")
+        if not path.relative_to(ROOT).as_posix().startswith("pipelines/io/")
+        for pattern, what in _SECOND_FLOOR
+        if pattern.search(path.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []
+
+
 PACKAGES = ("pipelines", "vocab", "labse_model", "recipes")
 STAGES = ("clean", "main_content", "mine", "score", "tfrecords")
 LAYERS = {"pipelines.io": 0, "pipelines.text": 1, "pipelines.accounting": 2, "pipelines.stage": 2,
+          "pipelines.stage_options": 2,
           "pipelines.read": 3, "pipelines.embed": 4, **{f"pipelines.{stage}": 5 for stage in STAGES}, "vocab": 6,
           "labse_model": 7, "recipes": 8}
 

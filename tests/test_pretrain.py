@@ -27,7 +27,7 @@ from labse_model.pretrain_data import (
 )
 from labse_model.run_log import read_metrics
 from labse_model.stacking import build_model, grow, plan_stages
-from pipelines.io.stage_output import mark_complete
+from pipelines.io.completion import mark_complete
 from model_helpers import build_vocab, udhr_lines, write_shards
 from pipelines.text.wordpiece import CLS_ID, MASK_ID, SEP_ID, hf_tokenizer
 
@@ -400,7 +400,7 @@ def test_init_from_pretrain_dir_round_trip_is_strict(inputs, tmp_path, caplog):
 
 def test_a_second_run_into_a_locked_output_fails_at_once(inputs, tmp_path, caplog):
     from labse_model.train import main as train_main
-    from pipelines.io.stage_output import output_lock
+    from pipelines.io.locks import output_lock
 
     vocab, shards, sentences = inputs
     run = tmp_path / "run"

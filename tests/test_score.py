@@ -31,7 +31,8 @@ from pipelines.score.scorer import (
 from pipelines.io.parallel_text import parse_parallel_text
 from pipelines.text.langid import LanguageIdentifier
 from pipelines.accounting import identity_violations
-from pipelines.io.stage_output import STATS_BESIDE_SHARDS, mark_complete, output_lock, write_stats_json
+from pipelines.io.completion import STATS_BESIDE_SHARDS, mark_complete, write_stats_json
+from pipelines.io.locks import output_lock
 from tests.conftest import require_file
 
 

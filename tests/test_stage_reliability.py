@@ -13,14 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import require_file
-from pipelines.io.stage_output import (
-    IncompleteOutputError,
-    OutputOverlapsInputError,
-    check_output_apart,
-    mark_complete,
-    require_stage_output,
-    stage_output_root,
-)
+from pipelines.io.completion import IncompleteOutputError, mark_complete, require_stage_output, stage_output_root
+from pipelines.io.overlap import OutputOverlapsInputError, check_output_apart
 
 WARC = "commoncrawl/CC-MAIN-2020-34-sample.warc.gz"
 
@@ -320,3 +314,98 @@ def test_plain_text_beside_a_folder_named_sentences_is_still_plain(labse_data, t
     text = _text_file(labse_data, "multi30k/val.de.gz", tmp_path / "text" / "de.txt")
     assert stage_output_root(text) is None
     assert require_stage_output(f"{text.parent}/*.txt", "--src", plain_allowed=True) is None
+
+
+# ------------------------------------------------------------------ issue 38: outputs beside a glob's files
+class _PastTheOverlapCheck(BaseException):
+    """Raised right after the overlap check passed: the stage would have gone on to run."""
+
+
+@pytest.fixture
+def stop_after_overlap_check(monkeypatch):
+    from pipelines.io import overlap
+
+    real = overlap.check_output_apart
+
+    def check_then_stop(output, inputs, **kwargs):
+        real(output, inputs, **kwargs)
+        raise _PastTheOverlapCheck(str(output))
+
+    monkeypatch.setattr(overlap, "check_output_apart", check_then_stop)
+
+
+def _verdict(run, argv) -> str:
+    try:
+        code = run(argv)
+    except _PastTheOverlapCheck:
+        return "accepted"
+    return f"exit {code}"
+
+
+def test_every_stage_with_a_pattern_input_accepts_an_output_beside_what_it_reads(
+        labse_data, tmp_path, capsys, monkeypatch, stop_after_overlap_check):
+    """`--input 'crawl/*.warc.gz' --output crawl/clean` (the glob's folder holds the output, the
+    glob can never match it) is accepted by every stage, as the same file named is; a glob that
+    does match the output (`crawl/*`) is still refused."""
+    from pipelines.clean.cli import main as clean_main
+    from pipelines.main_content.cli import main as main_content_main
+    from pipelines.mine.cli import main as mine_main
+    from pipelines.score import scorer
+    from pipelines.score.cli import main as score_main
+    from pipelines.tfrecords.cli import main as tfrecords_main
+    from vocab.cli import main as vocab_main
+
+    crawl = tmp_path / "crawl"
+    crawl.mkdir()
+    shutil.copyfile(require_file(labse_data, WARC), crawl / "sample.warc.gz")
+    for run, extra in ((clean_main, ["--format", "warc"]), (lambda a: main_content_main(["build-data", *a]), [])):
+        for source in (f"{crawl}/*.warc.gz", f"{crawl}/sample.warc.gz"):
+            assert _verdict(run, ["--input", source, "--output", f"{crawl}/clean"]) == "accepted", (run, source)
+        assert _verdict(run, ["--input", f"{crawl}/*", *extra, "--output", f"{crawl}/clean"]) == "exit 2"
+        assert "could hold files that match" in capsys.readouterr().err
+
+    text = tmp_path / "text"
+    en = _text_file(labse_data, "multi30k/val.en.gz", text / "en.txt")
+    de = _text_file(labse_data, "multi30k/val.de.gz", text / "de.txt")
+    for source in (f"{text}/*.txt", str(en)):
+        assert _verdict(vocab_main, ["--input-text", f"en={source}", "--output", f"{text}/vocab/vocab.txt"]) \
+            == "accepted", source
+    assert _verdict(vocab_main, ["--input-text", f"en={text}/*", "--output", f"{text}/vocab.txt"]) == "exit 2"
+    for src in (f"{text}/d*.txt", str(de)):
+        assert _verdict(mine_main, ["--src", src, "--tgt", str(en), "--src-lang", "de", "--tgt-lang", "en",
+                                    "--output", f"{text}/pairs"]) == "accepted", src
+
+    run = _pairs_output(labse_data, tmp_path / "run")
+    monkeypatch.setattr(scorer.QualityScorer, "load", classmethod(lambda cls, path: None))
+    vocab = _tiny_vocab(tmp_path / "vocab.txt")
+    for pairs in (f"{run}/part-*.parquet", f"{run}/part-00000-of-00001.parquet"):
+        assert _verdict(score_main, ["--pairs", pairs, "--output", f"{run}/scored", "--model",
+                                     str(tmp_path / "m")]) == "accepted", pairs
+        assert _verdict(tfrecords_main, ["--pairs", pairs, "--vocab", str(vocab), "--output",
+                                         f"{run}/shards"]) == "accepted", pairs
+    assert _verdict(tfrecords_main, ["--pairs", f"{run}/**", "--vocab", str(vocab), "--output",
+                                     f"{run}/shards"]) == "exit 2"
+
+
+def test_on_cloud_storage_too_an_output_beside_a_globs_files_is_accepted(
+        labse_data, tmp_path, gcs, capsys, monkeypatch, stop_after_overlap_check):
+    """`--input 'gs://B/crawl/*.warc.gz' --output gs://B/crawl/clean`, how many buckets are laid out."""
+    from pipelines.clean.cli import main as clean_main
+    from pipelines.main_content.cli import main as main_content_main
+    from pipelines.tfrecords.cli import main as tfrecords_main
+
+    bucket = gcs.new_bucket()
+    gcs.upload_tree(require_file(labse_data, WARC), f"gs://{bucket}/crawl/sample.warc.gz")
+    crawl = f"gs://{bucket}/crawl"
+    for run in (clean_main, lambda a: main_content_main(["build-data", *a])):
+        for source in (f"{crawl}/*.warc.gz", f"{crawl}/sample.warc.gz"):
+            assert _verdict(run, ["--input", source, "--output", f"{crawl}/clean"]) == "accepted", source
+    run = _pairs_output(labse_data, tmp_path / "run")
+    gcs.upload_tree(run, f"gs://{bucket}/run")
+    vocab = _tiny_vocab(tmp_path / "vocab.txt")
+    for pairs in (f"gs://{bucket}/run/part-*.parquet", f"gs://{bucket}/run/part-00000-of-00001.parquet"):
+        assert _verdict(tfrecords_main, ["--pairs", pairs, "--vocab", str(vocab), "--output",
+                                         f"gs://{bucket}/run/shards"]) == "accepted", pairs
+    assert _verdict(tfrecords_main, ["--pairs", f"gs://{bucket}/run/**", "--vocab", str(vocab), "--output",
+                                     f"gs://{bucket}/run/shards"]) == "exit 2"
+    assert "could hold files that match" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from pipelines.io.tfrecord import TFRecordCorruptError, example_to_dict, index_r
 from pipelines import tfrecords as tfr
 from pipelines.tfrecords import cli as tfr_cli, encode as tfr_encode, transforms as tfr_beam
 from tests.conftest import require_file
-from pipelines.io.stage_output import mark_complete
+from pipelines.io.completion import mark_complete
 from tests.object_store import ObjectStoreOnDisk
 from pipelines.accounting import identity_violations
 
@@ -396,9 +396,6 @@ def test_incomplete_pairs_are_refused(small_inputs, tmp_path, capsys):
 
 
 def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_path, capsys, monkeypatch):
-    from pipelines.io import stage_output
-
-    monkeypatch.setattr(stage_output, "OBJECT_STORE_LOCK_SETTLE_SECONDS", 0)
     scored, vocab = small_inputs
     (tmp_path / "remote").mkdir()
     (tmp_path / "remote" / "pairs-00000-of-00001.tfrecord").write_bytes(b"an earlier run")

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import require_file
-from pipelines.io.stage_output import mark_complete, output_lock
+from pipelines.io.completion import mark_complete
+from pipelines.io.locks import output_lock
 from vocab.count import count_batch, is_heldout, parse_count
 from pipelines.text.pretokenize import pretokenize
 from pipelines.text.wordpiece import SPECIAL_TOKENS, load_vocab

@@ -136,7 +136,7 @@ def _check_inputs(sentences_dir: str | None, text_files: Mapping[str, str] | Non
     output that is not complete (interrupted, or still running)."""
     from apache_beam.io.filesystems import FileSystems
 
-    from pipelines.io.stage_output import require_stage_output
+    from pipelines.io.completion import require_stage_output
     from vocab.count import ReadSentenceParquet
 
     patterns = []
@@ -195,7 +195,8 @@ def build(
                        config=VocabConfig(vocab_size=32000, num_unused=100))
         result.report["languages"]["de"]["unk_share"]
     """
-    from pipelines.io.stage_output import output_lock, prepare_output_files, remove_output
+    from pipelines.io.locks import output_lock
+    from pipelines.io.overlap import prepare_output_files, remove_output
 
     config = config or VocabConfig()  # checked when built
     if not sentences_dir and not text_files:
@@ -220,7 +221,7 @@ def build(
 def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_files: Mapping[str, str] | None,
            config: VocabConfig, beam_args: Sequence[str]) -> BuildResult | None:
     from pipelines.accounting import accounting_section
-    from pipelines.io.stage_output import write_stats_json
+    from pipelines.io.completion import write_stats_json
     from vocab.count import UNITS
     from vocab.report import build_report, write_report
     from vocab.smoothing import language_weights, smoothed_shares

@@ -17,7 +17,9 @@ import logging
 import sys
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.io.stage_output import OutputExistsError, OutputLockedError, stage_parser, usage_error
+from pipelines.io.locks import OutputLockedError
+from pipelines.io.overlap import OutputExistsError
+from pipelines.stage_options import stage_parser, usage_error
 from vocab.builder import build
 from vocab.config import VocabConfig
 from vocab.learn import VocabSizeError

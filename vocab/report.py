@@ -59,7 +59,7 @@ def build_report(vocab_path: str, heldout: Mapping[str, Sequence[str]], extra: M
 
 
 def write_report(report: dict, json_path: str | Path, png_path: str | Path | None = None) -> None:
-    from pipelines.io.stage_output import strict_json
+    from pipelines.io.completion import strict_json
 
     # str, not Path: the paths may be gs://... (Path would fold the double slash)
     write_bytes_atomic(str(json_path), strict_json(report, indent=1).encode("utf-8"))

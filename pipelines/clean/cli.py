@@ -33,15 +33,10 @@ from pipelines.clean.transforms import (
 )
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.read.readers import FORMATS
-from pipelines.io.stage_output import (
-    OutputExistsError,
-    OutputLockedError,
-    output_lock,
-    prepare_output,
-    read_stats_json,
-    stage_parser,
-    usage_error,
-)
+from pipelines.io.completion import read_stats_json
+from pipelines.io.locks import OutputLockedError, output_lock
+from pipelines.io.overlap import OutputExistsError, prepare_output
+from pipelines.stage_options import stage_parser, usage_error
 from pipelines.stage import run_to_completion
 from pipelines.clean.config import CleanConfig
 

@@ -36,7 +36,7 @@ from pipelines.io.parquet import (  # noqa: F401 (row_dict: see ExtractSentences
     write_parquet_atomic,
     write_table_atomic,
 )
-from pipelines.io.stage_output import mark_complete, write_stats_json
+from pipelines.io.completion import mark_complete, write_stats_json
 from pipelines.clean.bundle import BundleResult, PreparedDocument, clean_bundle, error_record, prepare_document
 from pipelines.clean.config import CleanConfig
 from pipelines.text.langid import LanguageIdentifier

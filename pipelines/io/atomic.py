@@ -5,8 +5,8 @@ file: data goes to a hidden temporary file in the same directory, then `durable_
 into place. The data is flushed to the disk (fsync) before the rename and the directory after it,
 so a power cut or kernel crash cannot leave a renamed but empty or partly written file behind: on
 many filesystems (ext4 with delalloc, XFS) the rename can reach the disk before the data does.
-For remote paths (gs://…) Beam's FileSystems makes the object visible only when the upload
-completes, which is atomic for readers already.
+For remote paths (gs://…) fsspec (`storage.write_bytes`) makes the object visible only when the
+upload completes, which is atomic for readers already.
 
 No Beam, TensorFlow or torch import at module level: the trainer uses this on GPU hosts too.
 """
@@ -103,10 +103,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     if _is_remote(path):
-        from apache_beam.io.filesystems import FileSystems
+        from pipelines.io import storage
 
-        with FileSystems.create(str(path)) as handle:
-            handle.write(data)
+        storage.write_bytes(str(path), data)
         return
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as handle:

@@ -17,7 +17,6 @@ see a half-written file and a retried bundle rewrites the same deterministic nam
 from __future__ import annotations
 
 import io
-import uuid
 import zlib
 from typing import Iterable, Iterator
 
@@ -76,26 +75,16 @@ def sentence_table(rows: list[tuple]) -> pa.Table:
 
 
 def write_parquet_atomic(rows: list[dict], path: str, schema: pa.Schema = SENTENCE_SCHEMA) -> None:
-    """Write `rows` as one Parquet file at `path` (local or any Beam filesystem), atomically."""
+    """Write `rows` as one Parquet file at `path` (local or object store), atomically."""
     write_table_atomic(pa.Table.from_pylist(rows, schema=schema), path)
 
 
 def write_table_atomic(table: pa.Table, path: str) -> None:
-    """Write `table` as one Parquet file at `path` (local or any Beam filesystem), atomically."""
+    """Write `table` as one Parquet file at `path` (local or object store), atomically: locally a
+    temporary file renamed into place, on an object store one upload (visible only when complete)."""
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
-    if "://" not in path:  # a local file: flushed to the disk before the rename (write_bytes_atomic)
-        write_bytes_atomic(path, buffer.getvalue())
-        return
-    from apache_beam.io.filesystems import FileSystems  # object stores only: the module stays Beam-free
-
-    directory, name = path.rsplit("/", 1)
-    tmp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp"
-    with FileSystems.create(tmp) as handle:
-        handle.write(buffer.getvalue())
-    if FileSystems.exists(path):
-        FileSystems.delete([path])  # a retried bundle: same name, same content
-    FileSystems.rename([tmp], [path])
+    write_bytes_atomic(path, buffer.getvalue())
 
 
 class MissingColumnsError(UsageError):

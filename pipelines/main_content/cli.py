@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.io.stage_output import usage_error
+from pipelines.stage_options import usage_error
 from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig, TeacherConfig
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_data_parser() -> argparse.ArgumentParser:
-    from pipelines.io.stage_output import stage_parser
+    from pipelines.stage_options import stage_parser
 
     parser = stage_parser(
         "labse-main-content build-data",
@@ -65,7 +65,9 @@ def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfi
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.io.stage_output import output_lock, prepare_output, read_stats_json
+    from pipelines.io.completion import read_stats_json
+    from pipelines.io.locks import output_lock
+    from pipelines.io.overlap import prepare_output
     from pipelines.main_content.transforms import COUNTER_NAMESPACE, BuildTrainingData
     from pipelines.read.readers import ReadDocuments
     from pipelines.stage import run_to_completion
@@ -81,7 +83,8 @@ def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfi
 
 
 def build_data_main(argv: list[str] | None = None) -> int:
-    from pipelines.io.stage_output import OutputExistsError, OutputLockedError
+    from pipelines.io.locks import OutputLockedError
+    from pipelines.io.overlap import OutputExistsError
     from pipelines.stage import report_identity
 
     parser = build_data_parser()

@@ -93,7 +93,8 @@ def train(data_dir: str, output: str, config: MainContentTrainConfig = MainConte
     `data_dir` and `output` may be on an object store (gs://...)."""
     from pipelines.main_content.model import MainContentModel
 
-    from pipelines.io.stage_output import is_remote, require_stage_output
+    from pipelines.io.completion import require_stage_output
+    from pipelines.io.storage import is_remote
 
     if is_remote(data_dir) or is_remote(output):
         return _train_through_local_copies(data_dir, output, config)
@@ -137,7 +138,8 @@ def _train_through_local_copies(data_dir: str, output: str, config: MainContentT
     from apache_beam.io.filesystems import FileSystems
 
     from pipelines.io.atomic import write_bytes_atomic, write_json_atomic
-    from pipelines.io.stage_output import SUCCESS_MARKER, is_remote, require_stage_output
+    from pipelines.io.completion import SUCCESS_MARKER, require_stage_output
+    from pipelines.io.storage import is_remote
 
     require_stage_output(data_dir, f"--data {data_dir} (labse-main-content build-data output)")
     with tempfile.TemporaryDirectory(prefix="main-content-train-") as local:

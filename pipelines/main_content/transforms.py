@@ -29,7 +29,7 @@ from typing import Iterator
 import apache_beam as beam
 
 from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounters, Tally, accounting_section
-from pipelines.io.stage_output import mark_complete, write_stats_json
+from pipelines.io.completion import mark_complete, write_stats_json
 from pipelines.main_content.config import BuildConfig
 from pipelines.main_content.labels import LabelledPage, balance_page, label_page, split_of
 from pipelines.main_content.model import LABEL_BOILERPLATE, LABEL_MAIN, featurise_document

@@ -25,7 +25,8 @@ import posixpath
 import stat
 from dataclasses import dataclass
 
-from pipelines.io.stage_output import read_completion, real_location, stage_output_root
+from pipelines.io.completion import read_completion, stage_output_root
+from pipelines.io.storage import real_location
 from pipelines.mine.config import MAX_COUNTS
 from pipelines.mine.transforms import input_pattern, is_sidecar
 
@@ -49,13 +50,24 @@ def cell_count(sentences: int, per_cell: int = SENTENCES_PER_CELL_SIDE, largest:
 
 
 def count_sentences(path: str) -> SideCount:
-    """How many sentences `path` (labse-mine's --src or --tgt) holds, without reading them where
-    the input says: a labse-clean `sentences/lang=XX` folder from its output's `_SUCCESS`, Parquet
-    files from their footers; text files by their lines. A file that cannot be read counts 0
-    (the pipeline itself routes it to its errors)."""
+    """How many sentences `path` (labse-mine's --src or --tgt) holds, without reading them: Parquet
+    files from their footers, text files by their lines. A file that cannot be read counts 0 (the
+    pipeline itself routes it to its errors). For a labse-clean `sentences/lang=XX` folder the
+    count its `_SUCCESS` claims is checked against the footers, never trusted alone: a marker that
+    claims more (10^15 sentences would plan 10,000 x 10,000 cells) or fewer is named in one
+    warning line and the footers' count is used."""
     from_marker = _count_from_clean_marker(path)
-    if from_marker is not None:
-        return from_marker
+    counted = _count_files(path)
+    if from_marker is None:
+        return counted
+    if from_marker.sentences == counted.sentences:
+        return SideCount(counted.sentences, f"{from_marker.source}, as its {counted.source}")
+    logger.warning("%s claims %s sentences in %s but its %s hold %s: the cells are sized from the files",
+                   from_marker.source, f"{from_marker.sentences:,}", path, counted.source, f"{counted.sentences:,}")
+    return counted
+
+
+def _count_files(path: str) -> SideCount:
     parquet = text = unreadable = 0
     total = 0
     for file in matched_files(path):

@@ -26,7 +26,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.io.stage_output import read_shard_stats, replace_help, require_stage_output, stage_parser, usage_error
+from pipelines.io.completion import read_output_stats, require_stage_output
+from pipelines.stage_options import replace_help, stage_parser, usage_error
 from pipelines.mine.cells import matched_files, plan_cells
 from pipelines.mine.config import MineConfig
 from pipelines.embed.choice import resolve_embedder
@@ -117,7 +118,7 @@ def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence
     if not run_to_completion(pipeline, "labse-mine"):
         return None
     logger.info("mined in %.0f s", time.perf_counter() - started)
-    return read_shard_stats(output)
+    return read_output_stats(output)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from pipelines.accounting import CountByName, MergeTallies, accounting_section
 from pipelines.io.parquet import iter_parquet_rows
-from pipelines.io.stage_output import finish_shard_output
+from pipelines.io.completion import finish_output
 from pipelines.mine.config import MineConfig
 from pipelines.mine.margin import greedy_unique, margin_scores
 from pipelines.mine.search import SearchConfig, knn
@@ -699,7 +699,7 @@ def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, sch
     if not tally.get("files.written"):
         write_empty_shard(output, schema)  # no pairs
         stats["files_written"] = 1
-    finish_shard_output(output, stats, stage="labse-mine")  # the last write: labse-score requires it
+    finish_output(output, stats, stage="labse-mine", shards_in_root=True)  # the last write: labse-score requires it
     yield stats
 
 

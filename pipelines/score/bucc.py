@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from pipelines.io.config_options import UsageError
-from pipelines.io.stage_output import usage_error
+from pipelines.stage_options import usage_error
 from pipelines.mine.margin import (
     MarginConfig,
     Neighbours,

@@ -33,7 +33,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import pyarrow as pa
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.io.stage_output import replace_help, require_stage_output, stage_parser, usage_error
+from pipelines.io.completion import require_stage_output
+from pipelines.stage_options import replace_help, stage_parser, usage_error
 from pipelines.score.config import ScoreConfig
 from pipelines.score.transforms import PAIR_COLUMNS, ReadPairs, build_pipeline
 from pipelines.stage import run_sharded_stage, run_to_completion
@@ -238,10 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def pairs_embedder(pairs: str) -> str | None:
     """The embedder a local labse-mine output was mined with (its _stats.json config), if known."""
-    from pipelines.io.stage_output import read_shard_stats
+    from pipelines.io.completion import read_output_stats
 
     try:
-        return read_shard_stats(pairs).get("config", {}).get("embedder")
+        return read_output_stats(pairs).get("config", {}).get("embedder")
     except (OSError, ValueError, AttributeError):  # remote, or stats from before the config was recorded
         return None
 

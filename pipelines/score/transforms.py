@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from pipelines.accounting import CountByName, MergeTallies, accounting_section
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
-from pipelines.io.stage_output import finish_shard_output
+from pipelines.io.completion import finish_output
 from pipelines.score.decision import calibrated_scores, decide_threshold
 from pipelines.score.features import is_valid_pair
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
@@ -248,7 +248,7 @@ def _finalise(_, tally: dict, decisions: list, errors: list, output: str, config
         "errors": sorted(errors, key=lambda e: e["file"])[:MAX_LISTED_ERRORS],
         "config": config,
     }
-    finish_shard_output(output, stats, stage="labse-score")  # the last write of the stage
+    finish_output(output, stats, stage="labse-score", shards_in_root=True)  # the last write of the stage
     yield stats
 
 

@@ -17,7 +17,7 @@ the ranking loss).  Every dropped pair is counted by reason in `stats.json` and 
 
 Outputs in SHARDS_DIR: `pairs-SSSSS-of-NNNNN.tfrecord` (uncompressed, written atomically),
 `schema.json` (features, dtypes, version, vocabulary checksum, max_seq_length, shard list),
-`stats.json` and last `_SUCCESS` (`pipelines.io.stage_output`).  The trainer reads them without
+`stats.json` and last `_SUCCESS` (`pipelines.io.completion`).  The trainer reads them without
 TensorFlow (`labse_model.data`).  `--pairs` Parquet must lie in complete stage outputs (`_SUCCESS`);
 the output is locked while the stage runs and refused if it holds anything, unless `--overwrite`.
 

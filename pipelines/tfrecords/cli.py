@@ -7,7 +7,7 @@
 Everything about the inputs is checked before any work (one line, exit 2): options, the Parquet
 files `--pairs` finds and that each lies in a complete stage output (`_SUCCESS`), the vocabulary.
 The output is locked while the stage runs and refused if it holds anything, unless `--overwrite`
-(`pipelines.io.stage_output`). The stage itself is `pipelines.tfrecords.transforms.BuildTFRecords`.
+(`pipelines.io.completion`). The stage itself is `pipelines.tfrecords.transforms.BuildTFRecords`.
 """
 from __future__ import annotations
 
@@ -24,16 +24,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.stage import report_identity, run_to_completion
-from pipelines.io.stage_output import (
-    OutputExistsError,
-    OutputLockedError,
-    output_lock,
-    prepare_output,
-    read_stats_json,
-    require_stage_output,
-    stage_parser,
-    usage_error,
-)
+from pipelines.io.completion import read_stats_json, require_stage_output
+from pipelines.io.locks import OutputLockedError, output_lock
+from pipelines.io.overlap import OutputExistsError, prepare_output
+from pipelines.stage_options import stage_parser, usage_error
 from pipelines.io.parallel_text import parse_parallel_text
 from pipelines.text.wordpiece import VocabError
 from pipelines.tfrecords.config import TFRecordsConfig

@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounters, accounting_section
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
-from pipelines.io.stage_output import mark_complete, write_stats_json
+from pipelines.io.completion import mark_complete, write_stats_json
 from pipelines.io.parallel_text import ParallelTextSpec
 from pipelines.io.tfrecord import TFRecordWriter, frame_record
 from pipelines.tfrecords.config import TFRecordsConfig
@@ -337,7 +337,7 @@ class PairsToTFRecords(beam.PTransform):
         vocab_path: the vocab.txt to tokenise with (local or gs://); read and hashed once, here,
             when the transform is built, so a bad vocabulary fails before the pipeline runs.
         output_dir: the shards' directory; the caller locks and prepares it
-            (`pipelines.io.stage_output`), as `labse-tfrecords` does.
+            (`pipelines.io.completion`), as `labse-tfrecords` does.
         config: `TFRecordsConfig` (max_seq_length, num_shards, min_score, include_text, seed,
             tokenize_batch_size).
         inputs: what the stage read, recorded in stats.json.

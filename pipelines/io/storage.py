@@ -1,0 +1,333 @@
+"""Paths on local disk and on object storage (gs://, s3://, any fsspec protocol): the one layer the
+pipelines' launchers and workers, the trainer and the exporter read and write through.
+
+A path is remote when it holds "://"; every other path is local and handled with the standard
+library. Remote paths go through fsspec (gcsfs for gs://, installed by the `gcp` extra) with the
+usual credentials (Application Default Credentials). Beam is never imported here: the trainer runs
+on GPU hosts without it. Beam's sinks and `MatchFiles` keep Beam's FileSystems where Dataflow needs
+them; everything else (markers, stats, locks, listings, run mirrors) comes through here.
+
+Reads stream: `open_input` gives a file object that fetches `READ_BLOCK` bytes at a time and keeps
+them (fsspec's "readahead" cache), so a reader that seeks forward through a shard or reads records
+near each other costs one request per block, never a copy of the whole object first.
+
+Names listed in a bucket (or read from a marker) become local paths only through `local_child`,
+which refuses a name that would leave its folder (an absolute name, `..`, empty segments).
+"""
+from __future__ import annotations
+
+import glob as local_glob
+import gzip
+import hashlib
+import io
+import os
+import posixpath
+import shutil
+import uuid
+from pathlib import Path
+from typing import IO, Iterator
+
+from pipelines.io.config_options import UsageError
+
+READ_BLOCK = 8 << 20  # bytes fetched per request when reading an object
+
+
+class UnsafeNameError(UsageError):
+    """A name from a bucket or a marker that would become a path outside its local folder."""
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    return "://" in str(path)
+
+
+def strip(path: str | os.PathLike) -> str:
+    """The path without trailing slashes (a lone "/" stays)."""
+    text = str(path)
+    return text.rstrip("/") or text
+
+
+def path_argument(text: str) -> str | Path:
+    """argparse type for a path that may be a URL: `Path` would fold gs://b into gs:/b."""
+    return text.rstrip("/") if is_remote(text) else Path(text)
+
+
+def join(base: str | os.PathLike, *parts: str) -> str:
+    """`os.path.join` for local paths; "/" between the parts of a URL."""
+    if not is_remote(base):
+        return os.path.join(base, *parts)
+    return "/".join([str(base).rstrip("/"), *parts])
+
+
+def parent(path: str) -> str | None:
+    """The folder holding `path`; None above a bucket's root or the filesystem's root."""
+    if is_remote(path):
+        scheme, _, rest = path.partition("://")
+        return f"{scheme}://{rest.rsplit('/', 1)[0]}" if "/" in rest.strip("/") else None
+    folder = os.path.dirname(path)
+    return folder if folder != path else None
+
+
+def dirname(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[0] if is_remote(path) else os.path.dirname(os.path.abspath(path))
+
+
+def local_child(root: str | os.PathLike, name: str, *, source: str | None = None) -> Path:
+    """`root / name` for a `name` that came from outside (an object listed in a bucket, a key of a
+    marker, a file named in modules.json): refused (UnsafeNameError, one line naming `source` or
+    the name) when it is absolute, has an empty, `.` or `..` segment, or resolves outside `root`.
+    Call it before anything is written."""
+    shown = source or name
+    text = str(name)
+    parts = text.replace("\\", "/").split("/")
+    if (not text or text.startswith(("/", "\\")) or os.path.isabs(text) or (len(text) > 1 and text[1] == ":")
+            or any(part in ("", ".", "..") for part in parts) or "\x00" in text):
+        raise UnsafeNameError(f"{shown}: the name {text!r} would leave its folder {root} (absolute, empty, "
+                              "'.' or '..' segments); refusing to write it")
+    base = os.path.realpath(root)
+    target = os.path.realpath(os.path.join(base, *parts))
+    if os.path.commonpath([base, target]) != base:
+        raise UnsafeNameError(f"{shown}: the name {text!r} resolves outside its folder {root}; refusing to write it")
+    return Path(root).joinpath(*parts)
+
+
+def filesystem(url: str):
+    """(fsspec filesystem, path without the protocol) for `url`; listings are never cached, since
+    other processes write the same bucket."""
+    import fsspec
+
+    return fsspec.core.url_to_fs(str(url), use_listings_cache=False)
+
+
+def _to_url(fs, path: str) -> str:
+    return fs.unstrip_protocol(path)
+
+
+def glob(pattern: str) -> list[str]:
+    """Paths matching `pattern` (a local glob or a URL glob), files and folders, sorted; URLs keep
+    their protocol."""
+    if not is_remote(pattern):
+        return sorted(local_glob.glob(pattern))
+    fs, path = filesystem(pattern)
+    return sorted(_to_url(fs, p) for p in fs.glob(path))
+
+
+def glob_files(pattern: str) -> list[str]:
+    """The files among `glob(pattern)` (one listing on object storage, no request per object)."""
+    if not is_remote(pattern):
+        return [p for p in glob(pattern) if os.path.isfile(p)]
+    fs, path = filesystem(pattern)
+    found = fs.glob(path, detail=True)
+    return sorted(_to_url(fs, p) for p, info in found.items() if info.get("type") == "file")
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """A file, folder or link (locally, even a dangling one); an object or prefix (remote)."""
+    if not is_remote(path):
+        return os.path.lexists(path)
+    fs, stripped = filesystem(str(path))
+    return fs.exists(stripped)
+
+
+def isfile(path: str | os.PathLike) -> bool:
+    if not is_remote(path):
+        return os.path.isfile(path)
+    fs, stripped = filesystem(str(path))
+    return fs.isfile(stripped)
+
+
+def isdir(path: str | os.PathLike) -> bool:
+    """A local directory, or a URL prefix with at least one object below it."""
+    if not is_remote(path):
+        return os.path.isdir(path)
+    fs, stripped = filesystem(str(path))
+    return fs.isdir(stripped)
+
+
+def listdir(path: str | os.PathLike) -> list[str]:
+    """Names directly below a local directory or a URL prefix."""
+    if not is_remote(path):
+        return sorted(os.listdir(path))
+    fs, stripped = filesystem(str(path))
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(stripped, detail=False))
+
+
+def walk(path: str | os.PathLike) -> dict[str, int]:
+    """{path relative to `path`: size} of every file (object) below a local folder or a URL prefix."""
+    if not is_remote(path):
+        root = str(path)
+        if not os.path.isdir(root):
+            return {}
+        return {os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"):
+                os.path.getsize(os.path.join(folder, name))
+                for folder, _, names in os.walk(root) for name in names}
+    fs, stripped = filesystem(str(path))
+    stripped = stripped.rstrip("/")
+    if not fs.isdir(stripped):
+        return {}
+    return {name[len(stripped) + 1:]: int(info.get("size") or 0)
+            for name, info in fs.find(stripped, detail=True).items() if info.get("type") != "directory"}
+
+
+def open_input(path: str | os.PathLike) -> IO[bytes]:
+    """A binary file object for reading; on object storage it streams in READ_BLOCK requests."""
+    if not is_remote(path):
+        return open(path, "rb", buffering=1 << 20)
+    fs, stripped = filesystem(str(path))
+    return fs.open(stripped, "rb", block_size=READ_BLOCK, cache_type="readahead")
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[str]:
+    """`pipelines.io.text_lines.iter_lines` (UTF-8, .gz decompressed, no line ends), also for URLs."""
+    from pipelines.io import text_lines
+
+    if not is_remote(path):
+        yield from text_lines.iter_lines(path)
+        return
+    with open_input(path) as raw:
+        stream = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
+        for line in io.TextIOWrapper(stream, encoding="utf-8"):
+            yield line.rstrip("\n").rstrip("\r")
+
+
+def parquet_file(path: str | os.PathLike):
+    """A `pyarrow.parquet.ParquetFile`; on object storage it reads the footer and row groups in blocks."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(open_input(path) if is_remote(path) else path)
+
+
+def size(path: str | os.PathLike) -> int:
+    if not is_remote(path):
+        return os.path.getsize(path)
+    fs, stripped = filesystem(str(path))
+    return int(fs.size(stripped))
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    if not is_remote(path):
+        return Path(path).read_bytes()
+    fs, stripped = filesystem(str(path))
+    return fs.cat_file(stripped)
+
+
+def write_bytes(url: str, data: bytes, *, create_only: bool = False) -> None:
+    """One object, whole: an object store shows an object only once its upload completes.
+    `create_only`: FileExistsError when the object exists (on gs://, the upload's precondition
+    `ifGenerationMatch=0`: atomic, two writers never both succeed). Local files: use `atomic.py`."""
+    fs, path = filesystem(url)
+    fs.pipe_file(path, data, mode="create" if create_only else "overwrite")
+
+
+def upload(local: Path, url: str) -> None:
+    fs, path = filesystem(url)
+    fs.put_file(str(local), path)
+
+
+def download(url: str, local: Path) -> None:
+    """Copy one object to `local`, atomically (a temporary name, then a rename)."""
+    fs, path = filesystem(url)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = local.with_name(f".{local.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        fs.get_file(path, str(tmp))
+        os.replace(tmp, local)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Delete one file or object."""
+    if not is_remote(path):
+        os.unlink(path)
+        return
+    fs, stripped = filesystem(str(path))
+    fs.rm_file(stripped)
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Delete a folder (or a URL prefix) and everything below it; nothing when it is absent."""
+    if not is_remote(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.unlink(path)
+        return
+    fs, stripped = filesystem(str(path))
+    if fs.isdir(stripped):
+        fs.rm(stripped, recursive=True)
+    elif fs.exists(stripped):
+        fs.rm_file(stripped)
+
+
+def normalise_url(url: str) -> str:
+    """`scheme://bucket/a/b` for any spelling of a URL (`gs://b//a/./b/`): the bucket as given, the
+    path's doubled slashes and `.` segments gone (`..` resolved)."""
+    scheme, _, rest = str(url).partition("://")
+    authority, _, path = rest.partition("/")
+    clean = posixpath.normpath("/" + path).lstrip("/") if path.strip("/") else ""
+    return f"{scheme}://{authority}" + (f"/{clean}" if clean and clean != "." else "")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_dir(*parts: str) -> Path:
+    """Where downloads and run mirrors live on this host: $LABSE_CACHE, else ~/.cache/labse."""
+    root = Path(os.environ.get("LABSE_CACHE") or Path.home() / ".cache" / "labse")
+    return root.joinpath(*parts)
+
+
+def url_key(url: str) -> str:
+    """A short, stable folder name for `url` (its last part, readable, and a hash)."""
+    tail = "".join(c if c.isalnum() or c in "-_." else "_" for c in url.rstrip("/").rsplit("/", 1)[-1])
+    return f"{tail[:40]}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+WILDCARDS = "*?["
+
+
+def has_wildcard(part: str) -> bool:
+    return any(ch in part for ch in WILDCARDS)
+
+
+def fixed_part(path_or_pattern: str | os.PathLike) -> str:
+    """The part of a path or glob pattern before its first wildcard component: the folder a glob
+    reads from (`d/*.warc.gz` -> `d`, `d/x/part-*` -> `d/x`), or the path itself."""
+    text = str(path_or_pattern)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    parts = rest.split("/")
+    for index, part in enumerate(parts):
+        if has_wildcard(part):
+            parts = parts[:index]
+            break
+    fixed = "/".join(parts)
+    if sep:
+        return f"{scheme}://{fixed}"
+    return fixed or ("/" if text.startswith("/") else ".")
+
+
+def wildcard_part(pattern: str | os.PathLike) -> list[str]:
+    """The components of a glob pattern from its first wildcard on (`d/x/*/a.gz` -> ["*", "a.gz"]);
+    empty for a plain path."""
+    parts = str(pattern).partition("://")[2].split("/") if is_remote(pattern) else str(pattern).split("/")
+    for index, part in enumerate(parts):
+        if has_wildcard(part):
+            return [p for p in parts[index:] if p not in ("", ".")]
+    return []
+
+
+def real_location(path_or_pattern: str | os.PathLike) -> str:
+    """What a path or pattern really names, for comparing locations: the fixed part with symlinks
+    resolved (locally), or a normalised `scheme://bucket/prefix` (object stores)."""
+    fixed = fixed_part(path_or_pattern)
+    if is_remote(fixed):
+        scheme, _, rest = fixed.partition("://")
+        return f"{scheme.lower()}://{posixpath.normpath(rest).strip('/')}"
+    return os.path.realpath(fixed)
