@@ -152,24 +152,26 @@ def test_success_marker_is_the_last_object_written(chains, gcs):
 
 
 def test_identity_check_reads_gs_stats_back(gcs):
-    """run_sharded_stage checks the identity of stats its Beam workers wrote to the bucket (it used
-    to return 0 for any object-store output without reading them)."""
-    from pipelines.stage import run_sharded_stage
-    from pipelines.io.stage_output import finish_shard_output
+    """run_stage checks the identity of stats its Beam workers wrote to the bucket (it used to
+    return 0 for any object-store output without reading them)."""
+    import apache_beam as beam
+
+    from pipelines.io.stage_output import finish_shard_output, read_shard_stats
+    from pipelines.stage import run_stage
 
     bucket = gcs.new_bucket()
     balanced = {"accounting": {"pairs": {"read": 3, "kept": 2, "dropped": {"low": 1}, "errored": 0}}}
     broken = {"accounting": {"pairs": {"read": 3, "kept": 1, "dropped": {"low": 1}, "errored": 0}}}
 
-    def writes(stats, output):
-        def run() -> bool:
-            finish_shard_output(output, stats, stage="test")
-            return True
-        return run
+    def run(output, stats) -> int:
+        def wire(pipeline):  # the stats are written by the pipeline, as every stage's last step does
+            _ = pipeline | beam.Create([None]) | beam.Map(lambda _: finish_shard_output(output, stats, stage="test"))
 
-    good, bad = f"gs://{bucket}/good", f"gs://{bucket}/bad"
-    assert run_sharded_stage("test", good, overwrite=False, run=writes(balanced, good)) == 0
-    assert run_sharded_stage("test", bad, overwrite=False, run=writes(broken, bad)) == 1
+        return run_stage("test", output, overwrite=False, beam_args=[], wire=wire,
+                         finish=lambda: read_shard_stats(output))
+
+    assert run(f"gs://{bucket}/good", balanced) == 0
+    assert run(f"gs://{bucket}/bad", broken) == 1
 
 
 def test_killed_run_is_not_complete_and_a_rerun_succeeds(chains, gcs):
