@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      beam_args=beam_args, work_dir=args.work_dir,
                                                      overwrite=args.overwrite, built=built),
                          summarise=summarise)
-    except VocabSizeError as error:  # found by the learner, after counting: the kit removed the run's files
+    except (VocabSizeError, UsageError) as error:  # VocabSizeError: the learner's, after counting (files removed)
         return usage_error("labse-vocab", str(error))
 
 
