@@ -84,7 +84,8 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
        stage's transforms (a setting they refuse raises UsageError here);
     3. only then `output_lock(output)`, held to the end, and the old output refused, or removed
        with `overwrite` (`prepare_output`; `prepare_output_files` for a stage whose output is
-       `output_files` beside each other, as labse-vocab's). A dry run removes nothing;
+       `output_files` beside each other, as labse-vocab's). A dry run that only builds the job
+       (`builds_only`) removes nothing;
     4. the pipeline run to completion (`run_to_completion`; None for a dry run: the job was built,
        not run). Its last step writes the stats and then `_SUCCESS` (on the workers, so a finished
        Dataflow job is complete even if the launcher is gone);
@@ -100,9 +101,8 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
         check_output_apart(path, inputs)
     pipeline = beam_pipeline(beam_args)
     wire(pipeline)
-    dry_run = is_dry_run(pipeline.options)
     with output_lock(output):  # before looking at the output: no check-then-act race between runs
-        if not (dry_run and overwrite):  # a dry run refuses what a run would, and removes nothing
+        if not (overwrite and builds_only(pipeline)):  # a dry run refuses what a run would, and removes nothing
             if output_files:
                 prepare_output_files(output_files, overwrite=overwrite, inputs=inputs)
             else:
@@ -159,6 +159,18 @@ def is_dry_run(options) -> bool:
     from apache_beam.options.pipeline_options import TestOptions
 
     return bool(options.view_as(TestOptions).dry_run)
+
+
+def builds_only(pipeline: beam.Pipeline) -> bool:
+    """True for a dry run on a runner that honours it (Dataflow builds the job and runs nothing);
+    the DirectRunner ignores --dry_run and writes the output like any run."""
+    if not is_dry_run(pipeline.options):
+        return False
+    try:
+        from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    except ImportError:  # without Beam's GCP extra there is no Dataflow runner
+        return False
+    return isinstance(pipeline.runner, DataflowRunner)
 
 
 def run_to_completion(pipeline, stage: str) -> bool:
