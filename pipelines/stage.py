@@ -1,13 +1,17 @@
-"""The stage kit: how every Beam stage runs. Its output is locked, refused when it exists without
---overwrite, written by the pipeline (`WriteParquetShards`: the sharded Parquet writer), marked
-complete (`_SUCCESS`) last, and its stats must satisfy the accounting identity (`report_identity`).
-Its pipeline runs to completion on every runner, or is only built for a `--dry_run`
-(`run_to_completion`).
+"""The stage kit: how every Beam stage runs (`run_stage`, the one way; `execute_stage` for library
+callers). First the inputs are checked and kept apart from the output, then the pipeline is built
+and all its options validated (runner, Dataflow options, staged files) and its transforms wired;
+only then is the output locked and refused when it exists without --overwrite (or removed with
+it), so a mistake a user can fix never costs the old output. The pipeline runs to completion on
+every runner, or is only built for a `--dry_run` (`run_to_completion`); its last step writes the
+stats and `_SUCCESS` last; the stats must satisfy the accounting identity (`report_identity`).
+Sharded Parquet outputs are written by `WriteParquetShards`.
 The Beam-free pieces it uses (locks, `_SUCCESS`, stats JSON, atomic Parquet files) are
 `pipelines.io`; the counting is `pipelines.accounting`."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 import zlib
 from typing import Callable, Iterable, Mapping, Sequence
@@ -18,17 +22,19 @@ import pyarrow as pa
 from pipelines.accounting import identity_violations
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic
-from pipelines.io.completion import read_output_stats
-from pipelines.io.overlap import OUTPUT_REFUSED, fresh_output
+from pipelines.io.config_options import UsageError
+from pipelines.io.locks import output_lock
+from pipelines.io.overlap import OUTPUT_REFUSED, check_output_apart, prepare_output, prepare_output_files, remove_output
 from pipelines.stage_options import usage_error
 
 MAX_LISTED_ERRORS = 100  # errors a stage's stats list one by one (all are counted)
 
 
-def report_identity(stage: str, stats: Mapping) -> int:
-    """A command's exit status for its finished stats: 0 when every unit balances; else one line
-    on stderr naming the units (a counting bug, never the data's fault) and 1."""
-    problems = identity_violations(stats)
+def report_identity(stage: str, stats: Mapping, more: Sequence[str] = ()) -> int:
+    """A command's exit status for its finished stats: 0 when every unit balances (and `more`, a
+    stage's own findings in its books, is empty); else one line on stderr naming the units (a
+    counting bug, never the data's fault) and 1."""
+    problems = identity_violations(stats) + list(more)
     if problems:
         print(f"{stage}: accounting identity read = kept + dropped + errored broken (a bug, please report): "
               + "; ".join(problems), file=sys.stderr)
@@ -36,23 +42,129 @@ def report_identity(stage: str, stats: Mapping) -> int:
     return 0
 
 
-def run_sharded_stage(stage: str, output: str, *, overwrite: bool, run: Callable[[], bool],
-                      inputs: Sequence[str] = ()) -> int:
-    """A sharded stage's run, as labse-mine and labse-score make it: `run()` (a Beam pipeline whose
-    sinks write Parquet shards and `_stats.json` into `output`; it returns `run_to_completion`'s
-    answer) with `output` fresh and locked first, so two runs never mix. The exit status: 2 with
-    one line when the output is refused (it exists without --overwrite, another run holds it, or
-    it overlaps one of `inputs`); 0 for a dry run (the job was built, not run); else
-    `report_identity` of the stats the run wrote, read back from `output` wherever it is (local
-    disk or an object store)."""
+def run_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[str],
+              wire: Callable[[beam.Pipeline], object], finish: Callable[[], Mapping],
+              inputs: Sequence[str | None] = (), check_inputs: Callable[[], object] | None = None,
+              output_files: Sequence[str] = (), summarise: Callable[[Mapping], str] | None = None,
+              problems: Callable[[Mapping], list[str]] | None = None) -> int:
+    """The one way a Beam stage's command runs: `execute_stage` (its arguments and order), then the
+    exit status. 2 with one line on stderr when anything a user can fix is refused (an input, a
+    Beam option, the output); 0 for a dry run; else `summarise(stats)` on stdout and
+    `report_identity` of the stats (with `problems(stats)`, a stage's own checks of its books)."""
     try:
-        with fresh_output(output, overwrite=overwrite, inputs=inputs):
-            ran = run()
-    except OUTPUT_REFUSED as error:
+        stats = execute_stage(stage, output, overwrite=overwrite, beam_args=beam_args, wire=wire, finish=finish,
+                              inputs=inputs, check_inputs=check_inputs, output_files=output_files)
+    except (UsageError, *OUTPUT_REFUSED) as error:
         return usage_error(stage, str(error))
-    if not ran:
+    if stats is None:
         return 0
-    return report_identity(stage, read_output_stats(output))
+    if summarise is not None:
+        print(summarise(stats), flush=True)
+    return report_identity(stage, stats, problems(stats) if problems else ())
+
+
+def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[str],
+                  wire: Callable[[beam.Pipeline], object], finish: Callable[[], Mapping],
+                  inputs: Sequence[str | None] = (), check_inputs: Callable[[], object] | None = None,
+                  output_files: Sequence[str] = ()) -> dict | None:
+    """Run a Beam stage into `output`, everything that can be refused checked before anything is
+    removed (in the manner of datatrove's `PipelineExecutor._run_for_rank`). In this order:
+
+    1. the inputs: `check_inputs()` (present, complete: it raises UsageError), and the output
+       (or each of `output_files`) apart from every one of `inputs` (`check_output_apart`);
+    2. the pipeline and all its options: the Beam options (`beam_pipeline`: the runner's name,
+       Beam's own checks such as Dataflow's --project/--region/--temp_location, the files a run
+       stages: --setup_file, --requirements_file, --extra_package), then `wire(pipeline)` adds the
+       stage's transforms (a setting they refuse raises UsageError here);
+    3. only then `output_lock(output)`, held to the end, and the old output refused, or removed
+       with `overwrite` (`prepare_output`; `prepare_output_files` for a stage whose output is
+       `output_files` beside each other, as labse-vocab's). A dry run that only builds the job
+       (`builds_only`) removes nothing;
+    4. the pipeline run to completion (`run_to_completion`; None for a dry run: the job was built,
+       not run). Its last step writes the stats and then `_SUCCESS` (on the workers, so a finished
+       Dataflow job is complete even if the launcher is gone);
+    5. `finish()`: the stats, read back from the output, or made by work the launcher does after
+       the pipeline (labse-vocab learns its vocabulary from the counts and writes its stats last).
+
+    Raises UsageError or one of OUTPUT_REFUSED for what a user can fix (nothing was removed for
+    either before step 3 succeeded). A stage whose output is `output_files` has no completion
+    marker, so a run that fails in steps 4-5 removes them (a retry would be refused otherwise)."""
+    if check_inputs is not None:
+        check_inputs()
+    for path in output_files or [output]:
+        check_output_apart(path, inputs)
+    pipeline = beam_pipeline(beam_args)
+    wire(pipeline)
+    with output_lock(output):  # before looking at the output: no check-then-act race between runs
+        if not (overwrite and builds_only(pipeline)):  # a dry run refuses what a run would, and removes nothing
+            if output_files:
+                prepare_output_files(output_files, overwrite=overwrite, inputs=inputs)
+            else:
+                prepare_output(output, overwrite=overwrite, inputs=inputs)
+        try:
+            if not run_to_completion(pipeline, stage):
+                return None
+            return dict(finish())
+        except BaseException:
+            for path in output_files:  # no marker: what an unfinished run leaves would block the retry
+                remove_output(path)
+            raise
+
+
+def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
+    """A Beam pipeline for `beam_args`, every option checked that can be before it runs: the files
+    a run stages exist (`check_staged_files`), the runner is one Beam knows and Beam's own
+    validators pass (Dataflow: --project, --region, gs:// --temp_location ...). Raises UsageError,
+    one line, naming what is wrong; nothing has been touched."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = PipelineOptions(list(beam_args))
+    check_staged_files(options)
+    try:
+        return beam.Pipeline(options=options)
+    except ValueError as error:  # an unknown runner, or "Pipeline has validations errors: \n..."
+        reasons = [line.strip() for line in str(error).splitlines() if line.strip()]
+        if reasons and reasons[0].startswith("Pipeline has validation"):
+            reasons = reasons[1:]
+        raise UsageError("Beam options: " + " ".join(r if r.endswith(".") else r + ";" for r in reasons)
+                         .rstrip(";")) from error
+
+
+# The SetupOptions that name local files a run stages for its workers (Beam checks them only when
+# the job is submitted, after the output would have been removed).
+STAGED_FILE_OPTIONS = (("setup_file", "--setup_file"), ("requirements_file", "--requirements_file"),
+                       ("extra_packages", "--extra_package"))
+
+
+def check_staged_files(options) -> None:
+    """Every local file that --setup_file, --requirements_file or --extra_package names exists
+    (UsageError naming the option). Object-store and URL paths are left to the stager."""
+    from apache_beam.options.pipeline_options import SetupOptions
+
+    setup = options.view_as(SetupOptions)
+    for attribute, option in STAGED_FILE_OPTIONS:
+        value = getattr(setup, attribute)
+        for path in value if isinstance(value, list) else [value] if value else []:
+            if "://" not in path and not os.path.isfile(path):
+                raise UsageError(f"{option} {path}: no such file (a run stages it for its workers)")
+
+
+def is_dry_run(options) -> bool:
+    from apache_beam.options.pipeline_options import TestOptions
+
+    return bool(options.view_as(TestOptions).dry_run)
+
+
+def builds_only(pipeline: beam.Pipeline) -> bool:
+    """True for a dry run on a runner that honours it (Dataflow builds the job and runs nothing);
+    the DirectRunner ignores --dry_run and writes the output like any run."""
+    if not is_dry_run(pipeline.options):
+        return False
+    try:
+        from apache_beam.runners.dataflow.dataflow_runner import DataflowRunner
+    except ImportError:  # without Beam's GCP extra there is no Dataflow runner
+        return False
+    return isinstance(pipeline.runner, DataflowRunner)
 
 
 def run_to_completion(pipeline, stage: str) -> bool:
@@ -65,10 +177,8 @@ def run_to_completion(pipeline, stage: str) -> bool:
     `--dataflow_job_file PATH` the built pipeline (runner API proto, as JSON) is saved there too.
     A job that ends in any state but DONE raises: its outputs are incomplete.
     """
-    from apache_beam.options.pipeline_options import TestOptions
-
     result = pipeline.run()
-    if pipeline.options.view_as(TestOptions).dry_run:
+    if is_dry_run(pipeline.options):
         print(describe_built_job(stage, pipeline.options, getattr(result, "job", None)), flush=True)
         return False
     state = result.wait_until_finish()

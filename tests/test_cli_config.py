@@ -320,7 +320,7 @@ INNER = {
                    ["--src", "a", "--tgt", "b", "--src-lang", "de", "--tgt-lang", "en", "--output", "OUT"]),
     "labse-tfrecords": ("pipelines.tfrecords.cli", "find_parquet_files",
                         ["--pairs", "p", "--vocab", "v.txt", "--output", "OUT"]),
-    "labse-vocab": ("vocab.cli", "build", ["--input-text", "de=x.txt", "--output", "OUT/vocab.txt"]),
+    "labse-vocab": ("vocab.cli", "stage_plan", ["--input-text", "de=x.txt", "--output", "OUT/vocab.txt"]),
     "labse-score": ("pipelines.score.cli", "require_stage_output",
                     ["--pairs", "p", "--output", "OUT", "--model", "m"]),
     "labse-clean": ("pipelines.clean.cli", "infer_format", ["--input", "x.warc.gz", "--output", "OUT"]),

@@ -115,20 +115,17 @@ def score_argv(chains: Chains, output: str, *extra: str) -> list[str]:
 
 
 def test_gs_output_is_locked_refused_and_overwritten(chains, gcs):
+    from pipelines.io.locks import output_lock
+
     output = f"gs://{chains.bucket}/rules/scored"
-    first = subprocess.Popen([command_path(a) if i == 0 else a for i, a in enumerate(score_argv(chains, output))],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        lock = f"gs://{chains.bucket}/rules"
-        deadline = time.monotonic() + 120
-        while "scored.lock" not in objects(gcs, lock):
-            assert first.poll() is None and time.monotonic() < deadline, "the first run never took its lock"
-            time.sleep(0.2)
+    lock = f"gs://{chains.bucket}/rules"
+    # Another run holds the lock: held here, in this live process, rather than by a real first run,
+    # which could end before the second reaches the lock (it checks and builds its pipeline first).
+    with output_lock(output):
         second = run_command(score_argv(chains, output, "--overwrite"), expect=2)
-        assert "being written by another run" in second.stderr and "scored.lock" in second.stderr
-    finally:
-        log = first.communicate(timeout=600)[0]
-    assert first.returncode == 0, log[-3000:]
+    assert "being written by another run" in second.stderr and "scored.lock" in second.stderr
+    assert not objects(gcs, output)  # refused before anything was written
+    run_command(score_argv(chains, output))
     written = objects(gcs, output)
     assert "_SUCCESS" in written and "scored.lock" not in objects(gcs, lock)
 
@@ -152,24 +149,26 @@ def test_success_marker_is_the_last_object_written(chains, gcs):
 
 
 def test_identity_check_reads_gs_stats_back(gcs):
-    """run_sharded_stage checks the identity of stats its Beam workers wrote to the bucket (it used
-    to return 0 for any object-store output without reading them)."""
-    from pipelines.stage import run_sharded_stage
-    from pipelines.io.completion import finish_output
+    """run_stage checks the identity of stats its Beam workers wrote to the bucket (it used to
+    return 0 for any object-store output without reading them)."""
+    import apache_beam as beam
+
+    from pipelines.io.completion import finish_output, read_output_stats
+    from pipelines.stage import run_stage
 
     bucket = gcs.new_bucket()
     balanced = {"accounting": {"pairs": {"read": 3, "kept": 2, "dropped": {"low": 1}, "errored": 0}}}
     broken = {"accounting": {"pairs": {"read": 3, "kept": 1, "dropped": {"low": 1}, "errored": 0}}}
 
-    def writes(stats, output):
-        def run() -> bool:
-            finish_output(output, stats, stage="test", shards_in_root=True)
-            return True
-        return run
+    def run(output, stats) -> int:
+        def wire(pipeline):  # the stats are written by the pipeline, as every stage's last step does
+            _ = pipeline | beam.Create([None]) | beam.Map(lambda _: finish_output(output, stats, stage="test", shards_in_root=True))
 
-    good, bad = f"gs://{bucket}/good", f"gs://{bucket}/bad"
-    assert run_sharded_stage("test", good, overwrite=False, run=writes(balanced, good)) == 0
-    assert run_sharded_stage("test", bad, overwrite=False, run=writes(broken, bad)) == 1
+        return run_stage("test", output, overwrite=False, beam_args=[], wire=wire,
+                         finish=lambda: read_output_stats(output))
+
+    assert run(f"gs://{bucket}/good", balanced) == 0
+    assert run(f"gs://{bucket}/bad", broken) == 1
 
 
 def test_killed_run_is_not_complete_and_a_rerun_succeeds(chains, gcs):

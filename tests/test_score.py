@@ -3,6 +3,7 @@ import gzip
 import json
 import os
 
+import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -747,8 +748,9 @@ def test_labse_score_exits_1_when_its_books_do_not_balance(scorer_dir, tmp_path,
     """A counting bug (here: a kept row never read) is reported in one line and exit 1."""
     tally = {"pairs.read": 2, "pairs.scored": 2, "pairs.kept": 3, "files.written": 1,
              "input_files.read": 1, "input_files.kept": 1}
-    monkeypatch.setattr(score_cli, "build_pipeline", lambda pipeline, pairs, output, *rest: list(
-        score_transforms._finalise(None, tally, [], [], output, {})))
+    monkeypatch.setattr(score_cli, "build_pipeline", lambda pipeline, pairs, output, *rest: (  # writes as it runs
+        pipeline | beam.Create([None]) | beam.FlatMap(lambda _: score_transforms._finalise(None, tally, [], [], output,
+                                                                                           {}))))
     pairs = _pairs_dir(tmp_path / "pairs", [])
     assert score_cli.main(["--pairs", str(pairs), "--output", str(tmp_path / "scored"), "--model", str(scorer_dir)]) == 1
     err = capsys.readouterr().err.strip()

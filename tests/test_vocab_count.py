@@ -151,38 +151,41 @@ def _one_line_error(capsys) -> str:
 @pytest.mark.parametrize("option", [["--holdout-rate", "2"], ["--holdout-rate", "1"], ["--smoothing", "nan"],
                                     ["--vocab-size", "0"]])
 def test_bad_settings_are_refused_before_counting(tmp_path, capsys, monkeypatch, option):
-    from vocab import builder, cli
+    from pipelines import stage
+    from vocab import cli
 
-    monkeypatch.setattr(builder, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    monkeypatch.setattr(stage, "run_to_completion", lambda *a, **k: pytest.fail("counting started"))
     sentences = _clean_output(tmp_path / "clean")
     assert cli.main(["--input", str(sentences), "--output", str(tmp_path / "v.txt")] + option) == 2
     assert option[0] in _one_line_error(capsys)
 
 
 def test_an_incomplete_clean_output_is_refused(tmp_path, capsys, monkeypatch):
-    from vocab import builder, cli
+    from pipelines import stage
+    from vocab import cli
 
-    monkeypatch.setattr(builder, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    monkeypatch.setattr(stage, "run_to_completion", lambda *a, **k: pytest.fail("counting started"))
     sentences = _clean_output(tmp_path / "clean", complete=False)  # labse-clean interrupted
     assert cli.main(["--input", str(sentences), "--output", str(tmp_path / "v.txt")]) == 2
     assert "rerun the stage" in _one_line_error(capsys)
 
 
 def test_an_existing_or_locked_vocabulary_is_refused_unless_overwrite(tmp_path, capsys, monkeypatch):
-    from vocab import builder, cli
+    from pipelines import stage
+    from vocab import cli
 
     sentences = _clean_output(tmp_path / "clean")
     (tmp_path / "v.work" / "counts").mkdir(parents=True)
     (tmp_path / "v.work" / "counts" / "counts-00000-of-00009.tsv").write_text("de\tHund\t99\n")  # an earlier run
     argv = ["--input", str(sentences), "--output", str(tmp_path / "v.txt")]
-    monkeypatch.setattr(builder, "run_counting", lambda *a, **k: pytest.fail("counting started"))
+    monkeypatch.setattr(stage, "run_to_completion", lambda *a, **k: pytest.fail("counting started"))
     assert cli.main(argv) == 2
     assert "--overwrite" in _one_line_error(capsys)
     with output_lock(tmp_path / "v.txt"):
         assert cli.main(argv + ["--overwrite"]) == 2
         assert "v.txt.lock" in _one_line_error(capsys)
     counted = []
-    monkeypatch.setattr(builder, "run_counting", lambda work, **k: counted.append(os.listdir(tmp_path)) or 1 / 0)
+    monkeypatch.setattr(stage, "run_to_completion", lambda *a: counted.append(os.listdir(tmp_path)) or 1 / 0)
     with pytest.raises(ZeroDivisionError):
         cli.main(argv + ["--overwrite"])
     assert "v.work" not in counted[0]  # the old counts were removed before counting began

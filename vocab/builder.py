@@ -56,22 +56,13 @@ def side_paths(output: str) -> dict[str, str]:
     }
 
 
-def run_counting(
-    work_dir: str,
-    *,
-    sentences_dir: str | None,
-    text_files: Mapping[str, str] | None,
-    config: VocabConfig,
-    beam_args: Sequence[str] = (),
-) -> bool:
-    """Count with Beam into `work_dir`; False for a dry run (the job was built, not run)."""
+def wire_counting(pipeline, work_dir: str, *, sentences_dir: str | None, text_files: Mapping[str, str] | None,
+                  config: VocabConfig) -> None:
+    """The counting pipeline: the inputs | `CountWords` | `WriteCounts(work_dir)`."""
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.stage import run_to_completion
     from vocab.count import CountWords, ReadLanguageTexts, ReadSentenceParquet, WriteCounts
 
-    pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))
     inputs = []
     if sentences_dir:
         inputs.append(pipeline | "Sentences" >> ReadSentenceParquet(sentences_dir))
@@ -81,6 +72,22 @@ def run_counting(
     counted = sentences | "CountWords" >> CountWords(
         config.holdout_rate, config.heldout_per_language, config.max_words, config.smoothing)
     counted | "Write" >> WriteCounts(work_dir)
+
+
+def run_counting(
+    work_dir: str,
+    *,
+    sentences_dir: str | None,
+    text_files: Mapping[str, str] | None,
+    config: VocabConfig,
+    beam_args: Sequence[str] = (),
+) -> bool:
+    """Only the counting, with Beam, into `work_dir` (no lock, no learning: `build` is the stage);
+    False for a dry run (the job was built, not run)."""
+    from pipelines.stage import beam_pipeline, run_to_completion
+
+    pipeline = beam_pipeline(beam_args)
+    wire_counting(pipeline, work_dir, sentences_dir=sentences_dir, text_files=text_files, config=config)
     return run_to_completion(pipeline, "labse-vocab")
 
 
@@ -195,44 +202,58 @@ def build(
                        config=VocabConfig(vocab_size=32000, num_unused=100))
         result.report["languages"]["de"]["unk_share"]
     """
-    from pipelines.io.locks import output_lock
-    from pipelines.io.overlap import prepare_output_files, remove_output
+    from pipelines.stage import execute_stage
 
+    built: list[BuildResult] = []
+    stats = execute_stage("labse-vocab", **stage_plan(output, sentences_dir=sentences_dir, text_files=text_files,
+                                                      config=config, beam_args=beam_args, work_dir=work_dir,
+                                                      overwrite=overwrite, built=built))
+    return None if stats is None else built[0]
+
+
+def stage_plan(output: str, *, sentences_dir: str | None = None, text_files: Mapping[str, str] | None = None,
+               config: VocabConfig | None = None, beam_args: Sequence[str] = (), work_dir: str | None = None,
+               overwrite: bool = False, built: list | None = None) -> dict:
+    """labse-vocab's arguments to the stage kit (`pipelines.stage.run_stage`, `build`'s arguments):
+    the counting pipeline (`wire_counting`), then, once it ran, the learning and the report
+    (`finish`: its `BuildResult` is appended to `built`). Its output is `output` and the files
+    beside it (`side_paths`): they are locked as `output`, and removed when a run fails, so that
+    nothing blocks the retry."""
     config = config or VocabConfig()  # checked when built
     if not sentences_dir and not text_files:
         raise UsageError("give sentences_dir (labse-clean output) and/or text_files {lang: path}")
-    _check_inputs(sentences_dir, text_files)
     paths = side_paths(output)
     if work_dir:
         paths["work"] = work_dir.rstrip("/")
-    with output_lock(output):  # before looking at the outputs: two runs never mix
-        prepare_output_files([output, paths["report"], paths["png"], paths["stats"], paths["work"]],
-                             overwrite=overwrite, inputs=[sentences_dir, *(text_files or {}).values()])
-        try:
-            return _build(output, paths, sentences_dir, text_files, config, beam_args)
-        except BaseException:
-            # A run that fails (a refused vocabulary size, an interrupted count) leaves nothing: its
-            # work directory would otherwise be refused as an earlier output and block the retry.
-            for path in (output, *paths.values()):
-                remove_output(path)
-            raise
+    built = [] if built is None else built
+    started = time.perf_counter()
+
+    def finish() -> dict:
+        built.append(_build(output, paths, heldout_and_tally=load_work(paths["work"]), config=config,
+                            count_seconds=time.perf_counter() - started))
+        return built[-1].stats
+
+    logger.info("counting words with Beam into %s", paths["work"])
+    return dict(output=output, overwrite=overwrite, beam_args=list(beam_args),
+                inputs=[sentences_dir, *(text_files or {}).values()],
+                check_inputs=lambda: _check_inputs(sentences_dir, text_files),
+                wire=lambda pipeline: wire_counting(pipeline, paths["work"], sentences_dir=sentences_dir,
+                                                    text_files=text_files, config=config),
+                finish=finish, output_files=[output, paths["report"], paths["png"], paths["stats"], paths["work"]])
 
 
-def _build(output: str, paths: dict[str, str], sentences_dir: str | None, text_files: Mapping[str, str] | None,
-           config: VocabConfig, beam_args: Sequence[str]) -> BuildResult | None:
+def _build(output: str, paths: dict[str, str], *, heldout_and_tally: tuple[dict, dict[str, list[str]]],
+           config: VocabConfig, count_seconds: float) -> BuildResult:
+    """After the counting: smooth, learn, write vocab.txt and its report, then the stats (last)."""
     from pipelines.accounting import accounting_section
     from pipelines.io.completion import write_stats_json
     from vocab.count import UNITS
     from vocab.report import build_report, write_report
     from vocab.smoothing import language_weights, smoothed_shares
 
-    started = time.perf_counter()
-    logger.info("counting words with Beam into %s", paths["work"])
-    if not run_counting(paths["work"], sentences_dir=sentences_dir, text_files=text_files, config=config,
-                        beam_args=beam_args):
-        return None  # a dry run: the learning step needs the counts a real run writes
     counted = time.perf_counter()
-    tally, heldout = load_work(paths["work"])
+    started = counted - count_seconds
+    tally, heldout = heldout_and_tally
     totals = {key[len("words."):]: value for key, value in tally.items() if key.startswith("words.")}
     if not totals:
         raise VocabSizeError(f"no words were counted (tally: {tally}); is the input empty?")

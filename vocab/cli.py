@@ -4,9 +4,10 @@
         [--num-unused 0] [--char-min-count 5] [--max-words 5000000] [Beam options]
     labse-vocab --input-text de=de.txt --input-text zh=zh.txt --output vocab.txt ...
 
-This module parses the options and calls `vocab.builder.build` (count with Beam, smooth, learn,
-report; the steps and outputs are described there). The output is locked while it is built
-(`vocab.txt.lock`) and refused if any of its files exist, unless `--overwrite`. `--input` must be a
+This module parses the options and runs `vocab.builder.stage_plan` (count with Beam, smooth, learn,
+report; the steps and outputs are described there) through the stage kit (`pipelines.stage.run_stage`):
+the output is locked while it is built (`vocab.txt.lock`) and refused if any of its files exist,
+unless `--overwrite`. `--input` must be a
 complete labse-clean output (`_SUCCESS`). Bad settings are refused before anything is read (one
 line, exit 2).
 """
@@ -17,10 +18,9 @@ import logging
 import sys
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.io.locks import OutputLockedError
-from pipelines.io.overlap import OutputExistsError
 from pipelines.stage_options import stage_parser, usage_error
-from vocab.builder import build
+from pipelines.stage import run_stage
+from vocab.builder import stage_plan
 from vocab.config import VocabConfig
 from vocab.learn import VocabSizeError
 
@@ -59,20 +59,23 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(VocabConfig, args)
     except UsageError as error:
         return usage_error("labse-vocab", str(error))
-    try:
-        result = build(args.output, sentences_dir=args.input, text_files=dict(args.input_text) or None,
-                       config=config, beam_args=beam_args, work_dir=args.work_dir, overwrite=args.overwrite)
-    except (VocabSizeError, UsageError, OutputExistsError, OutputLockedError) as error:
-        return usage_error("labse-vocab", str(error))
-    if result is None:  # a dry run: the counting job was built; learning needs its counts
-        return 0
-    overall = result.report["overall"]
-    print(f"wrote {result.vocab_path} ({result.report['vocab_size']} tokens); held-out: "
-          f"[UNK] {overall['unk_share']:.4f}, subwords/word {overall['subwords_per_word']:.3f}; "
-          f"report {result.report_path}")
-    from pipelines.stage import report_identity
+    built: list = []
 
-    return report_identity("labse-vocab", result.stats)
+    def summarise(stats) -> str:
+        result = built[-1]
+        overall = result.report["overall"]
+        return (f"wrote {result.vocab_path} ({result.report['vocab_size']} tokens); held-out: "
+                f"[UNK] {overall['unk_share']:.4f}, subwords/word {overall['subwords_per_word']:.3f}; "
+                f"report {result.report_path}")
+
+    try:
+        return run_stage("labse-vocab", **stage_plan(args.output, sentences_dir=args.input,
+                                                     text_files=dict(args.input_text) or None, config=config,
+                                                     beam_args=beam_args, work_dir=args.work_dir,
+                                                     overwrite=args.overwrite, built=built),
+                         summarise=summarise)
+    except (VocabSizeError, UsageError) as error:  # VocabSizeError: the learner's, after counting (files removed)
+        return usage_error("labse-vocab", str(error))
 
 
 if __name__ == "__main__":

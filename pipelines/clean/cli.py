@@ -20,10 +20,6 @@ import sys
 import time
 from dataclasses import asdict
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
-
-from pipelines.accounting import identity_violations
 from pipelines.clean.transforms import (
     DEFAULT_PER_FILE_LIMIT,
     CleanCorpus,
@@ -34,10 +30,8 @@ from pipelines.clean.transforms import (
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.read.readers import FORMATS
 from pipelines.io.completion import read_stats_json
-from pipelines.io.locks import OutputLockedError, output_lock
-from pipelines.io.overlap import OutputExistsError, prepare_output
 from pipelines.stage_options import stage_parser, usage_error
-from pipelines.stage import run_to_completion
+from pipelines.stage import execute_stage, run_stage
 from pipelines.clean.config import CleanConfig
 
 __all__ = ["build_parser", "infer_format", "main", "run"]
@@ -76,34 +70,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def stage_plan(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_args: list[str] | None = None,
+               overwrite: bool = False, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict:
+    """labse-clean's arguments to the stage kit (`pipelines.stage.run_stage`): `ReadAll | CleanCorpus`
+    into `output`, whose stats are `output/stats.json`."""
+    output = output.rstrip("/")
+    run_config = {"inputs": [{"pattern": p, "format": f} for p, f in inputs], "output": output, **asdict(config),
+                  "beam_args": list(beam_args or [])}
+    started = time.perf_counter()
+
+    def wire(pipeline) -> None:
+        _ = (pipeline
+             | "ReadInputs" >> ReadAll(inputs)
+             | "CleanCorpus" >> CleanCorpus(output, config, run_config, per_file_limit=per_file_limit))
+
+    def finish() -> dict:
+        logger.info("pipeline finished in %.1f s", time.perf_counter() - started)
+        return read_stats_json(f"{output}/stats.json")
+
+    return dict(output=output, overwrite=overwrite, beam_args=list(beam_args or []), wire=wire, finish=finish,
+                inputs=[pattern for pattern, _ in inputs], check_inputs=lambda: check_inputs(inputs, config))
+
+
+def check_inputs(inputs: list[tuple[str, str]], config: CleanConfig) -> None:
+    """Every --input pattern matches a file and the main-content model loads: UsageError, before any work."""
+    from pipelines.read.readers import check_pattern_matches
+
+    for pattern, _fmt in inputs:
+        try:
+            check_pattern_matches(pattern)
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from exc
+    if config.main_content_model:
+        from pipelines.main_content.model import MainContentModelError
+
+        try:  # fail before the pipeline starts, not in every worker
+            load_main_content_model(config.main_content_model)
+        except MainContentModelError as exc:
+            raise UsageError(f"--main-content-model: {exc}") from exc
+
+
 def run(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_args: list[str] | None = None,
         overwrite: bool = False, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict | None:
-    """Build and run the pipeline; returns the stats written to `output/stats.json` (None for a
-    dry run: the job was built, not run)."""
-    output = output.rstrip("/")
-    with output_lock(output):  # before looking at the output: no check-then-act race between runs
-        prepare_output(output, overwrite=overwrite, inputs=[pattern for pattern, _ in inputs])
-        return _run_pipeline(inputs, output, config, beam_args, per_file_limit)
-
-
-def _run_pipeline(inputs: list[tuple[str, str]], output: str, config: CleanConfig,
-                  beam_args: list[str] | None, per_file_limit: int = DEFAULT_PER_FILE_LIMIT) -> dict | None:
-    run_config = {
-        "inputs": [{"pattern": p, "format": f} for p, f in inputs],
-        "output": output,
-        **asdict(config),
-        "beam_args": list(beam_args or []),
-    }
-    options = PipelineOptions(beam_args or [])
-    started = time.perf_counter()
-    pipeline = beam.Pipeline(options=options)
-    _ = (pipeline
-         | "ReadInputs" >> ReadAll(inputs)
-         | "CleanCorpus" >> CleanCorpus(output, config, run_config, per_file_limit=per_file_limit))
-    if not run_to_completion(pipeline, "labse-clean"):
-        return None
-    logger.info("pipeline finished in %.1f s", time.perf_counter() - started)
-    return read_stats_json(f"{output}/stats.json")
+    """Build and run the pipeline through the stage kit (`execute_stage`); returns the stats written
+    to `output/stats.json` (None for a dry run: the job was built, not run)."""
+    return execute_stage("labse-clean", **stage_plan(inputs, output, config, beam_args, overwrite, per_file_limit))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,36 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         return usage_error("labse-clean", str(exc))
     if args.per_file_limit < 0:
         parser.error("--per-file-limit must be >= 0")
-
-    from pipelines.read.readers import check_pattern_matches
-
-    for pattern, _fmt in inputs:
-        try:
-            check_pattern_matches(pattern)
-        except FileNotFoundError as exc:
-            print(f"labse-clean: error: {exc}", file=sys.stderr)
-            return 2
-    if args.main_content_model:
-        from pipelines.main_content.model import MainContentModelError
-
-        try:  # fail before the pipeline starts, not in every worker
-            load_main_content_model(args.main_content_model)
-        except MainContentModelError as exc:
-            print(f"labse-clean: error: --main-content-model: {exc}", file=sys.stderr)
-            return 2
-    try:
-        stats = run(inputs, args.output, config, beam_args, overwrite=args.overwrite,
-                    per_file_limit=args.per_file_limit)
-    except (OutputExistsError, OutputLockedError) as exc:
-        return usage_error("labse-clean", str(exc))
-    if stats is None:  # a dry run
-        return 0
-    print(summarise(stats))
-    problems = identity_violations(stats) + per_file_violations(stats)
-    if problems:
-        print("labse-clean: accounting identity broken (a bug, please report): " + "; ".join(problems), file=sys.stderr)
-        return 1
-    return 0
+    return run_stage("labse-clean", **stage_plan(inputs, args.output, config, beam_args, args.overwrite,
+                                                 args.per_file_limit),
+                     summarise=summarise, problems=per_file_violations)
 
 
 def summarise(stats: dict) -> str:

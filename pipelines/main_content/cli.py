@@ -57,62 +57,58 @@ def build_data_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
-        beam_args: list[str] | None = None, overwrite: bool = False) -> dict | None:
-    """Build and run the pipeline (holding the output lock; an existing output is refused with
-    OutputExistsError unless `overwrite`); returns the stats written to ``output/stats.json``, or
-    None for a dry run (the job was built, not run)."""
-    import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
-
+def build_data_plan(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
+                    beam_args: list[str] | None = None, overwrite: bool = False) -> dict:
+    """build-data's arguments to the stage kit (`pipelines.stage.run_stage`): `ReadDocuments |
+    BuildTrainingData` into `output`, whose stats are `output/stats.json`."""
     from pipelines.io.completion import read_stats_json
-    from pipelines.io.locks import output_lock
-    from pipelines.io.overlap import prepare_output
     from pipelines.main_content.transforms import COUNTER_NAMESPACE, BuildTrainingData
-    from pipelines.read.readers import ReadDocuments
-    from pipelines.stage import run_to_completion
+    from pipelines.read.readers import ReadDocuments, check_pattern_matches
 
-    with output_lock(output):
-        prepare_output(output, overwrite=overwrite, inputs=[input_pattern])
-        pipeline = beam.Pipeline(options=PipelineOptions(beam_args or []))
+    def check_inputs() -> None:
+        try:
+            files = check_pattern_matches(input_pattern)
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from exc
+        logger.info("labelling %d file(s) matching %s into %s", len(files), input_pattern, output)
+
+    def wire(pipeline) -> None:
         _ = (pipeline | "Read" >> ReadDocuments(input_pattern, "warc", namespace=COUNTER_NAMESPACE)
              | "Build" >> BuildTrainingData(output, config))
-        if not run_to_completion(pipeline, "labse-main-content build-data"):
-            return None
-    return read_stats_json(f"{output.rstrip('/')}/stats.json")
+
+    return dict(output=output, overwrite=overwrite, beam_args=list(beam_args or []), inputs=[input_pattern],
+                check_inputs=check_inputs, wire=wire, finish=lambda: read_stats_json(f"{output.rstrip('/')}/stats.json"))
+
+
+def build_data(input_pattern: str, output: str, config: BuildConfig = BuildConfig(),
+               beam_args: list[str] | None = None, overwrite: bool = False) -> dict | None:
+    """Build and run the pipeline through the stage kit (`execute_stage`: an existing output is
+    refused with OutputExistsError unless `overwrite`); returns the stats written to
+    ``output/stats.json``, or None for a dry run (the job was built, not run)."""
+    from pipelines.stage import execute_stage
+
+    return execute_stage(BUILD_DATA, **build_data_plan(input_pattern, output, config, beam_args, overwrite))
 
 
 def build_data_main(argv: list[str] | None = None) -> int:
-    from pipelines.io.locks import OutputLockedError
-    from pipelines.io.overlap import OutputExistsError
-    from pipelines.stage import report_identity
+    from pipelines.stage import run_stage
 
     parser = build_data_parser()
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    from pipelines.read.readers import check_pattern_matches
-
     try:
         config = config_from_args(BuildConfig, args)
-        files = check_pattern_matches(args.input)
     except UsageError as exc:
-        return usage_error("labse-main-content build-data", str(exc))
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return usage_error(BUILD_DATA, str(exc))
     if args.teacher_balanced:
         config = dataclasses.replace(config, teacher=TeacherConfig(favor_precision=False))
-    logger.info("labelling %d file(s) matching %s into %s", len(files), args.input, args.output)
-    try:
-        stats = build_data(args.input, args.output, config, beam_args, overwrite=args.overwrite)
-    except (OutputExistsError, OutputLockedError) as exc:
-        return usage_error("labse-main-content build-data", str(exc))
-    if stats is None:  # a dry run
-        return 0
-    print(json.dumps({k: stats[k] for k in ("documents_read", "documents_kept", "documents_dropped",
-                                            "documents_errored", "identity_holds", "pages", "lines",
-                                            "train_examples")}, indent=1))
-    return report_identity("labse-main-content build-data", stats)
+    return run_stage(BUILD_DATA, **build_data_plan(args.input, args.output, config, beam_args, args.overwrite),
+                     summarise=lambda stats: json.dumps({key: stats[key] for key in BUILD_DATA_SUMMARY}, indent=1))
+
+
+BUILD_DATA = "labse-main-content build-data"
+BUILD_DATA_SUMMARY = ("documents_read", "documents_kept", "documents_dropped", "documents_errored", "identity_holds",
+                      "pages", "lines", "train_examples")
 
 
 def train_parser() -> argparse.ArgumentParser:

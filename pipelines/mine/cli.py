@@ -22,9 +22,6 @@ import sys
 import time
 from typing import Sequence
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
-
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
@@ -34,7 +31,7 @@ from pipelines.embed.choice import resolve_embedder
 from pipelines.embed.base import EmbedderError
 from pipelines.embed.embedders import check_embedder_spec
 from pipelines.mine.transforms import build_pipeline
-from pipelines.stage import run_sharded_stage, run_to_completion
+from pipelines.stage import run_stage
 
 logger = logging.getLogger(__name__)
 
@@ -95,30 +92,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
             logger.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
-
-    def mine_and_log() -> bool:
-        stats = run(args.src, args.tgt, output, config, beam_args)
-        if stats is not None:
-            logger.info("%d/%d source and %d/%d target sentences embedded, %d pairs", stats["src"]["embedded"],
-                     stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
-        return stats is not None
-
-    return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log,
-                             inputs=[args.src, args.tgt])
-
-
-def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:
-    """Run the pipeline into `output` (locked and prepared by the caller); the stats it wrote, or
-    None for a dry run (the job was built, not run)."""
+    logger.info("mining %s (%s) x %s (%s) with %s -> %s", args.src, config.src_lang, args.tgt, config.tgt_lang,
+                config.embedder, output)
     started = time.perf_counter()
-    logger.info("mining %s (%s) x %s (%s) with %s -> %s", src, config.src_lang, tgt, config.tgt_lang,
-             config.embedder, output)
-    pipeline = beam.Pipeline(options=PipelineOptions(list(beam_args)))
-    build_pipeline(pipeline, src, tgt, output, config)
-    if not run_to_completion(pipeline, "labse-mine"):
-        return None
-    logger.info("mined in %.0f s", time.perf_counter() - started)
-    return read_output_stats(output)
+
+    def stats_and_log() -> dict:
+        stats = read_output_stats(output)
+        logger.info("mined in %.0f s: %d/%d source and %d/%d target sentences embedded, %d pairs",
+                    time.perf_counter() - started, stats["src"]["embedded"], stats["src"]["read"],
+                    stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
+        return stats
+
+    return run_stage("labse-mine", output, overwrite=args.overwrite, beam_args=beam_args, inputs=[args.src, args.tgt],
+                     wire=lambda pipeline: build_pipeline(pipeline, args.src, args.tgt, output, config),
+                     finish=stats_and_log)
 
 
 if __name__ == "__main__":

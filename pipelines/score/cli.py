@@ -27,17 +27,14 @@ import sys
 import time
 from typing import Sequence
 
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
-
 import pyarrow as pa
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.io.completion import require_stage_output
+from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
 from pipelines.score.config import ScoreConfig
 from pipelines.score.transforms import PAIR_COLUMNS, ReadPairs, build_pipeline
-from pipelines.stage import run_sharded_stage, run_to_completion
+from pipelines.stage import run_stage
 
 logger = logging.getLogger(__name__)
 
@@ -239,8 +236,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def pairs_embedder(pairs: str) -> str | None:
     """The embedder a local labse-mine output was mined with (its _stats.json config), if known."""
-    from pipelines.io.completion import read_output_stats
-
     try:
         return read_output_stats(pairs).get("config", {}).get("embedder")
     except (OSError, ValueError, AttributeError):  # remote, or stats from before the config was recorded
@@ -271,19 +266,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "probabilities will be off; train a scorer with --embedder %s", mined_with, scorer.embedder,
                     mined_with)
     output = args.output.rstrip("/")
+    started = time.perf_counter()
 
-    def score() -> bool:
-        started = time.perf_counter()
-        pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
-        build_pipeline(pipeline, args.pairs, output, args.model, config.target_precision, config.keep_fraction,
-                       labelled, config.keep_best_f1)
-        if not run_to_completion(pipeline, "labse-score"):
-            return False
+    def stats_and_log() -> dict:
         logger.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
-        return True
+        return read_output_stats(output)
 
-    return run_sharded_stage("labse-score", output, overwrite=args.overwrite, run=score,
-                             inputs=[args.pairs, args.model, args.labelled])
+    return run_stage("labse-score", output, overwrite=args.overwrite, beam_args=beam_args,
+                     inputs=[args.pairs, args.model, args.labelled], finish=stats_and_log,
+                     wire=lambda pipeline: build_pipeline(pipeline, args.pairs, output, args.model,
+                                                          config.target_precision, config.keep_fraction, labelled,
+                                                          config.keep_best_f1))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`labse-tfrecords`: options, input checks, the output lock, then the Beam pipeline.
+"""`labse-tfrecords`: options and input checks, then the Beam pipeline through the stage kit.
 
     labse-tfrecords --pairs SCORED_DIR --vocab vocab.txt --output SHARDS_DIR \\
         [--parallel-text de:train.de.gz,en:train.en.gz ...] [--max-seq-length 64] [--num-shards 16] \\
@@ -6,8 +6,8 @@
 
 Everything about the inputs is checked before any work (one line, exit 2): options, the Parquet
 files `--pairs` finds and that each lies in a complete stage output (`_SUCCESS`), the vocabulary.
-The output is locked while the stage runs and refused if it holds anything, unless `--overwrite`
-(`pipelines.io.completion`). The stage itself is `pipelines.tfrecords.transforms.BuildTFRecords`.
+The stage kit (`pipelines.stage.run_stage`) checks the Beam options, locks the output while the
+stage runs and refuses it if it holds anything, unless `--overwrite`. The stage itself is `pipelines.tfrecords.transforms.BuildTFRecords`.
 """
 from __future__ import annotations
 
@@ -18,15 +18,11 @@ import os
 import sys
 from typing import Sequence
 
-import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.stage import report_identity, run_to_completion
+from pipelines.stage import run_stage
 from pipelines.io.completion import read_stats_json, require_stage_output
-from pipelines.io.locks import OutputLockedError, output_lock
-from pipelines.io.overlap import OutputExistsError, prepare_output
 from pipelines.stage_options import stage_parser, usage_error
 from pipelines.io.parallel_text import parse_parallel_text
 from pipelines.text.wordpiece import VocabError
@@ -95,20 +91,15 @@ def main(argv: list[str] | None = None) -> int:
 
     logger.info("writing TFRecords from %d Parquet files and %d parallel text pairs of files to %s",
                 len(parquet_files), len(specs), args.output)
-    try:
-        with output_lock(args.output):  # before looking at the output: two runs never mix
-            prepare_output(args.output, overwrite=args.overwrite, inputs=[*args.pairs, args.vocab, *(
-                path for spec in specs for path in (spec.src_path, spec.tgt_path))])
-            pipeline = beam.Pipeline(options=PipelineOptions(beam_args))
-            _ = pipeline | "BuildTFRecords" >> build
-            if not run_to_completion(pipeline, "labse-tfrecords"):
-                return 0
-    except (OutputExistsError, OutputLockedError) as exc:
-        return usage_error("labse-tfrecords", str(exc))
-    stats = read_stats_json(FileSystems.join(args.output, "stats.json"))
-    print(f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} shards "
-          f"under {args.output}; dropped: {stats['dropped'] or 'none'}")
-    return report_identity("labse-tfrecords", stats)
+
+    def summarise(stats) -> str:
+        return (f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} "
+                f"shards under {args.output}; dropped: {stats['dropped'] or 'none'}")
+
+    return run_stage("labse-tfrecords", args.output, overwrite=args.overwrite, beam_args=beam_args,
+                     inputs=[*args.pairs, args.vocab, *(path for spec in specs for path in (spec.src_path, spec.tgt_path))],
+                     wire=lambda pipeline: pipeline | "BuildTFRecords" >> build, summarise=summarise,
+                     finish=lambda: read_stats_json(FileSystems.join(args.output, "stats.json")))
 
 
 if __name__ == "__main__":
