@@ -7,9 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pipelines.score.calibration import fit_calibration, sigmoid
+from pipelines.score.calibration import fit_calibration
 from pipelines.score.decision import decide_from_summary, decide_threshold, decision_statistic, margin_denominators
 from pipelines.score.summary import DENOMINATOR_RANGE, LOG_LR_RANGE, PRODUCT_RANGE, ScoreSummary, SummaryRange
+from tests.test_score import _synthetic_pool  # pairs shaped like a mined set's
 
 
 def _summary(values, range_=LOG_LR_RANGE, exact_limit=100):
@@ -56,17 +57,6 @@ def test_the_median_is_exact_below_the_limit_and_within_one_bin_above():
 def test_merging_summaries_over_different_ranges_is_refused():
     with pytest.raises(ValueError, match="cannot merge"):
         _summary([1.0]).merge(_summary([1.0], SummaryRange(0.0, 1.0, 10)))
-
-
-def _synthetic_pool(n, prior, density, rng):
-    """As tests/test_score.py: pairs shaped like a mined set's (good pairs' margins fall with the density)."""
-    good = rng.random(n) < prior
-    denominator = rng.normal(density, 0.02, n)
-    cosine = np.where(good, rng.normal(0.74, 0.06, n), denominator + np.abs(rng.normal(0.06, 0.04, n)))
-    margin = cosine / denominator
-    return {"ranker": sigmoid(25 * (margin - 1.12) + rng.normal(0, 1.0, n)),
-            "sanity": sigmoid(np.where(good, rng.normal(3, 1, n), rng.normal(1, 1.5, n))),
-            "cosine": cosine, "margin": margin, "label": good.astype(int)}
 
 
 @pytest.fixture(scope="module")
