@@ -91,7 +91,7 @@ def test_text_stage_functions_finish_on_a_million_character_line():
 def test_wikitext_cleanup_finishes_on_a_million_character_line():
     """labse-clean's Wikipedia path: the pre-strip (comments, references, templates, tables), the line
     cleanup and the leftover-markup checks; and the whole conversion on lines the parser reads in one
-    pass (mwparserfromhell itself is quadratic in unclosed HTML tags: see README, "Linear time")."""
+    pass (mwparserfromhell itself is quadratic in unclosed HTML tags: README, "Reliability in brief")."""
     _completes("""
         from pipelines.text import wikitext
         for name, line in LINES.items():
