@@ -22,8 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmarks.scale_table import BEAM, BIN, MINE_CELL_SIDE, _read_gz_lines, measure, vary_line  # noqa: E402
+from scale_table import BEAM, BIN, MINE_CELL_SIDE, _read_gz_lines, measure, vary_line  # noqa: E402 (a sibling script)
 
 
 def write_sites(data: Path, folder: Path, scale: int) -> None:

@@ -68,11 +68,13 @@ def test_the_url_pattern_looks_at_a_bounded_span_around_each_address():
 @pytest.mark.slow
 def test_text_stage_functions_finish_on_a_million_character_line():
     """labse-clean's sentence filters, normalisation and dedup keys, sentence splitting, boilerplate
-    scores; labse-vocab's pre-tokenisation and counting; the main-content labels; the HTML reader."""
+    scores; labse-vocab's pre-tokenisation and counting; the main-content labels and the classifier's
+    line features; the HTML reader. (None of these was quadratic: a guard against regressions.)"""
     _completes("""
         from pipelines.text import boilerplate, filters, normalise, pretokenize, sentences
         from pipelines.text.html import html_to_lines
         from pipelines.main_content import labels
+        from pipelines.main_content.model import featurise_document
         from vocab.count import count_batch
         for name, line in LINES.items():
             filters.first_failures([line], ["zh"]); filters.first_failure_reference(line, "zh")
@@ -83,6 +85,7 @@ def test_text_stage_functions_finish_on_a_million_character_line():
             pretokenize.pretokenize(line)
             count_batch([("en", line)], 0.0)
             labels.line_is_kept(line, labels.TeacherText.from_text(line[:1000]))
+            featurise_document([line, "A short line.", line])
             html_to_lines("<html><body><p>" + line + "</p></body></html>")
     """)
 
