@@ -347,7 +347,7 @@ def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, la
     estimates = []
     estimate_share = calibration_module.estimate_share
     monkeypatch.setattr(calibration_module, "estimate_share",
-                        lambda log_lr: estimates.append(len(log_lr)) or estimate_share(log_lr))
+                        lambda log_lr, *weights: estimates.append(len(log_lr)) or estimate_share(log_lr, *weights))
     assert score_cli.main(["--pairs", str(pairs), "--output", str(out_rated), "--model", str(scorer_dir),
                            "--keep-precision", "0.95", "--labelled", str(sample)]) == 0
     # the share of good pairs is estimated per language pair from all its pairs (the adaptation's start
