@@ -14,6 +14,12 @@ and the snapshot's units follow from its pages:
     mine (exact)     : cells = (S x (1 - en)) x (S x en) / side^2  (every non-English sentence against every
                        English one, in cells of side x side sentences as measured; the sum over language
                        pairs is the same whatever the split of the non-English share)
+    mine (same-site) : cells = (S x (1 - en)) x (S x en) x H / side^2, H = sum over sites of (the site's share
+                       of S)^2 (with D sites of equal size, 1 / D), given as --site-concentration: only
+                       sentences of one registered domain are compared, and each site's cells are its
+                       share of the layout (`site_layout`), so the search is the sum over sites of
+                       src_site x tgt_site (a site's language split taken as the snapshot's); a small
+                       site's one cell costs less than a full one, so this is an upper bound there
     score            : P = S x (1 - en) x pairs_per_sentence       (measured: pairs / source sentences, 1x mine)
     tfrecords, loader: P x keep_share                            (measured: kept / scored, 1x score)
     pre-training     : S                                         (one pass of the MLM stream)
@@ -30,7 +36,8 @@ apache_beam/testing/load_tests/dataflow_cost_consts.py quotes https://cloud.goog
 (memory, disk and shuffle are billed on top and left out here).
 
     .venv/bin/python benchmarks/snapshot_cost.py scale_table.json [--pages 2.9e9] [--warc-files 64000] \\
-        [--price 0.056] [--english-share X] [--sentences-per-page N] [--pairs-per-sentence X] [--keep-share X]
+        [--price 0.056] [--english-share X] [--sentences-per-page N] [--pairs-per-sentence X] [--keep-share X] \\
+        [--site-concentration H]
 """
 from __future__ import annotations
 
@@ -55,6 +62,7 @@ class Parameters:
     english_share: float | None  # None: measured
     pairs_per_sentence: float | None
     keep_share: float | None
+    site_concentration: float | None = None  # H for `mine (same-site)`; None: the row is left out
 
 
 @dataclass
@@ -147,18 +155,23 @@ def snapshot_rows(table: dict, params: Parameters) -> list[Row]:
         "clean+model": (params.pages, "pages"),
         "vocab": (sentences, "S"),
         "mine": (foreign * english / derived.cell_side ** 2, "S(1-en) x S en / side^2"),
+        "mine (same-site)": (foreign * english * (params.site_concentration or 0) / derived.cell_side ** 2,
+                             f"S(1-en) x S en x H / side^2, H = {params.site_concentration}"),
         "score": (pairs, "P = S(1-en) x pairs/sentence"),
         "tfrecords": (kept, "P x keep"),
         "pretrain-stream": (sentences, "S"),
         "loader": (kept, "P x keep"),
     }
     rows = []
+    if params.site_concentration is None:
+        del units["mine (same-site)"]
     for stage, (count, formula) in units.items():
-        rate = rates.get(stage)
+        measured_as = stage.split(" ")[0]  # same-site mining runs the mine cell's code on fewer cells
+        rate = rates.get(measured_as)
         if rate is None:
             continue
         hours = count * rate.cpu_per_unit / 3600
-        cells = [c for c in table["cells"] if c["stage"] == stage and c.get("status") == "ok"]
+        cells = [c for c in table["cells"] if c["stage"] == measured_as and c.get("status") == "ok"]
         peaks = [(c["scale"], c["worker_peak_mb"] if c.get("worker_peak_mb") is not None else c["main_peak_mb"])
                  for c in cells]
         peak = max(p for _, p in peaks)
@@ -191,7 +204,7 @@ def report(table: dict, params: Parameters) -> str:
         lines.append(f"| {row.stage} | {_number(row.units)} {row.unit} | {row.formula} | {_number(row.vcpu_hours)} | "
                      f"{_number(row.cost)} | {row.worker_peak_mb:,.0f} | {row.growth} |")
     # clean+model is the alternative to clean, not a further step
-    linear = [r for r in rows if r.stage not in ("mine", "clean+model")]
+    linear = [r for r in rows if r.stage not in ("mine", "mine (same-site)", "clean+model")]
     lines.append(f"| all but mining (clean without the model) | | | {_number(sum(r.vcpu_hours for r in linear))} | "
                  f"{_number(sum(r.cost for r in linear))} | | |")
     clean = next((r for r in rows if r.stage == "clean"), None)
@@ -211,10 +224,14 @@ def main(argv=None) -> int:
     parser.add_argument("--sentences-per-page", type=float, default=None, help="default: measured at 1x")
     parser.add_argument("--pairs-per-sentence", type=float, default=None, help="default: measured at 1x")
     parser.add_argument("--keep-share", type=float, default=None, help="default: measured at 1x")
+    parser.add_argument("--site-concentration", type=float, default=None, metavar="H",
+                        help="sum over registered domains of (their share of the sentences)^2, for the "
+                             "`mine (same-site)` row (1 / D for D sites of equal size); default: row left out")
     args = parser.parse_args(argv)
     table = json.loads(args.table.read_text(encoding="utf-8"))
     print(report(table, Parameters(args.pages, args.warc_files, args.price, args.sentences_per_page,
-                                   args.english_share, args.pairs_per_sentence, args.keep_share)))
+                                   args.english_share, args.pairs_per_sentence, args.keep_share,
+                                   args.site_concentration)))
     return 0
 
 

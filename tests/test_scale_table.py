@@ -146,3 +146,17 @@ def test_snapshot_arithmetic():
     pairs = sentences * 0.5 * 0.9
     assert rows["score"].units == pytest.approx(pairs)
     assert rows["clean"].worker_peak_mb == pytest.approx(1000.0)  # the largest measured
+
+
+def test_same_site_mining_row_scales_the_exact_cells_by_the_site_concentration():
+    """`mine (same-site)`: only sentences of one site are compared, so the exact row's cells times
+    H = sum of the sites' squared shares (1 / D for D equal sites); left out without H."""
+    table = _table()
+    params = snapshot_cost.Parameters(pages=1_000_000, warc_files=100, price=0.05, sentences_per_page=None,
+                                      english_share=0.5, pairs_per_sentence=None, keep_share=None)
+    assert "mine (same-site)" not in {row.stage for row in snapshot_cost.snapshot_rows(table, params)}
+    params.site_concentration = 1 / 1000
+    rows = {row.stage: row for row in snapshot_cost.snapshot_rows(table, params)}
+    assert rows["mine (same-site)"].units == pytest.approx(rows["mine"].units / 1000)
+    assert rows["mine (same-site)"].vcpu_hours == pytest.approx(rows["mine"].vcpu_hours / 1000)
+    assert "mine (same-site)" in snapshot_cost.report(table, params)

@@ -349,7 +349,7 @@ def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, la
     estimates = []
     estimate_share = calibration_module.estimate_share
     monkeypatch.setattr(calibration_module, "estimate_share",
-                        lambda log_lr: estimates.append(len(log_lr)) or estimate_share(log_lr))
+                        lambda log_lr, *weights: estimates.append(len(log_lr)) or estimate_share(log_lr, *weights))
     assert score_cli.main(["--pairs", str(pairs), "--output", str(out_rated), "--model", str(scorer_dir),
                            "--keep-precision", "0.95", "--labelled", str(sample)]) == 0
     # the share of good pairs is estimated per language pair from all its pairs (the adaptation's start
@@ -651,14 +651,10 @@ def test_pairs_kept_equals_the_per_language_pair_kept_and_the_rows_written(score
                    if f"{r['src_lang']}-{r['tgt_lang']}" == lp)
 
 
-# ----------------------------------------------- issue 14: the keep threshold holds on a set it never saw
-@pytest.mark.slow
-def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, embedder, tmp_path):
-    """Multi30k val de-en (1,014 pairs, never used by the scorer) hidden among 1,000 train sentences per side
-    that the scorer was neither fitted nor calibrated on, mined as labse-mine does (ratio margin, k=4, max)
-    and kept by labse-score --keep-precision 0.8: the measured precision is within 0.06 of 0.8 and the
-    estimated share of good pairs within 0.05 of the true one. (The benchmark, BENCHMARKS.md section
-    mining, runs 68 such sets.)"""
+def _held_out_rows(labse_data, embedder):
+    """Multi30k val de-en (1,014 pairs) hidden among 1,000 train sentences a side that the scorer_dir
+    scorer was neither fitted nor calibrated on, mined as labse-mine does (ratio margin, k=4, max):
+    (pair rows, the set of true (src, tgt))."""
     from pipelines.mine.margin import MarginConfig, mine
     from pipelines.score.scorer import calibration_rows, fitting_rows
 
@@ -676,7 +672,18 @@ def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, emb
     rows = [{"src": src[i], "tgt": tgt[j], "src_lang": "de", "tgt_lang": "en", "cosine": float(c), "margin": float(m),
              "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": str(j)}
             for i, j, c, m in zip(pairs.src, pairs.tgt, pairs.cosine, pairs.margin)]
-    good = {(s, t) for s, t in zip(de, en)}
+    return rows, {(s, t) for s, t in zip(de, en)}
+
+
+# ----------------------------------------------- issue 14: the keep threshold holds on a set it never saw
+@pytest.mark.slow
+def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, embedder, tmp_path):
+    """Multi30k val de-en (1,014 pairs, never used by the scorer) hidden among 1,000 train sentences per side
+    that the scorer was neither fitted nor calibrated on, mined as labse-mine does (ratio margin, k=4, max)
+    and kept by labse-score --keep-precision 0.8: the measured precision is within 0.06 of 0.8 and the
+    estimated share of good pairs within 0.05 of the true one. (The benchmark, BENCHMARKS.md section
+    mining, runs 68 such sets.)"""
+    rows, good = _held_out_rows(labse_data, embedder)
     out = tmp_path / "scored"
     assert score_cli.main(["--pairs", str(_pairs_dir(tmp_path / "pairs", rows)), "--output", str(out),
                            "--model", str(scorer_dir), "--keep-precision", "0.8"]) == 0
@@ -687,6 +694,33 @@ def test_keep_precision_holds_on_a_held_out_real_set(scorer_dir, labse_data, emb
     assert precision == pytest.approx(0.8, abs=0.06), (precision, len(kept), decision)
     assert decision["estimated_good_share"] == pytest.approx(true_share, abs=0.05), (true_share, decision)
     assert len(kept) > 900  # most of the 1,014 true pairs, not a timid handful
+
+
+@pytest.mark.slow
+def test_labse_score_from_its_histogram_keeps_what_every_pair_keeps(scorer_dir, labse_data, embedder, tmp_path,
+                                                                     monkeypatch):
+    """Issue 30 item 5, through labse-score on the held-out set above: the summaries kept exact (below
+    20,000 pairs a language pair) and forced into their histogram (exact limit 0, as above it) keep the
+    same pairs within 0.5% of them, with the same share of good pairs to 0.002."""
+    from pipelines.score import summary
+
+    rows, _ = _held_out_rows(labse_data, embedder)
+    pairs = _pairs_dir(tmp_path / "pairs", rows)
+    kept, decisions = {}, {}
+    for kind, limit in (("exact", summary.EXACT_LIMIT), ("histogram", 0)):
+        monkeypatch.setattr(summary, "EXACT_LIMIT", limit)
+        out = tmp_path / kind
+        assert score_cli.main(["--pairs", str(pairs), "--output", str(out), "--model", str(scorer_dir),
+                               "--keep-precision", "0.8"]) == 0
+        kept[kind] = {(r["src"], r["tgt"]) for r in _read_scored(out)}
+        decisions[kind] = json.loads((out / STATS_BESIDE_SHARDS).read_text())["per_language_pair"]["de-en"]
+    assert decisions["exact"]["threshold_summary"] == "exact"
+    assert decisions["histogram"]["threshold_summary"].startswith("histogram")
+    assert len(kept["exact"]) > 900
+    assert len(kept["exact"] ^ kept["histogram"]) <= 0.005 * len(kept["exact"]), (len(kept["exact"]),
+                                                                                    len(kept["histogram"]))
+    assert decisions["histogram"]["estimated_good_share"] == pytest.approx(
+        decisions["exact"]["estimated_good_share"], abs=0.002)
 
 
 def test_labse_eval_mining_with_a_scorer_reports_the_automatic_keep(scorer_dir, labse_data, embedder, lid):

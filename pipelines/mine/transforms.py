@@ -9,6 +9,8 @@ Distributed layout (no worker ever holds all target vectors):
 3. sources are hashed into `src_blocks` blocks and targets into `tgt_shards` shards; every
    (group, block, shard) cell is one CoGroupByKey element holding |src|/B + |tgt|/S vectors, and
    yields each sentence's top-k within the cell in BOTH directions from one similarity search;
+   with `same_site` each site gets its own share of that layout (`site_layout`: one cell for a
+   small site, cells of the global size for a large one);
 4. per-sentence top-k lists are merged across cells (`Top.PerKey`), giving the kNN means;
 5. a join sends each sentence's mean to its candidates, which computes every candidate's margin;
    each sentence keeps its best candidate (forward for sources, backward for targets);
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 from dataclasses import asdict
 from typing import Iterator, Optional, Sequence
 
@@ -363,6 +366,33 @@ def to_cells(embedded, blocks: int, shards: int):
             yield (group, block, shard), (item, vector)
 
 
+def site_layout(site_sources: int, site_targets: int, sources: int, targets: int, blocks: int,
+                shards: int) -> tuple[int, int]:
+    """`--same-site`: a site's own (blocks, shards), its share of the run's layout: each of its cells
+    holds about as many sentences a side as a cell of the global layout (sources / blocks, targets /
+    shards: `cells.plan_cells` sizes those), so a site with a thousandth of the sentences is one
+    cell, not blocks x shards nearly empty ones each holding a copy of its vectors, and a site with
+    millions of sentences is split as the global layout would split them."""
+    return (min(blocks, max(1, math.ceil(blocks * site_sources / max(sources, 1)))),
+            min(shards, max(1, math.ceil(shards * site_targets / max(targets, 1)))))
+
+
+def _split_sites(keyed, totals: dict, blocks: int, shards: int):
+    """(site, [(side, sentences)]) -> (site, (blocks, shards)) for a site split into more than one cell."""
+    site, counts = keyed
+    per_side = dict(counts)
+    layout = site_layout(per_side.get(SRC, 0), per_side.get(TGT, 0), totals.get(SRC, 0), totals.get(TGT, 0),
+                         blocks, shards)
+    if layout != (1, 1):
+        yield site, layout
+
+
+def to_site_cells(embedded, layouts: dict, blocks: int, shards: int):
+    """`to_cells` with each site's own layout (`site_layout`; one cell unless `layouts` splits it)."""
+    site_blocks, site_shards = layouts.get(embedded[0][1], (1, 1))
+    return to_cells(embedded, site_blocks, site_shards)
+
+
 class _CellNeighbours(beam.DoFn):
     """One (group, block, shard) cell: top-k within the cell in both directions."""
 
@@ -505,9 +535,23 @@ class Neighbours(beam.PTransform):
 
     def expand(self, embedded):
         c = self.config
+        if c.same_site:  # each site its own layout, sized from its sentences (only split sites listed)
+            sides = embedded | "Sides" >> beam.Map(lambda e: (e[0][0], 1))
+            totals = sides | "SideTotals" >> beam.CombinePerKey(sum) | "TotalsDict" >> beam.combiners.ToDict()
+            layouts = (embedded
+                       | "SiteSides" >> beam.Map(lambda e: ((e[0][1], e[0][0]), 1))
+                       | "SiteCounts" >> beam.CombinePerKey(sum)
+                       | "BySite" >> beam.MapTuple(lambda site_side, n: (site_side[0], (site_side[1], n)))
+                       | "GroupSite" >> beam.GroupByKey()
+                       | "SplitSites" >> beam.FlatMap(_split_sites, beam.pvalue.AsSingleton(totals), c.src_blocks,
+                                                      c.tgt_shards)
+                       | "LayoutsDict" >> beam.combiners.ToDict())
+            cells = embedded | "ToCells" >> beam.FlatMap(to_site_cells, beam.pvalue.AsSingleton(layouts),
+                                                         c.src_blocks, c.tgt_shards)
+        else:
+            cells = embedded | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
         top = (
-            embedded
-            | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
+            cells
             | "GroupCells" >> beam.GroupByKey()
             | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search))
             | "MergeTopK" >> beam.combiners.Top.PerKey(c.k, key=_top_key)

@@ -177,8 +177,9 @@ class Calibration:
                    {str(lp): cls.from_dict(c) for lp, c in language_pairs.items()}, reference)
 
 
-def estimate_share(log_lr: Sequence[float]) -> tuple[np.ndarray, float]:
-    """(posteriors, share of good pairs) of a set whose pairs have these log likelihood ratios.
+def estimate_share(log_lr: Sequence[float], weights: Sequence[float] | None = None) -> tuple[np.ndarray, float]:
+    """(posteriors, share of good pairs) of a set whose pairs have these log likelihood ratios
+    (`weights`: how many pairs each value stands for, as a `summary.ScoreSummary` histogram gives them).
 
     The share pi maximises sum_i log(pi * LR_i + 1 - pi), the likelihood of a two-component
     mixture with fixed component ratio LR_i; its stationary point is the Saerens et al. (2002) EM
@@ -200,7 +201,7 @@ def estimate_share(log_lr: Sequence[float]) -> tuple[np.ndarray, float]:
         pi, rest = float(sigmoid(a)), float(sigmoid(-a))
         # s > 0: (1 - e^-s) / (pi + (1 - pi) e^-s);  s <= 0: (e^s - 1) / (pi e^s + 1 - pi)
         terms = np.where(positive, (1 - exp_neg) / (pi + rest * exp_neg), (exp_neg - 1) / (pi * exp_neg + rest))
-        return float(terms.mean())
+        return float(terms.mean() if weights is None else np.average(terms, weights=weights))
 
     low, high = -40.0, 40.0                # shares from 4e-18 to 1 - 4e-18
     if slope(low) <= 0:
@@ -300,7 +301,8 @@ def _log_density(u: np.ndarray, quantiles: np.ndarray, bandwidth: float) -> np.n
 
 
 def adapt_to_set(log_lr: Sequence[float], reference: np.ndarray | None, prior_sd: tuple[float, float] = ADAPT_PRIOR_SD,
-                 bandwidth: float = ADAPT_BANDWIDTH, max_pairs: int = ADAPT_MAX_PAIRS, seed: int = 0) -> tuple[float, float]:
+                 bandwidth: float = ADAPT_BANDWIDTH, max_pairs: int = ADAPT_MAX_PAIRS, seed: int = 0,
+                 weights: Sequence[float] | None = None) -> tuple[float, float]:
     """(shift, scale) such that (log LR - shift) / scale is this set's log likelihood ratio; no labels used.
 
     The calibration pools give the distribution of log LR among good and among bad pairs in the domain
@@ -315,19 +317,25 @@ def adapt_to_set(log_lr: Sequence[float], reference: np.ndarray | None, prior_sd
     with few bad (or good) pairs cannot identify the map alone. In the calibrated domain it stays near
     (0, 1). Only over-confidence is corrected: shift is clipped at 0 and scale at 1 from below.
     Returns (0.0, 1.0) without a reference or when the share of good pairs is estimated at 0 or 1
-    (nothing to fit). At most `max_pairs` pairs (a fixed random sample) enter the fit.
+    (nothing to fit). At most `max_pairs` pairs (a fixed random sample) enter the fit. With
+    `weights` (a histogram's bin centres and counts) every bin enters, its count as its weight, and
+    the priors weigh as against min(pairs, max_pairs) pairs, as for a sample.
     """
     from scipy.optimize import minimize
 
     s = np.asarray(log_lr, dtype=np.float64)
-    s = s[np.isfinite(s)]
-    if reference is None or len(s) < 2:
+    finite = np.isfinite(s)
+    s = s[finite]
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)[finite]
+    if reference is None or (len(s) < 2 if weights is None else weights.sum() < 2):
         return 0.0, 1.0
-    _, share = estimate_share(s)
+    _, share = estimate_share(s, weights)
     if not 1e-3 < share < 1 - 1e-3:
         return 0.0, 1.0
-    if len(s) > max_pairs:
+    if weights is None and len(s) > max_pairs:
         s = np.random.default_rng(seed).choice(s, max_pairs, replace=False)
+    pairs = len(s) if weights is None else min(float(weights.sum()), max_pairs)
     good_q, bad_q = np.asarray(reference[0]), np.asarray(reference[1])
     sd_shift, sd_log_scale = prior_sd
 
@@ -336,8 +344,9 @@ def adapt_to_set(log_lr: Sequence[float], reference: np.ndarray | None, prior_sd
         u = (s - shift) / np.exp(log_scale)
         log_pi, log_rest = -np.logaddexp(0.0, -a), -np.logaddexp(0.0, a)
         mixture = np.logaddexp(log_pi + _log_density(u, good_q, bandwidth), log_rest + _log_density(u, bad_q, bandwidth))
-        return float(-mixture.mean() + log_scale + (0.5 * (shift / sd_shift) ** 2 + 0.5 * (log_scale / sd_log_scale) ** 2)
-                     / len(s))
+        fit = mixture.mean() if weights is None else np.average(mixture, weights=weights)
+        return float(-fit + log_scale + (0.5 * (shift / sd_shift) ** 2 + 0.5 * (log_scale / sd_log_scale) ** 2)
+                     / pairs)
 
     fit = minimize(objective, np.array([float(logit(share)), 0.0, 0.0]), method="Nelder-Mead",
                    options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 2000})

@@ -65,7 +65,13 @@ _UNSPACED_BLOCKS = (  # (first, last code point, script)
 )
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_URL = re.compile(r"(?:https?://|www\.)\S+|[\w.+-]+@[\w-]+\.[\w.]+", re.IGNORECASE)
+# RFC 5321's longest local part, domain label and domain: bounds on what an e-mail match looks at.
+MAX_EMAIL_LOCAL, MAX_DOMAIN_LABEL, MAX_DOMAIN = 64, 63, 255
+# Linear on any text (issue 34 item 3): an unbounded `[\w.+-]+@` is tried from every position of a run
+# of word characters and rescans the rest of the run each time (10^6 Han letters: never finishes);
+# bounded, each position looks at most MAX_EMAIL_LOCAL characters ahead.
+_URL = re.compile(r"(?:https?://|www\.)\S+|[\w.+-]{1,%d}@[\w-]{1,%d}\.[\w.]{1,%d}"
+                  % (MAX_EMAIL_LOCAL, MAX_DOMAIN_LABEL, MAX_DOMAIN), re.IGNORECASE)
 _FINAL = {".": "stop", "!": "exclaim", "?": "question", "？": "question", "。": "stop", "！": "exclaim",
           "…": "stop", ":": "colon", ";": "colon"}
 # Sentence-final marks of other scripts (feature set 2): Devanagari / Bengali danda, Khmer khan and
@@ -80,6 +86,8 @@ def numbers(text: str) -> set[str]:
 
 
 def urls(text: str) -> set[str]:
+    """URLs and e-mail addresses, lower-cased, trailing punctuation removed (an address's local part
+    to its last MAX_EMAIL_LOCAL characters)."""
     return {u.lower().rstrip(".,;:!?)") for u in _URL.findall(text)}
 
 

@@ -1,5 +1,6 @@
 """labse-score's Beam steps: read the mined pairs, score them in batches, decide each language
-pair's threshold (`decision.decide_threshold`), write the kept rows and `_stats.json`."""
+pair's threshold from bounded summaries of its scores (`decision.decide_from_summary`), then
+calibrate and filter the rows in a second pass, write the kept rows and `_stats.json`."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,7 @@ import pyarrow as pa
 from pipelines.accounting import CountByName, MergeTallies, accounting_section
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.completion import finish_output
-from pipelines.score.decision import calibrated_scores, decide_threshold
+from pipelines.score.decision import calibrated_scores
 from pipelines.score.features import is_valid_pair
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
 
@@ -132,8 +133,8 @@ def _components(row: dict) -> tuple[float, float, float, float]:
     return row["ranker"], row["sanity"], float(row["cosine"]), float(row["margin"])
 
 
-class _Calibrate(beam.DoFn):
-    """Each row's `score`: its probability under its language pair's decision (same function)."""
+class _WithScorer(beam.DoFn):
+    """A DoFn that loads the scorer once per worker."""
 
     def __init__(self, model_path: str):
         self.model_path = model_path
@@ -143,6 +144,10 @@ class _Calibrate(beam.DoFn):
 
         self.scorer = QualityScorer.load(self.model_path)
 
+
+class _Calibrate(_WithScorer):
+    """Each row's `score`: its probability under its language pair's decision (same function)."""
+
     def process(self, row: dict, decisions: dict):
         decision = decisions[_language_pair(row)]
         out = {k: v for k, v in row.items() if k not in ("ranker", "sanity")}
@@ -150,48 +155,122 @@ class _Calibrate(beam.DoFn):
         yield out
 
 
+class SummariseScores(beam.CombineFn):
+    """Numbers of one key -> their `summary.ScoreSummary` over `range_`: at most `exact_limit` values
+    or `range_.bins` counts, so a language pair's threshold is chosen without holding its pairs."""
+
+    def __init__(self, range_, exact_limit: int | None = None):
+        from pipelines.score.summary import EXACT_LIMIT
+
+        self.range_, self.exact_limit = range_, EXACT_LIMIT if exact_limit is None else exact_limit
+
+    def create_accumulator(self):
+        from pipelines.score.summary import ScoreSummary
+
+        return ScoreSummary(self.range_, self.exact_limit)
+
+    def add_input(self, summary, value):
+        return summary.add(value)
+
+    def merge_accumulators(self, summaries):
+        summaries = iter(summaries)
+        merged = next(summaries)
+        for summary in summaries:
+            merged = merged.merge(summary)
+        return merged
+
+    def extract_output(self, summary):
+        return summary
+
+
+class _MarginDenominator(_WithScorer):
+    """row -> (language pair, its margin denominator), whose median is the set statistic z."""
+
+    def process(self, row: dict):
+        from pipelines.score.decision import margin_denominators
+
+        for denominator in margin_denominators(self.scorer, _language_pair(row), [row["cosine"]], [row["margin"]]):
+            yield _language_pair(row), float(denominator)
+
+
+class _DecisionStatistic(_WithScorer):
+    """row -> (language pair, its decision statistic under its language pair's z)."""
+
+    def process(self, row: dict, set_statistics: dict):
+        from pipelines.score.decision import decision_statistic
+
+        language_pair = _language_pair(row)
+        statistic = decision_statistic(self.scorer, language_pair, [_components(row)],
+                                       set_statistics.get(language_pair, 0.0))
+        yield language_pair, float(statistic[0])
+
+
 class ScorePairs(beam.PTransform):
     """Pair rows -> scored rows above their language pair's threshold, plus the decisions.
 
     Returns {"kept": rows (contract 7), "scored": every scored row, "decisions": one dict per
-    language pair, "dropped": one reason per row not kept (`invalid`, `below_threshold`)}. `labelled` maps (src, tgt) -> 0/1 for a rated sample (may be empty).
+    language pair, "dropped": one reason per row not kept (`invalid`, `below_threshold`)}. `labelled` maps
+    (src, tgt) -> 0/1 for a rated sample (may be empty).
+
+    No worker holds a language pair's pairs: its set statistic z is the median of a bounded summary
+    of their margin denominators, and its threshold is chosen from a bounded summary of their decision
+    statistics under z (`summary.py`: exact up to 20,000 pairs, a fixed histogram beyond), each
+    combined per language pair; the rows are then calibrated and filtered in a second pass.
+    `exact_limit` overrides the 20,000 (tests and benchmarks force the histogram with 0).
     """
 
     def __init__(self, model_path: str, keep_precision: float | None = 0.8, keep_fraction: float | None = None,
-                 labelled: dict | None = None, keep_best_f1: bool = False):
+                 labelled: dict | None = None, keep_best_f1: bool = False, exact_limit: int | None = None):
         super().__init__()
         self.model_path, self.keep_precision, self.keep_fraction = model_path, keep_precision, keep_fraction
         self.labelled = labelled or {}
         self.keep_best_f1 = keep_best_f1
+        self.exact_limit = exact_limit
 
     def expand(self, rows):
+        from pipelines.score.scorer import QualityScorer
+        from pipelines.score.summary import DENOMINATOR_RANGE, LOG_LR_RANGE, PRODUCT_RANGE
+
         scored = (rows
                   | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=BATCH)
                   | "Score" >> beam.ParDo(_ScoreBatch(self.model_path)).with_outputs("dropped", main="rows"))
         scored_rows = scored.rows
         labelled, keep_precision, keep_fraction = self.labelled, self.keep_precision, self.keep_fraction
         model_path, keep_best_f1 = self.model_path, self.keep_best_f1
+        calibrated_scorer = QualityScorer.load(model_path).calibration is not None
 
-        def decide(keyed):
+        set_statistics = (scored_rows
+                          | "MarginDenominators" >> beam.ParDo(_MarginDenominator(model_path))
+                          | "SummariseDenominators" >> beam.CombinePerKey(
+                              SummariseScores(DENOMINATOR_RANGE, self.exact_limit))
+                          | "Median" >> beam.MapTuple(lambda language_pair, summary: (language_pair, summary.median()))
+                          | "SetStatistics" >> beam.combiners.ToDict())
+        statistics = (scored_rows
+                      | "DecisionStatistics" >> beam.ParDo(_DecisionStatistic(model_path),
+                                                           beam.pvalue.AsSingleton(set_statistics))
+                      | "SummariseStatistics" >> beam.CombinePerKey(
+                          SummariseScores(LOG_LR_RANGE if calibrated_scorer else PRODUCT_RANGE, self.exact_limit)))
+        # rated pairs present in the input (at most the rated sample, held in memory already): their
+        # (calibrated) scores decide the threshold
+        rated = (scored_rows
+                 | "Rated" >> beam.Filter(lambda r: (r["src"], r["tgt"]) in labelled)
+                 | "KeyRated" >> beam.Map(lambda r: (_language_pair(r), (
+                     _components(r), labelled[(r["src"], r["tgt"])]))))
+
+        def decide(keyed, set_statistics):
+            from pipelines.score.decision import decide_from_summary
             from pipelines.score.scorer import QualityScorer
 
-            language_pair, values = keyed
-            components, ratings = [], []
-            for kind, value in values:
-                (components if kind == "all" else ratings).append(value)
-            return language_pair, decide_threshold(language_pair, components, ratings, keep_precision,
-                                                   keep_fraction, QualityScorer.load(model_path), keep_best_f1)
+            language_pair, joined = keyed
+            summary, = joined["statistics"]
+            scorer = QualityScorer.load(model_path)
+            z = set_statistics.get(language_pair, 0.0) if scorer.calibration is not None else None
+            return language_pair, decide_from_summary(language_pair, summary.points(), z, list(joined["rated"]),
+                                                      keep_precision, keep_fraction, scorer, keep_best_f1)
 
-        keyed = [scored_rows | "KeyScores" >> beam.Map(lambda r: (_language_pair(r), ("all", _components(r))))]
-        if labelled:
-            # rated pairs present in the input: their (calibrated) scores decide the threshold
-            keyed.append(scored_rows
-                         | "Rated" >> beam.Filter(lambda r: (r["src"], r["tgt"]) in labelled)
-                         | "KeyRated" >> beam.Map(lambda r: (_language_pair(r), (
-                             "rated", (_components(r), labelled[(r["src"], r["tgt"])])))))
-        decisions = (keyed | "AllAndRated" >> beam.Flatten()
-                     | "GroupForThreshold" >> beam.GroupByKey()
-                     | "Decide" >> beam.Map(decide))
+        decisions = ({"statistics": statistics, "rated": rated}
+                     | "JoinForThreshold" >> beam.CoGroupByKey()
+                     | "Decide" >> beam.Map(decide, beam.pvalue.AsSingleton(set_statistics)))
         decisions_dict = decisions | "AsDict" >> beam.combiners.ToDict()
         calibrated = scored_rows | "Calibrate" >> beam.ParDo(
             _Calibrate(self.model_path), beam.pvalue.AsSingleton(decisions_dict))

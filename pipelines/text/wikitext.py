@@ -52,13 +52,17 @@ TEXT_TEMPLATES = frozenset({"lang", "nowrap", "nobr", "small", "big", "sic", "tr
 _MAGIC_WORD = re.compile(r"__[A-Z]+__")
 _LEFTOVER_QUOTES = re.compile(r"'{2,}")
 _SPACES = re.compile(r"[ \t\u00a0\u2009\u200b]+")
-_MARKUP_LEFT = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}|<ref|</ref|<\s*/?\s*[a-z]+[^>]*>", re.I)
+# Every pattern over page text runs in linear time (issue 34 item 3): no two adjacent repeats that can
+# share characters (`\s*/?\s*` splits a run of spaces n ways), a tag's body stops at the next "<"
+# (else each unclosed "<a" rescans the rest of the line), and a repeat that may fail at its end is
+# tried only from the start of its run (the look-behinds).
+_MARKUP_LEFT = re.compile(r"\{\{|\}\}|\[\[|\]\]|\{\||\|\}|<ref|</ref|<\s*(?:/\s*)?[a-z]+[^<>]*>", re.I)
 # Rows of tables the parser did not recognise, parameters of unpaired file links.
 _TABLE_OR_FILE_LEFT = re.compile(r"\|\||\|\s*-|(^|\|)\s*(thumb|thumbnail|frame|frameless|left|right|center|upright|\d+px)\s*\|")
-_EMPTY_BRACKETS = re.compile(r"\(\s*[,;]?\s*\)|\[\s*\]")
+_EMPTY_BRACKETS = re.compile(r"\(\s*(?:[,;]\s*)?\)|\[\s*\]")
 _BRACKET_OPEN_PUNCT = re.compile(r"\(\s*[;,]\s*")
-_BRACKET_CLOSE_PUNCT = re.compile(r"\s*[;,]\s*\)")
-_SPACE_BEFORE_PUNCT = re.compile(r" +([,.;:!?)])")
+_BRACKET_CLOSE_PUNCT = re.compile(r"(?<!\s)\s*[;,]\s*\)")
+_SPACE_BEFORE_PUNCT = re.compile(r"(?<! ) +([,.;:!?)])")
 
 
 def _namespace(title: str) -> str | None:
@@ -158,7 +162,8 @@ def _clean_line(line: str) -> str:
 _REMOVED = "\x01"
 _BRACES = re.compile(r"\{\{|\}\}")
 _TABLE_EDGES = re.compile(r"^[ \t]*(\{\||\|\})", re.M)
-_REFS = re.compile(r"<ref\b[^>/]*/>|<ref\b[^>]*>.*?</ref\s*>", re.I | re.S)
+_REF_OPEN = re.compile(r"<ref\b[^<>]*>", re.I)
+_REF_CLOSE = re.compile(r"</ref\s*>", re.I)
 _COMMENTS = re.compile(r"<!--.*?(-->|$)", re.S)
 
 
@@ -205,6 +210,26 @@ def _strip_balanced(text: str, pattern: re.Pattern, opener: str, replace) -> str
     return "".join(out)
 
 
+def _strip_references(text: str) -> str:
+    """Remove each reference: `<ref .../>`, or `<ref ...>` up to the first `</ref>` after it (as
+    MediaWiki pairs them); an opening never closed stays. One scan: once no `</ref>` follows an
+    opening, none follows a later one either, so it is not looked for again (a lazy `.*?</ref>`
+    rescans the rest of the page from every unclosed opening)."""
+    out, position, closable = [], 0, True
+    while (opening := _REF_OPEN.search(text, position)) is not None:
+        closing = None
+        if not opening.group(0).endswith("/>") and closable:
+            closing = _REF_CLOSE.search(text, opening.end())
+            closable = closing is not None
+        if opening.group(0).endswith("/>") or closing is not None:
+            out.append(text[position:opening.start()])
+        else:  # never closed: kept (the line is later dropped as leftover markup)
+            out.append(text[position:opening.end()])
+        position = opening.end() if closing is None else closing.end()
+    out.append(text[position:])
+    return "".join(out)
+
+
 def _prestrip(wikitext: str) -> str:
     """Remove comments, references, templates and tables with linear scans before parsing.
 
@@ -213,7 +238,7 @@ def _prestrip(wikitext: str) -> str:
     conversion several times faster.
     """
     text = _COMMENTS.sub("", wikitext)
-    text = _REFS.sub("", text)
+    text = _strip_references(text)
     # Removed templates leave a marker so that a line starting with one is not mistaken below
     # for a preformatted line (a line starting with a space: code, ASCII art), which is dropped.
     text = _strip_balanced(text, _BRACES, "{{", lambda region: _template_text(region) or _REMOVED)
