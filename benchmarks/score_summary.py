@@ -65,7 +65,7 @@ def summarised(scorer, language_pair, components, keep, exact_limit):
 
 
 def agreement(args) -> None:
-    from pipelines.mine.embedders import load_embedder
+    from pipelines.embed.embedders import load_embedder
     from pipelines.score.decision import calibrated_scores, decide_threshold
     from pipelines.score.scorer import QualityScorer
     from pipelines.text.langid import LanguageIdentifier
