@@ -163,7 +163,8 @@ def generic_facts(stats: Mapping[str, Any]) -> list[str]:
         elif isinstance(value, Mapping) and value and all(isinstance(v, (int, float)) for v in value.values()) \
                 and not key.endswith("_dropped"):
             tables.append(heading(key) + table((key, "value"), sorted(value.items())))
-    return ([table(("fact", "value"), scalars)] if scalars else []) + tables
+    inner = (table(("fact", "value"), scalars) if scalars else "") + "".join(tables)
+    return [details("the stage's other figures", inner)] if inner else []
 
 
 STAGE_EXTRAS: dict[str, Callable[[RunRoot, Found, Mapping[str, Any]], list[str]]] = {
