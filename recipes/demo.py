@@ -24,6 +24,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from pipelines.io.atomic import write_json_atomic
+from pipelines.report.cli import write_report
+from pipelines.report.config import ReportConfig
+
 from recipes.demo_mining import mining_step
 from recipes.demo_text import clean_step, main_content_step, vocab_step
 
@@ -159,6 +163,11 @@ def model_step(data: Path, out: Path, artifacts: dict) -> list[str]:
     encode = load_encoder(str(model_dir), device="cpu", batch_size=128)
     multi30k = multi30k_retrieval_accuracy(encode, data, pair=("de", "en"))
     tatoeba = tatoeba_accuracy(encode, data / "tatoeba", ["deu", "fra", "ces"])
+    # in labse-eval --output's format, so labse-report finds them beside the other outputs
+    write_json_atomic(out / "eval" / "multi30k.json", {
+        "task": "multi30k", "model": str(model_dir), "split": "test_2016_flickr", "pairs": {"de-en": multi30k},
+        "mean": multi30k["mean"]})
+    write_json_atomic(out / "eval" / "tatoeba.json", {"task": "tatoeba", "model": str(model_dir), **tatoeba})
     lines.append(f"exported a sentence-transformers model to {model_dir}")
     lines.append(
         f"Multi30k test_2016 de-en retrieval ({multi30k['pairs']} captions): {multi30k['mean'] * 100:.1f}% "
@@ -221,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in lines:
             print(line)
     print(f"\nall stages: {total:.0f} s; outputs under {args.output}/")
+    output, sections, flags = write_report(str(args.output.resolve()), ReportConfig())
+    print(f"run report ({sections} sections, {flags} flagged): {output}")
     return 0
 
 

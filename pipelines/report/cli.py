@@ -11,6 +11,8 @@ import datetime
 import sys
 import time
 
+from pipelines.io import storage
+from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.config_options import HelpFormatter, UsageError, add_config_options, config_from_args
 from pipelines.report.config import DEFAULT_NAME, ReportConfig
 from pipelines.report.discover import RunRoot, data_flow_position, discover
@@ -37,18 +39,12 @@ def write_report(root_url: str, config: ReportConfig) -> tuple[str, int, int]:
     for index, item in enumerate(found, 1):
         started = time.perf_counter()
         sections.append(section_for(root, item))
-        print(f"{PROG}: [{index}/{len(found)}] {item.kind} at {root.url(item.path)} "
+        print(f"{PROG}: [{index}/{len(found)}] {item.kind} at {item.path} "
               f"({time.perf_counter() - started:.1f} s)", file=sys.stderr, flush=True)
     generated = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     page = render(config.title or f"Run report: {root_url}", root_url, generated, sections)
-    output = config.output or f"{root_url.rstrip('/')}/{DEFAULT_NAME}"
-    out_root = RunRoot(output)
-    # the page is written whole or not at all: a temporary name beside it, then one rename/copy
-    temporary = f"{out_root.root}.tmp-{int(time.time() * 1e6)}"
-    out_root.fs.makedirs(out_root.fs._parent(out_root.root), exist_ok=True)
-    with out_root.fs.open(temporary, "wb") as handle:
-        handle.write(page.encode("utf-8"))
-    out_root.fs.mv(temporary, out_root.root)
+    output = config.output or storage.join(root_url, DEFAULT_NAME)
+    write_bytes_atomic(output, page.encode("utf-8"))  # whole or not at all, local or gs://
     return output, len(sections), sum(len(s.flags) for s in sections)
 
 

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
+from pipelines.io import storage
 
 SUCCESS_MARKER = "_SUCCESS"
 VOCAB_STATS = "vocab.stats.json"
@@ -45,36 +45,32 @@ def data_flow_position(found: "Found") -> tuple[int, str]:
 
 
 class RunRoot:
-    """A run's root folder on any filesystem fsspec knows (local paths and gs://)."""
+    """A run's root folder, local or on an object store, read through the storage floor
+    (`pipelines.io.storage`); every path it hands out is a full one (gs://b/x, or a local path)."""
 
     def __init__(self, root: str):
-        self.fs, self.root = fsspec.core.url_to_fs(root)
-        self.protocol = root.split("://", 1)[0] + "://" if "://" in root else ""
-
-    def url(self, path: str) -> str:
-        """`path` as the user would type it (gs://b/x, or a local path)."""
-        return self.protocol + path if self.protocol else path
+        self.root = storage.strip(root)
 
     def exists(self, path: str) -> bool:
-        return self.fs.exists(path)
+        return storage.exists(path)
 
     def read_bytes(self, path: str) -> bytes:
-        with self.fs.open(path, "rb") as handle:
-            return handle.read()
+        return storage.read_bytes(path)
 
     def read_json(self, path: str) -> Any:
         return json.loads(self.read_bytes(path).decode("utf-8"))
 
     def listing(self, folder: str) -> tuple[list[str], list[str]]:
-        """(sub-folders, files) of `folder`, names only, sorted."""
+        """(sub-folders, files) of `folder`, names only, sorted: one listing request on a bucket."""
+        fs, stripped = storage.filesystem(folder)
         folders, files = [], []
-        for entry in self.fs.ls(folder, detail=True):
+        for entry in fs.ls(stripped, detail=True):
             name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
             (folders if entry["type"] == "directory" else files).append(name)
         return sorted(folders), sorted(files)
 
-    def glob(self, pattern: str) -> list[str]:
-        return sorted(self.fs.glob(pattern))
+    def open(self, path: str):
+        return storage.open_input(path)
 
 
 def _marker(root: RunRoot, path: str) -> dict[str, Any]:
@@ -101,7 +97,7 @@ def _evaluation(root: RunRoot, path: str) -> dict[str, Any] | None:
 def discover(root: RunRoot, max_depth: int = 6) -> list[Found]:
     """Every recognised output under the root, in walk order (folders sorted by name)."""
     found: list[Found] = []
-    pending = [(root.root.rstrip("/"), 0)]
+    pending = [(root.root, 0)]
     while pending:
         folder, depth = pending.pop(0)
         folders, files = root.listing(folder)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import regex
 
 from pipelines.accounting import identity_violations
+from pipelines.io import storage
 from pipelines.report import charts
 from pipelines.report.discover import Found, RunRoot, SUCCESS_MARKER, TRAIN_SUMMARY, PRETRAIN_SUMMARY
 from pipelines.report.page import Section, details, heading, image, paragraph, preformatted, table
@@ -88,10 +89,11 @@ def _stage_stats(root: RunRoot, found: Found) -> dict[str, Any]:
 
 def _parquet_column(root: RunRoot, folder: str, columns: list[str]) -> tuple[dict[str, list], int, int]:
     """The `columns` of up to MAX_SAMPLED_FILES Parquet files under `folder`: (values, files read, files)."""
-    files = [path for path in root.glob(f"{folder}/**/*.parquet") if "/errors/" not in path]
+    files = [storage.join(folder, name) for name in sorted(storage.walk(folder))
+             if name.endswith(".parquet") and not name.startswith("errors/")]
     values: dict[str, list] = {column: [] for column in columns}
     for path in files[:MAX_SAMPLED_FILES]:
-        with root.fs.open(path, "rb") as handle:
+        with root.open(path) as handle:
             data = pq.read_table(handle, columns=columns)
         for column in columns:
             values[column].extend(data.column(column).to_pylist())
@@ -130,7 +132,7 @@ def mine_extras(root: RunRoot, found: Found, stats: Mapping[str, Any]) -> list[s
 
 def score_extras(root: RunRoot, found: Found, stats: Mapping[str, Any]) -> list[str]:
     decisions = stats.get("per_language_pair") or {}
-    blocks, flags_rows = [], []
+    blocks = []
     if decisions:
         rows = []
         for pair, d in sorted(decisions.items()):
@@ -177,7 +179,7 @@ STAGE_EXTRAS: dict[str, Callable[[RunRoot, Found, Mapping[str, Any]], list[str]]
 def stage_section(root: RunRoot, found: Found) -> Section:
     marker = found.meta.get("marker") or {}
     stats = _stage_stats(root, found)
-    section = Section(found.kind, root.url(found.path), completed_at=marker.get("completed_at"))
+    section = Section(found.kind, found.path, completed_at=marker.get("completed_at"))
     if marker.get("unreadable"):
         section.flags.append(f"{SUCCESS_MARKER} is not readable JSON")
     if not stats:
@@ -207,7 +209,7 @@ def script_of(token: str) -> str:
 
 def vocab_section(root: RunRoot, found: Found) -> Section:
     stats = root.read_json(f"{found.path}/vocab.stats.json")
-    section = Section("labse-vocab", root.url(found.path))
+    section = Section("labse-vocab", found.path)
     flags, blocks = books(stats)
     section.flags += flags
     section.blocks += blocks
@@ -238,7 +240,7 @@ def vocab_section(root: RunRoot, found: Found) -> Section:
 
 def main_content_section(root: RunRoot, found: Found) -> Section:
     metrics = root.read_json(found.path)
-    section = Section("main-content model", root.url(found.path))
+    section = Section("main-content model", found.path)
     rows = []
     for split in ("dev", "dev_text_only", "test", "test_text_only"):
         row = metrics.get(split)
@@ -284,7 +286,7 @@ def _summary_table(summary: Mapping[str, Any]) -> str:
 
 def training_section(root: RunRoot, found: Found) -> Section:
     summary = root.read_json(f"{found.path}/{TRAIN_SUMMARY}")
-    section = Section("labse-train", root.url(found.path))
+    section = Section("labse-train", found.path)
     lines = _metrics_lines(root, found.path)
     if not lines:
         section.flags.append("no metrics.jsonl: no curves")
@@ -301,7 +303,7 @@ def training_section(root: RunRoot, found: Found) -> Section:
 
 def pretraining_section(root: RunRoot, found: Found) -> Section:
     summary = root.read_json(f"{found.path}/{PRETRAIN_SUMMARY}")
-    section = Section("labse-pretrain", root.url(found.path))
+    section = Section("labse-pretrain", found.path)
     stages = summary.get("stages") or {}
     if stages:
         keys = sorted({k for s in stages.values() for k, v in s.items() if isinstance(v, (int, float))})
@@ -313,11 +315,11 @@ def pretraining_section(root: RunRoot, found: Found) -> Section:
 
 def evaluation_section(root: RunRoot, found: Found) -> Section:
     results = found.meta["results"]
-    section = Section(f"evaluation: {results['task']}", root.url(found.path))
+    section = Section(f"evaluation: {results['task']}", found.path)
     if isinstance(results.get("mean"), (int, float)):
         section.summary = f"mean accuracy {results['mean']:.1%}"
     if results["task"] == "tatoeba":
-        rows = [(lang, row.get("pairs", "—"), row.get("src->tgt", "—"), row.get("tgt->src", "—"), row.get("mean"))
+        rows = [(lang, row.get("pairs", "—"), row.get("xx->en", "—"), row.get("en->xx", "—"), row.get("mean"))
                 for lang, row in sorted((results.get("languages") or {}).items())]
         section.blocks.append(table(("language", "pairs", "xx->en", "en->xx", "mean accuracy"), rows))
     else:
@@ -344,5 +346,5 @@ def section_for(root: RunRoot, found: Found) -> Section:
     try:
         return builder(root, found)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return Section(found.kind, root.url(found.path), flags=[f"could not be read: {type(exc).__name__}: {exc}"],
+        return Section(found.kind, found.path, flags=[f"could not be read: {type(exc).__name__}: {exc}"],
                        blocks=[preformatted(repr(exc))])
