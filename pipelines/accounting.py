@@ -33,6 +33,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import apache_beam as beam
 
+from pipelines.progress import worker_tracker
+
 Tally = dict[str, int]
 TALLY = "tally"  # the tagged output a step's tallies travel on
 
@@ -62,6 +64,8 @@ class ReasonCounters:
         if counter is None:
             counter = self._counters[name] = beam.metrics.Metrics.counter(self.namespace, name)
         counter.inc(value)
+        if name.endswith(".read") and name.count(".") == 1:  # a unit read: the local progress board's count
+            worker_tracker(name[: -len(".read")]).advance(value)
 
     def inc_tally(self, tally: Mapping[str, int]) -> None:
         for name, value in tally.items():

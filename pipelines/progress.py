@@ -2,10 +2,13 @@
 
 Beam's counters (`pipelines.accounting.ReasonCounters`) are the live view on Dataflow, in its UI;
 the DirectRunner shows nothing until the job ends. Its workers, in process or the
-`multi_processing` subprocesses, run on the launcher's machine, so each `ProgressTracker` (pickled
-into a DoFn) writes its running count into one small file of a folder that the launcher's
-`ProgressBoard` reads once a second, drawing a tqdm bar on a terminal and a plain line every
-`LOG_EVERY_SECONDS` elsewhere. On a remote runner there is no board and the trackers do nothing.
+`multi_processing` subprocesses, run on the launcher's machine and inherit its environment, so
+the stage kit (`pipelines.stage.run_stage`) opens a `ProgressBoard` whose folder it names in
+`LABSE_PROGRESS_DIR` for the run; every `<unit>.read` counted through `ReasonCounters` (and a
+stage's own `worker_tracker(unit).advance(n)`) writes the worker's running count per unit into one
+small file there, and the board reads them once a second: a tqdm bar on a terminal, a plain line
+every `LOG_EVERY_SECONDS` elsewhere. Without the variable (a remote runner, a library call) the
+trackers do nothing.
 
 Counts are for the eye: a retried bundle counts twice, and the stage's books (stats.json) stay the
 one exact account.
@@ -27,6 +30,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 WRITE_EVERY_SECONDS = 0.5  # a worker rewrites its count at most this often
 REFRESH_SECONDS = 1.0  # the launcher reads the counts this often
 LOG_EVERY_SECONDS = 30.0  # without a terminal: one line this often
+PROGRESS_ENV = "LABSE_PROGRESS_DIR"
 LOCAL_RUNNERS = ("", "direct", "directrunner", "switchingdirectrunner", "bundlebasedirectrunner")
 
 
@@ -40,17 +44,17 @@ def runs_locally(pipeline_options) -> bool:
 class ProgressTracker:
     """The worker's side: `advance(n)` after each piece of work. Picklable; one file per copy."""
 
-    def __init__(self, folder: str | None):
-        self.folder = folder
+    def __init__(self, folder: str | None, unit: str = "records"):
+        self.folder, self.unit = folder, unit
         self._count = 0
         self._written_at = 0.0
         self._path: str | None = None
 
     def __getstate__(self):
-        return {"folder": self.folder}
+        return {"folder": self.folder, "unit": self.unit}
 
     def __setstate__(self, state):
-        self.__init__(state["folder"])
+        self.__init__(state["folder"], state["unit"])
 
     def advance(self, n: int = 1) -> None:
         if self.folder is None:
@@ -64,7 +68,7 @@ class ProgressTracker:
         if self.folder is None or not os.path.isdir(self.folder):
             return  # the board has closed: the run is over, nobody reads any more
         if self._path is None:
-            self._path = os.path.join(self.folder, f"{os.getpid()}-{uuid.uuid4().hex}")
+            self._path = os.path.join(self.folder, f"{self.unit}.{os.getpid()}-{uuid.uuid4().hex}")
         temporary = f"{self._path}.tmp"
         try:
             with open(temporary, "w", encoding="ascii") as handle:
@@ -90,22 +94,42 @@ class CountInto(beam.DoFn):
         self.tracker.flush()
 
 
-def read_total(folder: str) -> int:
-    """The sum of every tracker's last written count in `folder`."""
-    total = 0
+_WORKER_TRACKERS: dict[tuple[str, str], ProgressTracker] = {}  # per process, like Beam's counter cells
+
+
+def worker_tracker(unit: str) -> ProgressTracker:
+    """This process's tracker of `unit` for the run the launcher announced in LABSE_PROGRESS_DIR
+    (one that does nothing when it announced none)."""
+    folder = os.environ.get(PROGRESS_ENV) or None
+    key = (folder or "", unit)
+    tracker = _WORKER_TRACKERS.get(key)
+    if tracker is None:
+        tracker = _WORKER_TRACKERS[key] = ProgressTracker(folder, unit)
+    return tracker
+
+
+def read_totals(folder: str) -> dict[str, int]:
+    """{unit: the sum of every tracker's last written count} in `folder`."""
+    totals: dict[str, int] = {}
     try:
         names = os.listdir(folder)
     except OSError:
-        return 0
+        return totals
     for name in names:
         if name.endswith(".tmp"):
             continue
         try:
             with open(os.path.join(folder, name), encoding="ascii") as handle:
-                total += int(handle.read().strip() or 0)
+                count = int(handle.read().strip() or 0)
         except (OSError, ValueError):
             continue  # replaced while read: the next refresh sees it
-    return total
+        unit = name.split(".", 1)[0]
+        totals[unit] = totals.get(unit, 0) + count
+    return totals
+
+
+def read_total(folder: str, unit: str = "records") -> int:
+    return read_totals(folder).get(unit, 0)
 
 
 def describe(stage: str, unit: str, done: int, total: int | None, seconds: float) -> str:
@@ -136,13 +160,16 @@ class ProgressBoard:
         self.folder: str | None = tempfile.mkdtemp(prefix="labse-progress-") if enabled else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._saved_env: str | None = None
         self._started = time.monotonic()
 
     def tracker(self) -> ProgressTracker:
-        return ProgressTracker(self.folder)
+        return ProgressTracker(self.folder, self.unit)
 
     def __enter__(self) -> "ProgressBoard":
         if self.enabled:
+            self._saved_env = os.environ.get(PROGRESS_ENV)
+            os.environ[PROGRESS_ENV] = self.folder  # the workers (in process or children) inherit it
             self._started = time.monotonic()
             self._thread = threading.Thread(target=self._show, name=f"{self.stage}-progress", daemon=True)
             self._thread.start()
@@ -152,6 +179,10 @@ class ProgressBoard:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+            if self._saved_env is None:
+                os.environ.pop(PROGRESS_ENV, None)
+            else:
+                os.environ[PROGRESS_ENV] = self._saved_env
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
@@ -165,7 +196,7 @@ class ProgressBoard:
             bar = tqdm(total=self.total, unit=f" {self.unit}", desc=self.stage, file=self.stream, leave=False)
         logged_at = time.monotonic()
         while not self._stop.wait(REFRESH_SECONDS):
-            done = read_total(self.folder)
+            done = read_total(self.folder, self.unit)
             if bar is not None:
                 bar.n = done
                 bar.refresh()

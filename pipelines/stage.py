@@ -25,6 +25,7 @@ from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic
 from pipelines.io.config_options import UsageError
 from pipelines.io.locks import output_lock
 from pipelines.io.overlap import OUTPUT_REFUSED, check_output_apart, prepare_output, prepare_output_files, remove_output
+from pipelines.progress import ProgressBoard, runs_locally
 from pipelines.stage_options import usage_error
 
 MAX_LISTED_ERRORS = 100  # errors a stage's stats list one by one (all are counted)
@@ -46,14 +47,17 @@ def run_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[s
               wire: Callable[[beam.Pipeline], object], finish: Callable[[], Mapping],
               inputs: Sequence[str | None] = (), check_inputs: Callable[[], object] | None = None,
               output_files: Sequence[str] = (), summarise: Callable[[Mapping], str] | None = None,
-              problems: Callable[[Mapping], list[str]] | None = None) -> int:
+              problems: Callable[[Mapping], list[str]] | None = None, progress_unit: str | None = None) -> int:
     """The one way a Beam stage's command runs: `execute_stage` (its arguments and order), then the
     exit status. 2 with one line on stderr when anything a user can fix is refused (an input, a
     Beam option, the output); 0 for a dry run; else `summarise(stats)` on stdout and
-    `report_identity` of the stats (with `problems(stats)`, a stage's own checks of its books)."""
+    `report_identity` of the stats (with `problems(stats)`, a stage's own checks of its books).
+    On the DirectRunner, `progress_unit` (what the stage reads, e.g. "documents") is shown as it
+    goes (`pipelines.progress`)."""
     try:
         stats = execute_stage(stage, output, overwrite=overwrite, beam_args=beam_args, wire=wire, finish=finish,
-                              inputs=inputs, check_inputs=check_inputs, output_files=output_files)
+                              inputs=inputs, check_inputs=check_inputs, output_files=output_files,
+                              progress_unit=progress_unit)
     except (UsageError, *OUTPUT_REFUSED) as error:
         return usage_error(stage, str(error))
     if stats is None:
@@ -66,7 +70,7 @@ def run_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[s
 def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[str],
                   wire: Callable[[beam.Pipeline], object], finish: Callable[[], Mapping],
                   inputs: Sequence[str | None] = (), check_inputs: Callable[[], object] | None = None,
-                  output_files: Sequence[str] = ()) -> dict | None:
+                  output_files: Sequence[str] = (), progress_unit: str | None = None) -> dict | None:
     """Run a Beam stage into `output`, everything that can be refused checked before anything is
     removed (in the manner of datatrove's `PipelineExecutor._run_for_rank`). In this order:
 
@@ -102,7 +106,10 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
             else:
                 prepare_output(output, overwrite=overwrite, inputs=inputs)
         try:
-            if not run_to_completion(pipeline, stage):
+            local = progress_unit is not None and runs_locally(pipeline.options) and not is_dry_run(pipeline.options)
+            with ProgressBoard(stage, progress_unit or "records", enabled=local):
+                ran = run_to_completion(pipeline, stage)
+            if not ran:
                 return None
             return dict(finish())
         except BaseException:

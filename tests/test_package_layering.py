@@ -119,7 +119,8 @@ def test_no_module_outside_the_floor_defines_a_lock_a_marker_or_require_complete
 
 PACKAGES = ("pipelines", "vocab", "labse_model", "recipes")
 STAGES = ("clean", "main_content", "mine", "score", "tfrecords")
-LAYERS = {"pipelines.io": 0, "pipelines.text": 1, "pipelines.accounting": 2, "pipelines.stage": 2,
+LAYERS = {"pipelines.io": 0, "pipelines.text": 1, "pipelines.accounting": 2, "pipelines.stage": 2, "pipelines.progress": 2,
+          "pipelines.report": 5,
           "pipelines.stage_options": 2,
           "pipelines.read": 3, "pipelines.embed": 4, **{f"pipelines.{stage}": 5 for stage in STAGES}, "vocab": 6,
           "labse_model": 7, "recipes": 8}

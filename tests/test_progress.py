@@ -69,3 +69,20 @@ def test_only_the_direct_runner_runs_locally():
     assert runs_locally(PipelineOptions(["--runner", "DirectRunner"]))
     assert not runs_locally(PipelineOptions(["--runner", "DataflowRunner"]))
     assert not runs_locally(PipelineOptions(["--runner", "PortableRunner"]))
+
+
+def test_units_counted_through_reason_counters_reach_the_board_of_the_run(monkeypatch):
+    """A stage's `<unit>.read` counters advance the board the stage kit opens (through the
+    LABSE_PROGRESS_DIR it names for the run), and nothing else does."""
+    from pipelines.accounting import ReasonCounters
+
+    monkeypatch.setattr(progress, "WRITE_EVERY_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "_WORKER_TRACKERS", {})
+    with ProgressBoard("labse-test", "documents") as board:
+        with beam.Pipeline(options=PipelineOptions([])) as pipeline:
+            _ = (pipeline | beam.Create(range(40))
+                 | beam.Map(lambda _: ReasonCounters("test").inc_tally({"documents.read": 1, "documents.kept": 1,
+                                                                         "sentences.read": 3})))
+        totals = progress.read_totals(board.folder)
+    assert totals == {"documents": 40, "sentences": 120}
+    assert progress.PROGRESS_ENV not in __import__("os").environ

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"report {result.report_path}")
 
     try:
-        return run_stage("labse-vocab", **stage_plan(args.output, sentences_dir=args.input,
+        return run_stage("labse-vocab", progress_unit="sentences", **stage_plan(args.output, sentences_dir=args.input,
                                                      text_files=dict(args.input_text) or None, config=config,
                                                      beam_args=beam_args, work_dir=args.work_dir,
                                                      overwrite=args.overwrite, built=built),

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return usage_error("labse-clean", str(exc))
     if args.per_file_limit < 0:
         parser.error("--per-file-limit must be >= 0")
-    return run_stage("labse-clean", **stage_plan(inputs, args.output, config, beam_args, args.overwrite,
+    return run_stage("labse-clean", progress_unit="documents", **stage_plan(inputs, args.output, config, beam_args, args.overwrite,
                                                  args.per_file_limit),
                      summarise=summarise, problems=per_file_violations)
 

@@ -102,7 +102,8 @@ def build_data_main(argv: list[str] | None = None) -> int:
         return usage_error(BUILD_DATA, str(exc))
     if args.teacher_balanced:
         config = dataclasses.replace(config, teacher=TeacherConfig(favor_precision=False))
-    return run_stage(BUILD_DATA, **build_data_plan(args.input, args.output, config, beam_args, args.overwrite),
+    return run_stage(BUILD_DATA, progress_unit="documents",
+                     **build_data_plan(args.input, args.output, config, beam_args, args.overwrite),
                      summarise=lambda stats: json.dumps({key: stats[key] for key in BUILD_DATA_SUMMARY}, indent=1))
 
 

@@ -103,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
         return stats
 
-    return run_stage("labse-mine", output, overwrite=args.overwrite, beam_args=beam_args, inputs=[args.src, args.tgt],
+    return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
+                     inputs=[args.src, args.tgt],
                      wire=lambda pipeline: build_pipeline(pipeline, args.src, args.tgt, output, config),
                      finish=stats_and_log)
 

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.accounting import CountByName, MergeTallies, accounting_section
+from pipelines.progress import worker_tracker
 from pipelines.io.parquet import iter_parquet_rows
 from pipelines.io.completion import finish_output
 from pipelines.mine.config import MineConfig
@@ -264,6 +265,7 @@ class _EmbedBatch(beam.DoFn):
         items = sorted(items)
         vectors = self._held.embedder.encode([item[self.text_index] for item in items], batch_size=self.batch_size)
         self.embedded.inc(len(items))
+        worker_tracker("sentences").advance(len(items))
         for item, vector in zip(items, vectors):
             yield item, np.asarray(vector, dtype=np.float32)
 

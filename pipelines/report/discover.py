@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.io import storage
+from pipelines.io.completion import SUCCESS_MARKER
+from pipelines.io.locks import LOCK_SUFFIX
 
-SUCCESS_MARKER = "_SUCCESS"
 VOCAB_STATS = "vocab.stats.json"
 TRAIN_SUMMARY = "train_summary.json"
 PRETRAIN_SUMMARY = "pretrain_summary.json"
@@ -121,5 +122,5 @@ def discover(root: RunRoot, max_depth: int = 6) -> list[Found]:
                     found.append(Found("eval", f"{folder}/{name}", {"results": evaluation}))
         if depth < max_depth:
             pending.extend((f"{folder}/{name}", depth + 1) for name in folders if name not in _SKIPPED
-                           and not name.startswith((".", "beam-temp")) and not name.endswith(".lock"))
+                           and not name.startswith((".", "beam-temp")) and not name.endswith(LOCK_SUFFIX))
     return found

@@ -15,7 +15,8 @@ import regex
 from pipelines.accounting import identity_violations
 from pipelines.io import storage
 from pipelines.report import charts
-from pipelines.report.discover import Found, RunRoot, SUCCESS_MARKER, TRAIN_SUMMARY, PRETRAIN_SUMMARY
+from pipelines.io.completion import STATS_BESIDE_SHARDS, STATS_FILE, SUCCESS_MARKER
+from pipelines.report.discover import Found, RunRoot, TRAIN_SUMMARY, PRETRAIN_SUMMARY
 from pipelines.report.page import Section, details, heading, image, paragraph, preformatted, table
 from pipelines.text.filters import expected_scripts
 
@@ -23,7 +24,6 @@ MAX_SAMPLED_FILES = 64  # Parquet files read for a histogram; a crawl's output h
 MAX_PAIR_CHARTS = 8  # language pairs drawn one by one; the table lists every pair
 TOO_SMALL_TO_SCORE = 20  # pages in a main-content test split below which its F1 means little
 DEGENERATE_KEPT_SHARE = 0.01  # a stage keeping less than this of what it read is flagged
-STATS_NAMES = ("stats.json", "_stats.json")
 SCRIPT_NAMES = ("Latin", "Cyrillic", "Greek", "Armenian", "Georgian", "Arabic", "Hebrew", "Devanagari", "Bengali",
                 "Tamil", "Telugu", "Kannada", "Malayalam", "Gujarati", "Gurmukhi", "Oriya", "Sinhala", "Thai", "Lao",
                 "Khmer", "Myanmar", "Tibetan", "Ethiopic", "Thaana", "Hangul", "Hiragana", "Katakana", "Han")
@@ -80,7 +80,7 @@ def _stage_stats(root: RunRoot, found: Found) -> dict[str, Any]:
     marker = found.meta.get("marker") or {}
     if isinstance(marker.get("stats"), Mapping) and marker["stats"]:
         return dict(marker["stats"])
-    for name in STATS_NAMES:
+    for name in (STATS_FILE, STATS_BESIDE_SHARDS):
         path = f"{found.path}/{name}"
         if root.exists(path):
             return root.read_json(path)

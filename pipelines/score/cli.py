@@ -272,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("scored %s -> %s in %.0f s", args.pairs, output, time.perf_counter() - started)
         return read_output_stats(output)
 
-    return run_stage("labse-score", output, overwrite=args.overwrite, beam_args=beam_args,
+    return run_stage("labse-score", output, progress_unit="pairs", overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[args.pairs, args.model, args.labelled], finish=stats_and_log,
                      wire=lambda pipeline: build_pipeline(pipeline, args.pairs, output, args.model,
                                                           config.target_precision, config.keep_fraction, labelled,

@@ -9,6 +9,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from pipelines.accounting import CountByName, MergeTallies, accounting_section
+from pipelines.progress import worker_tracker
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.completion import finish_output
 from pipelines.score.decision import calibrated_scores
@@ -104,6 +105,7 @@ class _ScoreBatch(beam.DoFn):
     def process(self, rows: list[dict]):
         from pipelines.score.features import pair_features
 
+        worker_tracker("pairs").advance(len(rows))
         good = []
         for row in rows:
             if is_valid_pair(row):

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return (f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} "
                 f"shards under {args.output}; dropped: {stats['dropped'] or 'none'}")
 
-    return run_stage("labse-tfrecords", args.output, overwrite=args.overwrite, beam_args=beam_args,
+    return run_stage("labse-tfrecords", args.output, progress_unit="pairs", overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[*args.pairs, args.vocab, *(path for spec in specs for path in (spec.src_path, spec.tgt_path))],
                      wire=lambda pipeline: pipeline | "BuildTFRecords" >> build, summarise=summarise,
                      finish=lambda: read_stats_json(FileSystems.join(args.output, "stats.json")))

@@ -22,6 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounters, accounting_section
 from pipelines.io.atomic import write_json_atomic
+from pipelines.progress import worker_tracker
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.completion import mark_complete, write_stats_json
 from pipelines.io.parallel_text import ParallelTextSpec
@@ -92,6 +93,8 @@ _COUNTERS = ReasonCounters(COUNTER_NAMESPACE)  # one Beam counter object per rea
 
 def _count(reason: str, value: int = 1) -> None:
     _COUNTERS.inc(reason, value)
+    if reason == "input_pairs":
+        worker_tracker("pairs").advance(value)
 
 
 class _ReadParquetPairs(beam.DoFn):
