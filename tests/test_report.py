@@ -42,7 +42,7 @@ def report(tmp_path: Path, root: Path) -> str:
 
 
 def flags_at_top(page: str) -> list[str]:
-    top = page.split("<nav", 1)[0]
+    top = page.split("<section", 1)[0]
     return [re.sub(r"<[^>]+>", "", flag) for flag in re.findall(r'<div class="flag">(.*?)</div>', top)]
 
 

@@ -10,8 +10,8 @@ DEFAULT_NAME = "report.html"
 
 @dataclass
 class ReportConfig:
-    output: str = option("", help=f"where to write the page, local or gs:// (default: RUN_ROOT/{DEFAULT_NAME})")
-    title: str = option("", help="the page's title (default: 'Run report: RUN_ROOT')")
+    output: str | None = option(None, help=f"where to write the page, local or gs:// (default: RUN_ROOT/{DEFAULT_NAME})")
+    title: str | None = option(None, help="the page's title (default: 'Run report: RUN_ROOT')")
     max_depth: int = option(6, help="how many folders below RUN_ROOT to look for stage outputs")
 
     def __post_init__(self):

@@ -16,10 +16,10 @@ td:first-child, th:first-child { text-align: left; }
 .scroll { max-width: 100%; overflow-x: auto; }
 .wrap { overflow-wrap: anywhere; word-break: break-word; }
 img { max-width: 100%; height: auto; display: block; margin: 6px 0; }
+table.overview td, table.overview th { text-align: left; } .nowrap { white-space: nowrap; }
 .flag { background: #fdecea; border-left: 4px solid #c44e52; padding: 6px 10px; margin: 6px 0; }
 .ok { color: #2e7d32; } .bad { color: #c44e52; font-weight: 600; }
 details { margin: 6px 0; } pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f6f6; padding: 6px; }
-nav a { margin-right: 12px; }
 """
 
 
@@ -79,6 +79,23 @@ class Section:
         return "s-" + "".join(ch if ch.isalnum() else "-" for ch in f"{self.title}-{self.path}").strip("-").lower()
 
 
+def relative(root: str, path: str) -> str:
+    root = root.rstrip("/")
+    return path[len(root) + 1:] if path.startswith(root + "/") else path
+
+
+def overview_table(root: str, sections: Sequence[Section]) -> str:
+    """Every output on one line: where it is under the root, whether it is flagged, what it kept."""
+    rows = "".join(
+        f'<tr><td><a href="#{s.anchor}">{escape(s.title)}</a></td><td class="wrap">{escape(relative(root, s.path))}</td>'
+        f'<td class="{"bad" if s.flags else "ok"}">{"flagged" if s.flags else "ok"}</td>'
+        f'<td class="text wrap">{escape(s.summary or "—")}</td>'
+        f'<td class="nowrap">{escape((s.completed_at or "—").replace("T", " ")[:16])}</td></tr>'
+        for s in sections)
+    return ('<div class="scroll"><table class="overview"><thead><tr><th>output</th><th>where</th><th>status</th>'
+            f'<th>what it kept</th><th>completed (UTC)</th></tr></thead><tbody>{rows}</tbody></table></div>')
+
+
 def render(title: str, root: str, generated_at: str, sections: Sequence[Section]) -> str:
     """The whole page: flags of every section first, then a contents line, then each section."""
     flagged = [(section, flag) for section in sections for flag in section.flags]
@@ -88,10 +105,7 @@ def render(title: str, root: str, generated_at: str, sections: Sequence[Section]
         top += '<div class="flag">no stage output found under this root</div>'
     elif not flagged:
         top += '<p class="ok">Every stage found has balanced books (read = kept + dropped + errored).</p>'
-    overview = table(("output", "status", "what it kept", "completed"), [
-        (s.title, "FLAGGED" if s.flags else "ok", s.summary or "—", s.completed_at or "—") for s in sections
-    ]) if sections else ""
-    contents = " ".join(f'<a href="#{s.anchor}">{escape(s.title)}</a>' for s in sections)
+    overview = overview_table(root, sections) if sections else ""
     body = "".join(
         f'<section id="{s.anchor}"><h2>{escape(s.title)}</h2>'
         f'<p class="wrap">{escape(s.path)}' + (f" · completed {escape(s.completed_at)}" if s.completed_at else "") + "</p>"
@@ -103,5 +117,5 @@ def render(title: str, root: str, generated_at: str, sections: Sequence[Section]
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
         f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>"
         f"<h1>{escape(title)}</h1><p class=\"wrap\">{escape(root)} · report written {escape(generated_at)}</p>"
-        f"{top}{overview}<nav class=\"wrap\">{contents}</nav>{body}</body></html>\n"
+        f"{top}{overview}{body}</body></html>\n"
     )

@@ -186,7 +186,8 @@ def stage_section(root: RunRoot, found: Found) -> Section:
         section.flags.append("no stats found beside the output")
         return section
     flags, blocks = books(stats)
-    section.flags += flags
+    if found.kind.startswith("labse-") or "accounting" in stats:  # every stage keeps books (contract 11)
+        section.flags += flags
     section.blocks += blocks
     section.summary = kept_summary(stats)
     extras = STAGE_EXTRAS.get(found.kind)
