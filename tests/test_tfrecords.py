@@ -111,6 +111,11 @@ def test_shards_schema_and_stats(built, labse_data):
     for entry in schema["shards"]:
         assert (out / entry["file"]).stat().st_size == entry["num_bytes"]
         assert len(index_records(out / entry["file"])) == entry["num_records"]
+        # The offset index beside each shard (8 bytes a record) says where the records start.
+        index = out / entry["index"]
+        assert index.stat().st_size == 8 * entry["num_records"]
+        np.testing.assert_array_equal(tfrecord.decode_index(index.read_bytes(), str(index)),
+                                      index_records(out / entry["file"]))
 
     # Every input pair is accounted for: written, or dropped with a reason.
     scores = built["scores"]
@@ -306,7 +311,10 @@ def test_object_store_shard_is_written_or_removed(labse_data, tmp_path):
     shard = tmp_path / tfr_encode.shard_name(0, 1)
     assert summary["num_records"] == 20 and summary["num_bytes"] == shard.stat().st_size
     assert [example_to_dict(r)["src_text"] for r in iter_records(shard)] == [[s.encode()] for s in de]
+    index = tmp_path / tfrecord.index_path(shard.name)
+    np.testing.assert_array_equal(tfrecord.decode_index(index.read_bytes(), str(index)), index_records(shard))
     shard.unlink()
+    index.unlink()
 
     broken = records[:10] + [(10, None, facts)] + records[11:]  # record 11 cannot be framed
     with pytest.raises(TypeError):

@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import tempfile
+from array import array
 from collections import Counter
 from dataclasses import asdict
 from typing import Callable, Iterator, Sequence
@@ -21,11 +22,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounters, accounting_section
-from pipelines.io.atomic import write_json_atomic
+from pipelines.io.atomic import write_bytes_atomic, write_json_atomic
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.stage_output import mark_complete, write_stats_json
 from pipelines.io.parallel_text import ParallelTextSpec
-from pipelines.io.tfrecord import TFRecordWriter, frame_record
+from pipelines.io.tfrecord import TFRecordWriter, encode_index, frame_record, index_path
 from pipelines.tfrecords.config import TFRecordsConfig
 from pipelines.tfrecords.encode import (
     build_manifests,
@@ -261,6 +262,7 @@ class _WriteShard(beam.DoFn):
         _count("written_pairs", written)
         yield {
             "file": shard_name(shard, self.num_shards),
+            "index": index_path(shard_name(shard, self.num_shards)),
             "num_records": written,
             "num_bytes": writer.num_bytes,
             "language_pairs": dict(langs),
@@ -279,14 +281,18 @@ class _RemoteShardWriter:
         self._frame = frame_record
         self._path = path
         self._file = FileSystems.create(path)
+        self._offsets = array("Q")
         self.num_bytes = 0
 
     def write(self, data: bytes) -> None:
         framed = self._frame(data)
         self._file.write(framed)
+        self._offsets.append(self.num_bytes)
         self.num_bytes += len(framed)
 
     def close(self) -> None:
+        # The index first: a reader that finds the shard finds its index too.
+        write_bytes_atomic(index_path(self._path), encode_index(self._offsets))
         self._file.close()
 
     def abort(self) -> None:
