@@ -292,9 +292,9 @@ def drive_pretrain_stream(mono: str, vocab: str) -> dict:
 
 def drive_loader(shards: str) -> dict:
     """PairBatchStream as labse-train builds it, one rank, one epoch of LOADER_BATCH-pair batches."""
-    from labse_model.data import PairBatchStream, ShardIndex, resolve_shards
+    from labse_model.data import PairBatchStream, ShardSet, resolve_shards
 
-    index = ShardIndex.build(resolve_shards(shards))
+    index = ShardSet.open(resolve_shards(shards))
     stream = PairBatchStream(index, global_batch_size=LOADER_BATCH, rank=0, world_size=1, seed=0)
     tokens = 0
     for step in range(stream.steps_per_epoch):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from labse_model.data import build_train_loader, epoch_order
+from labse_model.data import build_train_loader
+from labse_model.shuffle import EpochPlan, keyed_permutation
 from pipelines.io.stage_output import mark_complete
 from pipelines.io.tfrecord import TFRecordWriter, encode_example
 
@@ -56,7 +57,7 @@ def global_batches(pattern, world_size, steps, num_workers=0, start_step=0, glob
     for rank in range(world_size):
         loader = build_train_loader(
             pattern, global_batch_size=global_batch_size, rank=rank, world_size=world_size, seed=seed,
-            shuffle_buffer=5, num_workers=num_workers, start_step=start_step, num_steps=steps,
+            shuffle_window=2, num_workers=num_workers, start_step=start_step, num_steps=steps,
         )
         per_rank.append([rows(b) for b in loader])
     assert len({len(r) for r in per_rank}) == 1, "every rank yields the same number of steps"
@@ -92,7 +93,7 @@ def test_resume_from_start_step_equals_continuing(tmp_path):
 def test_uneven_shards_give_every_rank_the_same_steps_forever(tmp_path):
     pattern = write_shards(tmp_path, sizes=(4, 9, 2))  # 15 records, 3 shards, 2 ranks
     loaders = [
-        build_train_loader(pattern, global_batch_size=4, rank=r, world_size=2, seed=0, shuffle_buffer=100)
+        build_train_loader(pattern, global_batch_size=4, rank=r, world_size=2, seed=0, shuffle_window=2)
         for r in range(2)
     ]
     assert loaders[0].steps_per_epoch == loaders[1].steps_per_epoch == 3
@@ -102,14 +103,27 @@ def test_uneven_shards_give_every_rank_the_same_steps_forever(tmp_path):
             assert batch["src_input_ids"].shape[0] == 2
 
 
-def test_epoch_order_is_a_permutation_and_buffer_mixes_shards():
-    counts = np.array([50, 30, 20])
-    order = epoch_order(counts, seed=1, epoch=0, shuffle_buffer=10)
-    assert sorted(order.tolist()) == list(range(100))
-    np.testing.assert_array_equal(order, epoch_order(counts, seed=1, epoch=0, shuffle_buffer=10))
-    # Round-robin interleave: the first 30 records draw from all three shards.
-    first = order[:30]
-    assert ((first < 50).sum() > 0) and (((first >= 50) & (first < 80)).sum() > 0) and ((first >= 80).sum() > 0)
+def test_keyed_permutation_is_a_bijection_for_every_size():
+    keys = np.arange(1, 7, dtype=np.uint64)
+    for n in (1, 2, 3, 5, 16, 17, 1000, 4097):
+        image = keyed_permutation(np.arange(n), n, keys)
+        assert sorted(image.tolist()) == list(range(n))
+    other = keyed_permutation(np.arange(1000), 1000, keys + np.uint64(1))
+    assert not np.array_equal(other, keyed_permutation(np.arange(1000), 1000, keys)), "the key changes the order"
+
+
+def test_epoch_plan_visits_every_record_once_and_mixes_the_window():
+    counts = np.array([50, 30, 0, 20, 40])
+    plan = EpochPlan(counts, seed=1, epoch=0, window=2)
+    shards, records = plan.locate(np.arange(140))
+    assert sorted(zip(shards.tolist(), records.tolist())) == [(k, r) for k in range(5) for r in range(counts[k])]
+    again = EpochPlan(counts, seed=1, epoch=0, window=2).locate(np.arange(140))
+    np.testing.assert_array_equal(again[0], shards)
+    np.testing.assert_array_equal(again[1], records)
+    # The first window's records come from both its shards, interleaved, not one shard after the other.
+    first = plan.window_starts[1]
+    assert len(set(shards[:first].tolist())) == len(set(plan.window_shards(0).tolist()) - {2})
+    assert not np.array_equal(EpochPlan(counts, seed=1, epoch=1, window=2).locate(np.arange(140))[1], records)
 
 
 def test_errors_are_clear(tmp_path):
