@@ -179,3 +179,131 @@ def test_empty_shard_is_harmless(tmp_path):
     batches = global_batches(pattern, 2, 4, global_batch_size=4)
     seen = [r[0][1] - 1000 for b in batches[:2] for r in b]
     assert sorted(seen) == list(range(8))
+
+
+def _ids(batch: dict[str, torch.Tensor]) -> list[int]:
+    return [r[0][1] - 1000 for r in rows(batch)]
+
+
+def test_a_thousand_steps_resume_exactly_at_any_world_size(tmp_path):
+    """1,000 steps (about 200 epochs of 23 records, 4 a step) at 2 processes, stopped at 377, resumed at
+    1 process until 701, then at 2 again: the same global batches bit for bit, each record once an epoch."""
+    pattern = write_shards(tmp_path)
+    steps, batch = 1000, 4
+
+    def run(world_size: int, start: int, stop: int) -> list[list[int]]:
+        loaders = [build_train_loader(pattern, global_batch_size=batch, rank=r, world_size=world_size, seed=5,
+                                      shuffle_window=2, start_step=start, num_steps=stop - start)
+                   for r in range(world_size)]
+        return [sum((_ids(b) for b in step), []) for step in zip(*loaders)]
+
+    straight = run(2, 0, steps)
+    assert run(2, 0, 377) + run(1, 377, 701) + run(2, 701, steps) == straight
+    per_epoch = 23 // batch
+    for epoch in range(steps // per_epoch):
+        seen = sum(straight[epoch * per_epoch : (epoch + 1) * per_epoch], [])
+        assert len(set(seen)) == len(seen) == per_epoch * batch, f"epoch {epoch} repeats a record"
+    assert len({tuple(sum(straight[e * per_epoch : (e + 1) * per_epoch], [])) for e in range(50)}) > 45
+
+
+def test_the_loader_state_is_small_and_guards_the_order(tmp_path):
+    import io
+
+    pattern = write_shards(tmp_path)
+    loader = build_train_loader(pattern, global_batch_size=4, rank=0, world_size=1, seed=5, shuffle_window=2)
+    state = loader.state(123)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    assert buffer.tell() <= 4096, f"loader state of {buffer.tell()} bytes in the checkpoint"
+    assert (state["epoch"], state["position"]) == divmod(123, 5)[0:1] + (divmod(123, 5)[1] * 4,)
+    loader.check_resume(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True), 123)
+    other = build_train_loader(pattern, global_batch_size=4, rank=0, world_size=1, seed=5, shuffle_window=3)
+    with pytest.raises(ValueError, match="shuffle_window 2 -> 3"):
+        other.check_resume(state, 123)
+
+
+KILLED_READER = """
+import sys
+from labse_model.data import build_train_loader
+loader = build_train_loader(sys.argv[1], global_batch_size=4, rank=0, world_size=1, seed=5, shuffle_window=2,
+                            num_workers=2)
+for step, batch in enumerate(loader):
+    ids = batch["src_input_ids"][:, 1].tolist()
+    print(step, *ids, flush=True)
+"""
+
+
+def test_a_reader_killed_with_sigkill_resumes_with_the_same_next_batches(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    pattern = write_shards(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_READER, pattern], stdout=subprocess.PIPE, text=True,
+                             cwd=os.path.dirname(os.path.dirname(__file__)))
+    seen = []
+    for line in child.stdout:
+        seen.append([int(v) for v in line.split()])
+        if len(seen) == 250:
+            child.send_signal(signal.SIGKILL)
+            break
+    child.wait(timeout=60)
+    child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    last = seen[-1][0]
+    resumed = build_train_loader(pattern, global_batch_size=4, rank=0, world_size=1, seed=5, shuffle_window=2,
+                                 start_step=last + 1, num_steps=20)
+    straight = build_train_loader(pattern, global_batch_size=4, rank=0, world_size=1, seed=5, shuffle_window=2,
+                                  num_steps=last + 21)
+    expected = [b["src_input_ids"][:, 1].tolist() for b in straight]
+    assert [s[1:] for s in seen] == expected[: last + 1], "the killed reader (2 workers) read the straight order"
+    assert [b["src_input_ids"][:, 1].tolist() for b in resumed] == expected[last + 1 :]
+
+
+def test_shards_without_an_index_get_one_on_first_read(tmp_path):
+    from pipelines.io.tfrecord import decode_index, index_path, index_records
+
+    indexed = write_shards(tmp_path / "indexed")
+    old = write_shards(tmp_path / "old")
+    for index in (tmp_path / "old").glob("*.index"):
+        index.unlink()  # shards of an older labse-tfrecords
+    expected = global_batches(indexed, 1, 7)
+    assert global_batches(old, 1, 7) == expected
+    for shard in (tmp_path / "old").glob("*.tfrecord"):
+        built = decode_index(open(index_path(str(shard)), "rb").read(), "")
+        np.testing.assert_array_equal(built, index_records(shard))
+
+
+def test_a_stale_or_truncated_index_is_refused(tmp_path):
+    from pipelines.io.tfrecord import TFRecordCorruptError
+
+    pattern = write_shards(tmp_path)
+    shard = tmp_path / "part-00001-of-00003.tfrecord"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-3])  # truncated after its index was written
+    with pytest.raises(TFRecordCorruptError, match="part-00001"):
+        global_batches(pattern, 1, 5)
+
+
+def test_shards_on_object_storage_read_by_ranges_as_on_disk(tmp_path):
+    """fsspec's memory:// filesystem stands for gs://: indexes read whole, records by cat_ranges."""
+    import fsspec
+
+    from labse_model import storage
+
+    pattern = write_shards(tmp_path / "local")
+    fs = fsspec.filesystem("memory")
+    base = f"memory://loader-test-{os.getpid()}"
+    for path in sorted((tmp_path / "local").iterdir()):
+        fs.pipe_file(f"{base}/shards/{path.name}", path.read_bytes())
+    try:
+        assert global_batches(f"{base}/shards/*.tfrecord", 2, 7) == global_batches(pattern, 2, 7)
+        storage.remove(f"{base}/shards/part-00000-of-00003.tfrecord.index")
+        with pytest.raises(ValueError, match="python -m labse_model.data index"):
+            build_train_loader(f"{base}/shards/*.tfrecord", global_batch_size=4, rank=0, world_size=1, seed=0)
+        from labse_model.data import main
+
+        assert main(["index", f"{base}/shards/*.tfrecord"]) == 0
+        assert global_batches(f"{base}/shards/*.tfrecord", 2, 7) == global_batches(pattern, 2, 7)
+    finally:
+        fs.rm(base.split("://")[1], recursive=True)
