@@ -307,3 +307,61 @@ def test_shards_on_object_storage_read_by_ranges_as_on_disk(tmp_path):
         assert global_batches(f"{base}/shards/*.tfrecord", 2, 7) == global_batches(pattern, 2, 7)
     finally:
         fs.rm(base.split("://")[1], recursive=True)
+
+
+LANGS = ("de", "fr", "ja", "sw")
+LANG_SHARE = (0.4, 0.3, 0.2, 0.1)
+
+
+def _write_tagged_shards(directory, shard_of: np.ndarray, lang_of: np.ndarray) -> str:
+    """Record k (language lang_of[k]) in shard shard_of[k]; its src id encodes k."""
+    directory.mkdir()
+    for shard in range(int(shard_of.max()) + 1):
+        with TFRecordWriter(directory / f"part-{shard:05d}.tfrecord") as writer:
+            for k in np.flatnonzero(shard_of == shard).tolist():
+                writer.write(encode_example({"src_ids": [2, 1000 + k, 3], "tgt_ids": [2, 5000 + k, 3],
+                                             "src_lang": LANGS[lang_of[k]], "tgt_lang": "en"}))
+    mark_complete(directory, {"records": len(shard_of)}, stage="test shards")
+    return str(directory / "*.tfrecord")
+
+
+def _mixing(batches: list[np.ndarray], lang_of: np.ndarray, shard_of: np.ndarray) -> dict[str, float]:
+    """Mean over batches: total-variation distance of the batch's languages from the corpus's, longest
+    run of one language, and the share of neighbouring rows from the same source shard."""
+    corpus = np.bincount(lang_of, minlength=len(LANGS)) / len(lang_of)
+    tv, runs, same_shard = [], [], []
+    for ids in batches:
+        langs = lang_of[ids]
+        tv.append(0.5 * np.abs(np.bincount(langs, minlength=len(LANGS)) / len(ids) - corpus).sum())
+        breaks = np.flatnonzero(np.diff(langs) != 0)
+        runs.append(np.diff(np.concatenate([[-1], breaks, [len(langs) - 1]])).max())
+        same_shard.append(float((np.diff(shard_of[ids]) == 0).mean()))
+    return {"tv": float(np.mean(tv)), "run": float(np.mean(runs)), "same_shard": float(np.mean(same_shard))}
+
+
+def test_shuffle_mixes_languages_as_an_ideal_shuffle_does(tmp_path):
+    """Shards written as labse-tfrecords writes them (shard = hash mod shards) read through windows of 4 of
+    16 shards mix languages within batches like a uniform permutation of the whole corpus; shards of one
+    language each (no write-time shuffle) read one shard at a time do not: the check can fail. Fixed
+    seeds: deterministic, never flaky."""
+    rng = np.random.default_rng(7)
+    records, shards, batch, window = 4096, 16, 64, 4
+    lang_of = rng.choice(len(LANGS), size=records, p=LANG_SHARE)
+    hashed = rng.integers(0, shards, size=records)  # the write-time global shuffle
+    by_language = np.repeat(np.arange(shards), records // shards)[np.argsort(lang_of, kind="stable").argsort()]
+
+    def loader_batches(pattern: str, shuffle_window: int) -> list[np.ndarray]:
+        loader = build_train_loader(pattern, global_batch_size=batch, rank=0, world_size=1, seed=3,
+                                    shuffle_window=shuffle_window, num_steps=records // batch)
+        return [np.asarray([ids[1] - 1000 for ids in b["src_input_ids"].tolist()]) for b in loader]
+
+    ideal = _mixing(list(rng.permutation(records)[: records // batch * batch].reshape(-1, batch)), lang_of, hashed)
+    mixed = _mixing(loader_batches(_write_tagged_shards(tmp_path / "hashed", hashed, lang_of), window), lang_of, hashed)
+    assert mixed["tv"] <= 1.25 * ideal["tv"], (mixed, ideal)
+    assert mixed["run"] <= ideal["run"] + 0.5, (mixed, ideal)
+    # Within a window the source shard of neighbouring rows is as random as the window allows (1/4 here).
+    assert mixed["same_shard"] <= 1.5 / window, mixed
+
+    sorted_pattern = _write_tagged_shards(tmp_path / "by_language", by_language, lang_of)
+    unmixed = _mixing(loader_batches(sorted_pattern, 1), lang_of, by_language)
+    assert unmixed["tv"] > 3 * ideal["tv"] and unmixed["run"] > 3 * ideal["run"], (unmixed, ideal)
