@@ -184,6 +184,9 @@ class ModelConfig:
             attention_probs_dropout_prob=self.attention_dropout,
             pad_token_id=self.pad_token_id,
             type_vocab_size=2,
+            # torch's fused scaled_dot_product_attention (flash / memory-efficient kernels on GPU), named
+            # rather than left to the transformers version's default.
+            attn_implementation="sdpa",
         )
 
 
@@ -209,6 +212,9 @@ class TrainerSettings:
     log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
     keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
     bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
+    # Off by default: compiling takes minutes before the first step, worth it on long GPU runs only.
+    compile: bool = option(False, "torch.compile the trained model (GPU runs; minutes of compiling before the "
+                           "first step)", resumable=True, group="run")
 
     # Whether learning rate 0 is valid (TrainConfig says why it allows it).
     zero_learning_rate_allowed: ClassVar[bool] = False
