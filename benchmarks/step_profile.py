@@ -82,6 +82,8 @@ def _worker(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
     from labse_model.loss import BidirectionalAMSLoss
 
     ctx = init_distributed(args.device)
+    if ctx.device.type == "cpu":  # the processes share the cores, as torchrun's OMP_NUM_THREADS would
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.nproc))
     torch.manual_seed(0)
     config = ModelConfig.from_preset(args.config, args.vocab_size, hidden_dropout=0.0, attention_dropout=0.0)
     model = wrap_ddp(DualEncoder(config).to(ctx.device), ctx)

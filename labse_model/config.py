@@ -214,7 +214,7 @@ class TrainerSettings:
     bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
     # Off by default: compiling takes minutes before the first step, worth it on long GPU runs only.
     compile: bool = option(False, "torch.compile the trained model (GPU runs; minutes of compiling before the "
-                           "first step)", resumable=True, group="run")
+                           "first step)", group="run")
 
     # Whether learning rate 0 is valid (TrainConfig says why it allows it).
     zero_learning_rate_allowed: ClassVar[bool] = False

@@ -420,3 +420,13 @@ def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_
 def test_a_named_pipe_named_like_parquet_is_counted_unreadable_not_a_hang(tmp_path):
     os.mkfifo(tmp_path / "pipe.parquet")
     assert _tagged(tfr_beam._ReadParquetPairs().process(str(tmp_path / "pipe.parquet")), "dropped") == ["parquet_unreadable"]
+
+
+def test_default_shards_hold_about_a_million_records(labse_data):
+    from pipelines.tfrecords.config import shards_for
+    from pipelines.tfrecords.transforms import count_input_pairs
+
+    assert [shards_for(n) for n in (0, 1, 1_000_000, 1_000_001, 6_000_000_000)] == [1, 1, 1, 2, 6000]
+    spec = ParallelTextSpec("de", str(require_file(labse_data, "multi30k/val.de.gz")),
+                            "en", str(require_file(labse_data, "multi30k/val.en.gz")))
+    assert count_input_pairs([], [spec, spec]) == 2 * len(read_lines(spec.src_path))

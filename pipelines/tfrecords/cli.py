@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OutputExistsError, OutputLockedError) as exc:
         return usage_error("labse-tfrecords", str(exc))
     stats = read_stats_json(FileSystems.join(args.output, "stats.json"))
-    print(f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} shards "
+    print(f"labse-tfrecords: {stats['written_pairs']} pairs in {build.config.num_shards - stats['empty_shards']} shards "
           f"under {args.output}; dropped: {stats['dropped'] or 'none'}")
     return report_identity("labse-tfrecords", stats)
 
