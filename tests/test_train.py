@@ -83,3 +83,24 @@ def test_learning_rate_schedule():
     assert [round(factor(s), 4) for s in range(13)] == [
         0.25, 0.5, 0.75, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0
     ]
+
+
+def test_compile_wraps_the_trained_model_and_attention_is_fused_sdpa(tmp_path):
+    """GPU readiness that a CPU can check: --compile puts torch.compile around what the loop calls
+    (checkpoints keep the plain module) and the encoder's attention is torch's fused SDPA."""
+    from labse_model.config import ModelConfig, TrainConfig
+    from labse_model.distributed import DistributedContext
+    from labse_model.encoder import DualEncoder
+    from labse_model.loop import LoopParts
+
+    model = DualEncoder(ModelConfig.from_preset("tiny", 100))
+    ctx = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+    def parts(compile_: bool) -> LoopParts:
+        return LoopParts(ctx=ctx, run_dir=tmp_path, model=model.encoder, trained=model, optimizer=None,
+                         scheduler=None, settings=TrainConfig(compile=compile_), log=None)
+
+    assert parts(False).trained is model
+    compiled = parts(True)
+    assert compiled.trained is not model and compiled.trained._orig_mod is model and compiled.model is model.encoder
+    assert model.encoder.bert.config._attn_implementation == "sdpa"
