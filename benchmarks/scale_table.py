@@ -351,6 +351,8 @@ def _require(*paths: Path) -> None:
 class Table:
     """Prepares each cell's input, runs it and keeps the results (rewritten to --json after each)."""
 
+    loader_shard_records = LOADER_SCALE_SHARD  # records a synthetic shard (loader-at-scale cells)
+
     def __init__(self, data: Path, work: Path, json_path: Path, mine_budget_s: float):
         self.data, self.work, self.json_path, self.mine_budget_s = data, work, json_path, mine_budget_s
         self.cells: list[dict] = []
@@ -548,7 +550,7 @@ class Table:
 
     # ---- the loader at corpus scale (issue 32)
     def synthetic_shards(self, scale: int) -> Path:
-        """10 x scale links to one shard of LOADER_SCALE_SHARD short synthetic pairs (and to its index)."""
+        """Links to one shard of `loader_shard_records` short synthetic pairs (and to its index)."""
         from pipelines.io.stage_output import mark_complete
         from pipelines.io.tfrecord import TFRecordWriter, encode_example, index_path
 
@@ -557,12 +559,12 @@ class Table:
             import numpy as np
 
             base.parent.mkdir(parents=True, exist_ok=True)
-            ids = np.random.default_rng(0).integers(5, 30000, size=(LOADER_SCALE_SHARD, 2, 8)).tolist()
+            ids = np.random.default_rng(0).integers(5, 30000, size=(self.loader_shard_records, 2, 8)).tolist()
             with TFRecordWriter(base) as writer:
                 for src, tgt in ids:
                     writer.write(encode_example({"src_ids": [2, *src, 3], "tgt_ids": [2, *tgt, 3]}))
         folder = self.work / "inputs" / f"synthetic-x{scale}"
-        shards = scale * LOADER_SCALE_UNIT // LOADER_SCALE_SHARD
+        shards = scale * LOADER_SCALE_UNIT // self.loader_shard_records
         if not (folder / "_SUCCESS").exists():
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True)
@@ -570,7 +572,7 @@ class Table:
                 name = f"pairs-{k:05d}-of-{shards:05d}.tfrecord"
                 os.link(base, folder / name)
                 os.link(index_path(str(base)), index_path(str(folder / name)))
-            mark_complete(folder, {"records": shards * LOADER_SCALE_SHARD}, stage="synthetic shards")
+            mark_complete(folder, {"records": shards * self.loader_shard_records}, stage="synthetic shards")
         return folder
 
     def cell_loader_at_scale(self, scale: int, before: bool = False) -> dict:
@@ -645,6 +647,8 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep the cells --json already holds that ran (their outputs under --work) and run the rest")
     parser.add_argument("--table", type=Path, default=None, help="only print the markdown table of this JSON")
+    parser.add_argument("--loader-shard-records", type=int, default=LOADER_SCALE_SHARD,
+                        help="records a synthetic shard in the loader-at-scale cells (use another --work per value)")
     parser.add_argument("--drive", choices=("pretrain-stream", "loader", "loader-at-scale", "loader-before"),
                         help=argparse.SUPPRESS)  # internal
     parser.add_argument("--mono", help=argparse.SUPPRESS)
@@ -670,6 +674,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown stages {sorted(unknown)}; choose from {','.join(STAGES)}")
     table = Table(args.data, args.work, args.json, args.mine_budget)
+    table.loader_shard_records = args.loader_shard_records
     if args.keep and args.json.exists():
         table.cells = [c for c in _read_json(args.json)["cells"] if c.get("status") == "ok"]
     done = {(c["stage"], c["scale"]) for c in table.cells}

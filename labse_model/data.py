@@ -233,8 +233,8 @@ class _OpenShard:
         with storage.open_input(index_path(path)) as f:
             self.offsets = decode_index(f.read(), index_path(path))
         if len(self.offsets) != expected:
-            raise UsageError(f"{index_path(path)} lists {len(self.offsets)} records but the shard set counted "
-                             f"{expected}: the index or schema.json is stale; rebuild it: {INDEX_COMMAND} '{path}'")
+            raise UsageError(f"{index_path(path)} lists {len(self.offsets)} records but held {expected} when the run "
+                             f"started: the shards changed under the run; restart it on a complete labse-tfrecords output")
         self.size = storage.size(path)
         if len(self.offsets) and self.size < int(self.offsets[-1]) + HEADER_SIZE + FOOTER_SIZE:
             raise TFRecordCorruptError(path, int(self.offsets[-1]), f"truncated: the offset index places a record "
