@@ -29,6 +29,15 @@ exact dedup does not collapse the copies and their work is real; copy 0 is the s
                           stream without a model)
   training loader         labse_model.data.PairBatchStream over the tfrecords cell's shards, one
                           epoch of 64-pair batches (driven in a subprocess, no model)
+  loader at corpus scale  (issue 32) 1x = 10^6 synthetic pairs (8 ids a side) in shards of 10^5
+                          records; s x = 10 s shards, hard links to one shard file and its offset
+                          index, so the disk holds one shard at any scale. The loader as labse-train
+                          builds it (default shuffle window) reads LOADER_SCALE_STEPS batches of
+                          LOADER_SCALE_BATCH pairs from the middle of the first epoch (a resume: the
+                          position is computed). "loader-before" drives the loader of commit
+                          LOADER_BEFORE (the index scan and in-memory epoch order it replaced) on
+                          the same shards, as the named peer: its memory grows with the records,
+                          so its 100x cell is not run.
 
     .venv/bin/python benchmarks/scale_table.py --data ../shared/data --work /tmp/scale \\
         --json scale_table.json [--scales 1,10,100] [--stages clean,vocab,...]
@@ -57,7 +66,13 @@ BIN = Path(sys.executable).parent
 WARC_SAMPLES = ("commoncrawl/CC-MAIN-2020-34-sample.warc.gz", "commoncrawl/web-pages-sample.warc.gz",
                 "maincontent/article-pages.warc.gz")
 BEAM = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
-STAGES = ("clean", "clean+model", "vocab", "mine", "score", "tfrecords", "pretrain-stream", "loader")
+STAGES = ("clean", "clean+model", "vocab", "mine", "score", "tfrecords", "pretrain-stream", "loader",
+          "loader-at-scale", "loader-before")
+LOADER_SCALE_UNIT = 1_000_000  # synthetic pairs at 1x
+LOADER_SCALE_SHARD = 100_000  # records a shard
+LOADER_SCALE_BATCH = 512
+LOADER_SCALE_STEPS = 1000
+LOADER_BEFORE = "24f134e"  # the last commit with the shuffle-buffer loader
 MINE_CELL_SIDE = 2  # source blocks = target shards = this x scale: the cell size stays fixed
 LOADER_BATCH = 64  # the demo's global batch: the 1x tfrecords hold fewer pairs than the default 4096
 POLL_SECONDS = 0.2
@@ -234,7 +249,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure(argv: list[str], log: Path) -> dict:
+def measure(argv: list[str], log: Path, pythonpath: Path = REPO) -> dict:
     """Run `argv` to completion with its process tree polled; wall and CPU seconds and peak RSS.
 
     CPU: the larger of the kernel's account of the waited-for process tree (exact for every
@@ -245,7 +260,7 @@ def measure(argv: list[str], log: Path) -> dict:
     with open(log, "w", encoding="utf-8") as out:
         # its own process group: an interrupted table can end a cell's whole tree with one kill
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
-                                   env=dict(os.environ, PYTHONPATH=str(REPO)))
+                                   env=dict(os.environ, PYTHONPATH=str(pythonpath)))
         try:
             with TreePoller(process.pid) as poller:
                 code = process.wait()
@@ -292,9 +307,9 @@ def drive_pretrain_stream(mono: str, vocab: str) -> dict:
 
 def drive_loader(shards: str) -> dict:
     """PairBatchStream as labse-train builds it, one rank, one epoch of LOADER_BATCH-pair batches."""
-    from labse_model.data import PairBatchStream, ShardIndex, resolve_shards
+    from labse_model.data import PairBatchStream, ShardSet, resolve_shards
 
-    index = ShardIndex.build(resolve_shards(shards))
+    index = ShardSet.open(resolve_shards(shards))
     stream = PairBatchStream(index, global_batch_size=LOADER_BATCH, rank=0, world_size=1, seed=0)
     tokens = 0
     for step in range(stream.steps_per_epoch):
@@ -302,6 +317,23 @@ def drive_loader(shards: str) -> dict:
         tokens += int(batch["src_attention_mask"].sum() + batch["tgt_attention_mask"].sum())
     stream.close()
     return {"steps": stream.steps_per_epoch, "pairs": index.num_records, "tokens": tokens}
+
+
+def drive_loader_at_scale(shards: str) -> dict:
+    """The loader as labse-train builds it (build_train_loader, its defaults), LOADER_SCALE_STEPS batches
+    from the middle of the first epoch; the CPU seconds of the reading alone are reported apart."""
+    from labse_model.data import build_train_loader
+
+    loader = build_train_loader(shards, global_batch_size=LOADER_SCALE_BATCH, rank=0, world_size=1, seed=0,
+                                num_steps=LOADER_SCALE_STEPS)
+    # Both loaders (this one and the one before) start lazily at their stream's start_step: a resume
+    # into the middle of the first epoch, once the epoch's length is known.
+    start = loader.stream.start_step = loader.steps_per_epoch // 2
+    cpu = time.process_time()
+    tokens = sum(int(b["src_attention_mask"].sum() + b["tgt_attention_mask"].sum()) for b in loader)
+    return {"pairs": loader.num_records, "shards": loader.num_shards, "steps": LOADER_SCALE_STEPS, "start_step": start,
+            "tokens": tokens, "read_pairs": LOADER_SCALE_STEPS * LOADER_SCALE_BATCH,
+            "read_cpu_s": time.process_time() - cpu}
 
 
 # ----------------------------------------------------------------------------- the cells
@@ -318,6 +350,8 @@ def _require(*paths: Path) -> None:
 
 class Table:
     """Prepares each cell's input, runs it and keeps the results (rewritten to --json after each)."""
+
+    loader_shard_records = LOADER_SCALE_SHARD  # records a synthetic shard (loader-at-scale cells)
 
     def __init__(self, data: Path, work: Path, json_path: Path, mine_budget_s: float):
         self.data, self.work, self.json_path, self.mine_budget_s = data, work, json_path, mine_budget_s
@@ -483,8 +517,9 @@ class Table:
         return result
 
     # ---- model-side inputs
-    def _drive(self, stage: str, scale: int, args: list[str]) -> dict:
-        result = self._measure(stage, scale, [sys.executable, __file__, "--drive", stage, *args])
+    def _drive(self, stage: str, scale: int, args: list[str], pythonpath: Path = REPO) -> dict:
+        result = measure([sys.executable, __file__, "--drive", stage, *args],
+                         self.work / "logs" / f"{stage.replace('+', '-')}-x{scale}.log", pythonpath)
         if result["rc"] == 0:
             result["driven"] = json.loads(Path(result["log"]).read_text(encoding="utf-8").strip().splitlines()[-1])
         return result
@@ -511,6 +546,60 @@ class Table:
             result["input"] = "the tfrecords cell's shards"
             result.update(unit="pairs", count=d["pairs"])
         return result
+
+
+    # ---- the loader at corpus scale (issue 32)
+    def synthetic_shards(self, scale: int) -> Path:
+        """Links to one shard of `loader_shard_records` short synthetic pairs (and to its index)."""
+        from pipelines.io.completion import mark_complete
+        from pipelines.io.tfrecord import TFRecordWriter, encode_example, index_path
+
+        base = self.work / "inputs" / "synthetic-shard" / "pairs.tfrecord"
+        if not Path(index_path(str(base))).exists():
+            import numpy as np
+
+            base.parent.mkdir(parents=True, exist_ok=True)
+            ids = np.random.default_rng(0).integers(5, 30000, size=(self.loader_shard_records, 2, 8)).tolist()
+            with TFRecordWriter(base) as writer:
+                for src, tgt in ids:
+                    writer.write(encode_example({"src_ids": [2, *src, 3], "tgt_ids": [2, *tgt, 3]}))
+        folder = self.work / "inputs" / f"synthetic-x{scale}"
+        shards = scale * LOADER_SCALE_UNIT // self.loader_shard_records
+        if not (folder / "_SUCCESS").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            for k in range(shards):
+                name = f"pairs-{k:05d}-of-{shards:05d}.tfrecord"
+                os.link(base, folder / name)
+                os.link(index_path(str(base)), index_path(str(folder / name)))
+            mark_complete(folder, {"records": shards * self.loader_shard_records}, stage="synthetic shards")
+        return folder
+
+    def cell_loader_at_scale(self, scale: int, before: bool = False) -> dict:
+        folder = self.synthetic_shards(scale)
+        stage = "loader-before" if before else "loader-at-scale"
+        pythonpath = REPO
+        if before:
+            pythonpath = self.work / "inputs" / f"tree-{LOADER_BEFORE}"
+            if not (pythonpath / "labse_model").is_dir():
+                pythonpath.mkdir(parents=True, exist_ok=True)
+                archive = subprocess.run(["git", "archive", LOADER_BEFORE, "labse_model", "pipelines"], cwd=REPO,
+                                         check=True, capture_output=True).stdout
+                subprocess.run(["tar", "-x", "-C", str(pythonpath)], input=archive, check=True)
+        result = self._drive(stage, scale, ["--shards", str(folder / "*.tfrecord")], pythonpath)
+        if result["rc"] == 0:
+            d = result["driven"]
+            result["units"] = (f"{d['pairs']:,} pairs in {d['shards']} shards; {d['steps']} batches of "
+                               f"{LOADER_SCALE_BATCH} read from step {d['start_step']}")
+            result["input"] = "synthetic shards (hard links to one shard)"
+            result.update(unit="pairs", count=d["pairs"], cpu_per_pair_read_us=1e6 * d["read_cpu_s"] / d["read_pairs"])
+        return result
+
+    def cell_loader_before(self, scale: int) -> dict:
+        if scale > 10:
+            return {"status": "not run", "reason": f"the loader before {LOADER_BEFORE} holds ~138 bytes a record "
+                    f"on every rank (~{scale * 0.138:.0f} GB at this scale)"}
+        return self.cell_loader_at_scale(scale, before=True)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -558,7 +647,10 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep the cells --json already holds that ran (their outputs under --work) and run the rest")
     parser.add_argument("--table", type=Path, default=None, help="only print the markdown table of this JSON")
-    parser.add_argument("--drive", choices=("pretrain-stream", "loader"), help=argparse.SUPPRESS)  # internal
+    parser.add_argument("--loader-shard-records", type=int, default=LOADER_SCALE_SHARD,
+                        help="records a synthetic shard in the loader-at-scale cells (use another --work per value)")
+    parser.add_argument("--drive", choices=("pretrain-stream", "loader", "loader-at-scale", "loader-before"),
+                        help=argparse.SUPPRESS)  # internal
     parser.add_argument("--mono", help=argparse.SUPPRESS)
     parser.add_argument("--vocab", help=argparse.SUPPRESS)
     parser.add_argument("--shards", help=argparse.SUPPRESS)
@@ -568,6 +660,9 @@ def main(argv=None) -> int:
         return 0
     if args.drive == "loader":
         print(json.dumps(drive_loader(args.shards)))
+        return 0
+    if args.drive in ("loader-at-scale", "loader-before"):
+        print(json.dumps(drive_loader_at_scale(args.shards)))
         return 0
     if args.table:
         print(markdown_table(_read_json(args.table)["cells"]))
@@ -579,6 +674,7 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown stages {sorted(unknown)}; choose from {','.join(STAGES)}")
     table = Table(args.data, args.work, args.json, args.mine_budget)
+    table.loader_shard_records = args.loader_shard_records
     if args.keep and args.json.exists():
         table.cells = [c for c in _read_json(args.json)["cells"] if c.get("status") == "ok"]
     done = {(c["stage"], c["scale"]) for c in table.cells}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labse_model.data import PairBatchStream, ShardIndex
+from labse_model.data import PairBatchStream, ShardSet
 from pipelines.io.tfrecord import TFRecordWriter, encode_example
 
 VOCAB_SIZE = 30522
@@ -41,10 +41,10 @@ def main() -> None:
     shard = args.work / "pairs-00000-of-00001.tfrecord"
     if not shard.exists():
         write_shard(shard)
-    stream = PairBatchStream(ShardIndex.build([str(shard)]), global_batch_size=BATCH, rank=0, world_size=1, seed=0)
+    stream = PairBatchStream(ShardSet.open([str(shard)]), global_batch_size=BATCH, rank=0, world_size=1, seed=0)
     src, tgt = stream.pairs(0)
     zeros = np.zeros(BATCH, dtype=np.int64)
-    checked = PairBatchStream(stream.index, global_batch_size=BATCH, rank=0, world_size=1, seed=0,
+    checked = PairBatchStream(stream.shards, global_batch_size=BATCH, rank=0, world_size=1, seed=0,
                               vocab_size=VOCAB_SIZE)
     check = [t / 100 for t in timeit.repeat(lambda: checked._check_ids(src, tgt, zeros, zeros), number=100,
                                             repeat=args.repeats)]

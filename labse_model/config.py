@@ -184,6 +184,9 @@ class ModelConfig:
             attention_probs_dropout_prob=self.attention_dropout,
             pad_token_id=self.pad_token_id,
             type_vocab_size=2,
+            # torch's fused scaled_dot_product_attention (flash / memory-efficient kernels on GPU), named
+            # rather than left to the transformers version's default.
+            attn_implementation="sdpa",
         )
 
 
@@ -209,6 +212,9 @@ class TrainerSettings:
     log_every: int = option(10, "steps between loss logs", resumable=True, group="run")
     keep_checkpoints: int = option(3, "newest checkpoints to keep, 0 = all", resumable=True, group="run")
     bf16: bool = option(True, "bf16 autocast on GPU (ignored on CPU)")
+    # Off by default: compiling takes minutes before the first step, worth it on long GPU runs only.
+    compile: bool = option(False, "torch.compile the trained model (GPU runs; minutes of compiling before the "
+                           "first step)", group="run")
 
     # Whether learning rate 0 is valid (TrainConfig says why it allows it).
     zero_learning_rate_allowed: ClassVar[bool] = False
@@ -256,7 +262,9 @@ class TrainConfig(TrainerSettings):
     seed: int = option(42, "seed of the initial weights, the data order and dropout")
     # The paper's; sequences in the shards are already truncated to this.
     max_seq_length: int = option(64, "truncate longer sequences")
-    shuffle_buffer: int = option(10_000, "records in the data loader's shuffle buffer")
+    # The loader's memory is these shards' offset indexes, 8 bytes a record (labse_model.data).
+    shuffle_window: int = option(8, "shards whose records are shuffled together; each reading process holds "
+                                 "their offset indexes (8 bytes a record)", metavar="SHARDS")
     num_workers: int = option(0, "DataLoader workers per process", resumable=True, group="run")
     # Gradient caching (labse_model.grad_cache): encode each rank's batch C pairs at a time, so the
     # softmax spans the global batch while activation memory is that of C pairs. 0 = off.
@@ -276,7 +284,7 @@ class TrainConfig(TrainerSettings):
             int_at_least("warmup_steps", self.warmup_steps, 0),
             _seed_problem(self.seed),
             int_at_least("max_seq_length", self.max_seq_length, 2, " ([CLS] and [SEP])"),
-            int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
+            int_at_least("shuffle_window", self.shuffle_window, 1),
             int_at_least("num_workers", self.num_workers, 0),
             int_at_least("grad_cache_chunk", self.grad_cache_chunk, 0, " (0 turns gradient caching off)"),
         ])
@@ -320,6 +328,9 @@ class RunConfig(JsonConfigFile):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunConfig":
+        if "shuffle_buffer" in data.get("train", {}):
+            raise UsageError("the run was made by the loader before offset indexes (shuffle_buffer), whose data order "
+                             "this one cannot continue: start a new run with --init-from the old run directory")
         train = dict(data["train"])
         if "margin" in train:  # a run written before the field was named additive_margin
             train["additive_margin"] = train.pop("margin")
@@ -360,7 +371,7 @@ class PretrainConfig(TrainerSettings):
     # Share of packed sequences never trained on.
     heldout_rate: float = option(0.01, "share of packed monolingual sequences held out for evaluation")
     heldout_per_language: int = option(64, "held-out sequences scored per language")
-    shuffle_buffer: int = not_an_option(10_000)  # of the TLM pair reader
+    tlm_shuffle_window: int = not_an_option(8)  # shards of the TLM pair reader shuffled together
     mlm_shuffle_window: int = option(1000, "packed monolingual sequences of a file shuffled together (1: file order)")
 
     def __post_init__(self) -> None:
@@ -382,7 +393,7 @@ class PretrainConfig(TrainerSettings):
             _seed_problem(self.seed),
             finite_in("heldout_rate", self.heldout_rate, 0.0, 1.0),
             int_at_least("heldout_per_language", self.heldout_per_language, 1, " (--heldout-rate 0 turns it off)"),
-            int_at_least("shuffle_buffer", self.shuffle_buffer, 0),
+            int_at_least("tlm_shuffle_window", self.tlm_shuffle_window, 1),
             int_at_least("mlm_shuffle_window", self.mlm_shuffle_window, 1),
         ])
         self.stage_fractions = tuple(float(f) for f in self.stage_fractions)
@@ -402,7 +413,10 @@ class PretrainRunConfig(JsonConfigFile):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PretrainRunConfig":
-        return cls(model=ModelConfig(**data["model"]), pretrain=PretrainConfig(**data["pretrain"]),
+        # Written before the offset-index loader: --init-from such a directory reads its model settings
+        # alone (a --resume of it continues its TLM pairs in the new order).
+        pretrain = {k: v for k, v in data["pretrain"].items() if k != "shuffle_buffer"}
+        return cls(model=ModelConfig(**data["model"]), pretrain=PretrainConfig(**pretrain),
                    **{k: v for k, v in data.items() if k not in ("model", "pretrain")})
 
 

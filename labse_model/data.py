@@ -1,4 +1,4 @@
-"""Training batches from TFRecord shards (contract 8), without TensorFlow.
+"""Training batches from TFRecord shards (contract 8), without TensorFlow, in memory bounded by a window.
 
     loader = build_train_loader("shards/*.tfrecord", global_batch_size=4096, rank=r, world_size=n,
                                 seed=0, num_workers=2, start_step=resumed_step)
@@ -8,47 +8,50 @@ Guarantees
 ----------
 * With the seed fixed, the global batch at step ``s`` is the same whatever the world size and the
   number of DataLoader workers; rank ``r`` receives rows ``[r*B, (r+1)*B)`` of it
-  (``B = global_batch_size // world_size``), dynamically padded to its own longest sequence.
+  (``B = global_batch_size // world_size``), dynamically padded to its own longest sequence. So a
+  run resumed with another number of processes continues the same global sequence.
 * Every rank yields the same number of steps (epochs end on a whole global batch; the remainder
   of an epoch is dropped, as with ``drop_last``), so uneven shard counts can never hang a
-  collective in the trainer.
+  collective in the trainer. Within an epoch no record is seen twice.
 * ``start_step=s`` reproduces exactly the batches an uninterrupted run yields from step ``s``:
-  nothing is replayed, the position is computed.
-* Epochs repeat forever with a fresh shard order and shuffle per epoch (``seed``, ``epoch``); the
-  trainer stops at its ``max_steps``.
+  nothing is replayed, the position is computed. The resume state is (seed, epoch, position in the
+  epoch) — `TrainLoader.state` — and everything else is a pure function of it.
+* Epochs repeat forever with a fresh order per epoch (``seed``, ``epoch``); the trainer stops at
+  its ``max_steps``.
 
-How the work is split (and why)
--------------------------------
-Splitting *shards* across ranks (the tf.data way) makes the global batch depend on the world
-size and leaves ranks with unequal work when the shard count is uneven.  Making every rank read
-*every* record and keep its slice fixes both but multiplies the parsing work by the world size
-and gives DataLoader workers nothing to share.  This module does the ordering in *index space*:
+The order (`labse_model.shuffle`)
+---------------------------------
+labse-tfrecords shuffles globally when it writes, so each shard is a random sample of the corpus.
+Per epoch the shards are put in a seeded order and cut into *windows* of ``shuffle_window`` shards;
+the records of a window are visited in the order of a keyed bijection (a Feistel permutation keyed
+by seed, epoch and window). Position ``p`` of the epoch maps to (shard, record) arithmetically, and
+the record is read at the offset its shard's offset index (``NAME.tfrecord.index``, written by
+labse-tfrecords beside each shard: 8 bytes a record) gives: one read from its offset to the next
+record's, length and data CRCs checked.
 
-1. At start-up each process scans the record headers of every shard (12 bytes per record, length
-   CRC checked; a truncated shard fails here, naming the file and offset) and keeps the byte offset
-   of each record: 8 bytes per record (100 M records -> 800 MB per process; for more, point each
-   run of ``labse-train`` at a subset of shards).
-2. The epoch's order is computed on record numbers only, identically in every process: the shards
-   in a seeded order, interleaved round-robin (robust even to shards holding one language pair
-   each), then passed through a seeded shuffle buffer of ``shuffle_buffer`` records (the tf.data
-   semantics: buffer full, emit a random slot, refill it).  This costs a few integer operations per
-   record per epoch and no I/O.
-3. Each process then reads and parses *only the records of its own rows*, by seeking to their
-   offsets (data CRC checked), and DataLoader worker ``w`` of ``W`` builds steps ``w, w+W, ...`` —
-   PyTorch returns an iterable dataset's items round-robin over workers, so the step order holds.
+Memory
+------
+Each process that reads (the rank itself, or each of its ``num_workers`` DataLoader workers) holds
+the offset indexes of the windows its current batch falls in — one window, two while a batch
+straddles a window boundary — plus the epoch's plan (about 40 bytes a shard) and one batch::
 
-So parsing is split exactly ``world_size * num_workers`` ways, the global batch is independent of
-both, and the reads of a batch are near each shard's read cursor (the buffer spans a window of
-``shuffle_buffer`` records across the shards), which the page cache and readahead handle well on
-local disk.
+    peak bytes per reading process ~= 2 * shuffle_window * records_per_shard * 8
+                                      + 40 * num_shards + one batch
 
-Shards on object storage (``--data 'gs://B/shards/*.tfrecord'``) are read in place, never copied
-first (`pipelines.io.storage.open_input`: 8 MiB blocks, read ahead): the index scan streams each
-shard once (headers only are kept), and each process then opens only the shards its rows fall in
-and fetches the blocks holding its records (with the shuffle buffer spanning a window of records
-across shards, consecutive batches reuse the same blocks). Every folder holding shards there must
-carry the ``_SUCCESS`` that labse-tfrecords writes last: a half-copied or still-running output is
-refused before training starts.
+independent of the number of records in the run. With the defaults (``shuffle_window`` 8,
+labse-tfrecords' shards of about 10^6 records) that is ~128 MB at a window boundary, ~64 MB
+otherwise, at 10^6 or 6 * 10^9 pairs alike.
+
+Indexes
+-------
+A shard without its index (written by an older labse-tfrecords or another tool) gets one on first
+read: one pass over its record headers, written atomically beside it. On object storage the loader
+does not write into the input bucket: it refuses in one line, naming the command that builds the
+indexes (``python -m labse_model.data index 'gs://B/shards/*.tfrecord'``). Shards on object storage
+are read in place: the index whole (one ranged read per block), then each batch's records by byte
+ranges (``cat_ranges``), never a scan. Every folder holding shards there must carry the
+``_SUCCESS`` that labse-tfrecords writes last: a half-copied or still-running output is refused
+before training starts.
 """
 from __future__ import annotations
 
@@ -62,19 +65,22 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from pipelines.io.tfrecord import TFRecordCorruptError, decode_pair, index_open_records, read_record_at
+from pipelines.io.atomic import write_bytes_atomic
+from pipelines.io.tfrecord import (FOOTER_SIZE, HEADER_SIZE, INDEX_SUFFIX, TFRecordCorruptError, decode_index, decode_pair,
+                                   encode_index, index_open_records, index_path, unframe_record)
 
 from pipelines.io import storage
 from .config import file_sha256
+from .shuffle import ORDER_NAME, EpochPlan
 from pipelines.io.config_options import UsageError
 
 __all__ = [
     "SCHEMA_FILENAME",
-    "ShardIndex",
+    "ShardSet",
+    "build_index",
     "resolve_shards",
     "load_schema",
     "check_schema_vocab",
-    "epoch_order",
     "pad_batch",
     "PairBatchStream",
     "TrainLoader",
@@ -101,9 +107,10 @@ def resolve_shards(pattern: str) -> list[str]:
         if storage.isdir(part):
             part = storage.join(part, "*.tfrecord*")
         for path in storage.glob_files(part):
-            # Temp files of an interrupted writer, markers and the schema/stats beside the shards are not shards.
+            # Temp files of an interrupted writer, markers, the schema/stats and the offset indexes are not shards.
             name = path.rsplit("/", 1)[-1]
-            if ".tmp-" not in name and not name.startswith(("_", ".")) and not name.endswith(".json"):
+            if (".tmp-" not in name and not name.startswith(("_", "."))
+                    and not name.endswith((".json", INDEX_SUFFIX))):
                 paths.add(path)
     if not paths:
         raise FileNotFoundError(f"no TFRecord shards match {pattern!r}")
@@ -151,76 +158,103 @@ def check_schema_vocab(schema: dict | None, vocab_path: str | os.PathLike, init_
         )
 
 
+INDEX_COMMAND = "python -m labse_model.data index"
+
+
 @dataclass(frozen=True)
-class ShardIndex:
-    """Record byte offsets of every shard; record number ``g`` is record ``g - starts[k]`` of shard ``k``."""
+class ShardSet:
+    """The shards of a run and their record counts; record ``i`` of shard ``k`` is found through its
+    offset index, opened only while the shard is in the loader's window."""
 
     paths: tuple[str, ...]
-    offsets: tuple[np.ndarray, ...]
+    counts: np.ndarray
 
     @classmethod
-    def build(cls, paths: list[str]) -> "ShardIndex":
-        offsets = []
+    def open(cls, paths: list[str], pattern: str | None = None) -> "ShardSet":
+        """Record counts from the indexes' sizes (one listing per folder); a missing local index is
+        built in one pass, a missing one on object storage is refused in one line."""
+        index_sizes: dict[str, int] = {}
+        for folder in sorted({storage.dirname(p) for p in paths}):
+            if storage.is_remote(folder):
+                index_sizes.update((storage.join(folder, name), size) for name, size in storage.walk(folder).items()
+                                   if "/" not in name and name.endswith(INDEX_SUFFIX))
+            else:
+                index_sizes.update((p, os.path.getsize(p)) for p in storage.glob_files(os.path.join(folder, "*" + INDEX_SUFFIX)))
+        counts = []
         for path in paths:
-            with storage.open_input(path) as f:
-                # An object-store file knows its size from opening; a local one asks the disk.
-                offsets.append(index_open_records(f, path, getattr(f, "size", None) or storage.size(path)))
-        return cls(tuple(paths), tuple(offsets))
-
-    @property
-    def counts(self) -> np.ndarray:
-        return np.asarray([len(o) for o in self.offsets], dtype=np.int64)
-
-    @property
-    def starts(self) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+            size = index_sizes.get(index_path(path) if storage.is_remote(path) else os.path.abspath(index_path(path)))
+            if size is not None:
+                counts.append(size // 8)
+            elif storage.is_remote(path):
+                raise UsageError(f"{path} has no offset index ({index_path(path).rsplit('/', 1)[-1]}, written by this "
+                                 f"labse-tfrecords); build the indexes once: {INDEX_COMMAND} '{pattern or path}'")
+            else:
+                counts.append(len(build_index(path)))
+        return cls(tuple(paths), np.asarray(counts, dtype=np.int64))
 
     @property
     def num_records(self) -> int:
         return int(self.counts.sum())
 
-    def locate(self, record_numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(shard number, byte offset) of each global record number."""
-        starts = self.starts
-        shard = np.searchsorted(starts, record_numbers, side="right") - 1
-        offsets = np.fromiter(
-            (self.offsets[k][g - starts[k]] for k, g in zip(shard.tolist(), record_numbers.tolist())),
-            dtype=np.int64,
-            count=len(record_numbers),
-        )
-        return shard, offsets
+    def digest(self) -> str:
+        """Names and record counts, hashed: a resumed run must read the same shards in the same order."""
+        import hashlib
+
+        names = "\n".join(f"{p.rsplit('/', 1)[-1]}\t{c}" for p, c in zip(self.paths, self.counts.tolist()))
+        return hashlib.sha256(names.encode("utf-8")).hexdigest()[:16]
 
 
-def epoch_order(counts: np.ndarray, seed: int, epoch: int, shuffle_buffer: int) -> np.ndarray:
-    """The global record numbers of one epoch, in training order; depends only on its arguments.
+def build_index(path: str) -> np.ndarray:
+    """Scan a shard's record headers once and write its offset index beside it (local or object storage)."""
+    with storage.open_input(path) as f:
+        offsets = index_open_records(f, path, getattr(f, "size", None) or storage.size(path))
+    target = index_path(path)
+    try:
+        if storage.is_remote(path):
+            storage.write_bytes(target, encode_index(offsets))
+        else:
+            write_bytes_atomic(target, encode_index(offsets))
+    except OSError as exc:
+        raise UsageError(f"cannot write the offset index {target} ({exc.strerror or exc}); build the indexes "
+                         f"where the shards can be written: {INDEX_COMMAND} '{path}'") from None
+    logger.info("built the offset index of %s (%d records)", path, len(offsets))
+    return offsets
 
-    Shards in a seeded order, interleaved round-robin (record j of every shard before record j+1 of
-    any), then a seeded shuffle buffer (``shuffle_buffer <= 1`` disables it).
-    """
-    counts = np.asarray(counts, dtype=np.int64)
-    total = int(counts.sum())
-    rng = np.random.default_rng([int(seed), int(epoch)])
-    shard_rank = np.empty(len(counts), dtype=np.int64)
-    shard_rank[rng.permutation(len(counts))] = np.arange(len(counts))
-    shard_of = np.repeat(np.arange(len(counts)), counts)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-    record_numbers = np.arange(total, dtype=np.int64)
-    within = record_numbers - starts[shard_of]
-    stream = record_numbers[np.lexsort((shard_rank[shard_of], within))]
 
-    size = min(int(shuffle_buffer), total)
-    if size <= 1:
-        return stream
-    buffer = stream[:size].tolist()
-    slots = rng.integers(0, size, size=total - size).tolist()
-    emitted: list[int] = []
-    emit = emitted.append
-    for slot, record in zip(slots, stream[size:].tolist()):
-        emit(buffer[slot])
-        buffer[slot] = record
-    tail = np.asarray(buffer, dtype=np.int64)
-    rng.shuffle(tail)
-    return np.concatenate([np.asarray(emitted, dtype=np.int64), tail])
+class _OpenShard:
+    """A shard in the window: its offset index and (for a local file) an open handle."""
+
+    def __init__(self, path: str, expected: int):
+        self.path = path
+        self.url = storage.is_remote(path)
+        with storage.open_input(index_path(path)) as f:
+            self.offsets = decode_index(f.read(), index_path(path))
+        if len(self.offsets) != expected:
+            raise UsageError(f"{index_path(path)} lists {len(self.offsets)} records but held {expected} when the run "
+                             f"started: the shards changed under the run; restart it on a complete labse-tfrecords output")
+        self.size = storage.size(path)
+        if len(self.offsets) and self.size < int(self.offsets[-1]) + HEADER_SIZE + FOOTER_SIZE:
+            raise TFRecordCorruptError(path, int(self.offsets[-1]), f"truncated: the offset index places a record "
+                                       f"there but the file has {self.size} bytes")
+        self.file = None if self.url else open(path, "rb", buffering=0)
+
+    def read(self, records: np.ndarray) -> list[bytes]:
+        """The framed bytes of `records` (record numbers, any order), each one exact range."""
+        starts = self.offsets[records]
+        following = np.minimum(records + 1, len(self.offsets) - 1)
+        ends = np.where(records + 1 < len(self.offsets), self.offsets[following], self.size)
+        if self.url:
+            fs, stripped = storage.filesystem(self.path)
+            return fs.cat_ranges([stripped] * len(records), starts.tolist(), ends.tolist())
+        out = []
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            self.file.seek(start)
+            out.append(self.file.read(end - start))
+        return out
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def pad_batch(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -238,6 +272,9 @@ def _truncate(ids: list[int], max_len: int | None) -> list[int]:
     return ids[: max_len - 1] + ids[-1:]  # keep the closing [SEP]
 
 
+DEFAULT_SHUFFLE_WINDOW = 8
+
+
 class PairBatchStream(IterableDataset):
     """This rank's slice of the global batch for steps ``start_step, start_step+1, ...``.
 
@@ -246,14 +283,14 @@ class PairBatchStream(IterableDataset):
 
     def __init__(
         self,
-        index: ShardIndex,
+        shards: ShardSet,
         *,
         global_batch_size: int,
         rank: int,
         world_size: int,
         seed: int,
         pad_id: int = 0,
-        shuffle_buffer: int = 10000,
+        shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
         start_step: int = 0,
         num_steps: int | None = None,
         max_seq_length: int | None = None,
@@ -266,46 +303,60 @@ class PairBatchStream(IterableDataset):
             raise ValueError(f"global_batch_size {global_batch_size} is not divisible by world_size {world_size}")
         if start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {start_step}")
-        self.index = index
+        if shuffle_window < 1:
+            raise ValueError(f"shuffle_window must be >= 1 shard, got {shuffle_window}")
+        self.shards = shards
         self.global_batch_size = global_batch_size
         self.local_batch_size = global_batch_size // world_size
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
         self.pad_id = pad_id
-        self.shuffle_buffer = shuffle_buffer
+        self.shuffle_window = shuffle_window
         self.start_step = start_step
         self.num_steps = num_steps
         self.max_seq_length = max_seq_length
         self.check_crc = check_crc
         self.vocab_size = vocab_size
-        self.steps_per_epoch = index.num_records // global_batch_size
+        self.steps_per_epoch = shards.num_records // global_batch_size
         if self.steps_per_epoch == 0:
             raise UsageError(
-                f"the shards hold {index.num_records} records, fewer than one global batch of {global_batch_size}"
+                f"the shards hold {shards.num_records} records, fewer than one global batch of {global_batch_size}"
             )
-        self._order_epoch: int | None = None
-        self._order: np.ndarray | None = None
-        self._files: dict[int, object] = {}
+        self._plan: EpochPlan | None = None
+        self._open: dict[int, _OpenShard] = {}
 
-    def _epoch_order(self, epoch: int) -> np.ndarray:
-        if self._order_epoch != epoch:
-            self._order = epoch_order(self.index.counts, self.seed, epoch, self.shuffle_buffer)
-            self._order_epoch = epoch
-        assert self._order is not None
-        return self._order
+    def plan(self, epoch: int) -> EpochPlan:
+        if self._plan is None or self._plan.epoch != epoch:
+            self._plan = EpochPlan(self.shards.counts, self.seed, epoch, self.shuffle_window)
+        return self._plan
 
-    def global_record_numbers(self, step: int) -> np.ndarray:
-        """Record numbers of the whole global batch at `step` (all ranks)."""
+    def state(self, step: int) -> dict[str, Any]:
+        """The resume state before `step`: (seed, epoch, position) and what must match to continue it (< 1 KB)."""
+        epoch, within = divmod(step, self.steps_per_epoch)
+        return {"order": ORDER_NAME, "seed": self.seed, "epoch": epoch, "position": within * self.global_batch_size,
+                "global_batch_size": self.global_batch_size, "shuffle_window": self.shuffle_window,
+                "num_records": self.shards.num_records, "num_shards": len(self.shards.paths),
+                "shards_digest": self.shards.digest()}
+
+    def global_records(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, record number) of every row of the global batch at `step` (all ranks)."""
         epoch, within = divmod(step, self.steps_per_epoch)
         start = within * self.global_batch_size
-        return self._epoch_order(epoch)[start : start + self.global_batch_size]
+        return self.plan(epoch).locate(np.arange(start, start + self.global_batch_size, dtype=np.int64))
 
-    def _read(self, shard: int, offset: int) -> bytes:
-        f = self._files.get(shard)
-        if f is None:
-            f = self._files[shard] = storage.open_input(self.index.paths[shard])
-        return read_record_at(f, self.index.paths[shard], int(offset), self.check_crc)  # type: ignore[arg-type]
+    def _shard(self, shard: int) -> _OpenShard:
+        opened = self._open.get(shard)
+        if opened is None:
+            opened = self._open[shard] = _OpenShard(self.shards.paths[shard], int(self.shards.counts[shard]))
+        return opened
+
+    def _keep_only(self, epoch: int, positions: np.ndarray) -> None:
+        """Close the shards outside the windows `positions` fall in: memory stays one or two windows."""
+        plan = self.plan(epoch)
+        keep = {int(k) for w in np.unique(plan.window_of(positions)).tolist() for k in plan.window_shards(w)}
+        for shard in [k for k in self._open if k not in keep]:
+            self._open.pop(shard).close()
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         src, tgt = self.pairs(step)
@@ -320,20 +371,26 @@ class PairBatchStream(IterableDataset):
 
     def pairs(self, step: int) -> tuple[list[list[int]], list[list[int]]]:
         """This rank's (source ids, target ids) rows of the global batch at `step`, unpadded."""
-        numbers = self.global_record_numbers(step)
-        mine = numbers[self.rank * self.local_batch_size : (self.rank + 1) * self.local_batch_size]
-        shards, offsets = self.index.locate(mine)
-        src: list[list[int]] = [[]] * len(mine)
-        tgt: list[list[int]] = [[]] * len(mine)
-        # Read in file order for locality, fill rows in batch order.
-        for row in np.lexsort((offsets, shards)).tolist():
-            shard, offset = int(shards[row]), int(offsets[row])
-            path = self.index.paths[shard]
-            pair = decode_pair(self._read(shard, offset), path, offset)
-            if not pair.src_ids or not pair.tgt_ids:
-                raise TFRecordCorruptError(path, offset, "empty src_ids or tgt_ids")
-            src[row] = _truncate(pair.src_ids, self.max_seq_length)
-            tgt[row] = _truncate(pair.tgt_ids, self.max_seq_length)
+        epoch, within = divmod(step, self.steps_per_epoch)
+        first = within * self.global_batch_size + self.rank * self.local_batch_size
+        positions = np.arange(first, first + self.local_batch_size, dtype=np.int64)
+        self._keep_only(epoch, positions)
+        shards, records = self.plan(epoch).locate(positions)
+        offsets = np.empty(len(positions), dtype=np.int64)
+        src: list[list[int]] = [[]] * len(positions)
+        tgt: list[list[int]] = [[]] * len(positions)
+        for shard in np.unique(shards).tolist():
+            rows = np.flatnonzero(shards == shard)
+            rows = rows[np.argsort(records[rows], kind="stable")]  # file order: readahead and fewer seeks
+            opened = self._shard(shard)
+            offsets[rows] = opened.offsets[records[rows]]
+            for row, framed in zip(rows.tolist(), opened.read(records[rows])):
+                offset = int(offsets[row])
+                pair = decode_pair(unframe_record(framed, opened.path, offset, self.check_crc), opened.path, offset)
+                if not pair.src_ids or not pair.tgt_ids:
+                    raise TFRecordCorruptError(opened.path, offset, "empty src_ids or tgt_ids")
+                src[row] = _truncate(pair.src_ids, self.max_seq_length)
+                tgt[row] = _truncate(pair.tgt_ids, self.max_seq_length)
         if self.vocab_size is not None:
             self._check_ids(src, tgt, shards, offsets)
         return src, tgt
@@ -347,7 +404,7 @@ class PairBatchStream(IterableDataset):
         row = next(i for i, ids in enumerate(rows) if min(ids) < 0 or max(ids) >= self.vocab_size)
         bad = next(i for i in rows[row] if not 0 <= i < self.vocab_size)
         row %= len(src)
-        raise UsageError(f"TFRecord shard {self.index.paths[int(shards[row])]}, record at byte offset "
+        raise UsageError(f"TFRecord shard {self.shards.paths[int(shards[row])]}, record at byte offset "
                          f"{int(offsets[row])}: token id {bad} is outside the vocabulary of {self.vocab_size} ids: "
                          "the shards were tokenised with another vocabulary")
 
@@ -364,13 +421,13 @@ class PairBatchStream(IterableDataset):
             self.close()
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()  # type: ignore[attr-defined]
-        self._files.clear()
+        for opened in self._open.values():
+            opened.close()
+        self._open.clear()
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_files"] = {}  # open files do not travel to worker processes
+        state["_open"] = {}  # open files and indexes do not travel to worker processes
         return state
 
 
@@ -382,9 +439,24 @@ class TrainLoader:
         self.num_workers = num_workers
         self.schema = schema
         self.steps_per_epoch = stream.steps_per_epoch
-        self.num_records = stream.index.num_records
-        self.num_shards = len(stream.index.paths)
+        self.num_records = stream.shards.num_records
+        self.num_shards = len(stream.shards.paths)
         self._iterator: Iterator[dict[str, torch.Tensor]] | None = None
+
+    def state(self, step: int) -> dict[str, Any]:
+        """The loader's part of a checkpoint taken before `step` (`PairBatchStream.state`)."""
+        return self.stream.state(step)
+
+    def check_resume(self, saved: dict[str, Any] | None, step: int) -> None:
+        """Refuse to resume at `step` into another order than the checkpoint's (other shards, window,
+        order definition or batch size): the run would silently see records twice or never."""
+        if saved is None:
+            return  # a checkpoint of a run before the loader saved its state: the step alone places it
+        expected = self.state(step)
+        changed = [f"{key} {saved.get(key)!r} -> {value!r}" for key, value in expected.items() if saved.get(key) != value]
+        if changed:
+            raise UsageError(f"the checkpoint's data order cannot be continued ({'; '.join(changed)}): resume with the "
+                             "same shards and settings, or start a new run with --init-from")
 
     def __iter__(self) -> "TrainLoader":
         return self
@@ -418,10 +490,11 @@ def build_train_loader(pattern: str, *, num_workers: int = 0, **stream_settings:
         global_batch_size: pairs per step over all ranks; divisible by ``world_size``.
         rank, world_size: this process and the number of processes; rank ``r`` gets rows
             ``[r*B, (r+1)*B)`` of the global batch, ``B = global_batch_size // world_size``.
-        seed: the order of shards and the shuffle buffer, per epoch; the same seed gives the same
-            global batches for any ``world_size`` and ``num_workers``.
+        seed: the order of shards and records, per epoch; the same seed gives the same global
+            batches for any ``world_size`` and ``num_workers``.
         pad_id: the id padding each rank's slice to its longest sequence (``[PAD]`` = 0).
-        shuffle_buffer: records in the seeded shuffle buffer (tf.data semantics).
+        shuffle_window: shards whose records are shuffled together (their offset indexes are the
+            loader's memory: 8 bytes a record, see the module docstring).
         start_step: the first step to yield; a resumed run passes its checkpoint's step and gets
             exactly the batches an uninterrupted run would have seen.
         num_steps: stop after this many steps (default: infinite, epochs repeat).
@@ -429,6 +502,8 @@ def build_train_loader(pattern: str, *, num_workers: int = 0, **stream_settings:
         check_crc: check each record's data CRC when it is read (headers are always checked).
         vocab_size: refuse a record holding an id outside ``[0, vocab_size)`` (ValueError naming
             the shard and offset); None reads ids unchecked.
+
+    A shard without its offset index gets one built beside it (local) or is refused (object storage).
 
     Yields ``{"src_input_ids", "src_attention_mask", "tgt_input_ids", "tgt_attention_mask"}``
     LongTensors of shape [global_batch_size // world_size, longest in the slice]. Raises
@@ -445,12 +520,12 @@ def build_train_loader(pattern: str, *, num_workers: int = 0, **stream_settings:
     """
     paths = resolve_shards(pattern)
     schema = load_schema(paths)
-    index = ShardIndex.build(paths)
-    stream = PairBatchStream(index, **stream_settings)
+    shards = ShardSet.open(paths, pattern)
+    stream = PairBatchStream(shards, **stream_settings)
     logger.info(
-        "training data: %d records in %d shards, %d steps per epoch of %d (rank %d of %d, %d workers)",
-        index.num_records, len(paths), stream.steps_per_epoch, stream.global_batch_size, stream.rank,
-        stream.world_size, num_workers,
+        "training data: %d records in %d shards, %d steps per epoch of %d (rank %d of %d, %d workers, "
+        "shuffle window %d shards)", shards.num_records, len(paths), stream.steps_per_epoch,
+        stream.global_batch_size, stream.rank, stream.world_size, num_workers, stream.shuffle_window,
     )
     return TrainLoader(stream, num_workers, schema)
 
@@ -464,3 +539,33 @@ def iter_pairs(pattern: str, check_crc: bool = True):
         for data in iter_records(path, check_crc):
             yield decode_pair(data, path, offset)
             offset += HEADER_SIZE + len(data) + FOOTER_SIZE
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m labse_model.data index PATTERN``: write the offset index of every shard lacking one."""
+    import argparse
+
+    from .cli import exit_status
+
+    parser = argparse.ArgumentParser(prog="python -m labse_model.data", description=main.__doc__)
+    parser.add_argument("command", choices=["index"])
+    parser.add_argument("pattern", help="the shards: a glob, a directory or a comma-separated list (local or gs://)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    def build_missing() -> None:
+        paths = resolve_shards(args.pattern)
+        built = 0
+        for number, path in enumerate(paths, 1):
+            if not storage.isfile(index_path(path)):
+                build_index(path)
+                built += 1
+            if number % 100 == 0:
+                logger.info("%d of %d shards checked", number, len(paths))
+        print(f"offset indexes: {built} built, {len(paths) - built} already there, {len(paths)} shards")
+
+    return exit_status(build_missing)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

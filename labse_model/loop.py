@@ -74,6 +74,9 @@ class LoopParts:
 
     def __post_init__(self) -> None:
         self.trained = wrap_ddp(self.trained, self.ctx)
+        if self.settings.compile:
+            # After DDP, as PyTorch recommends: DDP's bucketing then splits the compiled graph at its hooks.
+            self.trained = torch.compile(self.trained)
 
 
 @dataclass

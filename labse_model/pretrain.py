@@ -332,7 +332,7 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
     if tlm_local:
         tlm = TLMSource.open(config.pairs, vocab_path=args.vocab,
                              global_rows=tlm_local * ctx.world_size, rank=ctx.rank, world_size=ctx.world_size,
-                             seed=settings.seed, shuffle_buffer=settings.shuffle_buffer,
+                             seed=settings.seed, shuffle_window=settings.tlm_shuffle_window,
                              vocab_size=model_config.vocab_size)
     batches = PretrainBatches(corpora, packer, spec=spec, local_rows=local_rows, tlm_rows=tlm_local, tlm=tlm,
                               lang_alpha=settings.lang_alpha, rank=ctx.rank, world_size=ctx.world_size,

@@ -403,15 +403,15 @@ class TLMSource:
 
     @classmethod
     def open(cls, pattern: str, *, vocab_path: str, global_rows: int, rank: int, world_size: int, seed: int,
-             shuffle_buffer: int, vocab_size: int | None = None) -> "TLMSource":
-        from labse_model.data import PairBatchStream, ShardIndex, check_schema_vocab, load_schema, resolve_shards
+             shuffle_window: int, vocab_size: int | None = None) -> "TLMSource":
+        from labse_model.data import PairBatchStream, ShardSet, check_schema_vocab, load_schema, resolve_shards
 
         paths = resolve_shards(pattern)
         check_schema_vocab(load_schema(paths), vocab_path)
-        stream = PairBatchStream(ShardIndex.build(paths), global_batch_size=global_rows, rank=rank,
-                                 world_size=world_size, seed=seed, shuffle_buffer=shuffle_buffer,
+        stream = PairBatchStream(ShardSet.open(paths, pattern), global_batch_size=global_rows, rank=rank,
+                                 world_size=world_size, seed=seed, shuffle_window=shuffle_window,
                                  vocab_size=vocab_size)
-        logger.info("TLM pairs: %d records in %d shards", stream.index.num_records, len(paths))
+        logger.info("TLM pairs: %d records in %d shards", stream.shards.num_records, len(paths))
         return cls(stream)
 
     def rows(self, step: int, rng: np.random.Generator, max_seq_length: int) -> list[list[int]]:

@@ -279,13 +279,15 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         world_size=ctx.world_size,
         seed=tc.seed,
         pad_id=mc.pad_token_id,
-        shuffle_buffer=tc.shuffle_buffer,
+        shuffle_window=tc.shuffle_window,
         num_workers=tc.num_workers,
         start_step=start_step,
         max_seq_length=tc.max_seq_length,
         vocab_size=mc.vocab_size,
     )
     check_schema_vocab(loader.schema, run_dir / "vocab.txt", config.init_from)  # ids from another vocabulary are garbage
+    if resumed is not None:
+        loader.check_resume(resumed.state.get("loader"), start_step)
 
     dev = None
     if config.dev_data and ctx.is_main:
@@ -328,7 +330,8 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
 
     stop_at = tc.max_steps if args.stop_after_steps is None else min(tc.max_steps, start_step + args.stop_after_steps)
     result = run_loop(parts, loader, train_step, start_step=start_step, stop_at=stop_at,
-                      total_steps=tc.max_steps, evaluate=evaluate)
+                      total_steps=tc.max_steps, evaluate=evaluate,
+                      checkpoint_state=lambda at_step: {"loader": loader.state(at_step)})
     step = result.step
     dev_result = result.last_eval
     if ctx.is_main and dev is not None and result.last_eval_step != step:

@@ -111,6 +111,11 @@ def test_shards_schema_and_stats(built, labse_data):
     for entry in schema["shards"]:
         assert (out / entry["file"]).stat().st_size == entry["num_bytes"]
         assert len(index_records(out / entry["file"])) == entry["num_records"]
+        # The offset index beside each shard (8 bytes a record) says where the records start.
+        index = out / entry["index"]
+        assert index.stat().st_size == 8 * entry["num_records"]
+        np.testing.assert_array_equal(tfrecord.decode_index(index.read_bytes(), str(index)),
+                                      index_records(out / entry["file"]))
 
     # Every input pair is accounted for: written, or dropped with a reason.
     scores = built["scores"]
@@ -306,7 +311,10 @@ def test_object_store_shard_is_written_or_removed(labse_data, tmp_path):
     shard = tmp_path / tfr_encode.shard_name(0, 1)
     assert summary["num_records"] == 20 and summary["num_bytes"] == shard.stat().st_size
     assert [example_to_dict(r)["src_text"] for r in iter_records(shard)] == [[s.encode()] for s in de]
+    index = tmp_path / tfrecord.index_path(shard.name)
+    np.testing.assert_array_equal(tfrecord.decode_index(index.read_bytes(), str(index)), index_records(shard))
     shard.unlink()
+    index.unlink()
 
     broken = records[:10] + [(10, None, facts)] + records[11:]  # record 11 cannot be framed
     with pytest.raises(TypeError):
@@ -409,3 +417,13 @@ def test_an_existing_output_on_an_object_store_is_refused_too(small_inputs, tmp_
 def test_a_named_pipe_named_like_parquet_is_counted_unreadable_not_a_hang(tmp_path):
     os.mkfifo(tmp_path / "pipe.parquet")
     assert _tagged(tfr_beam._ReadParquetPairs().process(str(tmp_path / "pipe.parquet")), "dropped") == ["parquet_unreadable"]
+
+
+def test_default_shards_hold_about_a_million_records(labse_data):
+    from pipelines.tfrecords.config import shards_for
+    from pipelines.tfrecords.transforms import count_input_pairs
+
+    assert [shards_for(n) for n in (0, 1, 1_000_000, 1_000_001, 6_000_000_000)] == [1, 1, 1, 2, 6000]
+    spec = ParallelTextSpec("de", str(require_file(labse_data, "multi30k/val.de.gz")),
+                            "en", str(require_file(labse_data, "multi30k/val.en.gz")))
+    assert count_input_pairs([], [spec, spec]) == 2 * len(read_lines(spec.src_path))

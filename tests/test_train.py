@@ -101,3 +101,24 @@ def test_a_run_into_a_symlink_of_a_running_run_dir_is_refused(pair_inputs, tmp_p
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "lock" in errors[0].lower()
     assert not any(real.iterdir())  # the refused run wrote nothing
+
+
+def test_compile_wraps_the_trained_model_and_attention_is_fused_sdpa(tmp_path):
+    """GPU readiness that a CPU can check: --compile puts torch.compile around what the loop calls
+    (checkpoints keep the plain module) and the encoder's attention is torch's fused SDPA."""
+    from labse_model.config import ModelConfig, TrainConfig
+    from labse_model.distributed import DistributedContext
+    from labse_model.encoder import DualEncoder
+    from labse_model.loop import LoopParts
+
+    model = DualEncoder(ModelConfig.from_preset("tiny", 100))
+    ctx = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+
+    def parts(compile_: bool) -> LoopParts:
+        return LoopParts(ctx=ctx, run_dir=tmp_path, model=model.encoder, trained=model, optimizer=None,
+                         scheduler=None, settings=TrainConfig(compile=compile_), log=None)
+
+    assert parts(False).trained is model
+    compiled = parts(True)
+    assert compiled.trained is not model and compiled.trained._orig_mod is model and compiled.model is model.encoder
+    assert model.encoder.bert.config._attn_implementation == "sdpa"

@@ -69,7 +69,7 @@ def bucket_shards(gcs, pair_inputs, tmp_path_factory) -> tuple[str, str]:
 
     _, shards = pair_inputs
     folder = tmp_path_factory.mktemp("shards_upload")
-    for path in Path(shards).parent.glob("*.tfrecord"):
+    for path in Path(shards).parent.glob("*.tfrecord*"):  # the shards and their offset indexes
         shutil.copy(path, folder / path.name)
     mark_complete(folder, {"records": 96}, stage="labse-tfrecords")
     bucket = gcs.new_bucket()

@@ -99,7 +99,7 @@ BAD_TRAIN_OPTIONS = [
     (("--scale", "nan"), "scale must be"),
     (("--max-seq-length", "1"), "max_seq_length must be an integer >= 2"),
     (("--seed", "-1"), "seed must be an integer in [0, 2**63)"),
-    (("--shuffle-buffer", "-1"), "shuffle_buffer must be"),
+    (("--shuffle-window", "0"), "shuffle_window must be"),
     (("--grad-cache-chunk", "-2"), "grad_cache_chunk must be"),
     (("--log-every", "0"), "log_every must be an integer >= 1"),
     (("--save-every", "-1"), "save_every must be"),

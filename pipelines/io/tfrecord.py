@@ -13,6 +13,11 @@ A TFRecord file is a sequence of records::
     byte   data[length]
     uint32 masked_crc32c(data)
 
+Beside each shard, `labse-tfrecords` writes its offset index, ``NAME.tfrecord.index``: the byte
+offset of every record's header, in file order, as little-endian uint64 (8 bytes a record, nothing
+else). The trainer reads a record with one ranged read from its offset to the next record's (the
+last record ends at the file's end), so it never scans a shard to find its records.
+
 A truncated or corrupt file raises `TFRecordCorruptError` naming the file and the byte offset of
 the bad record. `google-crc32c` (C, hardware CRC instructions) computes the checksums.
 
@@ -24,13 +29,14 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Mapping, Sequence
 
 import google_crc32c as _google_crc32c
 import numpy as np
 
-from pipelines.io.atomic import durable_replace
+from pipelines.io.atomic import durable_replace, write_bytes_atomic
 from pipelines.io.config_options import UsageError
 
 __all__ = [
@@ -42,6 +48,11 @@ __all__ = [
     "iter_records",
     "index_records",
     "read_record_at",
+    "unframe_record",
+    "INDEX_SUFFIX",
+    "index_path",
+    "encode_index",
+    "decode_index",
     "Example",
     "encode_example",
     "decode_example",
@@ -91,18 +102,43 @@ def frame_record(data: bytes) -> bytes:
     return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
 
 
-class TFRecordWriter:
-    """Writes an uncompressed TFRecord file atomically: a temp file beside it, `os.replace` on close.
+INDEX_SUFFIX = ".index"
 
-    Use as a context manager; on an exception the temp file is removed and the target is untouched.
+
+def index_path(shard_path: str) -> str:
+    """Where a shard's offset index lies: beside it, ``NAME.tfrecord.index``."""
+    return f"{shard_path}{INDEX_SUFFIX}"
+
+
+def encode_index(offsets: Sequence[int] | np.ndarray) -> bytes:
+    """The bytes of an offset index: one little-endian uint64 per record."""
+    return np.asarray(offsets, dtype="<u8").tobytes()
+
+
+def decode_index(data: bytes, path: str) -> np.ndarray:
+    """Record offsets (int64) from an index file's bytes; a size that is no multiple of 8 is corrupt."""
+    if len(data) % 8:
+        raise TFRecordCorruptError(path, len(data) - len(data) % 8, "offset index size is not a multiple of 8 bytes")
+    offsets = np.frombuffer(data, dtype="<u8").astype(np.int64)
+    if len(offsets) and (offsets[0] != 0 or bool((np.diff(offsets) < HEADER_SIZE + FOOTER_SIZE).any())):
+        raise TFRecordCorruptError(path, 0, "offset index is not increasing from 0 by at least one record frame")
+    return offsets
+
+
+class TFRecordWriter:
+    """Writes an uncompressed TFRecord file and its offset index atomically: temp files beside them,
+    `os.replace` on close (the index first, so a shard never lies there without its index).
+
+    Use as a context manager; on an exception the temp files are removed and the targets are untouched.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, write_index: bool = True):
         self.path = os.fspath(path)
         directory = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(directory, exist_ok=True)
         self._tmp = f"{self.path}.tmp-{os.getpid()}-{id(self):x}"
         self._file: BinaryIO | None = open(self._tmp, "wb")
+        self._offsets: array | None = array("Q") if write_index else None
         self.num_records = 0
         self.num_bytes = 0
 
@@ -110,6 +146,8 @@ class TFRecordWriter:
         framed = frame_record(data)
         assert self._file is not None, "writer is closed"
         self._file.write(framed)
+        if self._offsets is not None:
+            self._offsets.append(self.num_bytes)
         self.num_records += 1
         self.num_bytes += len(framed)
 
@@ -118,6 +156,8 @@ class TFRecordWriter:
             return
         self._file.close()
         self._file = None
+        if self._offsets is not None:
+            write_bytes_atomic(index_path(self.path), encode_index(np.frombuffer(self._offsets, dtype=np.uint64)))
         durable_replace(self._tmp, self.path)
 
     def abort(self) -> None:
@@ -217,6 +257,24 @@ def read_record_at(f: BinaryIO, path: str, offset: int, check_crc: bool = True) 
     if length is None:
         raise TFRecordCorruptError(path, offset, "no record at this offset (end of file)")
     return _read_body(f, path, offset, length, check_crc)
+
+
+def unframe_record(framed: bytes, path: str, offset: int, check_crc: bool = True) -> bytes:
+    """The data of one whole framed record (header, data, footer: the bytes between two index offsets)."""
+    if len(framed) < HEADER_SIZE + FOOTER_SIZE:
+        raise TFRecordCorruptError(path, offset, f"truncated record: {len(framed)} bytes between index offsets")
+    length, length_crc = _HEADER.unpack_from(framed)
+    if masked_crc32c(framed[:8]) != length_crc:
+        raise TFRecordCorruptError(path, offset, "length checksum mismatch (the offset index does not match the shard)")
+    if HEADER_SIZE + length + FOOTER_SIZE != len(framed):
+        raise TFRecordCorruptError(path, offset, f"record of {length} bytes does not fill the {len(framed)} bytes up to "
+                                   "the next index offset (the offset index does not match the shard)")
+    data = framed[HEADER_SIZE : HEADER_SIZE + length]
+    if check_crc:
+        (data_crc,) = _FOOTER.unpack_from(framed, HEADER_SIZE + length)
+        if masked_crc32c(data) != data_crc:
+            raise TFRecordCorruptError(path, offset, "data checksum mismatch")
+    return data
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,10 +75,10 @@ def _count_files(path: str) -> SideCount:
             if "://" not in file and not stat.S_ISREG(os.stat(file).st_mode):
                 raise OSError("not a regular file")  # a named pipe would block the launcher
             if file.endswith(".parquet"):
-                total += _parquet_rows(file)
+                total += parquet_rows(file)
                 parquet += 1
             else:
-                total += _text_lines(file)
+                total += text_lines(file)
                 text += 1
         except Exception as error:  # damaged or vanished: the pipeline reports it; the count skips it
             logger.debug("counting %s: %s", file, error)
@@ -122,7 +122,7 @@ def matched_files(path: str) -> list[str]:
     return sorted(m.path for r in results for m in r.metadata_list if not is_sidecar(m.path.rsplit("/", 1)[-1]))
 
 
-def _parquet_rows(path: str) -> int:
+def parquet_rows(path: str) -> int:
     import pyarrow.parquet as pq
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
@@ -131,7 +131,7 @@ def _parquet_rows(path: str) -> int:
         return pq.ParquetFile(handle).metadata.num_rows
 
 
-def _text_lines(path: str) -> int:
+def text_lines(path: str) -> int:
     """Lines as labse-mine's reader splits them (a last line without a newline counts)."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems

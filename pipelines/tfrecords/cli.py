@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 len(parquet_files), len(specs), args.output)
 
     def summarise(stats) -> str:
-        return (f"labse-tfrecords: {stats['written_pairs']} pairs in {config.num_shards - stats['empty_shards']} "
+        return (f"labse-tfrecords: {stats['written_pairs']} pairs in {build.config.num_shards - stats['empty_shards']} "
                 f"shards under {args.output}; dropped: {stats['dropped'] or 'none'}")
 
     return run_stage("labse-tfrecords", args.output, progress_unit="pairs", overwrite=args.overwrite, beam_args=beam_args,

@@ -198,7 +198,9 @@ def build_manifests(shards: list[dict], drops: dict[str, int], *, config: TFReco
         "shuffle": {"seed": config.seed, "method": "blake2b-64 key of (seed, langs, texts): shard = key mod num_shards, records sorted by key"},
         "num_shards": config.num_shards,
         "num_records": total,
-        "shards": [{k: s[k] for k in ("file", "num_records", "num_bytes")} for s in shards],
+        "index": "beside each shard, FILE.index: the byte offset of every record's header, "
+                 "little-endian uint64 (8 bytes a record), in file order",
+        "shards": [{k: s[k] for k in ("file", "index", "num_records", "num_bytes") if k in s} for s in shards],
     }
     langs: Counter = Counter()
     for s in shards:

@@ -13,21 +13,22 @@ import itertools
 import logging
 import os
 import tempfile
+from array import array
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Callable, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.accounting import TALLY, CountByName, MergeTallies, ReasonCounters, accounting_section
-from pipelines.io.atomic import write_json_atomic
+from pipelines.io.atomic import write_bytes_atomic, write_json_atomic
 from pipelines.progress import worker_tracker
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.completion import mark_complete, write_stats_json
 from pipelines.io.parallel_text import ParallelTextSpec
-from pipelines.io.tfrecord import TFRecordWriter, frame_record
-from pipelines.tfrecords.config import TFRecordsConfig
+from pipelines.io.tfrecord import TFRecordWriter, encode_index, frame_record, index_path
+from pipelines.tfrecords.config import TFRecordsConfig, shards_for
 from pipelines.tfrecords.encode import (
     build_manifests,
     encode_pair,
@@ -264,6 +265,7 @@ class _WriteShard(beam.DoFn):
         _count("written_pairs", written)
         yield {
             "file": shard_name(shard, self.num_shards),
+            "index": index_path(shard_name(shard, self.num_shards)),
             "num_records": written,
             "num_bytes": writer.num_bytes,
             "language_pairs": dict(langs),
@@ -282,14 +284,18 @@ class _RemoteShardWriter:
         self._frame = frame_record
         self._path = path
         self._file = FileSystems.create(path)
+        self._offsets = array("Q")
         self.num_bytes = 0
 
     def write(self, data: bytes) -> None:
         framed = self._frame(data)
         self._file.write(framed)
+        self._offsets.append(self.num_bytes)
         self.num_bytes += len(framed)
 
     def close(self) -> None:
+        # The index first: a reader that finds the shard finds its index too.
+        write_bytes_atomic(index_path(self._path), encode_index(self._offsets))
         self._file.close()
 
     def abort(self) -> None:
@@ -371,6 +377,8 @@ class PairsToTFRecords(beam.PTransform):
         self.vocab_path = vocab_path
         self.vocab = vocab_fingerprint(vocab_path)
         self.output_dir = output_dir
+        if config.num_shards is None:
+            raise ValueError("PairsToTFRecords needs config.num_shards (BuildTFRecords derives it from its inputs)")
         self.config = config
         self.inputs = inputs or {}
         self.tokenizer_factory = tokenizer_factory
@@ -422,6 +430,14 @@ class PairsToTFRecords(beam.PTransform):
         )
 
 
+def count_input_pairs(parquet_files: Sequence[str], parallel_text: Sequence[ParallelTextSpec]) -> int:
+    """Pairs in the inputs, read where they say it: Parquet footers; the source file's lines of each
+    parallel text (an upper bound of what is written: drops come later)."""
+    from pipelines.mine.cells import parquet_rows, text_lines
+
+    return sum(parquet_rows(p) for p in parquet_files) + sum(text_lines(s.src_path) for s in parallel_text)
+
+
 class BuildTFRecords(beam.PTransform):
     """Parquet pairs and/or parallel text files -> TFRecord shards with schema and stats (the whole stage).
 
@@ -452,6 +468,9 @@ class BuildTFRecords(beam.PTransform):
             raise ValueError("no input: give Parquet pair files and/or parallel text files")
         self.parquet_files = list(parquet_files)
         self.parallel_text = list(parallel_text)
+        if config.num_shards is None:
+            config = replace(config, num_shards=shards_for(count_input_pairs(self.parquet_files, self.parallel_text)))
+        self.config = config
         inputs = {
             "parquet_files": len(self.parquet_files),
             "parallel_text": [asdict(s) for s in self.parallel_text],
