@@ -311,7 +311,7 @@ def test_shards_on_object_storage_read_by_ranges_as_on_disk(tmp_path):
     """fsspec's memory:// filesystem stands for gs://: indexes read whole, records by cat_ranges."""
     import fsspec
 
-    from labse_model import storage
+    from pipelines.io import storage
 
     pattern = write_shards(tmp_path / "local")
     fs = fsspec.filesystem("memory")
