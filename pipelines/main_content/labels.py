@@ -213,6 +213,7 @@ class LabelledPage:
     lang: str | None = None
     html_main: list[bool] | None = None  # the HTML feature per line (model.html_main_flags)
     disputed: list[bool] | None = None  # committee labels: lines the committee split 2-2 (not trained on)
+    page_type: str | None = None  # page_types.page_type: article, forum, product, listing, other
 
     def to_json(self) -> dict:
         row = {"url": self.url, "lang": self.lang, "lines": self.lines,
@@ -221,6 +222,8 @@ class LabelledPage:
             row["html_main"] = [int(x) for x in self.html_main]
         if self.disputed is not None:
             row["disputed"] = [int(x) for x in self.disputed]
+        if self.page_type is not None:
+            row["page_type"] = self.page_type
         return row
 
     @classmethod
@@ -229,7 +232,8 @@ class LabelledPage:
         return cls(url=row["url"], lines=list(row["lines"]), labels=[bool(x) for x in row["labels"]],
                    teacher_text=row.get("teacher_text") or "", lang=row.get("lang"),
                    html_main=None if html_main is None else [bool(x) for x in html_main],
-                   disputed=None if disputed is None else [bool(x) for x in disputed])
+                   disputed=None if disputed is None else [bool(x) for x in disputed],
+                   page_type=row.get("page_type"))
 
 
 def label_page(url: str, html: str, config: TeacherConfig = TeacherConfig(), scheme: str = "committee") -> LabelledPage:
@@ -237,6 +241,7 @@ def label_page(url: str, html: str, config: TeacherConfig = TeacherConfig(), sch
     docstring) and the HTML feature (language: filled in by the caller). ``teacher_text`` is
     trafilatura's text with ``config`` in both schemes."""
     from pipelines.main_content.model import html_main_flags
+    from pipelines.main_content.page_types import page_type
     from pipelines.text.html import html_to_lines
 
     if scheme not in LABEL_SCHEMES:
@@ -246,11 +251,12 @@ def label_page(url: str, html: str, config: TeacherConfig = TeacherConfig(), sch
         return LabelledPage(url=url, lines=[], labels=[], teacher_text="", html_main=[])
     teacher_text = teacher_extract(html, config)
     html_main = html_main_flags(lines, html)
+    kind = page_type(url, html)
     if scheme == "teacher":
         return LabelledPage(url=url, lines=lines, labels=label_lines(lines, teacher_text),
-                            teacher_text=teacher_text or "", html_main=html_main)
+                            teacher_text=teacher_text or "", html_main=html_main, page_type=kind)
     votes = committee_votes(lines, html, html_main, config,
                             precise_text=teacher_text if config.favor_precision and not config.favor_recall else None)
     return LabelledPage(url=url, lines=lines, labels=[vote >= COMMITTEE_MAJORITY for vote in votes],
                         teacher_text=teacher_text or "", html_main=html_main,
-                        disputed=[vote * 2 == len(COMMITTEE) for vote in votes])
+                        disputed=[vote * 2 == len(COMMITTEE) for vote in votes], page_type=kind)
