@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 def _usage() -> str:
     lines = [__doc__.strip(), "", "commands:"]
-    lines += [f"  {name:<11} {help_}" for name, (_command, help_) in COMMANDS.items()]
+    lines += [f"  {name:<15} {help_}" for name, (_command, help_) in COMMANDS.items()]
     lines.append("\n`labse-main-content COMMAND --help` for a command's options.")
     return "\n".join(lines)
 
