@@ -45,6 +45,11 @@ times, each run in a fresh process, the modes and peers alternated ``--runs`` ti
 loop over the same pages, decoded before their clock starts (in their favour). Reported: median
 and min-max of pages per CPU second, and each mode's median ratio to trafilatura's.
 
+``--label-quality`` runs only the comparison of labelling schemes: token F1 against the human main
+text of the lines each voter and each scheme labels main content (the committee, trafilatura
+alone), with the share of lines the committee agrees on or splits 2-2.
+
+    .venv/bin/python benchmarks/main_content.py --data ../shared/data --label-quality
     .venv/bin/python benchmarks/main_content.py --data ../shared/data --modes [--model model.bin] \
         [--fallback 0.02,0.03,0.04,0.06] [--speed-fallback 0.04] [--copies 2] [--runs 3]
 """
@@ -90,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=None,
                         help="with --speed-only or --modes: measure this model instead of training the CC one")
     parser.add_argument("--modes", action="store_true", help="only compare labse-clean's main-content modes")
+    parser.add_argument("--label-quality", action="store_true", help="only compare the labelling schemes")
     parser.add_argument("--fallback", default="0.02,0.03,0.04,0.06",
                         help="with --modes: fallback shares whose quality is measured, comma-separated")
     parser.add_argument("--speed-fallback", type=float, default=0.04,
@@ -100,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.one_run:
         return one_speed_run(*args.one_run)
+    if args.label_quality:
+        return label_quality(args.data)
     if args.model and not (args.speed_only or args.modes):
         parser.error("--model needs --speed-only or --modes (the quality part trains its own models)")
     logging.basicConfig(level=logging.WARNING)
@@ -403,6 +411,46 @@ def compare_modes(args, work: Path, model, model_path: Path) -> dict:
         sent = q.get("pages_to_teacher")
         print(f"| {kind} | {q['f1']:.3f} | {'-' if sent is None else sent} | {pace} |")
     return {"quality": quality, "speed": speed}
+
+
+def label_quality(data: Path) -> int:
+    """Token F1 vs the human main text of the lines each voter / scheme labels main (module docstring)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from pipelines.main_content.config import TeacherConfig
+    from pipelines.main_content.evaluate import html_pages, token_f1
+    from pipelines.main_content.labels import (COMMITTEE_MAJORITY, justext_text, label_lines, label_page,
+                                               teacher_extract)
+
+    truth = json.loads((data / TRUTH).read_text(encoding="utf-8"))
+    pages = [(url, html) for url, html in html_pages(str(data / ARTICLES)) if url in truth]
+    recall_mode = replace(TeacherConfig(), favor_precision=False, favor_recall=True)
+    scores: dict[str, list[float]] = {}
+    agreed = disputed = lines_total = 0
+    for url, html in pages:
+        page = label_page(url, html)
+        votes = {
+            "trafilatura precision (single teacher, before)": label_lines(page.lines, page.teacher_text),
+            "trafilatura recall": label_lines(page.lines, teacher_extract(html, recall_mode)),
+            "resiliparse main content": list(page.html_main or [False] * len(page.lines)),
+            "jusText, no stoplist": label_lines(page.lines, justext_text(html)),
+        }
+        count = [sum(v) for v in zip(*votes.values())]
+        votes[f"committee: at least {COMMITTEE_MAJORITY} of 4 (default)"] = page.labels
+        for name, labels in votes.items():
+            kept = "\n".join(line for line, keep in zip(page.lines, labels) if keep)
+            scores.setdefault(name, []).append(token_f1(kept, truth[url]))
+        agreed += sum(1 for c in count if c in (0, 4))
+        disputed += sum(page.disputed or [])
+        lines_total += len(page.lines)
+    print(f"\n{len(pages)} article pages, {lines_total} lines: all four agree on {agreed / lines_total:.1%}, "
+          f"2-2 ties (not trained on) {disputed / lines_total:.1%}\n")
+    print("| labels | token F1 vs human main text |\n| --- | --- |")
+    for name, values in scores.items():
+        print(f"| {name} | {np.mean(values):.4f} |")
+    return 0
 
 
 def print_quality(quality: dict) -> None:

@@ -31,7 +31,8 @@ LABEL_SCHEMES = ("committee", "teacher")
 @dataclass(frozen=True)
 class BuildConfig:
     # Committee by default: against the human main text of the 181 article pages its line labels
-    # score token F1 0.950 against 0.947 for trafilatura alone (BENCHMARKS.md, "Committee labels").
+    # score token F1 0.950 against 0.947 for trafilatura alone (BENCHMARKS.md, section "Main content
+    # at the teacher's quality").
     labels: str = option("committee", "how lines are labelled: 'committee' (majority of trafilatura precision "
                          "and recall modes, resiliparse main content and jusText; tied lines are not trained "
                          "on) or 'teacher' (trafilatura alone) (default %(default)s)", choices=LABEL_SCHEMES)

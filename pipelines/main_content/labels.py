@@ -24,9 +24,9 @@ line by the rule above (trafilatura in precision mode, in recall mode, resilipar
 mode, and jusText without a stoplist, so it works in every language). A line is main content when
 at least ``COMMITTEE_MAJORITY`` of the four keep it; a 2-2 tie is *disputed*: it keeps its (false)
 label for evaluation but is not a training example. On the 181 human-labelled article pages the
-committee's labels score token F1 0.950 against 0.947 for trafilatura alone; lines the four agree
-on (85% of lines) match the human labels 99.6% of the time, disputed ones about 92%
-(BENCHMARKS.md, section Main-content classifier, "Committee labels").
+committee's labels score token F1 0.950 against 0.947 for trafilatura alone; the four agree on
+89.5% of the lines and split 2-2 on 2.0% (BENCHMARKS.md, section "Main content at the teacher's
+quality")
 """
 from __future__ import annotations
 

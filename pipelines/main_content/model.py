@@ -203,7 +203,8 @@ def _html_window_tokens(html_main: Sequence[bool]) -> list[str]:
     (``RW0``..``RW5``): the page context of the HTML feature. A line in a run of kept blocks is
     main text more surely than an isolated kept one (a teaser, a caption), and a line the DOM pass
     missed inside the article is still surrounded by kept ones. Measured on the 181 article pages:
-    +0.011 token F1 with the HTML feature, text only unchanged (BENCHMARKS.md, "Block features")."""
+    +0.011 token F1 with the HTML feature, text only unchanged (BENCHMARKS.md, section "Main content at the
+    teacher's quality", "Block features")."""
     prefix = [0]
     for flag in html_main:
         prefix.append(prefix[-1] + (1 if flag else 0))
