@@ -214,12 +214,13 @@ CLEAN_UNITS = ("documents", "sentences")
 
 def main_content_section(tally: Mapping[str, int]) -> dict:
     """Pages scored by each main-content decider (`main_content.<by>`: classifier, fallback,
-    teacher, teacher_failed; pipelines.main_content.scoring) and the share the fallback sent to
-    the teacher, of the pages the model scored."""
+    teacher, and fallback_failed / teacher_failed where trafilatura raised; pipelines.main_content.
+    scoring) and the share the fallback sent to trafilatura, of the pages the model scored."""
     by = {name[len("main_content."):]: int(value) for name, value in sorted(tally.items())
           if name.startswith("main_content.") and value}
-    model_pages = by.get("classifier", 0) + by.get("fallback", 0)
-    return {"pages": by, "fallback_share": round(by.get("fallback", 0) / model_pages, 4) if model_pages else 0.0}
+    sent = by.get("fallback", 0) + by.get("fallback_failed", 0)
+    model_pages = by.get("classifier", 0) + sent
+    return {"pages": by, "fallback_share": round(sent / model_pages, 4) if model_pages else 0.0}
 
 
 def build_stats(tally: Mapping[str, int], per_language: Mapping[str, int], config: Mapping) -> dict:

@@ -37,6 +37,8 @@ def test_the_stats_section_counts_pages_per_decider():
     section = main_content_section({"main_content.classifier": 6, "main_content.fallback": 2, "documents.read": 9})
     assert section == {"pages": {"classifier": 6, "fallback": 2}, "fallback_share": 0.25}
     assert main_content_section({"documents.read": 3}) == {"pages": {}, "fallback_share": 0.0}
+    failed = main_content_section({"main_content.classifier": 3, "main_content.fallback_failed": 1})
+    assert failed["fallback_share"] == 0.25
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +96,34 @@ def test_each_mode_runs_through_labse_clean_and_is_counted(labse_data, model, tm
     assert stats["main_content"]["fallback_share"] == round(pages.get("fallback", 0) / scored, 4)
     assert stats["config"]["main_content_fallback"] == 0.05
     assert mixed <= classifier | teacher  # each page's sentences come from one of the two deciders
+
+
+class _UnsureModel:
+    """Stands in for MainContentModel: every line scores 0.5 (the model is unsure everywhere)."""
+
+    def score_lines(self, lines, html=None):
+        import numpy as np
+
+        return np.full(len(lines), 0.5, dtype=np.float32)
+
+    def score_lines_with_flags(self, lines, html_main):
+        return self.score_lines(lines)
+
+
+def test_who_decides_text_input_and_a_failing_teacher(monkeypatch):
+    from pipelines.main_content import labels, scoring
+
+    html = "<html><body><p>The council approved the new budget on Tuesday after a long debate.</p></body></html>"
+    lines = ["The council approved the new budget on Tuesday after a long debate."]
+    assert MainContentScorer(teacher=True).score(lines, None) == (None, None)  # text input: the rules decide
+    assert MainContentScorer(teacher=True).score(lines, html) == ([1.0], scoring.BY_TEACHER)
+    unsure = MainContentScorer(model=_UnsureModel(), fallback=0.5)
+    assert unsure.score(lines, None) == ([0.5], scoring.BY_CLASSIFIER)  # no HTML: nothing to fall back to
+    assert unsure.score(lines, html) == ([1.0], scoring.BY_FALLBACK)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("lxml gave up")
+
+    monkeypatch.setattr(labels, "teacher_extract", broken)
+    assert unsure.score(lines, html) == ([0.0], "fallback_failed")
+    assert MainContentScorer(teacher=True).score(lines, html) == ([0.0], "teacher_failed")

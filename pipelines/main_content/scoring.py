@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 BY_CLASSIFIER = "classifier"
 BY_FALLBACK = "fallback"  # the classifier was unsure; the teacher decided
 BY_TEACHER = "teacher"
-TEACHER_FAILED = "teacher_failed"  # trafilatura raised: the page's lines score 0 (counted, not lost)
+FAILED = "_failed"  # suffix: trafilatura raised (teacher_failed, fallback_failed); the lines score 0, counted
 # A line is uncertain when its score is within this of the decision threshold (0.3 to 0.7 around
 # 0.5). On the 181 article pages, sending 20-30% of the pages by the word share of such lines
 # gained the most F1 with this band among the bands tried (+-0.1 to +-0.4) (BENCHMARKS.md, section
@@ -91,7 +91,7 @@ def _teacher(lines: list[str], html: str, by: str) -> tuple[list[float], str]:
         return teacher_scores(lines, html), by
     except Exception:  # third-party code on arbitrary pages: the page's lines are dropped, counted
         logger.warning("trafilatura failed on a page; its lines score 0", exc_info=True)
-        return [0.0] * len(lines), TEACHER_FAILED
+        return [0.0] * len(lines), by + FAILED
 
 
 def _model_scores(model, lines: list[str], html: str | None, tree) -> list[float]:
