@@ -32,6 +32,26 @@ page's HTML) and without it (text only, as for WET input).
 ``--speed-only`` skips the quality table and its cross-validation trainings: only the speed part
 runs, with the CC model trained as above, or with ``--model`` (a model from ``labse-main-content
 train``) and no training at all.
+
+``--modes`` runs only the comparison of labse-clean's main-content modes (issue 35), side by side
+in one run: the classifier, the classifier with ``--main-content-fallback`` (quality for each
+share of ``--fallback``, speed for ``--speed-fallback``), the teacher mode, and the peers trafilatura (``trafilatura.extract``, default
+settings) and resiliparse (``extract_plain_text(main_content=True)``). Quality: token F1 vs the
+human main text of the 181 article pages, each mode's kept lines computed by labse-clean's own
+per-page code (``prepare_document``). Speed: pages per CPU second of the WHOLE ``labse-clean``
+command (``pipelines.clean.cli.run``, DirectRunner, one worker; reading, lid.176, sentences,
+dedup, Parquet, stats.json) on the article pages plus the web-pages sample repeated ``--copies``
+times, each run in a fresh process, the modes and peers alternated ``--runs`` times; the peers
+loop over the same pages, decoded before their clock starts (in their favour). Reported: median
+and min-max of pages per CPU second, and each mode's median ratio to trafilatura's.
+
+``--label-quality`` runs only the comparison of labelling schemes: token F1 against the human main
+text of the lines each voter and each scheme labels main content (the committee, trafilatura
+alone), with the share of lines the committee agrees on or splits 2-2.
+
+    .venv/bin/python benchmarks/main_content.py --data ../shared/data --label-quality
+    .venv/bin/python benchmarks/main_content.py --data ../shared/data --modes [--model model.bin] \
+        [--fallback 0.02,0.03,0.04,0.06] [--speed-fallback 0.04] [--copies 2] [--runs 3]
 """
 from __future__ import annotations
 
@@ -73,10 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out", type=Path, default=None)
     parser.add_argument("--speed-only", action="store_true", help="skip the quality part and the CV trainings")
     parser.add_argument("--model", type=Path, default=None,
-                        help="with --speed-only: measure this model instead of training the CC one")
+                        help="with --speed-only or --modes: measure this model instead of training the CC one")
+    parser.add_argument("--modes", action="store_true", help="only compare labse-clean's main-content modes")
+    parser.add_argument("--label-quality", action="store_true", help="only compare the labelling schemes")
+    parser.add_argument("--fallback", default="0.02,0.03,0.04,0.06",
+                        help="with --modes: fallback shares whose quality is measured, comma-separated")
+    parser.add_argument("--speed-fallback", type=float, default=0.04,
+                        help="with --modes: the fallback share whose speed is measured (default %(default)s)")
+    parser.add_argument("--copies", type=int, default=2, help="with --modes: copies of the speed input")
+    parser.add_argument("--runs", type=int, default=3, help="with --modes: speed runs per mode and peer")
+    parser.add_argument("--one-run", nargs=3, metavar=("KIND", "INPUT", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.model and not args.speed_only:
-        parser.error("--model needs --speed-only (the quality part trains its own models)")
+    if args.one_run:
+        return one_speed_run(*args.one_run)
+    if args.label_quality:
+        return label_quality(args.data)
+    if args.model and not (args.speed_only or args.modes):
+        parser.error("--model needs --speed-only or --modes (the quality part trains its own models)")
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -93,6 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         assert cli.main(["build-data", "--input", str(args.data / CC), "--output", str(data_dir), "--overwrite"]) == 0
         assert cli.main(["train", "--data", str(data_dir), "--output", str(cc_model_path)]) == 0
     cc_model = MainContentModel.load(str(cc_model_path))
+    if args.modes:
+        modes = compare_modes(args, work, cc_model, cc_model_path)
+        if args.json_out:
+            args.json_out.write_text(json.dumps(modes, indent=2))
+        return 0
     teacher = TeacherConfig()
     quality = {} if args.speed_only else measure_quality(args, work, data_dir, cc_model, teacher)
     speed = measure_speed(args, cc_model, cc_model_path, teacher)
@@ -252,6 +290,167 @@ def report(quality: dict, speed: dict) -> None:
     print(f"labse-clean per-document stage with the classifier (lines, classifier, lid.176, sentences, filters): "
           f"{speed['clean_document_with_classifier_pages_per_cpu_s']:.0f} pages/s per core; "
           f"ratio vs teacher {speed['ratio_clean_stage_vs_teacher']:.1f}x")
+
+
+# labse-clean's main-content modes (--modes): a kind is a mode ("classifier", "teacher",
+# "fallback=SHARE") or a peer ("trafilatura", "resiliparse").
+PEER_KINDS = ("trafilatura", "resiliparse")
+
+
+def _mode_config(kind: str, model_path: str):
+    from pipelines.clean.config import CleanConfig
+
+    if kind == "teacher":
+        return CleanConfig(main_content_teacher=True)
+    if kind.startswith("fallback="):
+        return CleanConfig(main_content_model=model_path, main_content_fallback=float(kind.split("=", 1)[1]))
+    return CleanConfig(main_content_model=model_path)
+
+
+def _peer(kind: str):
+    if kind == "trafilatura":
+        import trafilatura
+
+        return trafilatura.extract
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return lambda html: extract_plain_text(html, preserve_formatting=True, main_content=True)
+
+
+def one_speed_run(kind: str, warc: str, model_path: str) -> int:
+    """In this fresh process: the whole labse-clean command in mode `kind`, or the peer `kind` over
+    the decoded pages; prints {"pages", "cpu"} as JSON."""
+    import resource
+    import shutil
+
+    from pipelines.io.documents import KIND_HTML, Document
+    from pipelines.read.readers import read_records
+
+    def cpu() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    if kind in PEER_KINDS:
+        extract = _peer(kind)
+        docs = [r.body for r in read_records(warc, "warc") if isinstance(r, Document) and r.kind == KIND_HTML]
+        extract(docs[0])  # imports and lazy set-up outside the clock
+        started = cpu()
+        for html in docs:
+            extract(html)
+        pages = len(docs)
+    else:
+        from pipelines.clean.cli import run
+
+        out = tempfile.mkdtemp(prefix="modes-clean-")
+        started = cpu()
+        stats = run([(warc, "warc")], out, _mode_config(kind, model_path), ["--direct_num_workers", "1"])
+        pages = stats["documents_read"]
+        shutil.rmtree(out, ignore_errors=True)
+    print(json.dumps({"pages": pages, "cpu": cpu() - started}), flush=True)
+    return 0
+
+
+def compare_modes(args, work: Path, model, model_path: Path) -> dict:
+    """Quality on the 181 article pages and whole-command speed of every mode and peer (module docstring)."""
+    import statistics
+    import subprocess
+
+    import numpy as np
+
+    from pipelines.clean.bundle import main_content_scorer, prepare_document
+    from pipelines.io.documents import KIND_HTML, Document
+    from pipelines.main_content.evaluate import token_f1
+    from pipelines.read.readers import read_records
+
+    truth = json.loads((args.data / TRUTH).read_text(encoding="utf-8"))
+    docs = [r for r in read_records(str(args.data / ARTICLES), "warc")
+            if isinstance(r, Document) and r.kind == KIND_HTML and r.url in truth]
+    shares = [float(x) for x in args.fallback.split(",") if x.strip()]
+    kinds = ["classifier", *(f"fallback={share:g}" for share in shares), "teacher"]
+    quality: dict = {}
+    for kind in kinds:
+        config = _mode_config(kind, str(model_path))
+        scorer = main_content_scorer(config, None if kind == "teacher" else model)
+        f1s, sent = [], 0
+        for doc in docs:
+            prepared = prepare_document(doc, config, scorer)
+            sent += prepared.main_content_by == "fallback"
+            kept = [line for line, score in zip(prepared.lines, prepared.scores or [])
+                    if score >= config.main_content_threshold]
+            f1s.append(token_f1("\n".join(kept), truth[doc.url]))
+        quality[kind] = {"f1": float(np.mean(f1s)), "pages_to_teacher": sent if kind != "teacher" else len(docs)}
+        print(f"{kind}: {quality[kind]}", file=sys.stderr, flush=True)
+    for kind in PEER_KINDS:
+        extract = _peer(kind)
+        quality[kind] = {"f1": float(np.mean([token_f1(extract(d.body) or "", truth[d.url]) for d in docs]))}
+        print(f"{kind}: {quality[kind]}", file=sys.stderr, flush=True)
+
+    speed_input = work / "modes-input.warc.gz"
+    raw = (args.data / ARTICLES).read_bytes() + (args.data / "commoncrawl/web-pages-sample.warc.gz").read_bytes()
+    speed_input.write_bytes(raw * args.copies)  # concatenated gzip members are one valid .warc.gz
+    timed = ["classifier", f"fallback={args.speed_fallback:g}", "teacher", *PEER_KINDS]
+    rates: dict[str, list[float]] = {kind: [] for kind in timed}
+    for run in range(args.runs):
+        for kind in timed:  # alternated, so a change of the machine's load touches every kind alike
+            done = subprocess.run([sys.executable, __file__, "--one-run", kind, str(speed_input), str(model_path)],
+                                  check=True, stdout=subprocess.PIPE, text=True)
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            rates[kind].append(result["pages"] / result["cpu"])
+            print(f"run {run + 1} {kind}: {result['pages']} pages, {result['cpu']:.1f} CPU s, "
+                  f"{rates[kind][-1]:.1f} pages/CPU-s", file=sys.stderr, flush=True)
+    reference = statistics.median(rates["trafilatura"]) if args.runs else 0.0
+    speed = {kind: {"median": statistics.median(r), "min": min(r), "max": max(r), "runs": r,
+                    "vs_trafilatura": statistics.median(r) / reference} for kind, r in rates.items() if r}
+    print(f"\n{len(docs)} article pages (quality); speed: {args.copies} copies of the article pages + web-pages "
+          f"sample, {args.runs} runs each, load average {os.getloadavg()[0]:.1f}\n")
+    print("| mode | token F1 (181 pages) | pages to trafilatura | pages per CPU-s, median (min-max) | vs trafilatura |")
+    print("| --- | --- | --- | --- | --- |")
+    for kind, q in quality.items():
+        s = speed.get(kind)
+        pace = f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f}) | {s['vs_trafilatura']:.2f}x" if s else "- | -"
+        sent = q.get("pages_to_teacher")
+        print(f"| {kind} | {q['f1']:.3f} | {'-' if sent is None else sent} | {pace} |")
+    return {"quality": quality, "speed": speed}
+
+
+def label_quality(data: Path) -> int:
+    """Token F1 vs the human main text of the lines each voter / scheme labels main (module docstring)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from pipelines.main_content.config import TeacherConfig
+    from pipelines.main_content.evaluate import html_pages, token_f1
+    from pipelines.main_content.labels import (COMMITTEE_MAJORITY, justext_text, label_lines, label_page,
+                                               teacher_extract)
+
+    truth = json.loads((data / TRUTH).read_text(encoding="utf-8"))
+    pages = [(url, html) for url, html in html_pages(str(data / ARTICLES)) if url in truth]
+    recall_mode = replace(TeacherConfig(), favor_precision=False, favor_recall=True)
+    scores: dict[str, list[float]] = {}
+    agreed = disputed = lines_total = 0
+    for url, html in pages:
+        page = label_page(url, html)
+        votes = {
+            "trafilatura precision (single teacher, before)": label_lines(page.lines, page.teacher_text),
+            "trafilatura recall": label_lines(page.lines, teacher_extract(html, recall_mode)),
+            "resiliparse main content": list(page.html_main or [False] * len(page.lines)),
+            "jusText, no stoplist": label_lines(page.lines, justext_text(html)),
+        }
+        count = [sum(v) for v in zip(*votes.values())]
+        votes[f"committee: at least {COMMITTEE_MAJORITY} of 4 (default)"] = page.labels
+        for name, labels in votes.items():
+            kept = "\n".join(line for line, keep in zip(page.lines, labels) if keep)
+            scores.setdefault(name, []).append(token_f1(kept, truth[url]))
+        agreed += sum(1 for c in count if c in (0, 4))
+        disputed += sum(page.disputed or [])
+        lines_total += len(page.lines)
+    print(f"\n{len(pages)} article pages, {lines_total} lines: all four agree on {agreed / lines_total:.1%}, "
+          f"2-2 ties (not trained on) {disputed / lines_total:.1%}\n")
+    print("| labels | token F1 vs human main text |\n| --- | --- |")
+    for name, values in scores.items():
+        print(f"| {name} | {np.mean(values):.4f} |")
+    return 0
 
 
 def print_quality(quality: dict) -> None:

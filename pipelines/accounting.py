@@ -216,6 +216,17 @@ def flat_unit_keys(accounting: Mapping[str, Mapping], unit: str) -> dict:
 CLEAN_UNITS = ("documents", "sentences")
 
 
+def main_content_section(tally: Mapping[str, int]) -> dict:
+    """Pages scored by each main-content decider (`main_content.<by>`: classifier, fallback,
+    teacher, and fallback_failed / teacher_failed where trafilatura raised; pipelines.main_content.
+    scoring) and the share the fallback sent to trafilatura, of the pages the model scored."""
+    by = {name[len("main_content."):]: int(value) for name, value in sorted(tally.items())
+          if name.startswith("main_content.") and value}
+    sent = by.get("fallback", 0) + by.get("fallback_failed", 0)
+    model_pages = by.get("classifier", 0) + sent
+    return {"pages": by, "fallback_share": round(sent / model_pages, 4) if model_pages else 0.0}
+
+
 def build_stats(tally: Mapping[str, int], per_language: Mapping[str, int], config: Mapping) -> dict:
     section = accounting_section(tally, CLEAN_UNITS)
     stats: dict = {}
@@ -223,5 +234,6 @@ def build_stats(tally: Mapping[str, int], per_language: Mapping[str, int], confi
         stats.update(flat_unit_keys(section["accounting"], unit))
     stats["per_language"] = dict(sorted(per_language.items(), key=lambda kv: (-kv[1], kv[0])))
     stats.update(section)
+    stats["main_content"] = main_content_section(tally)
     stats["config"] = dict(config)
     return stats

@@ -234,6 +234,7 @@ def _parsers():
 
 # Commands whose options are all inputs, outputs and run settings, with no config dataclass: each says why.
 WITHOUT_CONFIG = {
+    ("labse-main-content", "learning-curve"): "a WARC pattern, training sizes and optional human main text",
     ("labse-export", None): "a run, a step and an output directory",
     ("labse-eval", None): "a model, a data set and a device (tatoeba, multi30k, mining)",
 }

@@ -100,3 +100,33 @@ def test_balance_downsamples_the_majority_and_caps_the_page():
 def test_labelled_page_json_round_trip():
     page = LabelledPage(url="u", lines=["a", "b"], labels=[True, False], teacher_text="a", lang="en")
     assert LabelledPage.from_json(page.to_json()) == page
+
+
+def test_committee_labels_real_article_pages_better_than_all_text(labse_data):
+    """The committee's votes on real pages: majority labels, 2-2 ties disputed and never trained on,
+    and the labelled text close to the human main text."""
+    import json
+
+    from pipelines.main_content.config import BuildConfig
+    from pipelines.main_content.evaluate import html_pages, token_f1
+    from pipelines.main_content.labels import COMMITTEE_MAJORITY, committee_votes
+    from pipelines.main_content.transforms import training_examples
+    from tests.conftest import require_file
+
+    truth = json.loads(require_file(labse_data, "maincontent/article-pages.ground-truth.json").read_text())
+    pages = html_pages(str(require_file(labse_data, "maincontent/article-pages.warc.gz")))[:8]
+    committee_f1, all_text_f1, disputed_seen = [], [], 0
+    for url, html in pages:
+        page = label_page(url, html)
+        votes = committee_votes(page.lines, html, page.html_main)
+        assert page.labels == [vote >= COMMITTEE_MAJORITY for vote in votes]
+        assert page.disputed == [vote == 2 for vote in votes]
+        disputed_seen += sum(page.disputed)
+        examples = [row for _lang, (_digest, row) in training_examples(page.to_json(), BuildConfig())]
+        assert len(examples) <= len(page.lines) - sum(page.disputed)
+        committee_f1.append(token_f1("\n".join(l for l, k in zip(page.lines, page.labels) if k), truth[url]))
+        all_text_f1.append(token_f1("\n".join(page.lines), truth[url]))
+    assert disputed_seen > 0
+    assert sum(committee_f1) / len(pages) > 0.9 > sum(all_text_f1) / len(pages)
+    teacher_only = label_page(*pages[0], scheme="teacher")
+    assert teacher_only.disputed is None and teacher_only.lines == label_page(*pages[0]).lines

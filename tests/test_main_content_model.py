@@ -228,6 +228,8 @@ def _featurise_reference(lines, end, html_main=None):
     first_prose, last_prose = (prose_at[0], prose_at[-1]) if prose_at else (n, -1)
     prose_chars = sum(len(line) for line, is_prose in zip(lines, prose) if is_prose) or 1
     html_tokens = ["RMx"] * n if html_main is None else ["RM1" if flag else "RM0" for flag in html_main]
+    window_tokens = (["RWx"] * n if html_main is None
+                     else [f"RW{sum(html_main[max(0, i - 2):i + 3])}" for i in range(n)])
     features = []
     for i in range(n):
         d = distance[i]
@@ -237,7 +239,7 @@ def _featurise_reference(lines, end, html_main=None):
         features.append(
             f"{m.FEATURE_SET_TOKEN} {heads[i]} P{i * m._POSITION_BUCKETS // n} {ends[i]} "
             f"{m._DISTANCE_TOKENS[d] if d < 9 else 'D4'} {span} PD{min(nearby, 5)} "
-            f"PM{chars_before * 5 // prose_chars} {html_tokens[i]} {own[i]} "
+            f"PM{chars_before * 5 // prose_chars} {html_tokens[i]} {window_tokens[i]} {own[i]} "
             f"{as_prev[i]} {as_next[i + 1]}{end}")
     return features
 

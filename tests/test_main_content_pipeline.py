@@ -56,7 +56,9 @@ def test_accounting_section_balances_and_matches_the_files_written(built):
     written = {name: len([row for row in (out / name).read_text(encoding="utf-8").split("\n") if row])
                for name in ("train.txt", "dev.txt", "test.txt")}
     assert lines["kept"] == sum(written.values()) and written["train.txt"] == stats["train_examples"]
-    assert set(lines["dropped"]) <= {"page_balance", "language_cap"} and lines["dropped"]["page_balance"] > 0
+    assert set(lines["dropped"]) <= {"page_balance", "language_cap", "disputed_label"}
+    assert lines["dropped"]["page_balance"] > 0 and lines["dropped"]["disputed_label"] > 0  # committee labels
+    assert stats["train_examples_dropped"]["disputed_label"] == lines["dropped"]["disputed_label"]
     assert lines["dropped"] == {k: v for k, v in stats["train_examples_dropped"].items() if v}
     pages = [json.loads(line) for name in ("dev.pages.jsonl", "test.pages.jsonl")
              for line in (out / name).read_text(encoding="utf-8").split("\n") if line]

@@ -53,34 +53,40 @@ class PreparedDocument:
     doc: Document
     lines: list[str]
     scores: list[float] | None = None
+    main_content_by: str | None = None  # who gave `scores` (pipelines.main_content.scoring.BY_*)
+
+
+def main_content_scorer(config: CleanConfig, main_content_model=None):
+    """The `MainContentScorer` of the config's mode (classifier, with fallback, teacher), or None
+    for the heuristic rules. `main_content_model`: the loaded model, or a scorer already built."""
+    from pipelines.main_content.scoring import MainContentScorer
+
+    if isinstance(main_content_model, MainContentScorer):
+        return main_content_model
+    if main_content_model is None and not config.main_content_teacher:
+        return None
+    return MainContentScorer(model=main_content_model, fallback=config.main_content_fallback,
+                             teacher=config.main_content_teacher, threshold=config.main_content_threshold)
 
 
 def prepare_document(doc: Document, config: CleanConfig, main_content_model=None) -> PreparedDocument:
-    """The per-page part of cleaning: lines, and with a model their scores (the page's parsed HTML
-    feeds the model's HTML feature without a second parse). Raises only on a bug or a reader bug
-    (the Beam step turns it into one `processing_failed` error)."""
+    """The per-page part of cleaning: lines, and in the model or teacher modes their scores (the
+    page's parsed HTML feeds the model's HTML feature without a second parse). `main_content_model`:
+    a loaded `MainContentModel`, or the `main_content_scorer` of the run. Raises only on a bug or a
+    reader bug (the Beam step turns it into one `processing_failed` error)."""
     tree = None
     if doc.kind == KIND_HTML and doc.body:
         tree = parse_html(doc.body)  # once: the lines and the model's HTML feature share it
         lines = tree_to_lines(tree)
     else:
         lines = document_lines(doc)
-    scores = None
-    if lines and main_content_model is not None and doc.source != SOURCE_WIKI:
+    scores = by = None
+    scorer = main_content_scorer(config, main_content_model)
+    if lines and scorer is not None and doc.source != SOURCE_WIKI:
         max_line_chars = config.max_line_chars
         workable = [line for line in lines if len(line) <= max_line_chars]
-        scores = _model_scores(main_content_model, workable, tree)
-    return PreparedDocument(replace(doc, body=""), lines, scores)
-
-
-def _model_scores(model, lines: list[str], tree) -> list[float]:
-    """P(main content) per line from the classifier; the page's parsed HTML, when there is one,
-    feeds its HTML feature without a second parse (WET text has none)."""
-    if tree is None:
-        return model.score_lines(lines, html=None).tolist()
-    from pipelines.main_content.model import html_main_flags
-
-    return model.score_lines_with_flags(lines, html_main_flags(lines, tree)).tolist()
+        scores, by = scorer.score(workable, doc.body if tree is not None else None, tree)
+    return PreparedDocument(replace(doc, body=""), lines, scores, by)
 
 
 @dataclass
@@ -289,6 +295,8 @@ def clean_bundle(prepared: Sequence[PreparedDocument], lid, config: CleanConfig)
             tallies.append({"documents.read": 1, "documents.dropped.no_text": 1})
             continue
         tally = {"documents.read": 1, "sentences.read": units_per_doc[d]}
+        if prepared[d].main_content_by:
+            tally[f"main_content.{prepared[d].main_content_by}"] = 1
         if errored_per_doc[d]:
             tally["sentences.errored"] = errored_per_doc[d]
         for key, count in zip(_DROPPED_KEYS, row):

@@ -23,6 +23,13 @@ class CleanConfig:
     main_content_model: str | None = option(
         None, "fastText main-content model from `labse-main-content` (local or gs://; workers copy it "
         "locally); without it, documented heuristic rules score lines (docs/reference/labse-clean.md)", metavar="PATH")
+    main_content_fallback: float | None = option(
+        None, "with --main-content-model: pages where at least this share of the words are in lines the model is "
+        "unsure of (score within 0.2 of the threshold) are decided by trafilatura instead; the share of pages "
+        "sent is in stats.json (docs/reference/labse-clean.md)", metavar="SHARE")
+    main_content_teacher: bool = option(
+        False, "trafilatura (the classifier's teacher) decides the main content of every HTML page, "
+        "without a model (slower; text input is scored by the rules)")
     main_content_threshold: float = option(
         MAIN_CONTENT_THRESHOLD, "drop sentences whose line scores below this P(main content) (default %(default)s)")
     # LaBSE kept sentences of 10 to 5,000 characters.
@@ -39,6 +46,12 @@ class CleanConfig:
         # Checked here so that library use is checked too; the CLI reports the ValueError in one line.
         problems = [f"{name} (--{name.replace('_', '-')}) must be between 0 and 1, got {getattr(self, name)}"
                     for name in ("langid_threshold", "main_content_threshold") if not 0.0 <= getattr(self, name) <= 1.0]
+        if self.main_content_fallback is not None and not (
+                self.main_content_model and 0.0 <= self.main_content_fallback <= 1.0):
+            problems.append("--main-content-fallback needs --main-content-model and a share between 0 and 1, got "
+                            f"{self.main_content_fallback}")
+        if self.main_content_teacher and self.main_content_model:
+            problems.append("--main-content-teacher and --main-content-model exclude each other")
         if not 1 <= self.min_chars <= self.max_chars:
             problems.append(f"need 1 <= min_chars (--min-chars) <= max_chars (--max-chars), got {self.min_chars} "
                             f"and {self.max_chars}")

@@ -52,8 +52,9 @@ def clean_document(
         lid: the language identifier (lid.176), loaded once and reused for every document.
         config: the stage's `CleanConfig` (thresholds and lengths).
         main_content_model: a loaded `MainContentModel` (see `pipelines.clean.transforms.
-            load_main_content_model`), or None for the heuristic rules. Wikipedia text is
-            main content whatever this is.
+            load_main_content_model`), or None for the heuristic rules (or, with
+            `config.main_content_teacher`, trafilatura); `config.main_content_fallback` adds the
+            fallback (pipelines.main_content.scoring). Wikipedia text is main content whatever this is.
 
     Returns:
         A `DocumentResult`: candidate rows before deduplication, the tally, error records. It

@@ -37,7 +37,8 @@ from pipelines.io.parquet import (  # noqa: F401 (row_dict: see ExtractSentences
     write_table_atomic,
 )
 from pipelines.io.completion import mark_complete, write_stats_json
-from pipelines.clean.bundle import BundleResult, PreparedDocument, clean_bundle, error_record, prepare_document
+from pipelines.clean.bundle import (BundleResult, PreparedDocument, clean_bundle, error_record, main_content_scorer,
+                                     prepare_document)
 from pipelines.clean.config import CleanConfig
 from pipelines.text.langid import LanguageIdentifier
 from pipelines.text.normalise import dedup_keys
@@ -121,9 +122,8 @@ class _CleanDocumentsFn(beam.DoFn):
     def setup(self):
         # Heavy objects once per worker, never per element.
         self.lid = LanguageIdentifier()
-        self.main_content_model = None
-        if self.config.main_content_model:
-            self.main_content_model = load_main_content_model(self.config.main_content_model)
+        model = load_main_content_model(self.config.main_content_model) if self.config.main_content_model else None
+        self.main_content_model = main_content_scorer(self.config, model)  # the mode; None: the rules
         self.counters = ReasonCounters(COUNTER_NAMESPACE)
 
     def start_bundle(self):

@@ -3,6 +3,7 @@
     labse-main-content build-data --input 'PATTERN.warc.gz' --output DIR [Beam options]
     labse-main-content train --data DIR --output model.bin [--quantize]
     labse-main-content evaluate --model model.bin --input 'PATTERN.warc.gz'
+    labse-main-content learning-curve --input 'PATTERN.warc.gz' [--truth-input A.warc.gz --truth A.json]
 
 Then ``labse-clean ... --main-content-model model.bin`` filters lines with it.
 """
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 def _usage() -> str:
     lines = [__doc__.strip(), "", "commands:"]
-    lines += [f"  {name:<11} {help_}" for name, (_command, help_) in COMMANDS.items()]
+    lines += [f"  {name:<15} {help_}" for name, (_command, help_) in COMMANDS.items()]
     lines.append("\n`labse-main-content COMMAND --help` for a command's options.")
     return "\n".join(lines)
 
@@ -199,10 +200,17 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def learning_curve_main(argv: list[str] | None = None) -> int:
+    from pipelines.main_content.learning_curve import main as curve_main
+
+    return curve_main(argv)
+
+
 COMMANDS = {
     "build-data": (build_data_main, "label WARC pages with the teacher; write train/dev/test"),
     "train": (train_main, "train the fastText classifier; report P/R/F1 on the test split"),
-    "evaluate": (evaluate_main, "agreement of a model with the teacher on any WARC"),
+    "evaluate": (evaluate_main, "agreement of a model with the teacher on any WARC, per page type too"),
+    "learning-curve": (learning_curve_main, "quality against the number of training pages"),
 }
 
 

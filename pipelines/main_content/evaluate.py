@@ -15,6 +15,7 @@ import numpy as np
 
 from pipelines.main_content.config import MAIN_CONTENT_THRESHOLD, TeacherConfig
 from pipelines.main_content.labels import LabelledPage, label_page
+from pipelines.main_content.page_types import PAGE_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -66,30 +67,44 @@ class LineMetrics:
 
 def evaluate_pages(model, pages: Iterable[LabelledPage], threshold: float = MAIN_CONTENT_THRESHOLD,
                    use_html: bool = True) -> dict:
-    """Model decisions (``score >= threshold``) vs teacher labels, over pages with lines.
+    """Model decisions (``score >= threshold``) vs the labels, over pages with lines; the same
+    metrics per page type (``per_page_type``, for pages that know theirs: ``page_types``).
 
     ``use_html=False`` scores the lines alone, as for WET input.
     """
     metrics = LineMetrics()
+    per_type: dict[str, LineMetrics] = {}
     for page in pages:
         if not page.lines:
             continue
         keep = model.score_lines_with_flags(page.lines, page.html_main if use_html else None) >= threshold
-        metrics.add(keep, page.labels)
         kept = "\n".join(line for line, k in zip(page.lines, keep) if k)
-        metrics.page_f1.append(token_f1(kept, page.teacher_text))
-    return metrics.summary()
+        page_f1 = token_f1(kept, page.teacher_text)
+        for into in (metrics, per_type.setdefault(page.page_type, LineMetrics()) if page.page_type else None):
+            if into is not None:
+                into.add(keep, page.labels)
+                into.page_f1.append(page_f1)
+    summary = metrics.summary()
+    if per_type:
+        summary["per_page_type"] = {kind: per_type[kind].summary() for kind in PAGE_TYPES if kind in per_type}
+    return summary
 
 
 def format_metrics(name: str, summary: dict) -> str:
-    return (f"{name}: P {summary['precision']:.3f} R {summary['recall']:.3f} F1 {summary['f1']:.3f} "
+    """One line for the whole set, then one indented line per page type when the summary has them."""
+    text = (f"{name}: P {summary['precision']:.3f} R {summary['recall']:.3f} F1 {summary['f1']:.3f} "
             f"agreement {summary['agreement']:.3f} kept-text token F1 {summary['kept_text_token_f1_vs_teacher']:.3f} "
             f"({summary['lines']} lines, {summary['pages']} pages)")
+    for kind, per_type in summary.get("per_page_type", {}).items():
+        text += "\n" + format_metrics(f"  {kind}", per_type)
+    return text
 
 
 def labelled_pages_from_warc(pattern: str, teacher: TeacherConfig = TeacherConfig(),
-                             limit: int | None = None, stats: Counter | None = None) -> Iterator[LabelledPage]:
-    """Teacher-labelled HTML pages of every WARC file matching ``pattern`` (no Beam: a small job)."""
+                             limit: int | None = None, stats: Counter | None = None,
+                             scheme: str = "committee") -> Iterator[LabelledPage]:
+    """Labelled HTML pages (``scheme``: labels.label_page) of every WARC file matching ``pattern``
+    (no Beam: a small job)."""
     from pipelines.io.documents import Document, Dropped, KIND_HTML
     from pipelines.read.readers import check_pattern_matches, read_records
 
@@ -98,7 +113,7 @@ def labelled_pages_from_warc(pattern: str, teacher: TeacherConfig = TeacherConfi
     for path in check_pattern_matches(pattern):
         for record in read_records(path, "warc"):
             if isinstance(record, Document) and record.kind == KIND_HTML:
-                page = label_page(record.url, record.body, teacher)
+                page = label_page(record.url, record.body, teacher, scheme)
                 if not page.lines:
                     stats["documents.dropped.no_lines"] += 1
                     continue

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Iterator
 
 import apache_beam as beam
@@ -81,7 +81,7 @@ class LabelPagesFn(beam.DoFn):
             tally["documents.dropped.not_html"] = 1
             return None
         try:
-            page = label_page(record.url, record.body, self.config.teacher)
+            page = label_page(record.url, record.body, self.config.teacher, self.config.labels)
         except Exception:  # the teacher is third-party code: one odd page must not stop the run
             logger.warning("teacher failed on %s", record.url, exc_info=True)
             tally["documents.errored.teacher_failed"] = 1
@@ -92,8 +92,7 @@ class LabelPagesFn(beam.DoFn):
         if not any(page.labels):
             # Kept: a page without main content teaches what pure boilerplate looks like.
             tally["documents.no_main_content"] = 1
-        page = LabelledPage(url=page.url, lines=page.lines, labels=page.labels, teacher_text=page.teacher_text,
-                            lang=page_language(page, self.lid), html_main=page.html_main)
+        page = replace(page, lang=page_language(page, self.lid))
         split = split_of(record.url or record.doc_id, self.config.dev_fraction, self.config.test_fraction)
         tally["documents.kept"] = 1
         tally[f"pages.{split}"] = 1
@@ -107,13 +106,16 @@ class LabelPagesFn(beam.DoFn):
 def training_examples(page_json: dict, config: BuildConfig) -> Iterator[tuple[str, tuple[int, str]]]:
     """(language, (hash, fastText line)) for the balanced lines of one training page.
 
-    Featurisation sees the WHOLE page (context features), then only the sampled lines are emitted.
+    Featurisation sees the WHOLE page (context features), then only the sampled lines are emitted;
+    lines the committee disputed (``LabelledPage.disputed``) are never examples.
     """
     page = LabelledPage.from_json(page_json)
     html_main = None if drops_html_feature(page.url, config.html_feature_dropout) else page.html_main
     features = featurise_document(page.lines, html_main)
-    for i in balance_page(page.lines, page.labels, seed=page.url, max_lines_per_page=config.max_lines_per_page,
-                          max_ratio=config.max_class_ratio):
+    candidates = [i for i, disputed in enumerate(page.disputed or [False] * len(page.lines)) if not disputed]
+    sampled = balance_page([page.lines[i] for i in candidates], [page.labels[i] for i in candidates], seed=page.url,
+                           max_lines_per_page=config.max_lines_per_page, max_ratio=config.max_class_ratio)
+    for i in (candidates[k] for k in sampled):
         row = f"{LABEL_MAIN if page.labels[i] else LABEL_BOILERPLATE} {features[i]}"
         digest = int.from_bytes(hashlib.sha1(f"{page.url}\t{i}".encode("utf-8", "replace")).digest()[:8], "big")
         yield page.lang or "und", (digest, row)
@@ -121,7 +123,8 @@ def training_examples(page_json: dict, config: BuildConfig) -> Iterator[tuple[st
 
 class _BalancePageFn(beam.DoFn):
     """A training page -> its balanced examples (`training_examples`), and a tally of the page's
-    lines that balancing left out (`lines.dropped.page_balance`)."""
+    lines left out: disputed by the committee (`lines.dropped.disputed_label`), or by balancing
+    (`lines.dropped.page_balance`)."""
 
     def __init__(self, config: BuildConfig):
         self.config = config
@@ -132,9 +135,11 @@ class _BalancePageFn(beam.DoFn):
         for example in training_examples(page_json, self.config):
             examples += 1
             yield example
-        left_out = len(page_json["labels"]) - examples
-        if left_out:
-            yield beam.pvalue.TaggedOutput(TALLY, {"lines.dropped.page_balance": left_out})
+        disputed = sum(page_json.get("disputed") or ())
+        left_out = len(page_json["labels"]) - examples - disputed
+        if left_out or disputed:
+            yield beam.pvalue.TaggedOutput(TALLY, {"lines.dropped.page_balance": left_out,
+                                                   "lines.dropped.disputed_label": disputed})
 
 
 def drops_html_feature(url: str, share: float) -> bool:
@@ -227,7 +232,8 @@ def build_stats(tally: Tally, per_language: dict, config: dict) -> dict:
         "pages": {split: tally.get(f"pages.{split}", 0) for split in SPLITS},
         "lines": lines,
         "train_examples": examples,
-        "train_examples_dropped": {"page_balance": line_drops.get("page_balance", 0),
+        "train_examples_dropped": {"disputed_label": line_drops.get("disputed_label", 0),
+                                   "page_balance": line_drops.get("page_balance", 0),
                                    "language_cap": line_drops.get("language_cap", 0)},
         "train_examples_per_language": dict(sorted(per_language.items(), key=lambda kv: (-kv[1], kv[0]))),
         "config": config,
