@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.stage_output import read_shard_stats, replace_help, require_stage_output, stage_parser, usage_error
-from pipelines.mine.cells import matched_files, plan_cells
+from pipelines.mine.cells import CellLayout, matched_files, plan_cells
 from pipelines.mine.config import MineConfig
 from pipelines.mine.embedder_choice import resolve_embedder
 from pipelines.mine.embedders import EmbedderError, check_embedder_spec
@@ -73,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     try:
         check_inputs(args.src, args.tgt)
-        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards))
+        cells = args.layout == "cells" or (args.layout == "auto" and not (args.src_index and args.tgt_index))
+        # the global layout has no cells: nothing is counted for them
+        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards) if cells
+                                 else CellLayout(1, 1, "global layout: no cells"))
         config = config_from_args(MineConfig, args, derived={"src_blocks": lambda: layout().src_blocks,
                                                              "tgt_shards": lambda: layout().tgt_shards})
         try:
@@ -84,8 +87,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"--embedder: {error}") from error
     except UsageError as error:
         return usage_error("labse-mine", str(error))
-    logger.info("cells: %d source block(s) x %d target shard(s) (%s)", config.src_blocks, config.tgt_shards,
-                layout().reason)  # counts nothing when both are given
+    if config.resolved_layout == "global":
+        try:
+            from pipelines.mine.index_search import load_manifest
+
+            manifests = [load_manifest(config.src_index, "--src-index"), load_manifest(config.tgt_index, "--tgt-index")]
+        except UsageError as error:
+            return usage_error("labse-mine", str(error))
+        logger.info("global layout: %s searched in %s (%s, %d sentences, %d shard(s)) and back in %s (%s, %d "
+                    "sentences, %d shard(s))", config.src_lang, config.tgt_index, manifests[1].factory,
+                    manifests[1].sentences, len(manifests[1].shards), config.src_index, manifests[0].factory,
+                    manifests[0].sentences, len(manifests[0].shards))
+    else:
+        logger.info("cells: %d source block(s) x %d target shard(s) (%s)", config.src_blocks, config.tgt_shards,
+                    layout().reason)  # counts nothing when both are given
     if choice.reason != "given":
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
     config = dataclasses.replace(config, embedder=choice.embedder, embedder_reason=choice.reason)
@@ -101,8 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      stats["src"]["read"], stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
         return stats is not None
 
+    indexes = [p for p in (config.src_index, config.tgt_index) if p]
     return run_sharded_stage("labse-mine", output, overwrite=args.overwrite, run=mine_and_log,
-                             inputs=[args.src, args.tgt])
+                             inputs=[args.src, args.tgt, *indexes])
 
 
 def run(src: str, tgt: str, output: str, config: MineConfig, beam_args: Sequence[str] = ()) -> dict | None:
