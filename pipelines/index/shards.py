@@ -94,9 +94,29 @@ def train_index(sample: np.ndarray, factory: str, threads: int = 1):
 
     faiss.omp_set_num_threads(threads)
     index = faiss.index_factory(sample.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    _skip_polysemous_training(index)
     if not index.is_trained:
         index.train(np.ascontiguousarray(sample, dtype=np.float32))
     return index
+
+
+def _skip_polysemous_training(index) -> None:
+    """FAISS's factory turns on polysemous training for PQ codes (a slow annealing that only
+    Hamming-distance filtering uses, which labse-mine never turns on): off."""
+    import faiss
+
+    for candidate in (index, getattr(faiss, "downcast_index", lambda x: x)(index)):
+        try:
+            ivf = faiss.extract_index_ivf(candidate)
+        except RuntimeError:
+            ivf = None
+        for part in (candidate, ivf):
+            if part is not None and hasattr(part, "do_polysemous_training"):
+                part.do_polysemous_training = False
+    pq_index = faiss.downcast_index(index.index) if hasattr(index, "index") and isinstance(
+        faiss.downcast_index(index), faiss.IndexPreTransform) else None
+    if pq_index is not None and hasattr(pq_index, "do_polysemous_training"):
+        pq_index.do_polysemous_training = False
 
 
 def to_bytes(index) -> bytes:

@@ -54,6 +54,11 @@ class _FillShard(beam.DoFn):
         self.files, self.output = list(files), output
         self._trained: bytes | None = None
 
+    def setup(self):
+        import faiss
+
+        faiss.omp_set_num_threads(1)  # the runner runs one bundle per core; FAISS threads would fight them
+
     def process(self, plan: ShardPlan, trained_path: str):
         if self._trained is None:
             self._trained = _read_object(trained_path)

@@ -63,6 +63,11 @@ class _SearchShard(beam.DoFn):
         self.searched = beam.metrics.Metrics.counter("mine", "index.queries_searched")
         self._loaded = None
 
+    def setup(self):
+        import faiss
+
+        faiss.omp_set_num_threads(1)  # the runner runs one bundle per core; FAISS threads would fight them
+
     def _shard(self, side: str, name: str):
         if self._loaded is None or self._loaded[0] != (side, name):
             self._loaded = None  # free the last shard before reading the next
