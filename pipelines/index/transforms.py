@@ -25,6 +25,7 @@ from pipelines.io.stage_output import finish_shard_output
 logger = logging.getLogger(__name__)
 COUNTER_NAMESPACE = "index"
 UNITS = ("vectors",)
+ADD_CHUNK = 262_144  # rows read and added at a time (256 MB of float32 at 256 dimensions)
 
 
 def _read_object(path: str) -> bytes:
@@ -66,26 +67,26 @@ class _FillShard(beam.DoFn):
         texts, seen = [], set()
         tally = {"vectors.read": 0}
         for number, start, stop in plan.ranges:
-            f = self.files[number]
-            vectors, lines = f.read_rows(start, stop), f.read_texts(start, stop)
-            unit, not_finite, zero = usable_rows(vectors)
-            kept_lines = [line for line, bad in zip(lines, not_finite | zero) if not bad]
-            fresh = []
-            for row, line in enumerate(kept_lines):
-                if line not in seen:
-                    seen.add(line)
-                    fresh.append(row)
-            if len(fresh) < len(kept_lines):
-                unit = unit[fresh]
-                kept_lines = [kept_lines[row] for row in fresh]
-            if len(unit):
-                index.add(unit)
-            texts.extend(kept_lines)
-            tally["vectors.read"] += stop - start
-            for reason, count in (("not_finite", int(not_finite.sum())), ("zero_vector", int(zero.sum())),
-                                  ("duplicate", len(lines) - int(not_finite.sum()) - int(zero.sum()) - len(fresh))):
-                if count:
-                    tally[f"vectors.dropped.{reason}"] = tally.get(f"vectors.dropped.{reason}", 0) + count
+            for vectors, lines in self.files[number].iter_chunks(start, stop, ADD_CHUNK):
+                unit, not_finite, zero = usable_rows(vectors)
+                usable = len(lines) - int(not_finite.sum()) - int(zero.sum())
+                kept_lines = [line for line, bad in zip(lines, not_finite | zero) if not bad]
+                fresh = []
+                for row, line in enumerate(kept_lines):
+                    if line not in seen:
+                        seen.add(line)
+                        fresh.append(row)
+                if len(fresh) < len(kept_lines):
+                    unit = unit[fresh]
+                    kept_lines = [kept_lines[row] for row in fresh]
+                if len(unit):
+                    index.add(unit)
+                texts.extend(kept_lines)
+                tally["vectors.read"] += len(lines)
+                for reason, count in (("not_finite", int(not_finite.sum())), ("zero_vector", int(zero.sum())),
+                                      ("duplicate", usable - len(fresh))):
+                    if count:
+                        tally[f"vectors.dropped.{reason}"] = tally.get(f"vectors.dropped.{reason}", 0) + count
         data = to_bytes(index)
         write_bytes_atomic(f"{self.output}/{plan.name}.txt", "".join(t + "\n" for t in texts).encode("utf-8"))
         write_bytes_atomic(f"{self.output}/{plan.name}.faiss", data)

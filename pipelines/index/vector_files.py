@@ -48,16 +48,21 @@ class MatrixFile:
             raise SavedVectorsError(f"{self.matrix} ends before row {stop:,}: the file is truncated")
         return np.frombuffer(raw, dtype=dtype).reshape(stop - start, self.dim).astype(np.float32)
 
-    def read_texts(self, start: int, stop: int) -> list[str]:
-        """Lines [start, stop) of NAME.txt, whitespace-normalised (labse-mine's sentence key)."""
+    def iter_chunks(self, start: int, stop: int, chunk: int):
+        """(float32 rows, their texts) of rows [start, stop), `chunk` rows at a time: a worker
+        holds one chunk, not its whole range; the text file is read through once."""
         import io
 
         with _open(self.texts) as handle:
             lines = io.TextIOWrapper(handle, encoding="utf-8", newline="\n")
-            texts = [normalised_key(line.rstrip("\n")) for line in itertools.islice(lines, start, stop)]
-        if len(texts) != stop - start:
-            raise SavedVectorsError(f"{self.texts} has fewer lines than {self.matrix} has rows")
-        return texts
+            for _ in itertools.islice(lines, start):
+                pass
+            for lo in range(start, stop, chunk):
+                hi = min(stop, lo + chunk)
+                texts = [normalised_key(line.rstrip("\n")) for line in itertools.islice(lines, hi - lo)]
+                if len(texts) != hi - lo:
+                    raise SavedVectorsError(f"{self.texts} has fewer lines than {self.matrix} has rows")
+                yield self.read_rows(lo, hi), texts
 
 
 def _header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
