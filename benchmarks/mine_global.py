@@ -10,7 +10,7 @@ sample, its search cost per query, and the stopes recipe on the same vectors.
 side, CPU and peak memory polled (benchmarks/scale_table.py's `measure`), and reads its measured
 bytes a sentence. `recall` loads the index the command wrote, searches a sample of source
 sentences (batched, one FAISS thread, CPU time of this process) at each nprobe, and compares the
-first hit with exact search (IndexFlatIP over all targets, cached in DIR). `--peer` builds
+first hit with exact search (IndexFlatIP over all targets, cached in DIR). `--stopes-settings` searches the same index with stopes' settings (k 16, nprobe 128); `--peer` builds
 stopes' index for this size (OPQ64,IVF<by size>,PQ64, its table in mine_million.py), trained on
 the same sample size, and searches it as stopes does (k 16, nprobe 128). One JSON line each.
 """
@@ -112,6 +112,17 @@ def bench_recall(args) -> None:
                   "cpu_ms_per_query": round(cpu / len(queries) * 1e3, 3),
                   "bytes_per_sentence": manifest.bytes_per_sentence,
                   "load_average": [round(x, 2) for x in os.getloadavg()]})
+    if args.stopes_settings:
+        # stopes' search on the same index: k 16, nprobe 128 (its own index type for this size is
+        # trained by --peer)
+        set_nprobe(index, 128)
+        for repeat in range(args.repeats):
+            ids, cpu = timed_search(index, queries, 16, args.batch)
+            emit({"part": "recall", "peer": f"stopes search settings on {manifest.factory}", "n": manifest.sentences,
+                  "nprobe": 128, "k": 16, "repeat": repeat, "queries": len(queries),
+                  "recall_at_1": round(float((ids[:, 0] == reference).mean()), 4),
+                  "cpu_ms_per_query": round(cpu / len(queries) * 1e3, 3),
+                  "load_average": [round(x, 2) for x in os.getloadavg()]})
     if args.peer:
         factory = stopes_index_type(len(tgt))
         sample = tgt[np.random.default_rng(0).choice(len(tgt), min(len(tgt), manifest.trained_on), replace=False)]
@@ -149,7 +160,8 @@ def main(argv=None) -> int:
     r.add_argument("--k", type=int, default=4)
     r.add_argument("--batch", type=int, default=1000)
     r.add_argument("--repeats", type=int, default=1)
-    r.add_argument("--peer", action="store_true")
+    r.add_argument("--peer", action="store_true", help="also train and search stopes' index type for this size")
+    r.add_argument("--stopes-settings", action="store_true", help="also search the same index as stopes does")
     args = parser.parse_args(argv)
     {"index": bench_index, "recall": bench_recall}[args.part](args)
     return 0

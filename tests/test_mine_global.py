@@ -55,6 +55,11 @@ def build_index(root, lang, output, *extra):
                            *extra])
 
 
+def build_both(root, folder, factory, shard_sentences):
+    for lang in ("de", "en"):
+        assert build_index(root, lang, folder / lang, "--factory", factory, "--shard-sentences", str(shard_sentences)) == 0
+
+
 def mine_global(root, src_index, tgt_index, output, *extra):
     return mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de", "--tgt-lang", "en",
                           "--embedder", f"vectors:{root / 'vectors'}", "--src-index", str(src_index),
@@ -88,8 +93,7 @@ def test_shards_cover_every_row_once_and_samples_are_runs():
 @pytest.mark.slow
 def test_global_mining_against_flat_indexes_equals_exact_mining(saved, tmp_path):
     root, de, en, vectors = saved
-    for lang in ("de", "en"):
-        assert build_index(root, lang, tmp_path / lang, "--factory", "Flat", "--shard-sentences", "70") == 0
+    build_both(root, tmp_path, "Flat", 70)
     stats = json.loads((tmp_path / "en" / "_stats.json").read_text())
     assert stats["accounting"]["vectors"] == {"read": N, "kept": N, "dropped": {}, "errored": 0}
     assert [s["sentences"] for s in stats["index"]["shards"]] == [70, 70, 70, 70, 20]
@@ -110,8 +114,7 @@ def test_global_mining_against_flat_indexes_equals_exact_mining(saved, tmp_path)
 @pytest.mark.slow
 def test_compressed_index_keeps_the_pairs_in_a_fraction_of_the_bytes(saved, tmp_path):
     root, de, en, _ = saved
-    for lang in ("de", "en"):
-        assert build_index(root, lang, tmp_path / lang, "--factory", "IVF4,PQ64", "--shard-sentences", "150") == 0
+    build_both(root, tmp_path, "IVF4,PQ64", 150)
     stats = json.loads((tmp_path / "de" / "_stats.json").read_text())
     assert stats["index"]["bytes_per_sentence"] == pytest.approx(72, abs=1)  # 64-byte code + 8-byte id
     assert mine_global(root, tmp_path / "de", tmp_path / "en", tmp_path / "pairs", "--nprobe", "4") == 0
