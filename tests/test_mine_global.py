@@ -190,3 +190,24 @@ def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs
     assert [line.split(":")[0] for line in lines] == ["labse-index", "labse-mine"]
     assert all("workflow.tar.gz" in line for line in lines), lines
     assert not gcs.list(f"{url}/index2") and not gcs.list(f"{url}/pairs2")
+
+
+def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches():
+    from conftest import benchmark_script
+
+    snapshot_cost = benchmark_script("snapshot_cost")
+    records = [{"part": "index", "rc": 0, "cpu_us_per_sentence": 20.0, "peak_rss_gb_per_process": [1.5]},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 16, "recall_at_1": 0.85,
+                "cpu_ms_per_query": 0.5},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 64, "recall_at_1": 0.93,
+                "cpu_ms_per_query": 2.0},
+               {"part": "recall", "peer": "stopes", "n": 2_000_000, "nprobe": 128, "recall_at_1": 0.95,
+                "cpu_ms_per_query": 4.0}]
+    # the cheapest setting with recall@1 >= 0.90 (nprobe 64), at a largest language of 1e9 sentences
+    # (262,144 lists): codes scanned per list grow from 2e6/4096 to 1e9/262144
+    row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
+    scale = (1e9 / 262_144) / (2e6 / 4096)
+    per_sentence = 1 / 1000 + 20e-6 + 2 * 2e-3 * scale
+    assert row.stage == "mine (global)" and row.units == 2e9
+    assert row.vcpu_hours == pytest.approx(2e9 * per_sentence / 3600)
+    assert "nprobe 64" in row.formula and row.worker_peak_mb == pytest.approx(1536)
