@@ -112,15 +112,42 @@ def test_global_mining_against_flat_indexes_equals_exact_mining(saved, tmp_path)
 
 
 @pytest.mark.slow
-def test_compressed_index_keeps_the_pairs_in_a_fraction_of_the_bytes(saved, tmp_path):
-    root, de, en, _ = saved
+def test_compressed_index_re_ranked_keeps_exact_minings_pairs_in_a_fraction_of_the_bytes(saved, tmp_path):
+    root, de, en, vectors = saved
     build_both(root, tmp_path, "IVF4,PQ64", 150)
     stats = json.loads((tmp_path / "de" / "_stats.json").read_text())
     assert stats["index"]["bytes_per_sentence"] == pytest.approx(72, abs=1)  # 64-byte code + 8-byte id
-    assert mine_global(root, tmp_path / "de", tmp_path / "en", tmp_path / "pairs", "--nprobe", "4") == 0
-    rows = read_rows(tmp_path / "pairs").to_pylist()
+    assert stats["index"]["rerank_vectors"] and (tmp_path / "de" / "shard-00000-of-00002.f16.npy").exists()
+    exact = mine(vectors["de"], vectors["en"], MarginConfig())
+    expected = {(de[i], en[j]) for i, j in zip(exact.src, exact.tgt)}
     gold = dict(zip(de, en))
-    assert sum(gold[r["src"]] == r["tgt"] for r in rows) / N > 0.9
+    found = {}
+    for rerank in ("0", "16"):  # the codes' own similarities, then exact cosines of 16 hits
+        assert mine_global(root, tmp_path / "de", tmp_path / "en", tmp_path / f"pairs{rerank}", "--nprobe", "4",
+                           "--rerank", rerank) == 0
+        found[rerank] = {(r["src"], r["tgt"]) for r in read_rows(tmp_path / f"pairs{rerank}").to_pylist()}
+        assert sum(gold[s] == t for s, t in found[rerank]) / N > 0.9
+    assert len(found["16"] & expected) >= len(found["0"] & expected)
+    assert len(found["16"] & expected) >= 0.97 * len(expected)
+
+
+def test_re_ranking_returns_exact_cosines_of_the_proposed_hits():
+    from pipelines.index.shards import search_shard, train_index
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((500, 32)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    queries = base[:20] + 0.1 * rng.standard_normal((20, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    index = train_index(base, "PQ4")
+    index.add(base)
+    labels = [f"s{i}" for i in range(500)]
+    hits = search_shard(index, labels, queries, 3, base.astype(np.float16), depth=50)
+    for q, row in enumerate(hits):
+        assert len(row) == 3 and row[0][1] == f"s{q}"
+        for sim, label in row:
+            assert sim == pytest.approx(float(queries[q] @ base[int(label[1:])]), abs=2e-3)
+        assert [s for s, _ in row] == sorted((s for s, _ in row), reverse=True)
 
 
 @pytest.mark.parametrize("argv, message", [

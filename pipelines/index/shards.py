@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from pipelines.index.vector_files import MatrixFile
-from pipelines.mine.search import merge_topk
 
 TRAINED = "trained.faiss"
+RERANK_SUFFIX = ".f16.npy"  # a shard's unit rows as float16, on disk only: exact re-ranking reads its hits
 
 
 def shard_name(shard: int, shards: int) -> str:
@@ -154,6 +154,7 @@ class IndexManifest:
     shards: list[dict] = field(default_factory=list)   # {"name", "sentences", "bytes"}
     bytes_per_sentence: float = 0.0                  # measured: (shard bytes - shared) / sentences
     shared_bytes_per_shard: int = 0                  # the trained index every shard file repeats
+    rerank_vectors: bool = False                     # shard-*.f16.npy: the rows, for exact re-ranking
 
     @property
     def sentences(self) -> int:
@@ -165,24 +166,32 @@ class IndexManifest:
     @classmethod
     def from_dict(cls, data: dict) -> "IndexManifest":
         return cls(**{k: data[k] for k in ("lang", "factory", "dim", "nprobe", "trained_on", "shards",
-                                          "bytes_per_sentence", "shared_bytes_per_shard")})
+                                          "bytes_per_sentence", "shared_bytes_per_shard")}, rerank_vectors=bool(data.get("rerank_vectors")))
 
 
-def search_shards(queries: np.ndarray, shards: Iterable[tuple[object, Sequence]], k: int
-                  ) -> list[list[tuple[float, object]]]:
-    """Top-`k` (similarity, label) of every query over (index, labels) shards, best first.
+RERANK_BATCH = 2048  # queries re-ranked together: 2048 x depth x dim float32 at a time
 
-    A shard's hit id i is `labels[i]`. Hits FAISS could not fill (id -1) are left out."""
-    parts, flat = [], []
-    for index, labels in shards:
-        if index.ntotal == 0:
-            continue
-        sims, ids = index.search(np.ascontiguousarray(queries, dtype=np.float32), min(k, index.ntotal))
-        missing = ids < 0
-        parts.append((np.where(missing, -np.inf, sims).astype(np.float32), np.where(missing, -1, ids + len(flat))))
-        flat.extend(labels)
-    if not parts:
+
+def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
+                 depth: int = 0) -> list[list[tuple[float, object]]]:
+    """Top-`k` (similarity, label) of every query in one shard, best first; hit i is `labels[i]`.
+
+    With the shard's `vectors` (its rows, unit length, e.g. the float16 copy labse-index writes)
+    and `depth` > k, the index proposes `depth` hits by its compressed codes and the exact cosine
+    re-ranks them: the similarities returned are exact. Hits FAISS could not fill are left out."""
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if index.ntotal == 0 or len(queries) == 0:
         return [[] for _ in range(len(queries))]
-    sims, ids = merge_topk(parts, k)
-    return [[(float(s), flat[i]) for s, i in zip(srow, irow) if i >= 0 and np.isfinite(s)]
+    rerank = vectors is not None and depth > k
+    sims, ids = index.search(queries, min(depth if rerank else k, index.ntotal))
+    if rerank:
+        exact = np.empty_like(sims)
+        for lo in range(0, len(queries), RERANK_BATCH):
+            part = ids[lo:lo + RERANK_BATCH]
+            rows = np.asarray(vectors[np.maximum(part, 0).ravel()], dtype=np.float32).reshape(*part.shape, -1)
+            exact[lo:lo + RERANK_BATCH] = np.einsum("qd,qkd->qk", queries[lo:lo + RERANK_BATCH], rows)
+        exact[ids < 0] = -np.inf
+        order = np.argsort(-exact, axis=1, kind="stable")[:, :k]
+        sims, ids = np.take_along_axis(exact, order, axis=1), np.take_along_axis(ids, order, axis=1)
+    return [[(float(s), labels[i]) for s, i in zip(srow, irow) if i >= 0 and np.isfinite(s)]
             for srow, irow in zip(sims, ids)]

@@ -16,7 +16,7 @@ import numpy as np
 
 from pipelines.accounting import MergeTallies, accounting_section
 from pipelines.index.config import IndexConfig
-from pipelines.index.shards import (TRAINED, IndexManifest, ShardPlan, from_bytes, sample_ranges, to_bytes,
+from pipelines.index.shards import (RERANK_SUFFIX, TRAINED, IndexManifest, ShardPlan, from_bytes, sample_ranges, to_bytes,
                                     train_index, usable_rows)
 from pipelines.index.vector_files import MatrixFile
 from pipelines.io.atomic import write_bytes_atomic
@@ -61,9 +61,17 @@ class _FillShard(beam.DoFn):
         faiss.omp_set_num_threads(1)  # the runner runs one bundle per core; FAISS threads would fight them
 
     def process(self, plan: ShardPlan, trained_path: str):
+        import tempfile
+
         if self._trained is None:
             self._trained = _read_object(trained_path)
         index = from_bytes(self._trained)
+        with tempfile.TemporaryFile() as rows_file:
+            yield self._fill(plan, index, rows_file)
+
+    def _fill(self, plan: ShardPlan, index, rows_file) -> dict:
+        """Add the shard's rows; its unit rows go to `rows_file` as float16 on the way (for exact
+        re-ranking at search time), so the worker holds one chunk at a time."""
         texts, seen = [], set()
         tally = {"vectors.read": 0}
         for number, start, stop in plan.ranges:
@@ -81,6 +89,7 @@ class _FillShard(beam.DoFn):
                     kept_lines = [kept_lines[row] for row in fresh]
                 if len(unit):
                     index.add(unit)
+                    rows_file.write(unit.astype("<f2").tobytes())
                 texts.extend(kept_lines)
                 tally["vectors.read"] += len(lines)
                 for reason, count in (("not_finite", int(not_finite.sum())), ("zero_vector", int(zero.sum())),
@@ -89,10 +98,37 @@ class _FillShard(beam.DoFn):
                         tally[f"vectors.dropped.{reason}"] = tally.get(f"vectors.dropped.{reason}", 0) + count
         data = to_bytes(index)
         write_bytes_atomic(f"{self.output}/{plan.name}.txt", "".join(t + "\n" for t in texts).encode("utf-8"))
+        write_npy_from_raw(f"{self.output}/{plan.name}{RERANK_SUFFIX}", rows_file, len(texts), index.d)
         write_bytes_atomic(f"{self.output}/{plan.name}.faiss", data)
         tally["vectors.kept"] = len(texts)
         tally["index.bytes"] = len(data)
-        yield {"tally": tally, "shard": {"name": plan.name, "sentences": len(texts), "bytes": len(data)}}
+        return {"tally": tally, "shard": {"name": plan.name, "sentences": len(texts), "bytes": len(data)}}
+
+
+def write_npy_from_raw(path: str, raw, rows: int, dim: int, chunk: int = 1 << 24) -> None:
+    """`path` (local or gs://) as a float16 .npy of `rows` x `dim` whose data are the bytes of the
+    open file `raw`, copied through in chunks (never the whole matrix in memory)."""
+    import io
+
+    from pipelines.io.atomic import atomic_path
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f2", "fortran_order": False, "shape": (rows, dim)})
+    raw.seek(0)
+
+    def copy(handle):
+        handle.write(header.getvalue())
+        while block := raw.read(chunk):
+            handle.write(block)
+
+    if "://" in path:
+        from apache_beam.io.filesystems import FileSystems
+
+        with FileSystems.create(path) as handle:
+            copy(handle)
+        return
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        copy(handle)
 
 
 def _finish(_, shards: list[dict], tally: dict, trained_path: str, manifest: dict, config: IndexConfig,
@@ -103,7 +139,7 @@ def _finish(_, shards: list[dict], tally: dict, trained_path: str, manifest: dic
     sentences = sum(s["sentences"] for s in entries)
     shared = len(_read_object(trained_path))
     added = sum(s["bytes"] - shared for s in entries)
-    manifest = dict(manifest, shards=entries, shared_bytes_per_shard=shared,
+    manifest = dict(manifest, shards=entries, shared_bytes_per_shard=shared, rerank_vectors=True,
                     bytes_per_sentence=round(added / sentences, 2) if sentences else 0.0)
     stats = {**accounting_section(tally, UNITS), "counts": dict(sorted(tally.items())),
              "index": IndexManifest.from_dict(manifest).as_dict(), "config": asdict(config)}

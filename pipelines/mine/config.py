@@ -51,6 +51,8 @@ class MineConfig:
     tgt_index: Optional[str] = option(None, "labse-index output of the target language (global layout)")
     nprobe: Optional[int] = option(None, "inverted lists a query visits in the global layout (default: the "
                                    "index's own, 128)")
+    rerank: int = option(16, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
+                         "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
     query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
     embedder_threads: int = not_an_option(1)
     # why this embedder: "given", or auto's choice for the pair (labse-mine resolves `auto` before building)
@@ -79,6 +81,8 @@ class MineConfig:
                             "the whole language)")
         if self.layout == "cells" and indexes:
             problems.append("--src-index / --tgt-index are for the global layout, not --layout cells")
+        if not 0 <= self.rerank <= 10_000:
+            problems.append(f"rerank (--rerank) must be between 0 and 10,000, got {self.rerank}")
         if self.nprobe is not None and not 1 <= self.nprobe <= 1 << 20:
             problems.append(f"nprobe (--nprobe) must be between 1 and {1 << 20:,}, got {self.nprobe}")
         if problems:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 
-from pipelines.index.shards import IndexManifest, from_bytes, search_shards, set_nprobe
+from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, from_bytes, search_shard, set_nprobe
 from pipelines.io.config_options import UsageError
 from pipelines.io.stage_output import IncompleteOutputError, read_shard_stats, require_complete
 from pipelines.stage import stable_hash
@@ -54,12 +54,32 @@ def _read_object(path: str) -> bytes:
         return handle.read()
 
 
+def _local_rows(path: str, keep: list) -> np.ndarray:
+    """A shard's float16 rows memory-mapped: in place on local disk, else first copied (streamed)
+    to a local temporary file, which `keep` holds open for as long as the rows are used."""
+    import shutil
+    import tempfile
+
+    if "://" not in path:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    local = tempfile.NamedTemporaryFile(suffix=".npy")
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        shutil.copyfileobj(handle, local, 1 << 24)
+    local.flush()
+    keep.append(local)
+    return np.load(local.name, mmap_mode="r", allow_pickle=False)
+
+
 class _SearchShard(beam.DoFn):
     """(index side, shard name, query items, query matrix) -> (query item, (similarity, hit item))
-    for the query's top-k in that shard. The worker keeps the last shard it loaded."""
+    for the query's top-k in that shard, re-ranked by exact cosine from the shard's float16 rows
+    when `rerank` > k and the index has them. The worker keeps the last shard it loaded."""
 
-    def __init__(self, index_dirs: dict, nprobes: dict, k: int):
-        self.index_dirs, self.nprobes, self.k = index_dirs, nprobes, k
+    def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict):
+        self.index_dirs, self.nprobes, self.k, self.rerank = index_dirs, nprobes, k, rerank
         self.searched = beam.metrics.Metrics.counter("mine", "index.queries_searched")
         self._loaded = None
 
@@ -76,17 +96,19 @@ class _SearchShard(beam.DoFn):
             set_nprobe(index, self.nprobes[side])
             texts = _read_object(f"{base}.txt").decode("utf-8").split("\n")[:index.ntotal]
             labels = [(side, "", text, "", "") for text in texts]
-            self._loaded = ((side, name), index, labels)
-        return self._loaded[1], self._loaded[2]
+            keep: list = []
+            rows = _local_rows(f"{base}{RERANK_SUFFIX}", keep) if self.rerank[side] > self.k else None
+            self._loaded = ((side, name), index, labels, rows, keep)
+        return self._loaded[1:4]
 
     def process(self, element):
         side, name, items, matrix = element
-        index, labels = self._shard(side, name)
+        index, labels, rows = self._shard(side, name)
         if matrix.shape[1] != index.d:
             raise ValueError(f"the embedder gives {matrix.shape[1]}-dimensional vectors but the index "
                              f"{self.index_dirs[side]} holds {index.d}: build the index from the same vectors")
         self.searched.inc(len(items))
-        for item, hits in zip(items, search_shards(matrix, [(index, labels)], self.k)):
+        for item, hits in zip(items, search_shard(index, labels, matrix, self.k, rows, self.rerank[side])):
             for sim, other in hits:
                 yield item, (sim, other)
 
@@ -107,13 +129,15 @@ class IndexNeighbourLists(beam.PTransform):
     every shard of the other side's index), to be merged per item into the top k."""
 
     def __init__(self, src_index: str, tgt_index: str, src: IndexManifest, tgt: IndexManifest, k: int,
-                 nprobe: int | None, query_batch: int):
+                 nprobe: int | None, query_batch: int, rerank: int = 0):
         super().__init__()
         self.dirs = {SRC: src_index.rstrip("/"), TGT: tgt_index.rstrip("/")}
         self.shards = {SRC: [s["name"] for s in src.shards if s["sentences"]],
                        TGT: [s["name"] for s in tgt.shards if s["sentences"]]}
         self.nprobes = {SRC: nprobe or src.nprobe, TGT: nprobe or tgt.nprobe}
         self.k, self.query_batch = k, query_batch
+        # re-rank only where the index kept its rows (labse-index writes them; older indexes lack them)
+        self.rerank = {SRC: rerank if src.rerank_vectors else 0, TGT: rerank if tgt.rerank_vectors else 0}
 
     def expand(self, embedded):
         query_batch = self.query_batch
@@ -127,7 +151,7 @@ class IndexNeighbourLists(beam.PTransform):
                 | "GroupBatch" >> beam.GroupByKey()
                 | "ToShards" >> beam.FlatMap(_to_shards, self.shards)
                 | "Spread" >> beam.Reshuffle()
-                | "SearchShards" >> beam.ParDo(_SearchShard(self.dirs, self.nprobes, self.k)))
+                | "SearchShards" >> beam.ParDo(_SearchShard(self.dirs, self.nprobes, self.k, self.rerank)))
 
 
 class RestoreProvenance(beam.PTransform):

@@ -514,7 +514,7 @@ class Neighbours(beam.PTransform):
 
             hits = embedded | "SearchIndexes" >> IndexNeighbourLists(
                 c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
-                load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch)
+                load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
         else:
             hits = (embedded
                     | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
