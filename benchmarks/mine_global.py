@@ -44,12 +44,12 @@ def side_folder(out: Path, side: str) -> Path:
 
 def bench_index(args) -> None:
     out = Path(args.out)
-    index = out / f"index_{args.side}"
+    index = out / (args.name or f"index_{args.side}")
     command = [sys.executable, "-m", "pipelines.index.cli", "--vectors", str(side_folder(out, args.side)),
                "--lang", args.side, "--output", str(index), "--overwrite", "--factory", args.factory,
                "--train-sample", str(args.train_sample), "--shard-sentences", str(args.shard_sentences),
                "--direct_num_workers", "1"]
-    measured = run_measured(command, out / f"index_{args.side}.log")
+    measured = run_measured(command, out / f"{index.name}.log")
     stats = json.loads((index / "_stats.json").read_text()) if measured["rc"] == 0 else {}
     sentences = stats.get("accounting", {}).get("vectors", {}).get("kept", 0)
     emit({"part": "index", "factory": args.factory, "train_sample": args.train_sample, "sentences": sentences,
@@ -102,7 +102,7 @@ def bench_recall(args) -> None:
     rows = np.random.default_rng(0).choice(len(src), args.queries, replace=False)
     queries = np.ascontiguousarray(src[rows])
     reference = exact_first(out, rows, queries, tgt)
-    manifest, index = load_index(out / "index_tgt")
+    manifest, index = load_index(out / (args.name or "index_tgt"))
     for nprobe in (int(x) for x in args.nprobe.split(",")) if not args.rerank_only else ():
         set_nprobe(index, nprobe)
         for repeat in range(args.repeats):
@@ -168,9 +168,11 @@ def main(argv=None) -> int:
     i.add_argument("--factory", default="auto")
     i.add_argument("--train-sample", type=int, default=200_000)
     i.add_argument("--shard-sentences", type=int, default=20_000_000)
+    i.add_argument("--name", default=None, help="the index folder under --out (default index_SIDE)")
     r = parts.add_parser("recall")
     r.add_argument("--out", required=True)
     r.add_argument("--queries", type=int, default=2000)
+    r.add_argument("--name", default=None, help="the target index folder under --out (default index_tgt)")
     r.add_argument("--nprobe", default="8,16,32,64")
     r.add_argument("--k", type=int, default=4)
     r.add_argument("--batch", type=int, default=1000)

