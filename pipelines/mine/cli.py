@@ -35,6 +35,7 @@ from pipelines.mine.transforms import build_pipeline
 from pipelines.stage import run_sharded_stage, run_to_completion
 
 logger = logging.getLogger(__name__)
+LARGE_CELL_COUNT = 100  # 10 x 10 cells, a million sentences a side: past it the global layout pays
 
 
 def check_inputs(src: str, tgt: str) -> None:
@@ -101,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         logger.info("cells: %d source block(s) x %d target shard(s) (%s)", config.src_blocks, config.tgt_shards,
                     layout().reason)  # counts nothing when both are given
+        if config.src_blocks * config.tgt_shards > LARGE_CELL_COUNT:
+            logger.warning("%d cells: every vector is copied into each cell of its row or column, so this grows as "
+                           "n^2; at this size build an index per language (labse-index) and give --src-index and "
+                           "--tgt-index (docs/guides/mining-a-snapshot.md)", config.src_blocks * config.tgt_shards)
     if choice.reason != "given":
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
     config = dataclasses.replace(config, embedder=choice.embedder, embedder_reason=choice.reason)
