@@ -28,7 +28,8 @@ embedded once, added to its language's index once and searched twice (as a sourc
     mine (global)    : U x (1 / embed_rate + index_add + 2 x search x codes(U_lang) / codes(measured))
 
 where index_add and search are the measured CPU-s per sentence and per query; a query's cost,
-fitted over the nprobe values measured as q (coarse quantiser) + c x nprobe (codes), is scaled
+fitted over the nprobe values measured as q + c x nprobe (codes), q being the coarse quantiser
+(the intercept of the same index searched without re-ranking) plus a constant rest, is scaled
 term by term from the measured index to the largest language's: q by nlist (by log nlist for an
 HNSW coarse quantiser, `IVF<n>_HNSW32`), c by the codes a list
 holds (sentences / nlist) (--largest-language-share of U, with the size table's nlist): a model for the
@@ -237,25 +238,31 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
     measured_lists = ivf_lists(chosen["project"]) or 1
     largest = unique * largest_share
     lists = ivf_lists(factory_for(int(largest))) or 1
-    # a query costs q (the coarse quantiser: nlist x dim) + c per list probed (its codes): fitted
-    # over the nprobe values measured for the chosen index; each term scaled to the largest language
-    same = [r for r in recalls if r["project"] == chosen["project"] and r.get("repeat", 0) == 0]
-    if len({r["nprobe"] for r in same}) >= 2:
+    # a query costs q + c per list probed (its codes), fitted over the nprobe values measured for
+    # the chosen search; q is the coarse quantiser (the intercept of the same index searched without
+    # re-ranking, when measured) plus a constant rest (re-ranking, merging)
+    def fit(label: str) -> tuple[float, float] | None:
+        same = [r for r in recalls if r["project"] == label and r.get("repeat", 0) == 0]
+        if len({r["nprobe"] for r in same}) < 2:
+            return None
         slope, intercept = np.polyfit([r["nprobe"] for r in same], [r["cpu_ms_per_query"] for r in same], 1)
-        slope, intercept = max(slope, 0.0), max(intercept, 0.0)
-    else:
-        slope, intercept = chosen["cpu_ms_per_query"] / chosen["nprobe"], 0.0
+        return max(slope, 0.0), max(intercept, 0.0)
+
+    slope, intercept = fit(chosen["project"]) or (chosen["cpu_ms_per_query"] / chosen["nprobe"], 0.0)
+    plain = fit(chosen["project"].split(" + ")[0])
+    quantiser = min(plain[1], intercept) if plain else intercept
+    rest = intercept - quantiser
     codes_scale = (largest / lists) / (chosen["n"] / measured_lists)
     scale = codes_scale
     # a flat quantiser compares every list's centroid (x nlist); an HNSW one walks a graph (x log nlist)
     hnsw = "_HNSW" in chosen["project"]
     quantiser_scale = math.log2(lists) / math.log2(measured_lists) if hnsw and measured_lists > 1 else lists / measured_lists
-    search_s = (intercept * quantiser_scale + slope * chosen["nprobe"] * codes_scale) / 1e3
+    search_s = (quantiser * quantiser_scale + rest + slope * chosen["nprobe"] * codes_scale) / 1e3
     per_sentence = 1 / embed_rate + index["cpu_us_per_sentence"] / 1e6 + 2 * search_s
     hours = unique * per_sentence / 3600
     formula = (f"U x (1/{embed_rate:,.0f} + {index['cpu_us_per_sentence']:.3g}e-6 + 2 x {search_s * 1e3:.3g} ms) "
                f"(search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, nprobe {chosen['nprobe']}, "
-               f"recall@1 {chosen['recall_at_1']}; quantiser {intercept:.3g} ms x{quantiser_scale:.3g}, "
+               f"recall@1 {chosen['recall_at_1']}; quantiser {quantiser:.3g} ms x{quantiser_scale:.3g}, rest {rest:.3g} ms, "
                f"lists {slope * chosen['nprobe']:.3g} ms x{scale:.2f} codes at {largest:.3g} sentences)")
     peak = max(index.get("peak_rss_gb_per_process") or [0]) * 1024
     return Row("mine (global)", formula, unique, "unique sentences", hours, hours * price, peak,
