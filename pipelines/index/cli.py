@@ -51,6 +51,8 @@ def plan(vectors: str, config: IndexConfig):
     except SavedVectorsError as error:
         raise UsageError(f"--vectors: {error}") from None
     sentences = sum(f.rows for f in files)
+    if sentences == 0:
+        raise UsageError(f"--vectors {vectors}: its .npy files hold no rows: nothing to index")
     factory = factory_for(sentences) if config.factory == "auto" else config.factory
     sample = training_sample_size(sentences, factory, config.train_sample)
     if config.factory == "auto":
