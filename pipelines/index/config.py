@@ -1,0 +1,42 @@
+"""labse-index's configuration (written into `_stats.json` as `config`); each field is also its
+option of the same name (`pipelines.io.config_options`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from pipelines.io.config_options import REQUIRED, option
+
+# A shard is one worker's unit when the index is filled and searched: 20M sentences at 72 bytes
+# is 1.4 GB of codes, which fits an n1-standard-1 (3.75 GB) beside a batch of queries.
+DEFAULT_SHARD_SENTENCES = 20_000_000
+MAX_SHARD_SENTENCES = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    lang: str = option(REQUIRED, "the language of the vectors (lid.176 code), recorded in the index")
+    factory: str = option("auto", "FAISS factory string, e.g. OPQ64,IVF65536,PQ64; auto: by size "
+                          "(pipelines/index/choice.py, after stopes: Flat below 10k sentences, IVF-PQ above)")
+    train_sample: Optional[int] = option(None, "vectors to train on (default: 100 per IVF list, at least 50,000)")
+    shard_sentences: int = option(DEFAULT_SHARD_SENTENCES, "sentences per index shard (one worker's unit)")
+    nprobe: int = option(16, "inverted lists a query visits, recorded for labse-mine (16 with 64 hits re-ranked: "
+                         "recall@1 0.91 at 2M, BENCHMARKS.md; stopes uses 128 without re-ranking)")
+    train_threads: int = option(1, "threads FAISS trains with (one worker trains)")
+    seed: int = option(0, "seed of the training sample")
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.factory.strip():
+            problems.append("factory (--factory) must be `auto` or a FAISS factory string")
+        if self.train_sample is not None and self.train_sample < 1:
+            problems.append(f"train_sample (--train-sample) must be at least 1, got {self.train_sample}")
+        if not 1 <= self.shard_sentences <= MAX_SHARD_SENTENCES:
+            problems.append(f"shard_sentences (--shard-sentences) must be between 1 and {MAX_SHARD_SENTENCES:,}, "
+                            f"got {self.shard_sentences}")
+        if not 1 <= self.nprobe <= 1 << 20:
+            problems.append(f"nprobe (--nprobe) must be between 1 and {1 << 20:,}, got {self.nprobe}")
+        if not 1 <= self.train_threads <= 1_024:
+            problems.append(f"train_threads (--train-threads) must be between 1 and 1,024, got {self.train_threads}")
+        if problems:
+            raise ValueError("; ".join(problems))

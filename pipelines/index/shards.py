@@ -1,0 +1,197 @@
+"""The index's pure logic (no Beam): plan its shards, train it, fill a shard, search shards.
+
+An index directory holds `trained.faiss` (the trained, empty index: rotation, coarse quantiser, PQ
+codebooks), `shard-SSSSS-of-NNNNN.faiss` (the trained index with the shard's vectors added; ids
+0..n-1 within the shard) and `shard-SSSSS-of-NNNNN.txt` (the shard's sentences, line i = id i,
+whitespace-normalised: labse-mine's sentence key), `_stats.json` and `_SUCCESS` last. Its
+manifest (`IndexManifest`) is the `index` section of the stats.
+
+Every shard shares the trained quantiser, so a query visits the same `nprobe` lists in each
+shard: its cost is nprobe x (sentences / nlist) codes however many shards the language has.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from pipelines.index.vector_files import MatrixFile
+
+TRAINED = "trained.faiss"
+RERANK_SUFFIX = ".f16.npy"  # a shard's unit rows as float16, on disk only: exact re-ranking reads its hits
+
+
+def shard_name(shard: int, shards: int) -> str:
+    return f"shard-{shard:05d}-of-{shards:05d}"
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """One shard: row ranges (file index, start, stop) of the saved vector files."""
+
+    shard: int
+    shards: int
+    ranges: tuple[tuple[int, int, int], ...]
+
+    @property
+    def name(self) -> str:
+        return shard_name(self.shard, self.shards)
+
+    @property
+    def rows(self) -> int:
+        return sum(stop - start for _, start, stop in self.ranges)
+
+
+def plan_shards(files: Sequence[MatrixFile], per_shard: int) -> list[ShardPlan]:
+    """Consecutive row ranges of at most `per_shard` rows (a shard may span files)."""
+    total = sum(f.rows for f in files)
+    shards = max(1, math.ceil(total / per_shard))
+    plans, current, filled = [], [], 0
+    for number, f in enumerate(files):
+        start = 0
+        while start < f.rows:
+            take = min(f.rows - start, per_shard - filled)
+            current.append((number, start, start + take))
+            filled += take
+            start += take
+            if filled == per_shard:
+                plans.append(current)
+                current, filled = [], 0
+    if current or not plans:
+        plans.append(current)
+    return [ShardPlan(i, shards, tuple(r)) for i, r in enumerate(plans)]
+
+
+SAMPLE_RUN = 256  # rows read together: a sample of runs costs size/256 ranged reads, not one a row
+
+
+def sample_ranges(files: Sequence[MatrixFile], size: int, seed: int = 0) -> list[tuple[int, int, int]]:
+    """About `size` rows over all files as (file index, start, stop) runs of SAMPLE_RUN consecutive
+    rows, the runs chosen uniformly (files hold sentences in crawl order, so a run of neighbours is
+    as varied as the page it came from, and a sample of a billion rows stays cheap to read)."""
+    runs = [(number, start, min(start + SAMPLE_RUN, f.rows))
+            for number, f in enumerate(files) for start in range(0, f.rows, SAMPLE_RUN)]
+    wanted = min(len(runs), max(1, math.ceil(size / SAMPLE_RUN)))
+    chosen = np.sort(np.random.default_rng(seed).choice(len(runs), size=wanted, replace=False))
+    return [runs[i] for i in chosen]
+
+
+def usable_rows(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(unit-length float32 rows that can be indexed, mask of non-finite rows, mask of zero rows)."""
+    finite = np.isfinite(vectors).all(axis=1)
+    norms = np.linalg.norm(np.where(finite[:, None], vectors, 0), axis=1)
+    zero = finite & (norms == 0)
+    keep = finite & ~zero
+    unit = np.ascontiguousarray(vectors[keep] / norms[keep, None], dtype=np.float32)
+    return unit, ~finite, zero
+
+
+def train_index(sample: np.ndarray, factory: str, threads: int = 1):
+    """An empty FAISS inner-product index of `factory`, trained on unit-length `sample` rows."""
+    import faiss
+
+    faiss.omp_set_num_threads(threads)
+    index = faiss.index_factory(sample.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+    _skip_polysemous_training(index)
+    if not index.is_trained:
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    return index
+
+
+def _skip_polysemous_training(index) -> None:
+    """FAISS's factory turns on polysemous training for PQ codes (a slow annealing that only
+    Hamming-distance filtering uses, which labse-mine never turns on): off."""
+    import faiss
+
+    for candidate in (index, getattr(faiss, "downcast_index", lambda x: x)(index)):
+        try:
+            ivf = faiss.extract_index_ivf(candidate)
+        except RuntimeError:
+            ivf = None
+        for part in (candidate, ivf):
+            if part is not None and hasattr(part, "do_polysemous_training"):
+                part.do_polysemous_training = False
+    pq_index = faiss.downcast_index(index.index) if hasattr(index, "index") and isinstance(
+        faiss.downcast_index(index), faiss.IndexPreTransform) else None
+    if pq_index is not None and hasattr(pq_index, "do_polysemous_training"):
+        pq_index.do_polysemous_training = False
+
+
+def to_bytes(index) -> bytes:
+    import faiss
+
+    return faiss.serialize_index(index).tobytes()
+
+
+def from_bytes(data: bytes):
+    import faiss
+
+    return faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+
+
+def set_nprobe(index, nprobe: int) -> None:
+    """Search `nprobe` inverted lists (capped at the index's list count); no-op without IVF."""
+    import faiss
+
+    try:
+        ivf = faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return
+    ivf.nprobe = min(nprobe, ivf.nlist)
+
+
+@dataclass(frozen=True)
+class IndexManifest:
+    """What labse-mine needs to search an index directory (the `index` section of its stats)."""
+
+    lang: str
+    factory: str
+    dim: int
+    nprobe: int
+    trained_on: int
+    shards: list[dict] = field(default_factory=list)   # {"name", "sentences", "bytes"}
+    bytes_per_sentence: float = 0.0                  # measured: (shard bytes - shared) / sentences
+    shared_bytes_per_shard: int = 0                  # the trained index every shard file repeats
+    rerank_vectors: bool = False                     # shard-*.f16.npy: the rows, for exact re-ranking
+
+    @property
+    def sentences(self) -> int:
+        return sum(s["sentences"] for s in self.shards)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "IndexManifest":
+        return cls(**{k: data[k] for k in ("lang", "factory", "dim", "nprobe", "trained_on", "shards",
+                                          "bytes_per_sentence", "shared_bytes_per_shard")}, rerank_vectors=bool(data.get("rerank_vectors")))
+
+
+RERANK_BATCH = 2048  # queries re-ranked together: 2048 x depth x dim float32 at a time
+
+
+def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
+                 depth: int = 0) -> list[list[tuple[float, object]]]:
+    """Top-`k` (similarity, label) of every query in one shard, best first; hit i is `labels[i]`.
+
+    With the shard's `vectors` (its rows, unit length, e.g. the float16 copy labse-index writes)
+    and `depth` > k, the index proposes `depth` hits by its compressed codes and the exact cosine
+    re-ranks them: the similarities returned are exact. Hits FAISS could not fill are left out."""
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if index.ntotal == 0 or len(queries) == 0:
+        return [[] for _ in range(len(queries))]
+    rerank = vectors is not None and depth > k
+    sims, ids = index.search(queries, min(depth if rerank else k, index.ntotal))
+    if rerank:
+        exact = np.empty_like(sims)
+        for lo in range(0, len(queries), RERANK_BATCH):
+            part = ids[lo:lo + RERANK_BATCH]
+            rows = np.asarray(vectors[np.maximum(part, 0).ravel()], dtype=np.float32).reshape(*part.shape, -1)
+            exact[lo:lo + RERANK_BATCH] = np.einsum("qd,qkd->qk", queries[lo:lo + RERANK_BATCH], rows)
+        exact[ids < 0] = -np.inf
+        order = np.argsort(-exact, axis=1, kind="stable")[:, :k]
+        sims, ids = np.take_along_axis(exact, order, axis=1), np.take_along_axis(ids, order, axis=1)
+    return [[(float(s), labels[i]) for s, i in zip(srow, irow) if i >= 0 and np.isfinite(s)]
+            for srow, irow in zip(sims, ids)]

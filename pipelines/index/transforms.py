@@ -1,0 +1,177 @@
+"""The Beam pieces of labse-index: train once on a sample, fill every shard in parallel, write the
+manifest and `_SUCCESS` last (layout in `pipelines.index.shards`).
+
+Accounting (`_stats.json`, README contract 11): `vectors`: rows read -> kept (added to a shard) or
+dropped (`not_finite`, `zero_vector`: no direction to search by; `duplicate`: the same sentence
+again within a shard, the first row kept).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import Sequence
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines.accounting import MergeTallies, accounting_section
+from pipelines.index.config import IndexConfig
+from pipelines.index.shards import (RERANK_SUFFIX, TRAINED, IndexManifest, ShardPlan, from_bytes, sample_ranges, to_bytes,
+                                    train_index, usable_rows)
+from pipelines.index.vector_files import MatrixFile
+from pipelines.io.atomic import write_bytes_atomic
+from pipelines.io.completion import finish_output
+
+logger = logging.getLogger(__name__)
+COUNTER_NAMESPACE = "index"
+UNITS = ("vectors",)
+ADD_CHUNK = 262_144  # rows read and added at a time (256 MB of float32 at 256 dimensions)
+
+
+def _read_object(path: str) -> bytes:
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return handle.read()
+
+
+def _train(_, files: Sequence[MatrixFile], factory: str, sample_size: int, config: IndexConfig, output: str):
+    """Read a uniform sample, train, write `trained.faiss`; yields its path."""
+    sample = np.concatenate([files[number].read_rows(start, stop)
+                             for number, start, stop in sample_ranges(files, sample_size, config.seed)])
+    unit, _, _ = usable_rows(sample)
+    logger.info("training %s on %d vectors", factory, len(unit))
+    index = train_index(unit, factory, config.train_threads)
+    path = f"{output}/{TRAINED}"
+    write_bytes_atomic(path, to_bytes(index))
+    yield path
+
+
+class _FillShard(beam.DoFn):
+    """One shard plan -> `shard-*.faiss` + `shard-*.txt` written; yields its tally and entry."""
+
+    def __init__(self, files: Sequence[MatrixFile], output: str):
+        self.files, self.output = list(files), output
+        self._trained: bytes | None = None
+
+    def setup(self):
+        import faiss
+
+        faiss.omp_set_num_threads(1)  # the runner runs one bundle per core; FAISS threads would fight them
+
+    def process(self, plan: ShardPlan, trained_path: str):
+        import tempfile
+
+        if self._trained is None:
+            self._trained = _read_object(trained_path)
+        index = from_bytes(self._trained)
+        with tempfile.TemporaryFile() as rows_file:
+            yield self._fill(plan, index, rows_file)
+
+    def _fill(self, plan: ShardPlan, index, rows_file) -> dict:
+        """Add the shard's rows; its unit rows go to `rows_file` as float16 on the way (for exact
+        re-ranking at search time), so the worker holds one chunk at a time."""
+        texts, seen = [], set()
+        tally = {"vectors.read": 0}
+        for number, start, stop in plan.ranges:
+            for vectors, lines in self.files[number].iter_chunks(start, stop, ADD_CHUNK):
+                unit, not_finite, zero = usable_rows(vectors)
+                usable = len(lines) - int(not_finite.sum()) - int(zero.sum())
+                kept_lines = [line for line, bad in zip(lines, not_finite | zero) if not bad]
+                fresh = []
+                for row, line in enumerate(kept_lines):
+                    if line not in seen:
+                        seen.add(line)
+                        fresh.append(row)
+                if len(fresh) < len(kept_lines):
+                    unit = unit[fresh]
+                    kept_lines = [kept_lines[row] for row in fresh]
+                if len(unit):
+                    index.add(unit)
+                    rows_file.write(unit.astype("<f2").tobytes())
+                texts.extend(kept_lines)
+                tally["vectors.read"] += len(lines)
+                for reason, count in (("not_finite", int(not_finite.sum())), ("zero_vector", int(zero.sum())),
+                                      ("duplicate", usable - len(fresh))):
+                    if count:
+                        tally[f"vectors.dropped.{reason}"] = tally.get(f"vectors.dropped.{reason}", 0) + count
+        data = to_bytes(index)
+        write_bytes_atomic(f"{self.output}/{plan.name}.txt", "".join(t + "\n" for t in texts).encode("utf-8"))
+        write_npy_from_raw(f"{self.output}/{plan.name}{RERANK_SUFFIX}", rows_file, len(texts), index.d)
+        write_bytes_atomic(f"{self.output}/{plan.name}.faiss", data)
+        tally["vectors.kept"] = len(texts)
+        tally["index.bytes"] = len(data)
+        return {"tally": tally, "shard": {"name": plan.name, "sentences": len(texts), "bytes": len(data)}}
+
+
+def write_npy_from_raw(path: str, raw, rows: int, dim: int, chunk: int = 1 << 24) -> None:
+    """`path` (local or gs://) as a float16 .npy of `rows` x `dim` whose data are the bytes of the
+    open file `raw`, copied through in chunks (never the whole matrix in memory)."""
+    import io
+
+    from pipelines.io.atomic import atomic_path
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f2", "fortran_order": False, "shape": (rows, dim)})
+    raw.seek(0)
+
+    def copy(handle):
+        handle.write(header.getvalue())
+        while block := raw.read(chunk):
+            handle.write(block)
+
+    if "://" in path:
+        from apache_beam.io.filesystems import FileSystems
+
+        with FileSystems.create(path) as handle:
+            copy(handle)
+        return
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        copy(handle)
+
+
+def _finish(_, shards: list[dict], tally: dict, trained_path: str, manifest: dict, config: IndexConfig,
+            output: str):
+    """The manifest, `_stats.json` and `_SUCCESS` (last). bytes_per_sentence is what the added
+    sentences cost (shard bytes less the trained index each shard repeats), measured."""
+    entries = sorted((s["shard"] for s in shards), key=lambda s: s["name"])
+    sentences = sum(s["sentences"] for s in entries)
+    shared = len(_read_object(trained_path))
+    added = sum(s["bytes"] - shared for s in entries)
+    manifest = dict(manifest, shards=entries, shared_bytes_per_shard=shared, rerank_vectors=True,
+                    bytes_per_sentence=round(added / sentences, 2) if sentences else 0.0)
+    stats = {**accounting_section(tally, UNITS), "counts": dict(sorted(tally.items())),
+             "index": IndexManifest.from_dict(manifest).as_dict(), "config": asdict(config)}
+    finish_output(output, stats, stage="labse-index", shards_in_root=True)
+    yield stats
+
+
+class BuildIndex(beam.PTransform):
+    """PBegin -> one stats dict, after `trained.faiss`, every shard and `_SUCCESS` are written.
+
+    `files` and `plans` come from the launcher (`list_matrix_files`, `plan_shards`): a few numbers
+    a shard, no vectors, go into the job graph."""
+
+    def __init__(self, files: Sequence[MatrixFile], plans: Sequence[ShardPlan], factory: str, sample_size: int,
+                 config: IndexConfig, output: str):
+        super().__init__()
+        self.files, self.plans, self.factory, self.sample_size = list(files), list(plans), factory, sample_size
+        self.config, self.output = config, output.rstrip("/")
+
+    def expand(self, pbegin):
+        files, output, config = self.files, self.output, self.config
+        trained = (pbegin
+                   | "Once" >> beam.Create([None])
+                   | "Train" >> beam.FlatMap(_train, files, self.factory, self.sample_size, config, output))
+        filled = (pbegin
+                  | "Plans" >> beam.Create(self.plans)
+                  | "Spread" >> beam.Reshuffle()
+                  | "Fill" >> beam.ParDo(_FillShard(files, output), beam.pvalue.AsSingleton(trained)))
+        tally = (filled | "Tallies" >> beam.Map(lambda f: f["tally"]),) | "Total" >> MergeTallies()
+        manifest = {"lang": config.lang, "factory": self.factory, "dim": files[0].dim, "nprobe": config.nprobe,
+                    "trained_on": self.sample_size}
+        return (pbegin
+                | "Finish" >> beam.Create([None])
+                | "Stats" >> beam.FlatMap(_finish, beam.pvalue.AsList(filled), beam.pvalue.AsSingleton(tally),
+                                          beam.pvalue.AsSingleton(trained), manifest, config, output))

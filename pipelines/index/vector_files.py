@@ -1,0 +1,108 @@
+"""Saved vectors (`vectors:DIR`: NAME.npy rows = NAME.txt lines), read by row range on local disk or
+gs:// (Beam FileSystems), so that an index worker reads only the rows of its shard.
+
+The same files `pipelines.embed.saved_vectors` serves to labse-mine: embedding happens once per
+sentence, and the index, every language pair and the cascade read these rows.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipelines.embed.saved_vectors import SavedVectorsError, normalised_key
+
+
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _open(path: str):
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+@dataclass(frozen=True)
+class MatrixFile:
+    """One NAME.npy (and NAME.txt beside it): where its rows start and what they are."""
+
+    matrix: str
+    texts: str
+    rows: int
+    dim: int
+    dtype: str
+    data_offset: int
+
+    def read_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) as float32, one ranged read."""
+        dtype = np.dtype(self.dtype)
+        row_bytes = dtype.itemsize * self.dim
+        with _open(self.matrix) as handle:
+            handle.seek(self.data_offset + start * row_bytes)
+            raw = handle.read((stop - start) * row_bytes)
+        if len(raw) != (stop - start) * row_bytes:
+            raise SavedVectorsError(f"{self.matrix} ends before row {stop:,}: the file is truncated")
+        return np.frombuffer(raw, dtype=dtype).reshape(stop - start, self.dim).astype(np.float32)
+
+    def iter_chunks(self, start: int, stop: int, chunk: int):
+        """(float32 rows, their texts) of rows [start, stop), `chunk` rows at a time: a worker
+        holds one chunk, not its whole range; the text file is read through once."""
+        import io
+
+        with _open(self.texts) as handle:
+            lines = io.TextIOWrapper(handle, encoding="utf-8", newline="\n")
+            for _ in itertools.islice(lines, start):
+                pass
+            for lo in range(start, stop, chunk):
+                hi = min(stop, lo + chunk)
+                texts = [normalised_key(line.rstrip("\n")) for line in itertools.islice(lines, hi - lo)]
+                if len(texts) != hi - lo:
+                    raise SavedVectorsError(f"{self.texts} has fewer lines than {self.matrix} has rows")
+                yield self.read_rows(lo, hi), texts
+
+
+def _header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    with _open(path) as handle:
+        head = handle.read(1 << 16)
+    import io
+
+    stream = io.BytesIO(head)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(stream)
+    except (ValueError, OSError) as error:
+        raise SavedVectorsError(f"{path} is not a readable .npy matrix ({error})") from None
+    return shape, fortran, dtype, stream.tell()
+
+
+def list_matrix_files(directory: str) -> list[MatrixFile]:
+    """Every NAME.npy + NAME.txt of `directory`, checked (2-D float, not Fortran order, one width),
+    in name order. Raises SavedVectorsError (a one-line usage error) when they cannot serve."""
+    directory = directory.rstrip("/")
+    filesystems = _filesystems()
+    try:
+        matched = filesystems.match([f"{directory}/*.npy"])[0].metadata_list
+    except Exception:
+        matched = []
+    found = []
+    for metadata in sorted(matched, key=lambda m: m.path):
+        matrix = metadata.path
+        texts = matrix[:-len(".npy")] + ".txt"
+        if not filesystems.exists(texts):
+            raise SavedVectorsError(f"{matrix} has no {texts.rsplit('/', 1)[-1]} beside it (one sentence a line, "
+                                    "row i = line i)")
+        shape, fortran, dtype, offset = _header(matrix)
+        if len(shape) != 2 or dtype.kind != "f" or fortran:
+            raise SavedVectorsError(f"{matrix} must be a 2-D float matrix in C order, got {dtype} {shape}")
+        found.append(MatrixFile(matrix, texts, shape[0], shape[1], dtype.str, offset))
+    if not found:
+        raise SavedVectorsError(f"{directory} holds no NAME.npy + NAME.txt pairs of saved vectors")
+    dims = sorted({f.dim for f in found})
+    if len(dims) > 1:
+        raise SavedVectorsError(f"the .npy files in {directory} have different widths {dims}")
+    return found

@@ -1,0 +1,176 @@
+"""Global mining: each sentence's k nearest neighbours from the other language's index
+(`labse-index`), instead of (block, shard) cells.
+
+Query vectors travel in batches of `query_batch` sentences; a batch goes once to each shard of the
+other side's index (a language has few shards: 20M sentences each by default), so a vector is
+copied (index shards) times, not (cells) times, and a query's cost is `nprobe` inverted lists of
+each shard, which grows with the other side only through the lists' length (the index's list
+count grows with the language, `pipelines.index.choice`). The kNN means of the margin come from
+the same searches: forward (sources against the target index) and backward (targets against the
+source index).
+
+The index knows sentences by their text only, so global mining keys sentences by (side, text)
+(items with group and provenance left blank, `searchable`) and `RestoreProvenance` puts each
+selected pair's url and doc_id back from the input.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, from_bytes, search_shard, set_nprobe
+from pipelines.io.config_options import UsageError
+from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
+from pipelines.stage import stable_hash
+
+SRC, TGT = "s", "t"
+
+
+def load_manifest(index_dir: str, option: str) -> IndexManifest:
+    """The manifest of a complete labse-index output; UsageError (one line) otherwise."""
+    index_dir = index_dir.rstrip("/")
+    try:
+        require_complete(index_dir, f"{option} (labse-index output)")
+        section = read_output_stats(index_dir).get("index")
+    except IncompleteOutputError:
+        raise
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{option} {index_dir}: cannot read its _stats.json ({error})") from None
+    if not isinstance(section, dict):
+        raise UsageError(f"{option} {index_dir} is not a labse-index output (its _stats.json has no `index`)")
+    return IndexManifest.from_dict(section)
+
+
+def searchable(item: tuple) -> tuple:
+    """(side, group, text, url, doc_id) -> (side, "", text, "", ""): how an index names a sentence."""
+    return (item[0], "", item[2], "", "")
+
+
+def _read_object(path: str) -> bytes:
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return handle.read()
+
+
+def _local_rows(path: str, keep: list) -> np.ndarray:
+    """A shard's float16 rows memory-mapped: in place on local disk, else first copied (streamed)
+    to a local temporary file, which `keep` holds open for as long as the rows are used."""
+    import shutil
+    import tempfile
+
+    if "://" not in path:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    local = tempfile.NamedTemporaryFile(suffix=".npy")
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        shutil.copyfileobj(handle, local, 1 << 24)
+    local.flush()
+    keep.append(local)
+    return np.load(local.name, mmap_mode="r", allow_pickle=False)
+
+
+class _SearchShard(beam.DoFn):
+    """(index side, shard name, query items, query matrix) -> (query item, (similarity, hit item))
+    for the query's top-k in that shard, re-ranked by exact cosine from the shard's float16 rows
+    when `rerank` > k and the index has them. The worker keeps the last shard it loaded."""
+
+    def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict):
+        self.index_dirs, self.nprobes, self.k, self.rerank = index_dirs, nprobes, k, rerank
+        self.searched = beam.metrics.Metrics.counter("mine", "index.queries_searched")
+        self._loaded = None
+
+    def setup(self):
+        import faiss
+
+        faiss.omp_set_num_threads(1)  # the runner runs one bundle per core; FAISS threads would fight them
+
+    def _shard(self, side: str, name: str):
+        if self._loaded is None or self._loaded[0] != (side, name):
+            self._loaded = None  # free the last shard before reading the next
+            base = f"{self.index_dirs[side]}/{name}"
+            index = from_bytes(_read_object(f"{base}.faiss"))
+            set_nprobe(index, self.nprobes[side])
+            texts = _read_object(f"{base}.txt").decode("utf-8").split("\n")[:index.ntotal]
+            labels = [(side, "", text, "", "") for text in texts]
+            keep: list = []
+            rows = _local_rows(f"{base}{RERANK_SUFFIX}", keep) if self.rerank[side] > self.k else None
+            self._loaded = ((side, name), index, labels, rows, keep)
+        return self._loaded[1:4]
+
+    def process(self, element):
+        side, name, items, matrix = element
+        index, labels, rows = self._shard(side, name)
+        if matrix.shape[1] != index.d:
+            raise ValueError(f"the embedder gives {matrix.shape[1]}-dimensional vectors but the index "
+                             f"{self.index_dirs[side]} holds {index.d}: build the index from the same vectors")
+        self.searched.inc(len(items))
+        for item, hits in zip(items, search_shard(index, labels, matrix, self.k, rows, self.rerank[side])):
+            for sim, other in hits:
+                yield item, (sim, other)
+
+
+def _to_shards(keyed, shard_names: dict):
+    """A batch of one side's queries -> one element per shard of the OTHER side's index."""
+    (side, _batch), members = keyed
+    members = sorted(members, key=lambda m: m[0])  # the rows in item order, whatever the runner's
+    items = [m[0] for m in members]
+    matrix = np.stack([m[1] for m in members]).astype(np.float32)
+    other = TGT if side == SRC else SRC
+    for name in shard_names[other]:
+        yield other, name, items, matrix
+
+
+class IndexNeighbourLists(beam.PTransform):
+    """(searchable item, unit vector) of both sides -> (item, [(similarity, other item)] hits from
+    every shard of the other side's index), to be merged per item into the top k."""
+
+    def __init__(self, src_index: str, tgt_index: str, src: IndexManifest, tgt: IndexManifest, k: int,
+                 nprobe: int | None, query_batch: int, rerank: int = 0):
+        super().__init__()
+        self.dirs = {SRC: src_index.rstrip("/"), TGT: tgt_index.rstrip("/")}
+        self.shards = {SRC: [s["name"] for s in src.shards if s["sentences"]],
+                       TGT: [s["name"] for s in tgt.shards if s["sentences"]]}
+        self.nprobes = {SRC: nprobe or src.nprobe, TGT: nprobe or tgt.nprobe}
+        self.k, self.query_batch = k, query_batch
+        # re-rank only where the index kept its rows (labse-index writes them; older indexes lack them)
+        self.rerank = {SRC: rerank if src.rerank_vectors else 0, TGT: rerank if tgt.rerank_vectors else 0}
+
+    def expand(self, embedded):
+        query_batch = self.query_batch
+        counts = (embedded
+                  | "Sides" >> beam.Map(lambda e: e[0][0])
+                  | "CountSides" >> beam.combiners.Count.PerElement()
+                  | "Batches" >> beam.Map(lambda kv: (kv[0], max(1, -(-kv[1] // query_batch)))))
+        return (embedded
+                | "KeyBatch" >> beam.Map(lambda e, n: ((e[0][0], stable_hash(e[0][2]) % n[e[0][0]]), e),
+                                         beam.pvalue.AsDict(counts))
+                | "GroupBatch" >> beam.GroupByKey()
+                | "ToShards" >> beam.FlatMap(_to_shards, self.shards)
+                | "Spread" >> beam.Reshuffle()
+                | "SearchShards" >> beam.ParDo(_SearchShard(self.dirs, self.nprobes, self.k, self.rerank)))
+
+
+class RestoreProvenance(beam.PTransform):
+    """(selected pair records keyed by searchable items, the input's items) -> the pair records
+    with each side's full item (group, url, doc_id) back."""
+
+    def expand(self, pcolls):
+        pairs, items = pcolls
+        keyed_items = items | "KeyItems" >> beam.Map(lambda item: (searchable(item), item))
+        for side in ("src", "tgt"):
+            pairs = (
+                {"pair": pairs | f"Key{side}" >> beam.Map(lambda p, s=side: (p[s], p)), "item": keyed_items}
+                | f"Join{side}" >> beam.CoGroupByKey()
+                | f"Put{side}" >> beam.FlatMap(_put_back, side))
+        return pairs
+
+
+def _put_back(joined, side: str):
+    _key, grouped = joined
+    full = list(grouped["item"])
+    for pair in grouped["pair"]:
+        yield dict(pair, **{side: full[0]}) if full else pair

