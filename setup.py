@@ -80,6 +80,7 @@ setup(
             "labse-vocab=vocab.cli:main",
             "labse-mine=pipelines.mine.cli:main",
             "labse-score=pipelines.score.cli:main",
+            "labse-distill=pipelines.distill.cli:main",
             "labse-tfrecords=pipelines.tfrecords:main",
             "labse-pretrain=labse_model.pretrain:main",
             "labse-train=labse_model.train:main",
