@@ -198,8 +198,8 @@ def distill(output: str, vocab_path: str, sources: list[SentenceSource], config:
 
     fingerprint = _fingerprint(STAGE, folder.name, _file_digest(vocab_path), dataclasses.asdict(config),
                                list(pairs), len(data.pairs))
-    trained, history = train(table, weights, data, config, Checkpoint(work / "checkpoint.safetensors", fingerprint),
-                             log=log)
+    checkpoint = Checkpoint(work / f"checkpoint-{fingerprint}.safetensors", fingerprint)
+    trained, history = train(table, weights, data, config, checkpoint, log=log)
 
     metadata = StaticMetadata(
         dims=config.dims, vocab_size=len(vocab), teacher=teacher, languages=corpus.languages,
