@@ -167,8 +167,8 @@ def read_table(directory: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
 class StaticEmbedder:
     """A static embedder directory as an embedder (`encode(texts) -> float32 unit rows`).
 
-    The table is kept with the weights folded in, in float16 (as sentence-transformers keeps it): a
-    500,000-token table at 256 dims is 256 MB. Sentences are tokenised by the Rust `tokenizers`
+    The table is kept with the weights folded in, in float32 (4 x vocabulary x dims bytes: 512 MB
+    for 500,000 tokens at 256 dims, 33 MB for 32,000). Sentences are tokenised by the Rust `tokenizers`
     pipeline of ``tokenizer.json``; its threads are the `tokenizers` library's (``RAYON_NUM_THREADS``).
     """
 
@@ -186,7 +186,9 @@ class StaticEmbedder:
             raise StaticEmbedderError(f"{meta_path} is not readable JSON ({error})") from None
         self.metadata = StaticMetadata.from_json(payload, meta_path)
         embeddings, weights = read_table(directory)
-        self.table = (embeddings.astype(np.float32) * weights[:, None]).astype(np.float16)
+        # float16 -> weights folded in float32 -> float16 (what sentence-transformers' loader does, so both
+        # round alike) -> float32 for the sparse product, which has no float16 kernel.
+        self.table = (embeddings.astype(np.float32) * weights[:, None]).astype(np.float16).astype(np.float32)
         from tokenizers import Tokenizer
 
         tokenizer_path = directory / TOKENIZER_FILE
@@ -213,12 +215,13 @@ class StaticEmbedder:
         return l2_normalise(out)
 
     def _embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        # One sparse [texts, vocabulary] count matrix times the table: scipy's C loop is ~25x faster
+        # here than gathering rows and summing them with numpy (np.add.reduceat).
+        from scipy.sparse import csr_matrix
+
         ids = self.token_ids(texts)
         lengths = np.fromiter((len(row) for row in ids), np.int64, len(ids))
-        sums = np.zeros((len(ids), self.dim), np.float32)
-        filled = np.flatnonzero(lengths)
-        if filled.size:
-            flat = np.fromiter((i for row in ids for i in row), np.int64, int(lengths.sum()))
-            starts = np.concatenate([[0], np.cumsum(lengths[filled])[:-1]])
-            sums[filled] = np.add.reduceat(self.table[flat].astype(np.float32), starts, axis=0)
-        return sums
+        flat = np.fromiter((i for row in ids for i in row), np.int64, int(lengths.sum()))
+        rows = csr_matrix((np.ones(len(flat), np.float32), flat, np.concatenate([[0], np.cumsum(lengths)])),
+                          shape=(len(ids), self.table.shape[0]))
+        return np.asarray(rows @ self.table, dtype=np.float32)
