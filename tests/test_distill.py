@@ -174,3 +174,24 @@ def test_demo_step_distils_and_mines_one_pair(labse_data, tmp_path):
     assert lines[-1].startswith("best pair (margin ")
     right = int(lines[1].split(" pairs, ")[1].split(" of them")[0])
     assert right >= 30, lines  # most of 60 captions find their translation through the cascade
+
+
+def test_teacher_chunks_of_an_interrupted_pass_are_reused(tmp_path):
+    from pipelines.distill.transforms import _EmbedChunk
+
+    class Teacher:
+        calls = 0
+
+        def encode(self, texts):
+            Teacher.calls += 1
+            return np.ones((len(texts), 4), np.float32) / 2
+
+    step = _EmbedChunk("unused", str(tmp_path), threads=1)
+    step._embedder = Teacher()
+    first = list(step.process(("de", 0, ["ein Satz", "noch einer"])))
+    again = list(step.process(("de", 0, ["ein Satz", "noch einer"])))
+    changed = list(step.process(("de", 0, ["ein Satz", "ein anderer"])))
+    assert Teacher.calls == 2 and "chunks.reused" in again[0] and "chunks.reused" not in changed[0]
+    assert first[0]["sentences.embedded"] == 2
+    assert (tmp_path / "de.part-00000.txt").read_text(encoding="utf-8") == "ein Satz\nein anderer\n"
+    assert np.load(tmp_path / "de.part-00000.npy").shape == (2, 4)

@@ -61,17 +61,15 @@ def teacher_pass(work: Path, sources: list[SentenceSource], vocab: list[str], te
     if done is not None:
         log(f"teacher vectors: reusing {folder}")
         return folder, done.get("stats", {}).get("tally", {})
-    import shutil
-
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.distill.transforms import build_teacher_pipeline
     from pipelines.text.wordpiece import SPECIAL_TOKENS
 
-    shutil.rmtree(folder, ignore_errors=True)  # an interrupted pass of these inputs: started again
-    (folder / "sentences").mkdir(parents=True)
-    (folder / "tokens").mkdir()
+    # An interrupted pass of these inputs left chunks: each is kept when its texts match (_EmbedChunk).
+    (folder / "sentences").mkdir(parents=True, exist_ok=True)
+    (folder / "tokens").mkdir(exist_ok=True)
     surfaces = sorted({token_text(t) for t in vocab if t not in SPECIAL_TOKENS})
     log(f"teacher pass ({teacher}): {len(sources)} input(s), {len(surfaces):,} vocabulary surfaces -> {folder}")
     started = time.perf_counter()

@@ -55,7 +55,8 @@ class _ReadSource(beam.DoFn):
 
 
 class _EmbedChunk(beam.DoFn):
-    """(group, chunk number, texts) -> GROUP.part-N.npy + .txt in `output`, written atomically."""
+    """(group, chunk number, texts) -> GROUP.part-N.npy + .txt in `output`, written atomically; a
+    chunk already there with the same texts (a pass that was interrupted) is kept, not embedded again."""
 
     def __init__(self, teacher: str, output: str, threads: int):
         self.teacher, self.output, self.threads = teacher, output, threads
@@ -69,13 +70,30 @@ class _EmbedChunk(beam.DoFn):
         from pipelines.io.atomic import write_bytes_atomic
 
         group, number, texts = element
+        name = f"{self.output}/{group}.part-{number:05d}"
+        lines = ("\n".join(texts) + "\n").encode("utf-8")
+        if _already_written(name, lines):  # an interrupted pass of the same inputs: this chunk is done
+            yield {"sentences.embedded": len(texts), f"embedded.{group}": len(texts), "chunks.reused": 1}
+            return
         vectors = self._embedder.encode(texts).astype(np.float16)
         buffer = io.BytesIO()
         np.save(buffer, vectors, allow_pickle=False)
-        name = f"{self.output}/{group}.part-{number:05d}"
-        write_bytes_atomic(name + ".txt", ("\n".join(texts) + "\n").encode("utf-8"))
+        write_bytes_atomic(name + ".txt", lines)
         write_bytes_atomic(name + ".npy", buffer.getvalue())  # last: an .npy always has its .txt
         yield {"sentences.embedded": len(texts), f"embedded.{group}": len(texts)}
+
+
+def _already_written(name: str, lines: bytes) -> bool:
+    """NAME.npy exists and NAME.txt holds exactly these lines (the .npy is written last)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        if not FileSystems.exists(name + ".npy"):
+            return False
+        with FileSystems.open(name + ".txt") as handle:
+            return handle.read() == lines
+    except Exception:  # unreadable: embed again
+        return False
 
 
 def _sample_order(text: str) -> tuple[int, str]:
@@ -84,7 +102,7 @@ def _sample_order(text: str) -> tuple[int, str]:
 
 def _chunks(group_texts: tuple[str, list[str]]) -> Iterable[tuple[str, int, list[str]]]:
     group, texts = group_texts
-    texts = sorted(texts, key=stable_hash)
+    texts = sorted(texts, key=_sample_order)
     for number, start in enumerate(range(0, len(texts), CHUNK)):
         yield group, number, texts[start:start + CHUNK]
 
