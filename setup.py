@@ -32,6 +32,8 @@ PIPELINES = [
     "faiss-cpu>=1.8",
     "scikit-learn>=1.3",
     "publicsuffixlist>=1.0",
+    "scipy>=1.10",
+    "safetensors>=0.4",
 ]
 TF = ["tensorflow==2.21.0", "tensorflow-text==2.21.1"]
 VOCAB = ["apache-beam==2.77.0", "pyarrow>=14", "tokenizers>=0.20", "transformers>=5.0", "matplotlib>=3.7"]
@@ -87,6 +89,7 @@ setup(
             "labse-index=pipelines.index.cli:main",
             "labse-mine=pipelines.mine.cli:main",
             "labse-score=pipelines.score.cli:main",
+            "labse-distill=pipelines.distill.cli:main",
             "labse-tfrecords=pipelines.tfrecords:main",
             "labse-pretrain=labse_model.pretrain:main",
             "labse-train=labse_model.train:main",

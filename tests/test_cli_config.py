@@ -205,6 +205,8 @@ def _parsers():
     from labse_model.config import PretrainConfig as Pretrain, TrainConfig as Train
     from pipelines.clean import cli as clean_cli
     from pipelines.clean.config import CleanConfig
+    from pipelines.distill import cli as distill_cli
+    from pipelines.distill.config import DistillConfig
     from pipelines.main_content import cli as main_content_cli
     from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig
     from pipelines.mine import cli as mine_cli
@@ -227,6 +229,7 @@ def _parsers():
         ("labse-score", None): (score_cli.build_parser, [ScoreConfig]),
         ("labse-score", "train"): (score_cli.train_parser, [ScorerConfig]),
         ("labse-tfrecords", None): (tfrecords_cli.build_parser, [TFRecordsConfig]),
+        ("labse-distill", None): (distill_cli.build_parser, [DistillConfig]),
         ("labse-pretrain", None): (pretrain.build_parser, [Pretrain]),
         ("labse-train", None): (train.build_parser, [Train]),
     }
@@ -286,6 +289,7 @@ def test_every_command_is_built_from_its_config_dataclass(command):
     ("pipelines.score.config:ScoreConfig(keep_precision=0)", "--keep-precision"),
     ("pipelines.score.scorer:ScorerConfig(k=0)", "--k"),
     ("pipelines.tfrecords.config:TFRecordsConfig(num_shards=0)", "--num-shards"),
+    ("pipelines.distill.config:DistillConfig(dims=0)", "--dims"),
     ("labse_model.config:TrainConfig(max_steps=0)", "max_steps"),
 ])
 def test_a_config_check_fires_in_library_use(build, fault):
@@ -330,19 +334,22 @@ INNER = {
                                      ["--input", "x.warc.gz", "--output", "OUT"]),
     "labse-train": ("labse_model.train", "train", TRAIN_REQUIRED[:-1] + ["OUT", "--device", "cpu"]),
     "labse-eval mining": ("pipelines.score.bucc", "read_side", ["mining", "--src", "s", "--tgt", "t", "--gold", "g"]),
+    "labse-distill": ("pipelines.distill.cli", "sentence_sources", ["--vocab", "v.txt", "--text", "de=x.txt",
+                                                                    "--output", "OUT"]),
 }
 
 
 def _main_of(command: str):
     from labse_model import evaluate as evaluate_module, train as train_module
     from pipelines.clean import cli as clean_cli
+    from pipelines.distill import cli as distill_cli
     from pipelines.main_content import cli as main_content_cli
     from pipelines.mine import cli as mine_cli
     from pipelines.score import cli as score_cli
     from pipelines.tfrecords import cli as tfrecords_cli
     from vocab import cli as vocab_cli
 
-    return {"labse-mine": mine_cli.main, "labse-tfrecords": tfrecords_cli.main, "labse-vocab": vocab_cli.main,
+    return {"labse-mine": mine_cli.main, "labse-distill": distill_cli.main, "labse-tfrecords": tfrecords_cli.main, "labse-vocab": vocab_cli.main,
             "labse-score": score_cli.main, "labse-clean": clean_cli.main,
             "labse-main-content train": main_content_cli.train_main,
             "labse-main-content build-data": main_content_cli.build_data_main,

@@ -7,7 +7,7 @@ Layers, bottom to top (a module imports only its own layer or lower ones):
     pipelines.accounting, .stage      counting and the stage kit (Beam)
     pipelines.read                    the readers (may use pipelines.text)
     pipelines.embed                   the embedders and `auto` (imports no stage; the stages use it)
-    pipelines.<stage>                 clean, main_content, index, mine, score, tfrecords
+    pipelines.<stage>                 clean, main_content, index, mine, score, tfrecords, distill
     vocab                             the vocabulary stage (uses pipelines, never the reverse)
     labse_model                       the trainer (never the recipes)
     recipes                           orchestration on top: `make demo` (recipes/demo.py), re-mining
@@ -118,7 +118,7 @@ def test_no_module_outside_the_floor_defines_a_lock_a_marker_or_require_complete
 
 
 PACKAGES = ("pipelines", "vocab", "labse_model", "recipes")
-STAGES = ("clean", "main_content", "index", "mine", "score", "tfrecords")
+STAGES = ("clean", "main_content", "index", "mine", "score", "tfrecords", "distill")
 LAYERS = {"pipelines.io": 0, "pipelines.text": 1, "pipelines.accounting": 2, "pipelines.stage": 2, "pipelines.progress": 2,
           "pipelines.report": 5,
           "pipelines.stage_options": 2,

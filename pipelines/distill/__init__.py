@@ -1,0 +1,1 @@
+"""labse-distill: a static miner (`pipelines.embed.static`) taught by a sentence encoder the toolkit already runs."""

