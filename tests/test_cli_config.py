@@ -207,6 +207,8 @@ def _parsers():
     from pipelines.clean.config import CleanConfig
     from pipelines.distill import cli as distill_cli
     from pipelines.distill.config import DistillConfig
+    from pipelines.index import cli as index_cli
+    from pipelines.index.config import IndexConfig
     from pipelines.main_content import cli as main_content_cli
     from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig
     from pipelines.mine import cli as mine_cli
@@ -218,6 +220,8 @@ def _parsers():
     from pipelines.tfrecords.config import TFRecordsConfig
     from vocab import cli as vocab_cli
     from vocab.config import VocabConfig
+    from pipelines.report import cli as report_cli
+    from pipelines.report.config import ReportConfig
 
     return {
         ("labse-clean", None): (clean_cli.build_parser, [CleanConfig]),
@@ -230,6 +234,8 @@ def _parsers():
         ("labse-score", "train"): (score_cli.train_parser, [ScorerConfig]),
         ("labse-tfrecords", None): (tfrecords_cli.build_parser, [TFRecordsConfig]),
         ("labse-distill", None): (distill_cli.build_parser, [DistillConfig]),
+        ("labse-index", None): (index_cli.build_parser, [IndexConfig]),
+        ("labse-report", None): (report_cli.build_parser, [ReportConfig]),
         ("labse-pretrain", None): (pretrain.build_parser, [Pretrain]),
         ("labse-train", None): (train.build_parser, [Train]),
     }
