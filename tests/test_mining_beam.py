@@ -169,7 +169,7 @@ def test_parquet_input_same_site_multiprocess_and_provenance(tmp_path, val_pairs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["empty_source", "no_common_site"])
+@pytest.mark.parametrize("case", ["no_common_site"])  # an empty side is refused at launch: test_mine_cells
 def test_empty_and_one_sided_inputs_give_empty_outputs(tmp_path, case):
     src, tgt = tmp_path / "src", tmp_path / "tgt"
     src.mkdir()

@@ -25,7 +25,7 @@ from typing import Sequence
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
-from pipelines.mine.cells import matched_files, plan_cells
+from pipelines.mine.cells import SideCount, count_sentences, matched_files, plan_cells
 from pipelines.mine.config import MineConfig
 from pipelines.embed.choice import resolve_embedder
 from pipelines.embed.base import EmbedderError
@@ -46,6 +46,18 @@ def check_inputs(src: str, tgt: str) -> None:
         shown = ", ".join(shared[:3]) or src
         raise UsageError(f"--src and --tgt read the same file(s) ({shown}): mining a sentence set against "
                          "itself pairs every sentence with itself; give two different sides")
+
+
+def refuse_an_empty_side(src: str, tgt: str) -> dict[str, SideCount]:
+    """Each side's sentence count (read from markers and footers, see pipelines.mine.cells), refusing
+    a side with none before anything is embedded: no pair can come of it. Raises UsageError."""
+    counts = {path: count_sentences(path) for path in (src, tgt)}
+    for option, path in (("--src", src), ("--tgt", tgt)):
+        if counts[path].sentences == 0 and "unreadable" not in counts[path].source:  # those the run reports
+            raise UsageError(f"{option} {path} holds no sentences ({counts[path].source}): no pair can be mined, "
+                             "so nothing is embedded; give a side with sentences (a labse-clean "
+                             "`sentences/lang=XX` folder, Parquet or text files)")
+    return counts
 
 
 def _matched_files(path: str) -> set[str]:
@@ -72,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     try:
         check_inputs(args.src, args.tgt)
-        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards))
+        counts = refuse_an_empty_side(args.src, args.tgt)
+        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards, counts))
         config = config_from_args(MineConfig, args, derived={"src_blocks": lambda: layout().src_blocks,
                                                              "tgt_shards": lambda: layout().tgt_shards})
         try:
@@ -88,9 +101,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if choice.reason != "given":
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
     config = dataclasses.replace(config, embedder=choice.embedder, embedder_reason=choice.reason)
-    for side, path in (("--src", args.src), ("--tgt", args.tgt)):
-        if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
-            logger.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
     logger.info("mining %s (%s) x %s (%s) with %s -> %s", args.src, config.src_lang, args.tgt, config.tgt_lang,
                 config.embedder, output)
