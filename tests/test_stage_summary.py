@@ -31,3 +31,13 @@ def test_the_top_three_drop_reasons_are_named_largest_first():
                                           "dropped": {"a": 1, "b": 30, "c": 10, "d": 8}}}}
     first = summary_text("labse-clean", stats, "documents").splitlines()[0]
     assert first == "labse-clean: 100 documents read, 50 kept, 49 dropped (b 30, c 10, d 8, ...), 1 errored"
+
+
+def test_a_main_content_split_too_small_to_score_is_said():
+    from pipelines.main_content.evaluate import small_split_warnings
+
+    report = {"dev": {"pages": 40}, "test": {"pages": 8}}
+    assert small_split_warnings(report) == [
+        "the test split has only 8 pages (< 20): its scores are too noisy to compare models; give build-data "
+        "more labelled pages"]
+    assert small_split_warnings({"test": {"pages": 20}}) == []

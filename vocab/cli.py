@@ -17,6 +17,7 @@ import argparse
 import logging
 import sys
 
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.stage_options import stage_parser, usage_error
 from pipelines.stage import run_stage
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = start_logging(argv, "%(asctime)s %(name)s %(levelname)s %(message)s")
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

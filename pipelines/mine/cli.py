@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Sequence
 
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     args, beam_args = build_parser().parse_known_args(argv)
     try:
         check_inputs(args.src, args.tgt)

@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
@@ -262,8 +263,7 @@ def score_summary(stats: Mapping) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     if argv and argv[0] == "train":
         return train_main(argv[1:])
     args, beam_args = build_parser().parse_known_args(argv)
