@@ -32,6 +32,7 @@ from pipelines.embed.choice import resolve_embedder
 from pipelines.embed.base import EmbedderError
 from pipelines.embed.embedders import check_embedder_spec
 from pipelines.mine.transforms import build_pipeline
+from pipelines.accounting import summary_text
 from pipelines.stage import run_stage
 
 logger = logging.getLogger(__name__)
@@ -107,17 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config.embedder, output)
     started = time.perf_counter()
 
-    def stats_and_log() -> dict:
-        stats = read_output_stats(output)
-        logger.info("mined in %.0f s: %d/%d source and %d/%d target sentences embedded, %d pairs",
-                    time.perf_counter() - started, stats["src"]["embedded"], stats["src"]["read"],
-                    stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
-        return stats
+    def summarise(stats: dict) -> str:
+        return summary_text("labse-mine", stats, "candidate_pairs", [
+            f"{stats['pairs']:,} pairs mined with {config.embedder} in {time.perf_counter() - started:.0f} s; "
+            f"{stats['src']['embedded']:,}/{stats['src']['read']:,} source and "
+            f"{stats['tgt']['embedded']:,}/{stats['tgt']['read']:,} target sentences embedded"])
 
     return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[args.src, args.tgt],
                      wire=lambda pipeline: build_pipeline(pipeline, args.src, args.tgt, output, config),
-                     finish=stats_and_log)
+                     finish=lambda: read_output_stats(output), summarise=summarise)
 
 
 if __name__ == "__main__":
