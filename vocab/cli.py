@@ -14,7 +14,6 @@ line, exit 2).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from pipelines.io.console import start_logging
@@ -53,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = start_logging(argv, "%(asctime)s %(name)s %(levelname)s %(message)s")
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)  # per-batch statistics drown the progress
     if not args.input and not args.input_text:
         parser.error("give --input DIR/sentences and/or --input-text LANG=PATH")
     try:  # before anything is read
