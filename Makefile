@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 LABSE_DATA ?= $(abspath ../shared/data)
 export LABSE_DATA
 # Beam, TensorFlow and torch each start thread pools per process; on 2 cores more threads only thrash.
-export TF_CPP_MIN_LOG_LEVEL ?= 2
+export TF_CPP_MIN_LOG_LEVEL ?= 3
 
 .PHONY: venv demo test test-fast docs bench clean chromium
 

@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import ContextManager
 
+from pipelines.io.console import start_logging
 from labse_model.checkpoint import find_checkpoint
 from labse_model.distributed import (
     DistributedContext,
@@ -77,8 +78,8 @@ def new_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, ar
     return parser, parser.add_argument_group("data and run")
 
 
-def configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
 
 
 def relaunch_with_torchrun(module: str, argv: Sequence[str], nproc: int) -> int:
@@ -221,10 +222,9 @@ def command_main(module: str, parser: argparse.ArgumentParser, argv: list[str] |
     `check(args)` (with `check_run_arguments`) runs first, in this process, before anything is read
     or launched: a bad option is one line and exit 2 here, not once per torchrun child.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = start_logging(argv, LOG_FORMAT)
     args = parser.parse_args(argv)
     args.given_options = given_options(parser, argv)
-    configure_logging()
     try:
         with stop_at_once():  # SIGTERM before (or after) the steps: stop now, cleanly (stop_signal)
             try:

@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from pipelines.io.console import start_logging
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.text_lines import read_lines
 from pipelines.io.config_options import UsageError
@@ -288,8 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = start_logging(argv, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     if argv and argv[0] == "mining":
         try:  # lazily: Tatoeba needs neither Beam nor the mining code
             from pipelines.score import bucc

@@ -112,7 +112,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     """Every numeric option, checked before any work starts (PretrainConfig's rules; the preset
     gives the depth and positions that some defaults derive from)."""
     preset = PRESETS[args.config]
-    pretrain_settings(args, preset["num_layers"], preset["max_position_embeddings"])
+    settings = pretrain_settings(args, preset["num_layers"], preset["max_position_embeddings"])
+    if not args.resume:  # a resume takes its stages from the run, checked when it is read
+        check_warmup_fits(settings, preset["num_layers"])
     check_dropout(args.dropout)
 
 
@@ -155,11 +157,19 @@ def check_run_config(config: PretrainRunConfig, world_size: int) -> list[Stage]:
                          f"{settings.global_batch_size}) do not divide over {world_size} processes")
     if tlm_rows == settings.global_batch_size:
         raise UsageError("--tlm-fraction 1 leaves no monolingual row: MLM needs at least one")
-    stages = plan_stages(settings.max_steps, settings.stage_layers, settings.stage_fractions, model.num_layers)
-    for stage in stages:
-        if settings.warmup_steps >= stage.end - stage.begin:
-            raise UsageError(f"--warmup-steps {settings.warmup_steps} is not shorter than stage {stage.index + 1} "
-                             f"({stage.end - stage.begin} steps): every stage warms up anew")
+    return check_warmup_fits(settings, model.num_layers)
+
+
+def check_warmup_fits(settings: PretrainConfig, num_layers: int) -> list[Stage]:
+    """The stages, refusing a warm-up that is not shorter than the shortest stage (each stage warms
+    up anew) with the value that would fit."""
+    stages = plan_stages(settings.max_steps, settings.stage_layers, settings.stage_fractions, num_layers)
+    shortest = min(stages, key=lambda stage: stage.end - stage.begin)
+    length = shortest.end - shortest.begin
+    if settings.warmup_steps >= length:
+        raise UsageError(f"--warmup-steps {settings.warmup_steps} is not shorter than stage {shortest.index + 1} "
+                         f"({length} steps): every stage warms up anew; give --warmup-steps <= {length - 1} "
+                         f"(a tenth of the stage, {max(length // 10, 1)}, is usual) or a larger --max-steps")
     return stages
 
 

@@ -245,6 +245,10 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         logger.warning("--grad-cache-chunk %d is not smaller than the %d pairs per process: one chunk, so "
                        "gradient caching saves no memory and only adds a forward", tc.grad_cache_chunk, local_batch)
 
+    if tc.warmup_steps >= tc.max_steps and ctx.is_main:
+        logger.warning("--warmup-steps %d is not shorter than the run (--max-steps %d): the learning rate never "
+                       "reaches --lr; give --warmup-steps <= %d (a tenth of the run, %d, is usual)",
+                       tc.warmup_steps, tc.max_steps, tc.max_steps - 1, max(tc.max_steps // 10, 1))
     torch.manual_seed(tc.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
     model = DualEncoder(mc).to(ctx.device)
     optimizer = build_optimizer(model, tc)

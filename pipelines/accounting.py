@@ -237,3 +237,23 @@ def build_stats(tally: Mapping[str, int], per_language: Mapping[str, int], confi
     stats["main_content"] = main_content_section(tally)
     stats["config"] = dict(config)
     return stats
+
+
+def summary_text(stage: str, stats: Mapping, unit: str, decisions: Sequence[str] = (),
+                 warnings: Sequence[str] = ()) -> str:
+    """The closing lines every stage prints (through run_stage's `summarise`), from the accounting
+    section of its stats: `unit`s read, kept, dropped (the top three reasons) and errored; then the
+    stage's key decisions; then a WARNING line for each degenerate result, kept < 1% of read added here."""
+    books = stats.get("accounting", {}).get(unit, {})
+    read, kept, errored = books.get("read", 0), books.get("kept", 0), books.get("errored", 0)
+    dropped = books.get("dropped", {})
+    top = sorted(dropped.items(), key=lambda item: -item[1])[:3]
+    reasons = f" ({', '.join(f'{reason} {n:,}' for reason, n in top)}{', ...' if len(dropped) > 3 else ''})" if top else ""
+    lines = [f"{stage}: {read:,} {unit} read, {kept:,} kept, {sum(dropped.values()):,} dropped{reasons}, "
+             f"{errored:,} errored"]
+    lines += [f"  {decision}" for decision in decisions]
+    alerts = list(warnings)
+    if read and kept < 0.01 * read:
+        alerts.append(f"only {kept:,} of {read:,} {unit} kept (< 1%)")
+    lines += [f"WARNING {alert}" for alert in alerts]
+    return "\n".join(lines)

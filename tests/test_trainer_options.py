@@ -138,6 +138,8 @@ BAD_PRETRAIN_OPTIONS = [
     (("--heldout-rate", "1"), "heldout_rate must be a finite number in [0, 1)"),
     (("--heldout-per-language", "0"), "heldout_per_language must be"),
     (("--max-seq-length", "4"), "max_seq_length must be an integer >= 5"),
+    (("--max-steps", "6000"), "--warmup-steps 10000 is not shorter than stage 1 (3000 steps): every stage warms "
+                              "up anew; give --warmup-steps <= 2999"),
     (("--max-grad-norm", "-1"), "max_grad_norm must be"),
     (("--seed", "-1"), "seed must be"),
     (("--log-every", "0"), "log_every must be"),

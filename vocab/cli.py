@@ -14,9 +14,9 @@ line, exit 2).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.stage_options import stage_parser, usage_error
 from pipelines.stage import run_stage
@@ -49,10 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = start_logging(argv, "%(asctime)s %(name)s %(levelname)s %(message)s")
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    logging.getLogger("apache_beam").setLevel(logging.WARNING)  # per-batch statistics drown the progress
     if not args.input and not args.input_text:
         parser.error("give --input DIR/sentences and/or --input-text LANG=PATH")
     try:  # before anything is read

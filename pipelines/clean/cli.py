@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import asdict
 
+from pipelines.io.console import start_logging
 from pipelines.clean.transforms import (
     DEFAULT_PER_FILE_LIMIT,
     CleanCorpus,
@@ -118,7 +119,7 @@ def run(inputs: list[tuple[str, str]], output: str, config: CleanConfig, beam_ar
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = start_logging(argv, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
     try:

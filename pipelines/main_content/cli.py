@@ -16,6 +16,7 @@ import logging
 import sys
 from collections import Counter
 
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.stage_options import usage_error
 from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig, TeacherConfig
@@ -32,7 +33,7 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = start_logging(argv, "%(levelname)s %(message)s")
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
@@ -125,7 +126,7 @@ def train_parser() -> argparse.ArgumentParser:
 
 
 def train_main(argv: list[str] | None = None) -> int:
-    from pipelines.main_content.evaluate import format_metrics
+    from pipelines.main_content.evaluate import format_metrics, small_split_warnings
     from pipelines.main_content.train import train
 
     parser = train_parser()
@@ -147,6 +148,8 @@ def train_main(argv: list[str] | None = None) -> int:
             print(format_metrics(f"{split} (page-disjoint, vs teacher)", report[split]))
             print(format_metrics(f"{split} text only, no HTML feature (as for WET)", report[f"{split}_text_only"]))
     print(f"metrics: {args.output}.metrics.json")
+    for warning in small_split_warnings(report):
+        print(f"WARNING {warning}")
     return 0
 
 

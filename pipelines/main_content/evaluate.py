@@ -90,6 +90,16 @@ def evaluate_pages(model, pages: Iterable[LabelledPage], threshold: float = MAIN
     return summary
 
 
+MIN_PAGES_TO_SCORE = 20  # below this a page-level F1 moves by several points with each page
+
+
+def small_split_warnings(report: dict) -> list[str]:
+    """A line for each evaluated split of a training report with too few pages for its scores to mean much."""
+    return [f"the {split} split has only {report[split]['pages']} pages (< {MIN_PAGES_TO_SCORE}): its scores "
+            "are too noisy to compare models; give build-data more labelled pages"
+            for split in ("dev", "test") if split in report and report[split]["pages"] < MIN_PAGES_TO_SCORE]
+
+
 def format_metrics(name: str, summary: dict) -> str:
     """One line for the whole set, then one indented line per page type when the summary has them."""
     text = (f"{name}: P {summary['precision']:.3f} R {summary['recall']:.3f} F1 {summary['f1']:.3f} "

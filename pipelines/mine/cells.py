@@ -151,9 +151,11 @@ class CellLayout:
     reason: str
 
 
-def plan_cells(src: str, tgt: str, src_blocks: int | None, tgt_shards: int | None) -> CellLayout:
+def plan_cells(src: str, tgt: str, src_blocks: int | None, tgt_shards: int | None,
+               counts: dict[str, SideCount] | None = None) -> CellLayout:
     """The layout labse-mine runs with: a count given wins; one not given (None) is
-    ceil(sentences / SENTENCES_PER_CELL_SIDE) of its side, counted only then."""
+    ceil(sentences / SENTENCES_PER_CELL_SIDE) of its side, counted only then (or taken from
+    `counts`, by path, where the launcher counted already)."""
     chosen, why = {}, []
     for name, side, path, given in (("src_blocks", "sources", src, src_blocks),
                                     ("tgt_shards", "targets", tgt, tgt_shards)):
@@ -161,7 +163,7 @@ def plan_cells(src: str, tgt: str, src_blocks: int | None, tgt_shards: int | Non
             chosen[name] = given
             why.append(f"--{name.replace('_', '-')} given")
             continue
-        counted = count_sentences(path)
+        counted = (counts or {}).get(path) or count_sentences(path)
         chosen[name] = cell_count(counted.sentences, largest=MAX_COUNTS[name])
         why.append(f"{counted.sentences:,} {side} ({counted.source})")
     reason = "; ".join(why) + f"; at most {SENTENCES_PER_CELL_SIDE:,} sentences a side per cell"

@@ -22,15 +22,17 @@ import sys
 import time
 from typing import Sequence
 
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
-from pipelines.mine.cells import CellLayout, matched_files, plan_cells
+from pipelines.mine.cells import CellLayout, SideCount, count_sentences, matched_files, plan_cells
 from pipelines.mine.config import MineConfig
 from pipelines.embed.choice import resolve_embedder
 from pipelines.embed.base import EmbedderError
 from pipelines.embed.embedders import check_embedder_spec
 from pipelines.mine.transforms import build_pipeline
+from pipelines.accounting import summary_text
 from pipelines.stage import run_stage
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,18 @@ def check_inputs(src: str, tgt: str) -> None:
         shown = ", ".join(shared[:3]) or src
         raise UsageError(f"--src and --tgt read the same file(s) ({shown}): mining a sentence set against "
                          "itself pairs every sentence with itself; give two different sides")
+
+
+def refuse_an_empty_side(src: str, tgt: str) -> dict[str, SideCount]:
+    """Each side's sentence count (read from markers and footers, see pipelines.mine.cells), refusing
+    a side with none before anything is embedded: no pair can come of it. Raises UsageError."""
+    counts = {path: count_sentences(path) for path in (src, tgt)}
+    for option, path in (("--src", src), ("--tgt", tgt)):
+        if counts[path].sentences == 0 and "unreadable" not in counts[path].source:  # those the run reports
+            raise UsageError(f"{option} {path} holds no sentences ({counts[path].source}): no pair can be mined, "
+                             "so nothing is embedded; give a side with sentences (a labse-clean "
+                             "`sentences/lang=XX` folder, Parquet or text files)")
+    return counts
 
 
 def _matched_files(path: str) -> set[str]:
@@ -69,14 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     args, beam_args = build_parser().parse_known_args(argv)
     try:
         check_inputs(args.src, args.tgt)
+        counts = refuse_an_empty_side(args.src, args.tgt)
         cells = args.layout == "cells" or (args.layout == "auto" and not (args.src_index and args.tgt_index))
-        # the global layout has no cells: nothing is counted for them
-        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards) if cells
-                                 else CellLayout(1, 1, "global layout: no cells"))
+        # the global layout has no cells: nothing is planned for them
+        layout = functools.cache(lambda: plan_cells(args.src, args.tgt, args.src_blocks, args.tgt_shards, counts)
+                                 if cells else CellLayout(1, 1, "global layout: no cells"))
         config = config_from_args(MineConfig, args, derived={"src_blocks": lambda: layout().src_blocks,
                                                              "tgt_shards": lambda: layout().tgt_shards})
         try:
@@ -108,25 +123,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if choice.reason != "given":
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
     config = dataclasses.replace(config, embedder=choice.embedder, embedder_reason=choice.reason)
-    for side, path in (("--src", args.src), ("--tgt", args.tgt)):
-        if "://" not in path and not any(ch in path for ch in "*?[") and not os.path.exists(path):
-            logger.warning("%s %s does not exist: that side is empty, so no pairs will be mined", side, path)
     output = args.output.rstrip("/")
     logger.info("mining %s (%s) x %s (%s) with %s -> %s", args.src, config.src_lang, args.tgt, config.tgt_lang,
                 config.embedder, output)
     started = time.perf_counter()
 
-    def stats_and_log() -> dict:
-        stats = read_output_stats(output)
-        logger.info("mined in %.0f s: %d/%d source and %d/%d target sentences embedded, %d pairs",
-                    time.perf_counter() - started, stats["src"]["embedded"], stats["src"]["read"],
-                    stats["tgt"]["embedded"], stats["tgt"]["read"], stats["pairs"])
-        return stats
+    def summarise(stats: dict) -> str:
+        return summary_text("labse-mine", stats, "candidate_pairs", [
+            f"{stats['pairs']:,} pairs mined with {config.embedder} in {time.perf_counter() - started:.0f} s; "
+            f"{stats['src']['embedded']:,}/{stats['src']['read']:,} source and "
+            f"{stats['tgt']['embedded']:,}/{stats['tgt']['read']:,} target sentences embedded"])
 
     return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[args.src, args.tgt, *(p for p in (config.src_index, config.tgt_index) if p)],
                      wire=lambda pipeline: build_pipeline(pipeline, args.src, args.tgt, output, config),
-                     finish=stats_and_log)
+                     finish=lambda: read_output_stats(output), summarise=summarise)
 
 
 if __name__ == "__main__":

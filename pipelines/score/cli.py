@@ -25,15 +25,17 @@ import logging
 import re
 import sys
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import pyarrow as pa
 
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
 from pipelines.score.config import ScoreConfig
 from pipelines.score.transforms import PAIR_COLUMNS, ReadPairs, build_pipeline
+from pipelines.accounting import summary_text
 from pipelines.stage import run_stage
 
 logger = logging.getLogger(__name__)
@@ -242,9 +244,26 @@ def pairs_embedder(pairs: str) -> str | None:
         return None
 
 
+def score_summary(stats: Mapping) -> str:
+    """The accounting line, then per language pair the threshold chosen, how, at what expected
+    precision, and the pairs kept; a WARNING where the set's statistic lies outside the scorer's
+    calibration range (the threshold is then an extrapolation)."""
+    decisions, warnings = [], []
+    for pair, decision in sorted(stats.get("per_language_pair", {}).items()):
+        threshold, precision = decision.get("threshold"), decision.get("estimated_precision")
+        shown = "none" if threshold is None else f"{threshold:.3f}"
+        expected = "" if precision is None else f", expected precision {precision:.3f}"
+        decisions.append(f"{pair}: threshold {shown} ({decision.get('method', '?')}{expected}), "
+                         f"kept {decision.get('kept', 0):,} of {decision.get('pairs', 0):,} pairs")
+        if decision.get("set_statistic_in_calibration_range") is False:
+            warnings.append(f"{pair}: the pairs' statistic is outside the calibration range of "
+                            f"{decision.get('calibration', 'the scorer')}: the threshold is extrapolated; "
+                            "check a sample of the kept pairs")
+    return summary_text("labse-score", stats, "pairs", decisions, warnings)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     if argv and argv[0] == "train":
         return train_main(argv[1:])
     args, beam_args = build_parser().parse_known_args(argv)
@@ -273,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return read_output_stats(output)
 
     return run_stage("labse-score", output, progress_unit="pairs", overwrite=args.overwrite, beam_args=beam_args,
-                     inputs=[args.pairs, args.model, args.labelled], finish=stats_and_log,
+                     inputs=[args.pairs, args.model, args.labelled], finish=stats_and_log, summarise=score_summary,
                      wire=lambda pipeline: build_pipeline(pipeline, args.pairs, output, args.model,
                                                           config.target_precision, config.keep_fraction, labelled,
                                                           config.keep_best_f1))

@@ -20,14 +20,16 @@ from typing import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
+from pipelines.accounting import summary_text
 from pipelines.stage import run_stage
 from pipelines.io.completion import read_stats_json, require_stage_output
 from pipelines.stage_options import stage_parser, usage_error
 from pipelines.io.parallel_text import parse_parallel_text
 from pipelines.text.wordpiece import VocabError
 from pipelines.tfrecords.config import TFRecordsConfig
-from pipelines.tfrecords.transforms import BuildTFRecords
+from pipelines.tfrecords.transforms import READ_BY_INPUT, BuildTFRecords
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def tfrecords_summary(stats: dict, num_shards: int, output: str) -> str:
+    """The accounting line, the records and shards written, and what share of the pairs read came from
+    each kind of input (--pairs, --parallel-text), with a WARNING when one gives nearly all of them."""
+    decisions = [f"{stats['written_pairs']:,} records in {num_shards - stats['empty_shards']} shards "
+                 f"under {output}"]
+    by_input = stats.get(READ_BY_INPUT, {})
+    total = sum(by_input.values())
+    if total:
+        decisions.append("pairs read by input: " + ", ".join(
+            f"{name} {n:,} ({n / total:.1%})" for name, n in by_input.items()))
+    warnings = [f"{name} gave {n / total:.1%} of the pairs read: the records are nearly all one input"
+                for name, n in by_input.items() if len(by_input) > 1 and n > 0.95 * total]
+    return summary_text("labse-tfrecords", stats, "pairs", decisions, warnings)
+
+
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = start_logging(argv, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
     try:  # everything about the inputs is checked here, before any work: one line, exit 2
@@ -92,13 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("writing TFRecords from %d Parquet files and %d parallel text pairs of files to %s",
                 len(parquet_files), len(specs), args.output)
 
-    def summarise(stats) -> str:
-        return (f"labse-tfrecords: {stats['written_pairs']} pairs in {build.config.num_shards - stats['empty_shards']} "
-                f"shards under {args.output}; dropped: {stats['dropped'] or 'none'}")
 
     return run_stage("labse-tfrecords", args.output, progress_unit="pairs", overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[*args.pairs, args.vocab, *(path for spec in specs for path in (spec.src_path, spec.tgt_path))],
-                     wire=lambda pipeline: pipeline | "BuildTFRecords" >> build, summarise=summarise,
+                     wire=lambda pipeline: pipeline | "BuildTFRecords" >> build,
+                     summarise=lambda stats: tfrecords_summary(stats, build.config.num_shards, args.output),
                      finish=lambda: read_stats_json(FileSystems.join(args.output, "stats.json")))
 
 

@@ -314,6 +314,21 @@ def _open_shard_writer(path: str):
     return _RemoteShardWriter(path) if "://" in path else TFRecordWriter(path)
 
 
+READ_BY_INPUT = "read_by_input"  # tally keys of the pairs each kind of input gave (after its reader's drops)
+
+
+class _CountAs(beam.PTransform):
+    """The number of elements, as a one-key tally `{key: n}` (0 for none)."""
+
+    def __init__(self, key: str):
+        super().__init__()
+        self.key = key
+
+    def expand(self, pcoll):
+        key = self.key
+        return pcoll | beam.combiners.Count.Globally() | beam.Map(lambda n: {key: n})
+
+
 class _WriteManifests(beam.DoFn):
     def __init__(self, output_dir: str, config: TFRecordsConfig, vocab: dict, inputs: dict):
         self.output_dir = output_dir
@@ -329,6 +344,8 @@ class _WriteManifests(beam.DoFn):
         schema, stats = build_manifests(shards, drops, config=self.config, vocab=self.vocab,
                                         inputs=self.inputs, input_pairs=input_pairs,
                                         accounting=accounting_section(tally, UNITS))
+        prefix = f"{READ_BY_INPUT}."
+        stats[READ_BY_INPUT] = {key[len(prefix):]: n for key, n in sorted(tally.items()) if key.startswith(prefix)}
         write_json_atomic(FileSystems.join(self.output_dir, "schema.json"), schema)
         write_stats_json(FileSystems.join(self.output_dir, "stats.json"), stats)
         mark_complete(self.output_dir, stats, stage="labse-tfrecords")  # the last write of the stage
@@ -486,11 +503,13 @@ class BuildTFRecords(beam.PTransform):
             pair_sets.append(parquet["pairs"])
             drop_sets.append(parquet["dropped"])
             tally_sets.append(parquet[TALLY])
+            tally_sets.append(parquet["pairs"] | "CountParquetPairs" >> _CountAs(f"{READ_BY_INPUT}.--pairs"))
         if self.parallel_text:
             text = pbegin | "ReadParallelText" >> ReadParallelText(self.parallel_text)
             pair_sets.append(text["pairs"])
             drop_sets.append(text["dropped"])
             tally_sets.append(text[TALLY])
+            tally_sets.append(text["pairs"] | "CountTextPairs" >> _CountAs(f"{READ_BY_INPUT}.--parallel-text"))
         pairs = tuple(pair_sets) | "AllPairs" >> beam.Flatten()
         drops = tuple(drop_sets) | "ReaderDrops" >> beam.Flatten()
         tally = tuple(tally_sets) | "ReaderTallies" >> MergeTallies()
