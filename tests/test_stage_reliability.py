@@ -323,6 +323,7 @@ class _PastTheOverlapCheck(BaseException):
 
 @pytest.fixture
 def stop_after_overlap_check(monkeypatch):
+    from pipelines import stage
     from pipelines.io import overlap
 
     real = overlap.check_output_apart
@@ -332,6 +333,7 @@ def stop_after_overlap_check(monkeypatch):
         raise _PastTheOverlapCheck(str(output))
 
     monkeypatch.setattr(overlap, "check_output_apart", check_then_stop)
+    monkeypatch.setattr(stage, "check_output_apart", check_then_stop)  # the stage kit's own reference
 
 
 def _verdict(run, argv) -> str:
