@@ -308,7 +308,8 @@ def pretraining_section(root: RunRoot, found: Found) -> Section:
     stages = summary.get("stages") or {}
     if stages:
         keys = sorted({k for s in stages.values() for k, v in s.items() if isinstance(v, (int, float))})
-        section.blocks.append(table(("stage", *keys), [(name, *(s.get(k, "—") for k in keys)) for name, s in stages.items()]))
+        # a row per figure, a column per stage: stages are few, figures many (a wide table would scroll)
+        section.blocks.append(table(("figure", *stages), [(k, *(s.get(k, "—") for s in stages.values())) for k in keys]))
     section.blocks.append(_summary_table(summary))
     section.blocks += _curve_blocks(_metrics_lines(root, found.path), "pre-training")
     return section
