@@ -10,6 +10,7 @@ The Beam-free pieces it uses (locks, `_SUCCESS`, stats JSON, atomic Parquet file
 `pipelines.io`; the counting is `pipelines.accounting`."""
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
@@ -24,7 +25,8 @@ from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic
 from pipelines.io.config_options import UsageError
 from pipelines.io.locks import output_lock
-from pipelines.io.overlap import OUTPUT_REFUSED, check_output_apart, prepare_output, prepare_output_files, remove_output
+from pipelines.io.overlap import (OUTPUT_REFUSED, check_output_apart, check_output_place, prepare_output,
+                                   prepare_output_files, remove_output)
 from pipelines.progress import ProgressBoard, runs_locally
 from pipelines.stage_options import usage_error
 
@@ -60,11 +62,39 @@ def run_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[s
                               progress_unit=progress_unit)
     except (UsageError, *OUTPUT_REFUSED) as error:
         return usage_error(stage, str(error))
+    except Exception as error:  # noqa: BLE001 - only the environment's own faults are answered here
+        cause = environment_fault(error)
+        if cause is None:
+            raise
+        print(f"{stage}: error: {cause}", file=sys.stderr)
+        return 1
     if stats is None:
         return 0
     if summarise is not None:
         print(summarise(stats), flush=True)
     return report_identity(stage, stats, problems(stats) if problems else ())
+
+
+# What the machine, not the data or the code, refuses: a full disk or quota, a read-only file system,
+# a permission. Beam re-raises a worker's exception with the step's name, so the errno is looked
+# for along the exception's causes and, failing that, by its message.
+ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+                      errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}
+
+
+def environment_fault(error: BaseException) -> str | None:
+    """One line naming the environment's fault behind `error` (see ENVIRONMENT_ERRNOS), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS:
+            where = f" writing {error.filename}" if error.filename else ""
+            return f"{ENVIRONMENT_ERRNOS[error.errno]}{where} ({os.strerror(error.errno)}); nothing was completed"
+        for number, cause in ENVIRONMENT_ERRNOS.items():
+            if os.strerror(number) in str(error):
+                return f"{cause}: {str(error).strip().splitlines()[0][:300]}; nothing was completed"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[str],
@@ -74,7 +104,7 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
     """Run a Beam stage into `output`, everything that can be refused checked before anything is
     removed (in the manner of datatrove's `PipelineExecutor._run_for_rank`). In this order:
 
-    1. the inputs: `check_inputs()` (present, complete: it raises UsageError), and the output
+    1. the output's place (`check_output_place`), the inputs: `check_inputs()` (present, complete: it raises UsageError), and the output
        (or each of `output_files`) apart from every one of `inputs` (`check_output_apart`);
     2. the pipeline and all its options: the Beam options (`beam_pipeline`: the runner's name,
        Beam's own checks such as Dataflow's --project/--region/--temp_location, the files a run
@@ -93,6 +123,8 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
     Raises UsageError or one of OUTPUT_REFUSED for what a user can fix (nothing was removed for
     either before step 3 succeeded). A stage whose output is `output_files` has no completion
     marker, so a run that fails in steps 4-5 removes them (a retry would be refused otherwise)."""
+    for path in output_files or [output]:
+        check_output_place(path)  # a bucket's root or a read-only folder: refused before any input is read
     if check_inputs is not None:
         check_inputs()
     for path in output_files or [output]:
