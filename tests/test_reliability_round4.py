@@ -106,3 +106,63 @@ def test_a_malformed_modules_json_is_one_line(tmp_path, modules):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(UsageError, match=r"modules\.json must be a list of modules, each with an integer \"idx\""):
         load_starting_point(tmp_path)
+
+
+# ------------------------------------------------------------------ item 5: bad values counted
+def _saved_vectors(directory, sides):
+    import numpy as np
+
+    directory.mkdir()
+    rng = np.random.default_rng(0)
+    for name, (texts, bad_rows) in sides.items():
+        matrix = rng.normal(size=(len(texts), 8)).astype(np.float32)
+        for row, value in bad_rows.items():
+            matrix[row, 3] = value
+        np.save(directory / f"{name}.npy", matrix)
+        (directory / f"{name}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    return f"vectors:{directory}"
+
+
+def test_non_finite_saved_vectors_are_dropped_with_a_counted_reason(tmp_path):
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that
+
+    from pipelines.accounting import identity_violations
+    from pipelines.mine.config import MineConfig
+    from pipelines.mine.transforms import MineBitext, finish_stats
+
+    de = [f"Satz Nummer {i}." for i in range(6)]
+    en = [f"Sentence number {i}." for i in range(6)]
+    spec = _saved_vectors(tmp_path / "vectors", {"de": (de, {1: float("nan")}),
+                                                 "en": (en, {2: float("inf"), 4: float("-inf")})})
+    config = MineConfig(src_lang="de", tgt_lang="en", embedder=spec, k=2, src_blocks=1, tgt_shards=1)
+
+    def check(tallies):
+        tally = dict(tallies[0])
+        tally["candidate_pairs.kept"] = tally.get("pairs.selected", 0)  # counted where rows are written
+        stats = finish_stats(tally, config)
+        assert stats["src"]["dropped"] == {"non_finite_vector": 1}, stats["src"]
+        assert stats["tgt"]["dropped"] == {"non_finite_vector": 2}, stats["tgt"]
+        assert stats["src"]["embedded"] == 5 and stats["tgt"]["embedded"] == 4
+        assert not identity_violations(stats), identity_violations(stats)
+
+    def check_pairs(rows):
+        texts = {row["src"] for row in rows} | {row["tgt"] for row in rows}
+        assert not texts & {de[1], en[2], en[4]}, texts
+
+    with beam.Pipeline() as pipeline:
+        src = pipeline | "De" >> beam.Create([{"text": t, "url": "", "doc_id": str(i)} for i, t in enumerate(de)])
+        tgt = pipeline | "En" >> beam.Create([{"text": t, "url": "", "doc_id": str(i)} for i, t in enumerate(en)])
+        mined = (src, tgt) | MineBitext(config)
+        assert_that(mined["tally"], check, label="Books")
+        assert_that(mined["pairs"], check_pairs, label="Pairs")
+
+
+def test_a_saved_vectors_text_file_that_is_not_utf8_is_one_line(tmp_path):
+    from pipelines.embed.base import EmbedderError
+    from pipelines.embed.embedders import check_embedder_spec
+
+    spec = _saved_vectors(tmp_path / "vectors", {"de": (["eins", "zwei", "drei"], {})})
+    (tmp_path / "vectors" / "de.txt").write_bytes(b"eins\nzwei\ndr\xe9i\n")
+    with pytest.raises(EmbedderError, match=r"de\.txt is not UTF-8 text \(line 3, byte 12"):
+        check_embedder_spec(spec)
