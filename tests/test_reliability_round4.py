@@ -166,3 +166,38 @@ def test_a_saved_vectors_text_file_that_is_not_utf8_is_one_line(tmp_path):
     (tmp_path / "vectors" / "de.txt").write_bytes(b"eins\nzwei\ndr\xe9i\n")
     with pytest.raises(EmbedderError, match=r"de\.txt is not UTF-8 text \(line 3, byte 12"):
         check_embedder_spec(spec)
+
+
+BLANKS = ["", "   ", "\t\n", "\u200b", "\ufeff \u200e", "\u00a0\u3000", "\x00\x07"]
+
+
+@pytest.mark.parametrize("blank", BLANKS)
+def test_a_blank_text_is_dropped_as_empty_text_by_score_and_tfrecords(blank):
+    from pipelines.score.features import pair_problem
+    from pipelines.tfrecords.encode import normalise_pair
+
+    row = {"src": "Ein Hund rennt.", "tgt": "A dog runs.", "src_lang": "de", "tgt_lang": "en",
+           "cosine": 0.9, "margin": 1.2, "score": 0.8}
+    assert pair_problem(row) is None and isinstance(normalise_pair(row), dict)
+    for side in ("src", "tgt"):
+        assert pair_problem({**row, side: blank}) == "empty_text"
+        assert normalise_pair({**row, side: blank}) == "empty_text"
+    assert pair_problem({**row, "src": None}) == "invalid"  # a null stays what it was
+
+
+def test_the_scorers_batch_step_counts_blank_pairs_by_reason():
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from pipelines.score import transforms
+
+    class _NoScorer(transforms._ScoreBatch):
+        def setup(self):  # the drops happen before the scorer is needed
+            pass
+
+    rows = [{"src": "\u200b", "tgt": "A dog.", "cosine": 0.9, "margin": 1.1},
+            {"src": "Ein Hund.", "tgt": "   ", "cosine": 0.9, "margin": 1.1},
+            {"src": "Ein Hund.", "tgt": "A dog.", "cosine": float("nan"), "margin": 1.1}]
+    with beam.Pipeline() as pipeline:
+        out = (pipeline | beam.Create([rows]) | beam.ParDo(_NoScorer("unused")).with_outputs("dropped", main="rows"))
+        assert_that(out.dropped, equal_to(["empty_text", "empty_text", "invalid"]))

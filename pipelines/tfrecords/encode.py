@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import Sequence
 
 from pipelines.io.tfrecord import encode_example
+from pipelines.text.normalise import is_blank
 from pipelines.text.wordpiece import VocabError
 from pipelines.tfrecords.config import TFRecordsConfig
 
@@ -82,9 +83,9 @@ def normalise_pair(row: dict, default_score: float = float("nan")) -> dict | str
     src, tgt = row.get("src"), row.get("tgt")
     if not isinstance(src, str) or not isinstance(tgt, str):
         return "missing_text"
-    src, tgt = src.strip(), tgt.strip()
-    if not src or not tgt:
+    if is_blank(src) or is_blank(tgt):  # whitespace and invisible characters only
         return "empty_text"
+    src, tgt = src.strip(), tgt.strip()
     score = row.get("score", default_score)
     try:
         score = float(score) if score is not None else default_score
