@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 
 import pytest
 
@@ -201,3 +202,30 @@ def test_the_scorers_batch_step_counts_blank_pairs_by_reason():
     with beam.Pipeline() as pipeline:
         out = (pipeline | beam.Create([rows]) | beam.ParDo(_NoScorer("unused")).with_outputs("dropped", main="rows"))
         assert_that(out.dropped, equal_to(["empty_text", "empty_text", "invalid"]))
+
+
+def test_a_vocabulary_token_with_whitespace_is_one_line_naming_the_line(tmp_path):
+    from pipelines.text.wordpiece import VocabError, load_vocab
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nHund\nA\u3000B\n", encoding="utf-8")
+    with pytest.raises(VocabError, match=re.escape(f"vocab.txt:7: token {'A' + chr(0x3000) + 'B'!r} contains whitespace")):
+        load_vocab(vocab)
+    vocab.write_bytes(b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nH\xfcnd\n")
+    with pytest.raises(VocabError, match=r"vocab\.txt:6: not UTF-8 text"):
+        load_vocab(vocab)
+
+
+@pytest.mark.parametrize("length", [257, 10_000])
+def test_max_token_length_above_the_learners_limit_is_refused(tmp_path, capsys, length):
+    from vocab import cli as vocab_cli
+    from vocab.learn import LearnerConfig
+
+    with pytest.raises(ValueError, match="the learner's limit"):
+        LearnerConfig(max_token_length=length)
+    rc = vocab_cli.main(["--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                         "--max-token-length", str(length)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"--max-token-length must be at most 256 (the learner's limit), got {length}" in err
+    assert len(err.strip().splitlines()) == 1
