@@ -229,3 +229,27 @@ def test_max_token_length_above_the_learners_limit_is_refused(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert f"--max-token-length must be at most 256 (the learner's limit), got {length}" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_truncated_parquet_file_in_labse_vocabs_input_is_counted_as_errored(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines.accounting import accounting_section, identity_violations
+    from vocab.builder import load_work, run_counting
+    from vocab.config import VocabConfig
+    from vocab.count import UNITS
+
+    sentences = tmp_path / "sentences"
+    for lang, lines in (("de", ["Ein Hund rennt.", "Eine Katze schläft."]), ("en", ["A dog runs."])):
+        (sentences / f"lang={lang}").mkdir(parents=True)
+        pq.write_table(pa.table({"text": lines, "lang": [lang] * len(lines)}), sentences / f"lang={lang}" / "part-0.parquet")
+    good = (sentences / "lang=en" / "part-0.parquet").read_bytes()
+    (sentences / "lang=en" / "part-1.parquet").write_bytes(good[: len(good) // 2])  # a copy cut short
+    assert run_counting(str(tmp_path / "work"), sentences_dir=str(sentences), text_files=None,
+                        config=VocabConfig(holdout_rate=0.0))
+    tally, _ = load_work(str(tmp_path / "work"))
+    assert tally["input_files.read"] == 3 and tally["input_files.kept"] == 2
+    assert tally["input_files.errored.unreadable_file"] == 1
+    assert tally["sentences.read"] == 3
+    assert not identity_violations(accounting_section(tally, UNITS))
