@@ -253,3 +253,28 @@ def test_a_truncated_parquet_file_in_labse_vocabs_input_is_counted_as_errored(tm
     assert tally["input_files.errored.unreadable_file"] == 1
     assert tally["sentences.read"] == 3
     assert not identity_violations(accounting_section(tally, UNITS))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_mono_text_file_that_is_not_utf8_is_one_line_when_counted(tmp_path, gz):
+    import gzip
+
+    from labse_model.pretrain_data import find_mono_corpora
+    from pipelines.io.config_options import UsageError
+
+    data = "Ein Hund läuft.\n".encode("utf-8") * 3 + "Ein Hund läuft.\n".encode("latin-1")
+    path = tmp_path / ("de.txt.gz" if gz else "de.txt")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    with pytest.raises(UsageError, match=rf"--mono file {path}: not UTF-8 text \(line 4\)"):
+        find_mono_corpora([f"de:{path}"])
+
+
+def test_a_cut_short_gzip_text_file_is_one_line(tmp_path):
+    import gzip
+
+    from pipelines.io.text_lines import UnreadableTextError, iter_lines
+
+    path = tmp_path / "de.txt.gz"
+    path.write_bytes(gzip.compress(os.urandom(50_000).hex().encode())[:20_000])
+    with pytest.raises(UnreadableTextError, match="a damaged or cut-short gzip file"):
+        list(iter_lines(path))

@@ -185,8 +185,13 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
         return
     with open_input(path) as raw:
         stream = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
-        for line in io.TextIOWrapper(stream, encoding="utf-8"):
-            yield line.rstrip("\n").rstrip("\r")
+        yield from text_lines.lines_of(path, io.TextIOWrapper(stream, encoding="utf-8"), lambda: _raw_text(path))
+
+
+def _raw_text(path: str) -> IO[bytes]:
+    """The decompressed bytes of a remote text file (for naming the line a decoder failed on)."""
+    raw = open_input(path)
+    return gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
 
 
 def parquet_file(path: str | os.PathLike):
