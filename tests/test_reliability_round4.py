@@ -278,3 +278,36 @@ def test_a_cut_short_gzip_text_file_is_one_line(tmp_path):
     path.write_bytes(gzip.compress(os.urandom(50_000).hex().encode())[:20_000])
     with pytest.raises(UnreadableTextError, match="a damaged or cut-short gzip file"):
         list(iter_lines(path))
+
+
+# ------------------------------------------------------------------ item 7: smaller
+def test_resuming_a_finished_training_run_keeps_its_summary(pair_inputs, tmp_path):
+    import math
+
+    from labse_model.train import main as train_main
+
+    vocab, shards = pair_inputs
+    run = tmp_path / "run"
+    args = ["--data", shards, "--vocab", str(vocab), "--output", str(run), "--config", "tiny",
+            "--global-batch-size", "4", "--max-steps", "2", "--warmup-steps", "0", "--save-every", "2"]
+    assert train_main(args) == 0
+    finished = json.loads((run / "train_summary.json").read_text())
+    assert finished["finished"] and math.isfinite(finished["final_loss"])
+    assert train_main(args + ["--resume"]) == 0  # nothing left to train
+    assert json.loads((run / "train_summary.json").read_text()) == finished
+
+
+def test_a_stage_over_before_a_resume_stays_in_the_pretrain_summary():
+    from labse_model.pretrain import _timing_carried_over
+    from labse_model.stacking import Stage
+
+    stages = [Stage(0, 1, 0, 4), Stage(1, 2, 4, 8)]
+    # Killed after stage 1's last checkpoint (step 4), before the summary written at its end:
+    # the summary on disk is absent, or an earlier invocation's from inside stage 1.
+    for previous in ({}, {"step": 3, "stages": {"0": {"stage": 1, "steps_timed": 3, "seconds": 1.0}}}):
+        records = _timing_carried_over(previous, 4, stages)
+        assert sorted(records) == [0] and records[0]["stage"] == 1
+    assert _timing_carried_over({}, 4, stages)[0] == {
+        "stage": 1, "layers": 1, "first_step": 1, "last_step": 4, "seconds": 0.0, "tokens": 0.0,
+        "steps_timed": 0, "timing_lost": True}
+    assert _timing_carried_over({}, 3, stages) == {}  # stage 1 was not over: nothing to list yet
