@@ -311,3 +311,22 @@ def test_a_stage_over_before_a_resume_stays_in_the_pretrain_summary():
         "stage": 1, "layers": 1, "first_step": 1, "last_step": 4, "seconds": 0.0, "tokens": 0.0,
         "steps_timed": 0, "timing_lost": True}
     assert _timing_carried_over({}, 3, stages) == {}  # stage 1 was not over: nothing to list yet
+
+
+def test_remine_checks_every_input_before_the_first_stage(tmp_path, capsys, monkeypatch):
+    from recipes import remine
+
+    monkeypatch.setattr(remine, "run", lambda *a, **k: pytest.fail("a round started"))
+    for name in ("de.txt", "en.txt", "p.de", "p.en", "vocab.txt"):
+        (tmp_path / name).write_text("x\n", encoding="utf-8")
+    argv = ["--mine", f"de:{tmp_path}/de.txt,en:{tmp_path}/en.txt", "--positives", f"de:{tmp_path}/p.de,en:{tmp_path}/p.en",
+            "--vocab", str(tmp_path / "vocab.txt"), "--output", str(tmp_path / "out"),
+            "--gold", f"de-en:{tmp_path}/gold.tsv", "--eval-data", str(tmp_path / "no-data"),
+            "--parallel-text", f"de:{tmp_path}/x*.de,en:{tmp_path}/p.en"]
+    with pytest.raises(SystemExit) as exit_info:
+        remine.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert (f"not found: --parallel-text {tmp_path}/x*.de, --gold {tmp_path}/gold.tsv, "
+            f"--eval-data {tmp_path / 'no-data'}") in err
+    assert not (tmp_path / "out").exists()
