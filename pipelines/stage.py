@@ -83,7 +83,13 @@ ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT:
 
 
 def environment_fault(error: BaseException) -> str | None:
-    """One line naming the environment's fault behind `error` (see ENVIRONMENT_ERRNOS), or None."""
+    """One line naming the environment's fault behind `error` (see ENVIRONMENT_ERRNOS; or an
+    unreachable storage endpoint, `storage.unreachable_endpoint`), or None."""
+    from pipelines.io.storage import unreachable_endpoint
+
+    unreachable = unreachable_endpoint(error)
+    if unreachable is not None:
+        return unreachable
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))

@@ -330,3 +330,44 @@ def test_remine_checks_every_input_before_the_first_stage(tmp_path, capsys, monk
     assert (f"not found: --parallel-text {tmp_path}/x*.de, --gold {tmp_path}/gold.tsv, "
             f"--eval-data {tmp_path / 'no-data'}") in err
     assert not (tmp_path / "out").exists()
+
+
+def test_gcs_requests_give_up_connecting_in_bounded_time(monkeypatch):
+    from pipelines.io import storage
+
+    fs, _ = storage.filesystem("gs://bucket/a")
+    assert fs.requests_timeout.sock_connect == storage.CONNECT_TIMEOUT_SECONDS == 10.0
+    monkeypatch.setenv("LABSE_STORAGE_CONNECT_TIMEOUT", "3")
+    assert storage.filesystem("gs://bucket/b")[0].requests_timeout.sock_connect == 3.0
+
+
+def test_an_unreachable_endpoint_is_named_by_the_stage_kit():
+    from pipelines.io.storage import unreachable_endpoint
+    from pipelines.stage import environment_fault
+
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except OSError as cause:
+            raise RuntimeError("step 'Write' failed") from cause
+    except RuntimeError as error:
+        line = environment_fault(error)
+    assert line.startswith("the storage endpoint ") and "could not be reached (ConnectionRefusedError" in line
+    assert unreachable_endpoint(ValueError("a bug")) is None and environment_fault(ZeroDivisionError()) is None
+
+
+@pytest.mark.slow
+def test_an_unreachable_storage_endpoint_is_one_line_from_a_stage(tmp_path, capsys, monkeypatch):
+    """A closed port: gcsfs's tries run out in about 35 s, then one line (no gcsfs traceback in the log)."""
+    import socket
+
+    from pipelines.stage import run_stage
+
+    with socket.socket() as probe:  # a port nothing listens on: bound, never listened
+        probe.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{probe.getsockname()[1]}")
+        rc = run_stage("labse-test", "gs://bucket/out", overwrite=False, beam_args=[],
+                       wire=lambda pipeline: None, finish=dict)
+    assert rc == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the storage endpoint http://127.0.0.1:" in err[0] and "could not be reached" in err[0], err
