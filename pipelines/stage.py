@@ -165,6 +165,7 @@ def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
 
     options = PipelineOptions(list(beam_args))
     check_staged_files(options)
+    check_worker_pool(options)
     try:
         return beam.Pipeline(options=options)
     except ValueError as error:  # an unknown runner, or "Pipeline has validations errors: \n..."
@@ -173,6 +174,34 @@ def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
             reasons = reasons[1:]
         raise UsageError("Beam options: " + " ".join(r if r.endswith(".") else r + ";" for r in reasons)
                          .rstrip(";")) from error
+
+
+def check_worker_pool(options, timeout: float = 5.0) -> None:
+    """With `--environment_type EXTERNAL` the work goes to an SDK worker pool already running at
+    `--environment_config HOST:PORT` (or `--environment_option external_service_address=...`):
+    UsageError, one line, when none is named or nothing answers there. Without this check Beam
+    waits on the absent pool, then fails deep in gRPC."""
+    import socket
+
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    portable = options.view_as(PortableOptions)
+    if (portable.environment_type or "").upper() != "EXTERNAL":
+        return
+    address = portable.environment_config or (portable.lookup_environment_option("external_service_address")
+                                              if portable.environment_options else None)
+    if not address:
+        raise UsageError("--environment_type EXTERNAL needs the worker pool's address: --environment_config HOST:PORT")
+    host, _, port = str(address).rpartition(":")
+    if not port.isdigit():
+        raise UsageError(f"--environment_config {address}: expected HOST:PORT of an SDK worker pool")
+    try:
+        with socket.create_connection((host or "localhost", int(port)), timeout=timeout):
+            pass
+    except OSError as error:
+        raise UsageError(f"--environment_config {address}: no SDK worker pool answers there ({error.strerror or error}); "
+                         f"start one (python -m apache_beam.runners.worker.worker_pool_main --service_port {port}) "
+                         "or drop --environment_type EXTERNAL") from None
 
 
 # The SetupOptions that name local files a run stages for its workers (Beam checks them only when

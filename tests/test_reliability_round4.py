@@ -371,3 +371,26 @@ def test_an_unreachable_storage_endpoint_is_one_line_from_a_stage(tmp_path, caps
     assert rc == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the storage endpoint http://127.0.0.1:" in err[0] and "could not be reached" in err[0], err
+
+
+@pytest.mark.parametrize("pool", ["--environment_config={address}", "--environment_option=external_service_address={address}",
+                                  None])
+def test_an_absent_portable_worker_pool_is_one_line_before_anything_is_removed(tmp_path, capsys, pool):
+    import socket
+
+    from pipelines.stage import run_stage
+
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old.parquet").write_text("the previous output")
+    with socket.socket() as probe:  # a port bound but never listened on: nothing answers
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+        beam_args = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL"]
+        beam_args += [pool.format(address=address)] if pool else []
+        rc = run_stage("labse-test", str(tmp_path / "out"), overwrite=True, beam_args=beam_args,
+                       wire=lambda pipeline: pytest.fail("wired"), finish=dict)
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert (f"{address}: no SDK worker pool answers there" in err[0]) if pool else "needs the worker pool's address" in err[0]
+    assert (tmp_path / "out" / "old.parquet").exists()  # --overwrite removed nothing
