@@ -75,17 +75,14 @@ def run_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[s
     return report_identity(stage, stats, problems(stats) if problems else ())
 
 
-# What the machine, not the data or the code, refuses: a full disk or quota, a read-only file system,
-# a permission. Beam re-raises a worker's exception with the step's name, so the errno is looked
-# for along the exception's causes and, failing that, by its message.
-ENVIRONMENT_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
-                      errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied"}
-
-
 def environment_fault(error: BaseException) -> str | None:
-    """One line naming the environment's fault behind `error` (see ENVIRONMENT_ERRNOS; or an
-    unreachable storage endpoint, `storage.unreachable_endpoint`), or None."""
+    """One line naming the environment's fault behind `error`: an unreachable storage endpoint
+    (`storage.unreachable_endpoint`), or a write the machine refused (a full disk or quota, a
+    read-only file system, a file size limit, a permission: `pipelines.io.write_errors`); None for
+    anything else, which keeps its traceback. Beam re-raises a worker's exception with the step's
+    name, so the cause is looked for along the exception's causes and, failing that, by its text."""
     from pipelines.io.storage import unreachable_endpoint
+    from pipelines.io.write_errors import CAUSES, WriteError
 
     unreachable = unreachable_endpoint(error)
     if unreachable is not None:
@@ -93,11 +90,10 @@ def environment_fault(error: BaseException) -> str | None:
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS:
-            where = f" writing {error.filename}" if error.filename else ""
-            return f"{ENVIRONMENT_ERRNOS[error.errno]}{where} ({os.strerror(error.errno)}); nothing was completed"
-        for number, cause in ENVIRONMENT_ERRNOS.items():
-            if os.strerror(number) in str(error):
+        if isinstance(error, OSError) and error.errno in CAUSES and error.errno != errno.EIO:
+            return f"{WriteError(error.errno, error.strerror, error.filename or '(a file of the output)')}; nothing was completed"
+        for number, cause in CAUSES.items():
+            if number != errno.EIO and f"[Errno {number}]" in str(error):
                 return f"{cause}: {str(error).strip().splitlines()[0][:300]}; nothing was completed"
         error = error.__cause__ or error.__context__
     return None
