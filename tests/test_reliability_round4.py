@@ -397,3 +397,19 @@ def test_an_absent_portable_worker_pool_is_one_line_before_anything_is_removed(t
     assert len(err) == 1, err
     assert (f"{address}: no SDK worker pool answers there" in err[0]) if pool else "needs the worker pool's address" in err[0]
     assert (tmp_path / "out" / "old.parquet").exists()  # --overwrite removed nothing
+
+
+@pytest.mark.parametrize("temp", [[], ["--temp_location", "/tmp/local"]])
+def test_dataflow_without_a_gcs_temp_location_is_one_line_before_any_network(tmp_path, capsys, monkeypatch, temp):
+    from apache_beam.io.gcp import gcsio
+
+    from pipelines.stage import run_stage
+
+    monkeypatch.setattr(gcsio, "get_or_create_default_gcs_bucket",
+                        lambda *a, **k: pytest.fail("Beam went to create a default bucket"))
+    beam_args = ["--runner", "DataflowRunner", "--project", "p", "--region", "europe-west1", "--no_auth", *temp]
+    rc = run_stage("labse-test", str(tmp_path / "out"), overwrite=False, beam_args=beam_args,
+                   wire=lambda pipeline: pytest.fail("wired"), finish=dict)
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the DataflowRunner needs --temp_location gs://BUCKET/tmp" in err[0], err
