@@ -227,3 +227,24 @@ def test_exporting_zeroed_weights_without_a_digest_warns_naming_them(finished_ru
     caplog.clear()
     assert export_main(["--run", str(finished_run), "--output", str(tmp_path / "model2")]) == 0
     assert "all zeros" not in caplog.text
+
+
+@pytest.mark.parametrize("where", ["read-only parent", "bucket root"])
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(finished_run, tmp_path, caplog, monkeypatch,
+                                                                      where):
+    """Issue 34 item 6: a read-only folder (a root process passes os.access, so it is simulated) or a
+    bucket's root is refused in one line naming it."""
+    import os
+
+    output = str(tmp_path / "ro" / "model")
+    if where == "bucket root":
+        output = "gs://bucket"
+    else:
+        (tmp_path / "ro").mkdir()
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == str(tmp_path / "ro")
+                            else real_access(path, mode))
+    assert export_main(["--run", str(finished_run), "--output", output]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert ("is read-only" if where == "read-only parent" else "gs://bucket is a bucket's root") in errors[0]
