@@ -35,7 +35,7 @@ from typing import Any, Callable, Generic, TypeVar
 import numpy as np
 import torch
 
-from labse_model.write_errors import writing
+from pipelines.io.write_errors import writing
 from pipelines.io.atomic import atomic_path, durable_replace
 from pipelines.io.config_options import UsageError
 

@@ -26,7 +26,7 @@ from labse_model.distributed import (
     shutdown_distributed,
 )
 from labse_model.stop_signal import StoppedOutsideSteps, stop_at_once
-from labse_model.write_errors import environment_error_line
+from pipelines.io.write_errors import environment_error_line
 from pipelines.io.config_options import HelpFormatter, UsageError
 from pipelines.io.locks import OutputLockedError, output_lock
 

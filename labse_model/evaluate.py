@@ -300,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         return bucc.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.command == "multi30k":  # before loading the model: a typo should fail at once
         available = multi30k_languages(args.data, args.split)
         try:

@@ -48,10 +48,23 @@ def load_encoder(run_dir: Path, step: int | None = None) -> tuple[SentenceEncode
     if not ckpt.records_digest(choice.path / ckpt.MODEL_FILE):
         logger.warning("%s carries no sha256 digest (written by an older labse-train): damage that keeps its size "
                        "cannot be detected; exporting it as it reads", choice.path / ckpt.MODEL_FILE)
+    zeroed = zeroed_weights(choice.loaded)
+    if zeroed:
+        logger.warning("%s: %d weight matrices are all zeros (%s%s): the file is damaged (zero-filled) or was "
+                       "never trained; exporting it as it reads", choice.path / ckpt.MODEL_FILE, len(zeroed),
+                       ", ".join(zeroed[:3]), ", ..." if len(zeroed) > 3 else "")
     encoder = SentenceEncoder(config.model)
     ckpt.apply_model_weights(encoder, choice.loaded, choice.path / ckpt.MODEL_FILE)
     encoder.eval()
     return encoder, config, choice.path
+
+
+def zeroed_weights(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the weight matrices (2-D or more) that hold only zeros. Biases may be zero; a
+    matrix of a trained (or even a freshly initialised) encoder never is, so such a matrix means
+    bytes zeroed on disk or in a copy, which only a recorded digest would otherwise catch."""
+    return sorted(name for name, tensor in tensors.items()
+                  if tensor.dim() >= 2 and tensor.numel() and not torch.count_nonzero(tensor))
 
 
 def bert_for_export(encoder: SentenceEncoder):

@@ -464,9 +464,16 @@ def _timing_carried_over(previous: dict[str, Any], start_step: int, stages: list
     `start_step` are dropped rather than counted twice (their `steps_timed` then says how many
     steps their time covers)."""
     records = {int(k): v for k, v in previous.get("stages", {}).items()}
-    if int(previous.get("step", 0)) <= start_step:
-        return records
-    return {index: record for index, record in records.items() if stages[index].end <= start_step}
+    if int(previous.get("step", 0)) > start_step:
+        records = {index: record for index, record in records.items() if stages[index].end <= start_step}
+    for stage in stages:
+        # A stage over by `start_step` whose record never reached the summary (the process was killed
+        # between the stage's last checkpoint and the summary written at its end) is still listed.
+        if stage.end <= start_step and stage.index not in records:
+            records[stage.index] = {"stage": stage.index + 1, "layers": stage.num_layers,
+                                    "first_step": stage.begin + 1, "last_step": stage.end, "seconds": 0.0,
+                                    "tokens": 0.0, "steps_timed": 0, "timing_lost": True}
+    return records
 
 
 def _read_summary(run_dir: Path) -> dict[str, Any]:

@@ -59,6 +59,7 @@ import torch
 from pipelines.io import storage
 from labse_model.masking import MaskingSpec, mask_tokens
 from pipelines.io.config_options import UsageError
+from pipelines.io.text_lines import UnreadableTextError
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,10 @@ def _parquet_rows(path: str) -> int:
 
 
 def _count_text_sentences(path: str) -> int:
-    return sum(1 for line in storage.iter_lines(path) if line.strip())
+    try:
+        return sum(1 for line in storage.iter_lines(path) if line.strip())
+    except UnreadableTextError as exc:  # not UTF-8, a cut-short .gz: one line naming the file and the line
+        raise UsageError(f"--mono file {exc}") from None
 
 
 def find_mono_corpora(specs: list[str]) -> list[MonoCorpus]:
@@ -210,6 +214,8 @@ def _rows_naming_the_file(path: str, fmt: str, start_row: int) -> Iterator[list[
             if wrong is not None:
                 raise ValueError(f"its text column holds {wrong} values, not strings")
             yield rows
+    except UnreadableTextError as exc:  # names the file and the line already
+        raise UsageError(f"--mono file {exc}") from None
     except (ValueError, KeyError) as exc:  # pyarrow's ArrowInvalid and ArrowKeyError, UnicodeDecodeError
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise UsageError(f"--mono file {path}: {first_line}") from None

@@ -319,7 +319,13 @@ def _model_config_from_bert(directory: Path) -> ModelConfig:
 
 def _read_modules(path: Path) -> dict[str, str]:
     """modules.json -> {"Transformer": folder, "Pooling": folder, ...}, refusing what we cannot represent."""
-    entries = sorted(_read_json(path / "modules.json"), key=lambda entry: entry["idx"])
+    entries = _read_json(path / "modules.json")
+    if not isinstance(entries, list) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("idx"), int) and isinstance(entry.get("type"), str)
+            for entry in entries):
+        raise UsageError(f"{path}/modules.json must be a list of modules, each with an integer \"idx\" and a "
+                         "\"type\" (as sentence-transformers writes it)")
+    entries = sorted(entries, key=lambda entry: entry["idx"])
     names = [entry["type"].rsplit(".", 1)[-1] for entry in entries]
     valid = names[:2] == ["Transformer", "Pooling"] and names[2:] in ([], ["Dense"], ["Normalize"], ["Dense", "Normalize"])
     if not valid:

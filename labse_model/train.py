@@ -337,6 +337,12 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
                       total_steps=tc.max_steps, evaluate=evaluate,
                       checkpoint_state=lambda at_step: {"loader": loader.state(at_step)})
     step = result.step
+    finished_before = _finished_summary(run_dir) if args.resume and step == start_step else None
+    if finished_before is not None:  # nothing trained now: the finished run's summary (its loss, timing) stands
+        log.close()
+        logger.info("--resume: %s had already finished at step %d; its train_summary.json is kept", run_dir, step)
+        barrier()
+        return finished_before
     dev_result = result.last_eval
     if ctx.is_main and dev is not None and result.last_eval_step != step:
         dev_result = evaluate(step)
@@ -362,6 +368,15 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         logger.info("done at step %d: %s", step, json.dumps(summary))
     barrier()
     return summary
+
+
+def _finished_summary(run_dir: Path) -> dict | None:
+    """The train_summary.json of a run that reached its last step, or None (absent, unfinished, unreadable)."""
+    try:
+        summary = json.loads((run_dir / "train_summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and summary.get("finished") else None
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ The Beam-free pieces it uses (locks, `_SUCCESS`, stats JSON, atomic Parquet file
 `pipelines.io`; the counting is `pipelines.accounting`."""
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
@@ -24,7 +25,8 @@ from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic
 from pipelines.io.config_options import UsageError
 from pipelines.io.locks import output_lock
-from pipelines.io.overlap import OUTPUT_REFUSED, check_output_apart, prepare_output, prepare_output_files, remove_output
+from pipelines.io.overlap import (OUTPUT_REFUSED, check_output_apart, check_output_place, prepare_output,
+                                   prepare_output_files, remove_output)
 from pipelines.progress import ProgressBoard, runs_locally
 from pipelines.stage_options import usage_error
 
@@ -60,11 +62,41 @@ def run_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[s
                               progress_unit=progress_unit)
     except (UsageError, *OUTPUT_REFUSED) as error:
         return usage_error(stage, str(error))
+    except Exception as error:  # noqa: BLE001 - only the environment's own faults are answered here
+        cause = environment_fault(error)
+        if cause is None:
+            raise
+        print(f"{stage}: error: {cause}", file=sys.stderr)
+        return 1
     if stats is None:
         return 0
     if summarise is not None:
         print(summarise(stats), flush=True)
     return report_identity(stage, stats, problems(stats) if problems else ())
+
+
+def environment_fault(error: BaseException) -> str | None:
+    """One line naming the environment's fault behind `error`: an unreachable storage endpoint
+    (`storage.unreachable_endpoint`), or a write the machine refused (a full disk or quota, a
+    read-only file system, a file size limit, a permission: `pipelines.io.write_errors`); None for
+    anything else, which keeps its traceback. Beam re-raises a worker's exception with the step's
+    name, so the cause is looked for along the exception's causes and, failing that, by its text."""
+    from pipelines.io.storage import unreachable_endpoint
+    from pipelines.io.write_errors import CAUSES, WriteError
+
+    unreachable = unreachable_endpoint(error)
+    if unreachable is not None:
+        return unreachable
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in CAUSES and error.errno != errno.EIO:
+            return f"{WriteError(error.errno, error.strerror, error.filename or '(a file of the output)')}; nothing was completed"
+        for number, cause in CAUSES.items():
+            if number != errno.EIO and f"[Errno {number}]" in str(error):
+                return f"{cause}: {str(error).strip().splitlines()[0][:300]}; nothing was completed"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[str],
@@ -74,7 +106,7 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
     """Run a Beam stage into `output`, everything that can be refused checked before anything is
     removed (in the manner of datatrove's `PipelineExecutor._run_for_rank`). In this order:
 
-    1. the inputs: `check_inputs()` (present, complete: it raises UsageError), and the output
+    1. the output's place (`check_output_place`), the inputs: `check_inputs()` (present, complete: it raises UsageError), and the output
        (or each of `output_files`) apart from every one of `inputs` (`check_output_apart`);
     2. the pipeline and all its options: the Beam options (`beam_pipeline`: the runner's name,
        Beam's own checks such as Dataflow's --project/--region/--temp_location, the files a run
@@ -93,6 +125,8 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
     Raises UsageError or one of OUTPUT_REFUSED for what a user can fix (nothing was removed for
     either before step 3 succeeded). A stage whose output is `output_files` has no completion
     marker, so a run that fails in steps 4-5 removes them (a retry would be refused otherwise)."""
+    for path in output_files or [output]:
+        check_output_place(path)  # a bucket's root or a read-only folder: refused before any input is read
     if check_inputs is not None:
         check_inputs()
     for path in output_files or [output]:
@@ -127,6 +161,8 @@ def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
 
     options = PipelineOptions(list(beam_args))
     check_staged_files(options)
+    check_worker_pool(options)
+    check_dataflow_locations(options)
     try:
         return beam.Pipeline(options=options)
     except ValueError as error:  # an unknown runner, or "Pipeline has validations errors: \n..."
@@ -135,6 +171,51 @@ def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
             reasons = reasons[1:]
         raise UsageError("Beam options: " + " ".join(r if r.endswith(".") else r + ";" for r in reasons)
                          .rstrip(";")) from error
+
+
+def check_dataflow_locations(options) -> None:
+    """On Dataflow, a gs:// --temp_location (or --staging_location) must be given: without one Beam
+    tries to create a default bucket through the Cloud Storage API, which offline (or without the
+    permission) spends about 120 s before an unclear failure. UsageError, one line."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+
+    runner = options.view_as(StandardOptions).runner
+    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else ""
+    if name.lower() not in ("dataflowrunner", "dataflow", "testdataflowrunner"):
+        return  # a misspelt runner is Beam's own one-line refusal
+    cloud = options.view_as(GoogleCloudOptions)
+    if not any(str(location or "").startswith("gs://") for location in (cloud.temp_location, cloud.staging_location)):
+        raise UsageError("Beam options: the DataflowRunner needs --temp_location gs://BUCKET/tmp (a folder its job "
+                         f"may write; got {cloud.temp_location or 'none'}): name one rather than let Beam create "
+                         "a default bucket over the network")
+
+
+def check_worker_pool(options, timeout: float = 5.0) -> None:
+    """With `--environment_type EXTERNAL` the work goes to an SDK worker pool already running at
+    `--environment_config HOST:PORT` (or `--environment_option external_service_address=...`):
+    UsageError, one line, when none is named or nothing answers there. Without this check Beam
+    waits on the absent pool, then fails deep in gRPC."""
+    import socket
+
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    portable = options.view_as(PortableOptions)
+    if (portable.environment_type or "").upper() != "EXTERNAL":
+        return
+    address = portable.environment_config or (portable.lookup_environment_option("external_service_address")
+                                              if portable.environment_options else None)
+    if not address:
+        raise UsageError("--environment_type EXTERNAL needs the worker pool's address: --environment_config HOST:PORT")
+    host, _, port = str(address).rpartition(":")
+    if not port.isdigit():
+        raise UsageError(f"--environment_config {address}: expected HOST:PORT of an SDK worker pool")
+    try:
+        with socket.create_connection((host or "localhost", int(port)), timeout=timeout):
+            pass
+    except OSError as error:
+        raise UsageError(f"--environment_config {address}: no SDK worker pool answers there ({error.strerror or error}); "
+                         f"start one (python -m apache_beam.runners.worker.worker_pool_main --service_port {port}) "
+                         "or drop --environment_type EXTERNAL") from None
 
 
 # The SetupOptions that name local files a run stages for its workers (Beam checks them only when

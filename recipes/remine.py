@@ -245,11 +245,35 @@ def inputs_from_args(args: argparse.Namespace) -> RemineInputs:
         vocab=args.vocab, output=args.output, gold=tuple(gold), parallel_text=tuple(args.parallel_text))
 
 
+def missing_inputs(inputs: RemineInputs, config: RemineConfig) -> list[str]:
+    """Every input the rounds will read that is not there, as "OPTION PATH": all checked before the
+    first stage runs (a typo in --gold or --eval-data must not surface after an hour of training)."""
+    from pipelines.io import storage
+
+    named = [("--vocab", inputs.vocab)]
+    for option, specs in (("--mine", inputs.mine), ("--positives", inputs.positives),
+                          ("--parallel-text", [parse_parallel_text(s) for s in inputs.parallel_text])):
+        named += [(option, path) for spec in specs for path in (spec.src_path, spec.tgt_path)]
+    named += [("--gold", path) for _, path in inputs.gold]
+    if config.other_language:
+        named.append(("--other-language", config.other_language.split(":", 1)[-1]))
+    named += [(option, path) for option, path in (("--init-from", config.init_from), ("--eval-data", config.eval_data))
+              if path]
+
+    def found(path: str) -> bool:
+        return bool(storage.glob(path)) if storage.has_wildcard(str(path)) else storage.exists(path)
+
+    return [f"{option} {path}" for option, path in named if not found(path)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         inputs, config = inputs_from_args(args), config_from_args(RemineConfig, args)
+        missing = missing_inputs(inputs, config)
+        if missing:
+            raise ValueError(f"not found: {', '.join(missing)}")
     except ValueError as error:  # UsageError too
         parser.error(str(error))
     summary = run(inputs, config)

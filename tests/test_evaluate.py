@@ -200,7 +200,19 @@ def _modules_json_not_a_list(model: Path) -> None:
     (model / "modules.json").write_text(json.dumps({"Transformer": ""}))
 
 
-@pytest.mark.parametrize("damage", [_remove_weights, _truncate_weights, _modules_json_not_a_list])
+def _pickled_weights(model: Path) -> None:
+    """Weights replaced by a pickle of an object (what a hostile .bin holds): PyTorch refuses it and
+    advises `weights_only=False`, which must never reach the user (issue 34 item 6)."""
+    import collections
+
+    import torch
+
+    for weights in model.rglob("model.safetensors"):
+        weights.unlink()
+        torch.save({"weights": collections.OrderedDict(), "hook": Path("x")}, weights.parent / "pytorch_model.bin")
+
+
+@pytest.mark.parametrize("damage", [_remove_weights, _truncate_weights, _modules_json_not_a_list, _pickled_weights])
 def test_labse_eval_refuses_a_directory_that_is_not_a_model_in_one_line(labse_data, tmp_path, capsys, damage):
     from conftest import require_file
     from labse_model.evaluate import main as eval_main
@@ -214,3 +226,4 @@ def test_labse_eval_refuses_a_directory_that_is_not_a_model_in_one_line(labse_da
     assert eval_main(["tatoeba", "--model", str(model), "--data", str(labse_data / "tatoeba"), "--langs", "deu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("labse-eval: error:") and str(model) in err[0], err
+    assert "weights_only" not in err[0] and "can still be loaded" not in err[0].lower(), err

@@ -207,3 +207,44 @@ def test_exporting_a_checkpoint_without_its_digest_warns_in_one_line(finished_ru
     caplog.clear()
     assert export_main(["--run", str(finished_run), "--output", str(tmp_path / "model2")]) == 0
     assert "digest" not in caplog.text  # a checkpoint with its digest exports silently
+
+
+def test_exporting_zeroed_weights_without_a_digest_warns_naming_them(finished_run, tmp_path, caplog):
+    """Issue 34 item 7: bytes zeroed in place keep the file's size and parse; without a digest only
+    the zeros tell."""
+    from safetensors.torch import load_file, save_file
+
+    run = _copy_run(finished_run, tmp_path)
+    weights = ckpt.find_checkpoint(run) / ckpt.MODEL_FILE
+    tensors = load_file(weights)
+    zeroed = sorted(name for name, tensor in tensors.items() if tensor.dim() == 2)[:2]
+    save_file({name: torch.zeros_like(t) if name in zeroed else t for name, t in tensors.items()}, weights,
+              metadata={"format": "pt"})
+    assert export_main(["--run", str(run), "--output", str(tmp_path / "model")]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "all zeros" in r.getMessage()]
+    assert len(warnings) == 1 and "2 weight matrices are all zeros" in warnings[0]
+    assert all(name in warnings[0] for name in zeroed) and "\n" not in warnings[0]
+    caplog.clear()
+    assert export_main(["--run", str(finished_run), "--output", str(tmp_path / "model2")]) == 0
+    assert "all zeros" not in caplog.text
+
+
+@pytest.mark.parametrize("where", ["read-only parent", "bucket root"])
+def test_an_output_that_cannot_be_written_is_one_line_before_any_work(finished_run, tmp_path, caplog, monkeypatch,
+                                                                      where):
+    """Issue 34 item 6: a read-only folder (a root process passes os.access, so it is simulated) or a
+    bucket's root is refused in one line naming it."""
+    import os
+
+    output = str(tmp_path / "ro" / "model")
+    if where == "bucket root":
+        output = "gs://bucket"
+    else:
+        (tmp_path / "ro").mkdir()
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == str(tmp_path / "ro")
+                            else real_access(path, mode))
+    assert export_main(["--run", str(finished_run), "--output", output]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    assert ("is read-only" if where == "read-only parent" else "gs://bucket is a bucket's root") in errors[0]

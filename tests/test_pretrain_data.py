@@ -87,5 +87,5 @@ def test_a_mono_text_file_that_is_not_utf8_is_named(pair_inputs, tmp_path):
     vocab, _ = pair_inputs
     path = tmp_path / "de.txt"
     path.write_bytes("Ein Hund läuft.\n".encode("utf-8") + "Ein Hund läuft.\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=f"--mono file {path}: 'utf-8' codec"):
+    with pytest.raises(ValueError, match=rf"--mono file {path}: not UTF-8 text \(line 2\)"):
         list(_packer(vocab).pack(str(path), TEXT))

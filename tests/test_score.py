@@ -812,7 +812,8 @@ def test_non_finite_cosines_and_margins_are_dropped_as_invalid(scorer_dir, labse
             for i, (s, t, c, m) in enumerate(zip(de, en, cosine, margin))]
     nan, inf = float("nan"), float("inf")
     bad = {0: {"cosine": nan}, 1: {"margin": nan}, 2: {"margin": -inf}, 3: {"margin": inf}, 4: {"cosine": inf}}
-    for i, values in bad.items():
+    blank = {5: {"src": "  \t"}, 6: {"tgt": "\u200b\ufeff "}}  # issue 34 item 5: nothing to rate
+    for i, values in {**bad, **blank}.items():
         rows[i].update(values)
     pairs = _pairs_dir(tmp_path / "pairs", rows)
     out = tmp_path / "scored"
@@ -820,8 +821,10 @@ def test_non_finite_cosines_and_margins_are_dropped_as_invalid(scorer_dir, labse
                            "--keep-fraction", "1.0"]) == 0
     stats = json.loads((out / STATS_BESIDE_SHARDS).read_text())
     assert stats["accounting"]["pairs"]["dropped"].get("invalid") == len(bad) and stats["identity_holds"]
+    assert stats["accounting"]["pairs"]["dropped"].get("empty_text") == len(blank)
     kept = _read_scored(out)
-    assert len(kept) == 60 - len(bad) and {r["src_doc_id"] for r in kept}.isdisjoint(str(i) for i in bad)
+    assert len(kept) == 60 - len(bad) - len(blank)
+    assert {r["src_doc_id"] for r in kept}.isdisjoint(str(i) for i in {**bad, **blank})
     assert all(np.isfinite(r["score"]) and np.isfinite(r["margin"]) for r in kept)
     assert np.isfinite(stats["per_language_pair"]["de-en"]["estimated_good_share"])
 

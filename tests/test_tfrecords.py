@@ -390,6 +390,9 @@ def _one_line_error(capsys) -> str:
 @pytest.mark.parametrize("tokens, message", [
     (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "Hallo", "##a", "Hallo"], "appears twice (lines 6 and 8)"),
     (["[PAD]", "[CLS]", "[SEP]", "[MASK]", "Hallo"], "lacks ['[UNK]']"),
+    # issue 34 item 5: was accepted here, then a traceback in every worker's tokenizer
+    (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "Hallo", "gu ten"], ":7: token 'gu ten' contains whitespace"),
+    (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "Hallo", "tab\there"], ":7: token 'tab\\there' contains whitespace"),
 ])
 def test_a_vocabulary_with_duplicates_or_without_unk_is_refused_before_the_pipeline(small_inputs, tmp_path, capsys,
                                                                                     tokens, message):

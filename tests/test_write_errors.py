@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from labse_model import checkpoint as ckpt
-from labse_model import write_errors
-from labse_model.write_errors import WriteError, environment_error_line, writing
+from pipelines.io import write_errors
+from pipelines.io.write_errors import WriteError, environment_error_line, writing
 
 REPO = Path(__file__).resolve().parents[1]
 TORCH_SHORT_WRITE = "[enforce fail at inline_container.cc:672] . unexpected pos 9600 vs 9492"

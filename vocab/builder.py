@@ -63,15 +63,20 @@ def wire_counting(pipeline, work_dir: str, *, sentences_dir: str | None, text_fi
 
     from vocab.count import CountWords, ReadLanguageTexts, ReadSentenceParquet, WriteCounts
 
-    inputs = []
+    from pipelines.accounting import MergeTallies
+
+    inputs, file_tallies = [], []
     if sentences_dir:
-        inputs.append(pipeline | "Sentences" >> ReadSentenceParquet(sentences_dir))
+        parquet = pipeline | "Sentences" >> ReadSentenceParquet(sentences_dir)
+        inputs.append(parquet["sentences"])
+        file_tallies.append(parquet["tally"])
     if text_files:
         inputs.append(pipeline | "Texts" >> ReadLanguageTexts(text_files))
     sentences = inputs[0] if len(inputs) == 1 else tuple(inputs) | "Inputs" >> beam.Flatten()
     counted = sentences | "CountWords" >> CountWords(
         config.holdout_rate, config.heldout_per_language, config.max_words, config.smoothing)
-    counted | "Write" >> WriteCounts(work_dir)
+    tally = (counted["tally"], *file_tallies) | "AllTallies" >> MergeTallies()
+    {**counted, "tally": tally} | "Write" >> WriteCounts(work_dir)
 
 
 def run_counting(

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from pipelines.io.config_options import option
-from vocab.learn import LearnerConfig
+from vocab.learn import MAX_TOKEN_LENGTH, LearnerConfig
 from vocab.prune import DEFAULT_MAX_WORDS
 
 
@@ -36,6 +36,9 @@ class VocabConfig:
         for name in ("vocab_size", "max_token_length"):
             if getattr(self, name) < 1:
                 found.append(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_token_length > MAX_TOKEN_LENGTH:
+            found.append(f"--max-token-length must be at most {MAX_TOKEN_LENGTH} (the learner's limit), "
+                         f"got {self.max_token_length}")
         for name in ("num_unused", "heldout_per_language", "max_words"):
             if getattr(self, name) < 0:
                 found.append(f"--{name.replace('_', '-')} must be at least 0, got {getattr(self, name)}")

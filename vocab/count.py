@@ -17,7 +17,8 @@ kept: counted into the vocabulary, or dropped: `no_lang`, `empty`, `no_words`, `
 `over_report_limit`, beyond `heldout_per_language` in a language) and `word_types` (distinct
 (language, word) pairs -> kept: written for the learner, or dropped: `over_language_budget`), with
 `pruned_types.LANG` and `pruned_words.LANG` (occurrences) per language, and
-`folded_character_entries` (one-character lines added for the characters of pruned words).
+`folded_character_entries` (one-character lines added for the characters of pruned words). With
+Parquet input a fourth unit, `input_files` (read -> kept, or errored: `unreadable_file`).
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from vocab.prune import (DEFAULT_MAX_WORDS, fold_pruned_characters, keep_top, la
 
 COUNTER_NAMESPACE = "vocab"  # Beam counters: one namespace per stage, its name
 HOLDOUT_SCALE = 1_000_000
-UNITS = ("sentences", "heldout_sentences", "word_types")
+UNITS = ("sentences", "heldout_sentences", "word_types", "input_files")
 
 
 def is_heldout(text: str, rate: float) -> bool:
@@ -209,23 +210,49 @@ class PruneWords(beam.PTransform):
         return {"counts": kept.counts, "tally": kept.tally}
 
 
-def _parquet_rows(record: Mapping) -> tuple[str, str]:
-    return record.get("lang"), record.get("text")
+class _ReadParquetFile(beam.DoFn):
+    """One Parquet file -> (lang, text) rows and a tally for the file: `input_files.kept` when read
+    through, else `input_files.errored.unreadable_file` (a truncated or damaged file, a missing
+    column), logged with its name: the run goes on, as in the other stages. Rows read before a file
+    turned out damaged are kept."""
+
+    def process(self, readable_file):
+        import logging
+
+        from pipelines.io.parquet import iter_parquet_rows
+
+        path = readable_file.metadata.path
+        try:
+            with readable_file.open() as handle:
+                for row in iter_parquet_rows(handle, path, ["text", "lang"]):
+                    yield row.get("lang"), row.get("text")
+        except Exception as error:  # noqa: BLE001 - a damaged file must not kill the run: it is counted
+            logging.getLogger(__name__).warning("labse-vocab: %s is unreadable, counted as errored: %s",
+                                                path, str(error).strip().splitlines()[0][:300] if str(error) else
+                                                type(error).__name__)
+            yield beam.pvalue.TaggedOutput("tally", {"input_files.read": 1, "input_files.errored.unreadable_file": 1})
+        else:
+            yield beam.pvalue.TaggedOutput("tally", {"input_files.read": 1, "input_files.kept": 1})
 
 
 class ReadSentenceParquet(beam.PTransform):
-    """`labse-clean` output (`DIR/sentences`, hive `lang=XX`) -> (lang, text)."""
+    """`labse-clean` output (`DIR/sentences`, hive `lang=XX`) -> {"sentences": (lang, text),
+    "tally": the input files read, kept (read through) or errored (`unreadable_file`)}."""
 
     def __init__(self, sentences_dir: str):
         super().__init__()
         self.pattern = sentences_dir.rstrip("/") + "/lang=*/*.parquet"
 
     def expand(self, pbegin):
-        return (
+        from apache_beam.io import fileio
+
+        read = (
             pbegin
-            | "ReadParquet" >> beam.io.ReadFromParquet(self.pattern, columns=["text", "lang"])
-            | "ToLangText" >> beam.Map(_parquet_rows)
+            | "Match" >> fileio.MatchFiles(self.pattern)
+            | "Open" >> fileio.ReadMatches()
+            | "ReadParquet" >> beam.ParDo(_ReadParquetFile()).with_outputs("tally", main="sentences")
         )
+        return {"sentences": read.sentences, "tally": read.tally}
 
 
 class ReadLanguageTexts(beam.PTransform):

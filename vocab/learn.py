@@ -43,6 +43,10 @@ _BASE = np.uint64(0x100000001B3)  # odd, so invertible modulo 2**64
 _SUFFIX_FLAG = np.uint64(0x9E3779B97F4A7C15)
 
 
+# The longest substring the learner hashes (its table of powers): longer words are never learned from.
+MAX_TOKEN_LENGTH = 256
+
+
 @dataclass
 class LearnerConfig:
     vocab_size: int = 500_000
@@ -57,6 +61,11 @@ class LearnerConfig:
     search_slack: float = 0.05
     max_search_steps: int = 16
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_token_length <= MAX_TOKEN_LENGTH:
+            raise ValueError(f"max_token_length must be in [1, {MAX_TOKEN_LENGTH}] (the learner's limit), "
+                             f"got {self.max_token_length}")
 
 
 @dataclass
@@ -128,7 +137,7 @@ class _Corpus:
             self.prefix = np.zeros(n_pos + 1, dtype=np.uint64)
             self.prefix[1:] = base_pow[:-1] * partial
             del partial
-            self.base_pow = base_pow[: 256 + 1].copy()  # substring lengths are short
+            self.base_pow = base_pow[: MAX_TOKEN_LENGTH + 1].copy()  # substring lengths are short
             del base_pow
 
         # Every suffix (word[p:] for every position p) is a candidate token.

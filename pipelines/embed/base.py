@@ -5,6 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 
+NOT_TENSORS = ("holds Python objects other than tensors, so it was not loaded (nothing in it was run): it is not a "
+               "model file this tool wrote or can read safely")
+
+
+def error_line(error: BaseException, limit: int = 300) -> str:
+    """`Type: first line` of a library's error, for a one-line message. PyTorch's refusal of a
+    pickle (`weights_only=True`) goes on to advise loading the file with `weights_only=False`, which
+    would run whatever code it holds: that advice never reaches a user, `NOT_TENSORS` does instead."""
+    seen = error
+    while seen is not None:
+        if "weights only load failed" in str(seen).lower() or "weights_only" in str(seen):
+            return NOT_TENSORS
+        seen = seen.__cause__ or seen.__context__
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:limit]}" if text else type(error).__name__
+
+
 class EmbedderError(Exception):
     """The embedder spec cannot be loaded (unknown name, missing directory, missing package)."""
 

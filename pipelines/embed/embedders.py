@@ -33,7 +33,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from pipelines.embed.base import EmbedderError, l2_normalise
+from pipelines.embed.base import EmbedderError, error_line, l2_normalise
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def hub_model_dir(model_id: str) -> Path:
     try:
         return Path(snapshot_download(model_id, cache_dir=cache_dir, etag_timeout=10))
     except Exception as error:  # no network, unknown id, no permission: all a user can fix
-        reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        reason = error_line(error, 160)
         raise EmbedderError(f"Hugging Face model {model_id!r} is not cached and could not be downloaded "
                             f"({reason}): {fix}") from None
 
@@ -255,9 +255,7 @@ def check_embedder_spec(spec: str) -> None:
     except EmbedderError:
         raise
     except Exception as error:  # whatever sentence-transformers or torch raise for a damaged model
-        first_line = (str(error).strip().splitlines() or [""])[0][:300]
-        raise EmbedderError(f"{path} is not a working sentence-transformers model ({type(error).__name__}: "
-                            f"{first_line})") from None
+        raise EmbedderError(f"{path} is not a working sentence-transformers model ({error_line(error)})") from None
     if vectors.ndim != 2 or vectors.shape[0] != 1 or not np.isfinite(vectors).all():
         raise EmbedderError(f"{path} does not embed a sentence into one finite vector (got shape {vectors.shape})")
 

@@ -11,7 +11,8 @@ collapsed to one space (labse-mine's own normalisation, so its key is the senten
 first occurrence of a repeated text wins. Vectors are memory-mapped, so a worker holds the text
 index (about 100 bytes a sentence) and only the rows it reads; rows are L2-normalised when read.
 A sentence with no saved vector is a one-line `EmbedderError` naming it: the vectors do not match
-the sentences given, which only the user can fix.
+the sentences given, which only the user can fix. A row that is not finite (NaN or inf) is served as
+it is: labse-mine drops such a sentence with the counted reason `non_finite_vector`.
 """
 from __future__ import annotations
 
@@ -69,8 +70,13 @@ class SavedVectorsEmbedder:
                 raise SavedVectorsError(f"{matrix_path} is not a readable .npy matrix ({error})") from None
             if matrix.ndim != 2 or matrix.dtype.kind != "f":
                 raise SavedVectorsError(f"{matrix_path} must be a 2-D float matrix, got {matrix.dtype} {matrix.shape}")
-            with open(texts_path, encoding="utf-8") as handle:
-                texts = handle.read().split("\n")
+            try:
+                with open(texts_path, encoding="utf-8") as handle:
+                    texts = handle.read().split("\n")
+            except UnicodeDecodeError as error:
+                line = texts_path.read_bytes()[:error.start].count(b"\n") + 1
+                raise SavedVectorsError(f"{texts_path} is not UTF-8 text (line {line:,}, byte {error.start:,}: "
+                                        f"{error.reason}): save the sentences as UTF-8") from None
             if texts and texts[-1] == "":
                 texts.pop()
             if len(texts) != matrix.shape[0]:

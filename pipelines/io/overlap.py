@@ -73,11 +73,37 @@ def collision(output: str | os.PathLike, source: str | os.PathLike) -> str | Non
     return "could hold files that match" if _pattern_reaches(pattern, below) else None
 
 
+class OutputUnwritableError(OutputExistsError):
+    """The output cannot be a stage's folder: a bucket's root, or under a folder nobody may write to."""
+
+
+def check_output_place(output: str | os.PathLike, *, option: str = "--output") -> None:
+    """Refuse (OutputUnwritableError, one line) an output that can never be written as a stage's
+    folder: a bucket's root (`gs://BUCKET`: no folder to lock, and `--overwrite` would empty the
+    bucket), or a local path whose nearest existing folder is read-only (the run would fail after
+    all its work)."""
+    path = storage.strip(output)
+    if storage.is_remote(path):
+        if storage.parent(storage.normalise_url(path)) is None:
+            raise OutputUnwritableError(f"{option} {path} is a bucket's root: name a folder inside it "
+                                        f"(e.g. {path}/run1)")
+        return
+    existing = os.path.abspath(path)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    folder = existing if os.path.isdir(existing) else os.path.dirname(existing)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputUnwritableError(f"{option} {path}: {folder} is read-only (no permission to write there); "
+                                    "choose another location")
+
+
 def check_output_apart(output: str | os.PathLike, inputs: Sequence[str | os.PathLike], *,
                        option: str = "--output") -> None:
     """Refuse (OutputOverlapsInputError, one line) an output that could collide with any input
-    (the module doc's rule). Called before anything is removed, so `--overwrite` never deletes the
-    run's own input (and a rerun never reads the previous output as input)."""
+    (the module doc's rule), or one that can never be written (`check_output_place`). Called before
+    anything is removed, so `--overwrite` never deletes the run's own input (and a rerun never
+    reads the previous output as input)."""
+    check_output_place(output, option=option)
     for source in inputs:
         if source is None or str(source) == "":
             continue

@@ -90,12 +90,52 @@ def local_child(root: str | os.PathLike, name: str, *, source: str | None = None
     return Path(root).joinpath(*parts)
 
 
+# How long one request to a storage endpoint may take to connect. gcsfs tries a request 6 times
+# (about 35 s of back-off between tries); with aiohttp's own 30 s to connect, an unreachable
+# endpoint took over 200 s to report. With 10 s it is about 100 s; LABSE_STORAGE_CONNECT_TIMEOUT sets it.
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
 def filesystem(url: str):
     """(fsspec filesystem, path without the protocol) for `url`; listings are never cached, since
-    other processes write the same bucket."""
+    other processes write the same bucket. On gs:// a request that cannot connect gives up after
+    `CONNECT_TIMEOUT_SECONDS` (each of gcsfs's tries), so an unreachable endpoint is reported in
+    bounded time (`unreachable_endpoint` names it)."""
     import fsspec
 
-    return fsspec.core.url_to_fs(str(url), use_listings_cache=False)
+    options = {"use_listings_cache": False}
+    if str(url).startswith(("gs://", "gcs://")):
+        import logging
+
+        import aiohttp
+
+        # gcsfs logs each request that ran out of tries with its traceback, then raises it: the
+        # raise is what a command reports (in one line), so the log's copy is not shown.
+        logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
+        seconds = float(os.environ.get("LABSE_STORAGE_CONNECT_TIMEOUT", CONNECT_TIMEOUT_SECONDS))
+        options["requests_timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=300)
+    return fsspec.core.url_to_fs(str(url), **options)
+
+
+# Exceptions that mean the storage endpoint (or the network) could not be reached: aiohttp's,
+# requests', google-auth's and fsspec's names, matched by name so none of them must be importable.
+_UNREACHABLE = {"ClientConnectorError", "ClientConnectionError", "ServerDisconnectedError", "ServerTimeoutError",
+                "ConnectionError", "ConnectTimeout", "TransportError", "FSTimeoutError", "RefreshError"}
+
+
+def unreachable_endpoint(error: BaseException) -> str | None:
+    """One line saying that the storage endpoint could not be reached, or None when `error` (and
+    its causes) is something else."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if any(kind.__name__ in _UNREACHABLE for kind in type(error).__mro__):
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            endpoint = os.environ.get("STORAGE_EMULATOR_HOST", "https://storage.googleapis.com")
+            return (f"the storage endpoint {endpoint} could not be reached ({type(error).__name__}: {first}); "
+                    "check the network and credentials, then rerun")
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _to_url(fs, path: str) -> str:
@@ -185,8 +225,13 @@ def iter_lines(path: str | os.PathLike) -> Iterator[str]:
         return
     with open_input(path) as raw:
         stream = gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
-        for line in io.TextIOWrapper(stream, encoding="utf-8"):
-            yield line.rstrip("\n").rstrip("\r")
+        yield from text_lines.lines_of(path, io.TextIOWrapper(stream, encoding="utf-8"), lambda: _raw_text(path))
+
+
+def _raw_text(path: str) -> IO[bytes]:
+    """The decompressed bytes of a remote text file (for naming the line a decoder failed on)."""
+    raw = open_input(path)
+    return gzip.GzipFile(fileobj=raw) if str(path).endswith(".gz") else raw
 
 
 def parquet_file(path: str | os.PathLike):

@@ -64,6 +64,11 @@ class BuildConfig:
                 problems.append(f"--{name.replace('_', '-')} must be in [0, 1)")
         if self.dev_fraction + self.test_fraction >= 1.0:
             problems.append("--dev-fraction + --test-fraction must leave pages for training")
+        if not 1.0 <= self.max_class_ratio < float("inf"):  # below 1 the majority would become the minority
+            problems.append("--max-class-ratio must be a number >= 1")
+        for name in ("max_lines_per_page", "max_lines_per_language"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name.replace('_', '-')} must be at least 1")
         if problems:
             raise ValueError("; ".join(problems))
 

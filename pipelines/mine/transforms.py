@@ -270,6 +270,19 @@ class _EmbedBatch(beam.DoFn):
             yield item, np.asarray(vector, dtype=np.float32)
 
 
+NON_FINITE_VECTOR = "non_finite_vector"
+
+
+def _keep_finite(embedded):
+    """An (item, vector) whose vector holds NaN or inf (a damaged saved vector, a model that
+    overflowed) would match nothing: it goes to `dropped` as `non_finite_vector`, counted."""
+    item, vector = embedded
+    if np.isfinite(vector).all():
+        yield embedded
+    else:
+        yield beam.pvalue.TaggedOutput("dropped", item)
+
+
 class _SharedEmbedder:
     """A holder `Shared` can keep a weak reference to (whatever class the embedder is)."""
 
@@ -635,7 +648,8 @@ PAIR_SCHEMA = pa.schema([
 ])
 # _stats.json's accounting units (README contract 11): read = kept + dropped + errored for each.
 #   src_sentences / tgt_sentences: records read -> kept (embedded, searched) or dropped
-#       (empty_text, no_site, duplicate: the same text again, first provenance kept);
+#       (empty_text, no_site, duplicate: the same text again, first provenance kept;
+#       non_finite_vector: the embedder gave NaN or inf);
 #   candidate_pairs: distinct pairs that are some sentence's best-margin candidate -> kept (rows
 #       written) or dropped (not_selected by the strategy, below_min_margin);
 #   input_files: files matched on both sides -> kept (read through) or errored (unreadable_file).
@@ -682,7 +696,9 @@ class MineBitext(beam.PTransform):
         src = src_records | "PrepareSrc" >> PrepareSide(SRC, c.same_site)
         tgt = tgt_records | "PrepareTgt" >> PrepareSide(TGT, c.same_site)
         items = (src["items"], tgt["items"]) | "BothSides" >> beam.Flatten()
-        embedded = items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
+        checked = (items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
+                   | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
+        embedded = checked.embedded
         if c.resolved_layout == "global":
             from pipelines.mine.index_search import RestoreProvenance, searchable
 
@@ -703,6 +719,7 @@ class MineBitext(beam.PTransform):
             src["dropped"] | "CountSrcDropped" >> CountByName(lambda r: f"{src_unit}.dropped.{r}"),
             tgt["dropped"] | "CountTgtDropped" >> CountByName(lambda r: f"{tgt_unit}.dropped.{r}"),
             items | "CountUnique" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.unique"),
+            checked.dropped | "CountNonFinite" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{NON_FINITE_VECTOR}"),
             embedded | "CountEmbedded" >> CountByName(lambda e: f"{SIDE_UNIT[e[0][0]]}.kept"),
             neighbours["top"] | "CountWithNeighbours" >> CountByName(
                 lambda t: f"{SIDE_UNIT[t[0][0]]}.with_candidates"),

@@ -24,6 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
+from pipelines.text.normalise import is_blank
+
 FEATURE_NAMES = (
     "cosine",
     "margin",
@@ -261,9 +263,19 @@ def _is_finite_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def pair_problem(row: dict) -> str | None:
+    """None for a pair the scorer can rate: text on both sides, a finite cosine and margin; else
+    the reason it is dropped. A null, NaN or infinite value is `invalid`: one NaN would poison its
+    language pair's share estimate and threshold, and an infinite margin would score 1.0. A text
+    of only whitespace or invisible characters is `empty_text` (`is_blank`): there is nothing to
+    rate, and a pair of nothing is no translation."""
+    src, tgt = row.get("src"), row.get("tgt")
+    if not (isinstance(src, str) and isinstance(tgt, str)
+            and _is_finite_number(row.get("cosine")) and _is_finite_number(row.get("margin"))):
+        return "invalid"
+    return "empty_text" if is_blank(src) or is_blank(tgt) else None
+
+
 def is_valid_pair(row: dict) -> bool:
-    """A pair the scorer can rate: text on both sides, a finite cosine and margin. Anything else
-    (a null, NaN or infinite value) is dropped as `invalid`: one NaN would poison its language
-    pair's share estimate and threshold, and an infinite margin would score 1.0."""
-    return (isinstance(row.get("src"), str) and isinstance(row.get("tgt"), str)
-            and _is_finite_number(row.get("cosine")) and _is_finite_number(row.get("margin")))
+    """Whether the scorer can rate the pair (`pair_problem` finds nothing)."""
+    return pair_problem(row) is None

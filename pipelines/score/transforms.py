@@ -8,12 +8,12 @@ import math
 import apache_beam as beam
 import pyarrow as pa
 
-from pipelines.accounting import CountByName, MergeTallies, accounting_section
+from pipelines.accounting import CountByName, MergeTallies, ReasonCounters, accounting_section
 from pipelines.progress import worker_tracker
 from pipelines.io.parquet import MissingColumnsError, iter_parquet_rows
 from pipelines.io.completion import finish_output
 from pipelines.score.decision import calibrated_scores
-from pipelines.score.features import is_valid_pair
+from pipelines.score.features import pair_problem
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
 
 
@@ -93,7 +93,7 @@ class _ScoreBatch(beam.DoFn):
 
     def __init__(self, model_path: str):
         self.model_path = model_path
-        self.invalid = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "pairs.dropped.invalid")
+        self.dropped = ReasonCounters(COUNTER_NAMESPACE)
 
     def setup(self):
         from pipelines.score.scorer import QualityScorer
@@ -108,11 +108,12 @@ class _ScoreBatch(beam.DoFn):
         worker_tracker("pairs").advance(len(rows))
         good = []
         for row in rows:
-            if is_valid_pair(row):
+            problem = pair_problem(row)
+            if problem is None:
                 good.append(row)
             else:
-                self.invalid.inc()
-                yield beam.pvalue.TaggedOutput("dropped", "invalid")
+                self.dropped.inc(f"pairs.dropped.{problem}")
+                yield beam.pvalue.TaggedOutput("dropped", problem)
         if not good:
             return
         features = pair_features([r["src"] for r in good], [r["tgt"] for r in good],
@@ -123,7 +124,7 @@ class _ScoreBatch(beam.DoFn):
             if math.isfinite(ranker) and math.isfinite(sanity):
                 yield {**row, "ranker": float(ranker), "sanity": float(sanity)}
             else:  # finite inputs the scorer still cannot rate (an overflowing feature)
-                self.invalid.inc()
+                self.dropped.inc("pairs.dropped.invalid")
                 yield beam.pvalue.TaggedOutput("dropped", "invalid")
 
 

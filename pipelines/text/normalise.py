@@ -28,6 +28,15 @@ def clean_text(text: str) -> str:
     return " ".join(text.split())
 
 
+def is_blank(text: object) -> bool:
+    """Whether `text` carries no text at all: not a string, or only whitespace, control and
+    invisible format characters (zero-width space, BOM, direction marks). Such a pair is dropped
+    as `empty_text`. Stops at the first visible character, so it is quick on ordinary text."""
+    if not isinstance(text, str):
+        return True
+    return all(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
+
+
 def normalise_for_dedup(text: str) -> str:
     """NFKC, casefolded, punctuation removed, whitespace collapsed.
 

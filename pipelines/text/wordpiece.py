@@ -37,21 +37,39 @@ class VocabError(UsageError):
     """vocab.txt is missing, empty, or not a BERT vocabulary of this project."""
 
 
+def vocab_lines(raw: bytes, path: str | os.PathLike) -> list[str]:
+    """The tokens of the bytes of a vocab.txt, one a line ("\n"; a "\r" before it is dropped), every
+    line checked: UTF-8, not empty, no whitespace inside (the tokenizer splits there, so such a
+    token could never be produced), not a repeat. VocabError names the file and the line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise VocabError(f"{path}:{line}: not UTF-8 text (byte {error.start}: {error.reason})") from None
+    tokens = [line.removesuffix("\r") for line in text.split("\n")]
+    if tokens and tokens[-1] == "":
+        tokens.pop()
+    first_line: dict[str, int] = {}
+    for number, token in enumerate(tokens, 1):
+        if not token.strip():
+            raise VocabError(f"{path}:{number}: an empty line; a vocabulary holds one token on every line")
+        if any(ch.isspace() for ch in token):
+            raise VocabError(f"{path}:{number}: token {token!r} contains whitespace, which the tokenizer splits "
+                             "on; a token is one word piece")
+        if token in first_line:  # two ids for one token: the tokenizer would silently use one of them
+            raise VocabError(f"{path}: token {token!r} appears twice (lines {first_line[token]} and {number})")
+        first_line[token] = number
+    return tokens
+
+
 def load_vocab(path: str | os.PathLike) -> list[str]:
-    """Tokens of a vocab.txt in id order, checking the reserved tokens and uniqueness."""
+    """Tokens of a vocab.txt in id order, checking every line (`vocab_lines`) and the reserved tokens."""
     path = Path(path)
     if not path.is_file():
         raise VocabError(f"vocabulary file not found: {path}")
-    with open(path, encoding="utf-8") as handle:
-        tokens = [line.rstrip("\n").rstrip("\r") for line in handle]
-    if tokens and tokens[-1] == "":
-        tokens.pop()
+    tokens = vocab_lines(path.read_bytes(), path)
     if tokens[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
         raise VocabError(f"{path}: the first tokens must be {SPECIAL_TOKENS}, got {tokens[:5]}")
-    if len(set(tokens)) != len(tokens):
-        raise VocabError(f"{path}: duplicate tokens")
-    if any(token == "" or any(ch.isspace() for ch in token) for token in tokens):
-        raise VocabError(f"{path}: empty token or token with whitespace")
     return tokens
 
 

@@ -20,7 +20,8 @@ from dataclasses import asdict
 from typing import Sequence
 
 from pipelines.io.tfrecord import encode_example
-from pipelines.text.wordpiece import VocabError
+from pipelines.text.normalise import is_blank
+from pipelines.text.wordpiece import VocabError, vocab_lines
 from pipelines.tfrecords.config import TFRecordsConfig
 
 logger = logging.getLogger(__name__)
@@ -48,20 +49,12 @@ TEXT_FEATURES_DOC = {
 def vocab_facts(raw: bytes, vocab_path: str) -> dict:
     """File name, sha256, size and special-token ids of the bytes of a vocab.txt (for schema.json).
 
-    Raises VocabError for text that is not UTF-8, an empty line, a duplicate token, or a missing
-    special token (naming the file and the line: the tokenizer would fail in every worker).
+    Raises VocabError for a line `vocab_lines` refuses (not UTF-8, empty, whitespace inside, a
+    repeat) or a missing special token, naming the file and the line: the tokenizer would fail in
+    every worker.
     """
-    try:
-        tokens = raw.decode("utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise VocabError(f"{vocab_path}: not UTF-8 text ({error})") from None
-    first_line: dict[str, int] = {}
-    for number, token in enumerate(tokens, 1):
-        if not token.strip():
-            raise VocabError(f"{vocab_path}:{number}: an empty line; a vocabulary holds one token on every line")
-        if token in first_line:  # two ids for one token: the tokenizer would silently use one of them
-            raise VocabError(f"{vocab_path}: token {token!r} appears twice (lines {first_line[token]} and {number})")
-        first_line[token] = number
+    tokens = vocab_lines(raw, vocab_path)
+    first_line = {token: number for number, token in enumerate(tokens, 1)}
     special = {t: first_line[t] - 1 for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in first_line}
     missing = {"[CLS]", "[SEP]", "[PAD]", "[UNK]"} - set(special)
     if missing:
@@ -82,9 +75,9 @@ def normalise_pair(row: dict, default_score: float = float("nan")) -> dict | str
     src, tgt = row.get("src"), row.get("tgt")
     if not isinstance(src, str) or not isinstance(tgt, str):
         return "missing_text"
-    src, tgt = src.strip(), tgt.strip()
-    if not src or not tgt:
+    if is_blank(src) or is_blank(tgt):  # whitespace and invisible characters only
         return "empty_text"
+    src, tgt = src.strip(), tgt.strip()
     score = row.get("score", default_score)
     try:
         score = float(score) if score is not None else default_score
