@@ -2,15 +2,8 @@
 import numpy as np
 import pytest
 
-from pipelines.mine.margin import (
-    MarginConfig,
-    best_threshold_f1,
-    greedy_unique,
-    margin_scores,
-    mine,
-    neighbours,
-    precision_recall_f1,
-)
+from pipelines.mine.margin import (MarginConfig, best_threshold_f1, greedy_unique, margin_scores, mine, neighbours,
+                                   precision_recall_f1)
 from pipelines.mine.search import SearchConfig, knn, merge_topk, recall_at_1, sharded_knn
 from pipelines.score.thresholds import adapt_to_prior, threshold_for_fraction, threshold_for_precision
 

@@ -114,14 +114,27 @@ BUILD_DATA_SUMMARY = ("documents_read", "documents_kept", "documents_dropped", "
                       "pages", "lines", "train_examples")
 
 
+def parse_with_config(parser: argparse.ArgumentParser, config_cls: type, argv: list[str] | None):
+    """(args, the config dataclass built from them); a value the config refuses raises UsageError."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    return args, config_from_args(config_cls, args)
+
+
 def train_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-main-content train",
-        description="Train the fastText main-content classifier on `build-data` output and report precision, "
-                    "recall, F1 and agreement with the teacher on the page-disjoint test split.")
-    parser.add_argument("--data", required=True, help="directory written by `labse-main-content build-data`")
-    parser.add_argument("--output", required=True, help="model file to write (model.bin, or model.ftz with --quantize)")
-    add_config_options(parser, MainContentTrainConfig)
+    return config_parser(
+        "labse-main-content train", "Train the fastText main-content classifier on `build-data` output and report "
+        "precision, recall, F1 and agreement with the teacher on the page-disjoint test split.",
+        [("--data", "directory written by `labse-main-content build-data`"),
+         ("--output", "model file to write (model.bin, or model.ftz with --quantize)")], MainContentTrainConfig)
+
+
+def config_parser(prog: str, description: str, required: list[tuple[str, str]], config_cls: type):
+    """A subcommand's parser: its required path options (flag, help), then its config's options."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    for flag, help_text in required:
+        parser.add_argument(flag, required=True, help=help_text)
+    add_config_options(parser, config_cls)
     return parser
 
 
@@ -129,11 +142,8 @@ def train_main(argv: list[str] | None = None) -> int:
     from pipelines.main_content.evaluate import format_metrics, small_split_warnings
     from pipelines.main_content.train import train
 
-    parser = train_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:
-        config = config_from_args(MainContentTrainConfig, args)
+        args, config = parse_with_config(train_parser(), MainContentTrainConfig, argv)
     except UsageError as exc:
         return usage_error("labse-main-content train", str(exc))
     try:
@@ -154,23 +164,18 @@ def train_main(argv: list[str] | None = None) -> int:
 
 
 def evaluate_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="labse-main-content evaluate",
-        description="Agreement of a main-content model with the teacher (trafilatura) on any WARC: "
-                    "line precision/recall/F1 for 'main content', agreement, kept-text token F1.")
-    parser.add_argument("--model", required=True, help="fastText model from `labse-main-content train`")
-    parser.add_argument("--input", required=True, help="WARC file pattern, e.g. 'crawl/*.warc.gz'")
-    add_config_options(parser, MainContentEvaluateConfig)
+    parser = config_parser(
+        "labse-main-content evaluate", "Agreement of a main-content model with the teacher (trafilatura) on any "
+        "WARC: line precision/recall/F1 for 'main content', agreement, kept-text token F1.",
+        [("--model", "fastText model from `labse-main-content train`"),
+         ("--input", "WARC file pattern, e.g. 'crawl/*.warc.gz'")], MainContentEvaluateConfig)
     parser.add_argument("--json", dest="json_out", default=None, help="also write the metrics to this JSON file")
     return parser
 
 
 def evaluate_main(argv: list[str] | None = None) -> int:
-    parser = evaluate_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:  # before the model is loaded
-        config = config_from_args(MainContentEvaluateConfig, args)
+        args, config = parse_with_config(evaluate_parser(), MainContentEvaluateConfig, argv)
     except UsageError as exc:
         return usage_error("labse-main-content evaluate", str(exc))
 

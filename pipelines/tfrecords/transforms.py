@@ -498,18 +498,17 @@ class BuildTFRecords(beam.PTransform):
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         pair_sets, drop_sets, tally_sets = [], [], []
+        readers = []
         if self.parquet_files:
-            parquet = pbegin | "ReadParquet" >> ReadParquetPairs(self.parquet_files)
-            pair_sets.append(parquet["pairs"])
-            drop_sets.append(parquet["dropped"])
-            tally_sets.append(parquet[TALLY])
-            tally_sets.append(parquet["pairs"] | "CountParquetPairs" >> _CountAs(f"{READ_BY_INPUT}.--pairs"))
+            readers.append(("ReadParquet", ReadParquetPairs(self.parquet_files), "CountParquetPairs", "--pairs"))
         if self.parallel_text:
-            text = pbegin | "ReadParallelText" >> ReadParallelText(self.parallel_text)
-            pair_sets.append(text["pairs"])
-            drop_sets.append(text["dropped"])
-            tally_sets.append(text[TALLY])
-            tally_sets.append(text["pairs"] | "CountTextPairs" >> _CountAs(f"{READ_BY_INPUT}.--parallel-text"))
+            readers.append(("ReadParallelText", ReadParallelText(self.parallel_text), "CountTextPairs", "--parallel-text"))
+        for label, reader, count_label, option in readers:
+            read = pbegin | label >> reader
+            pair_sets.append(read["pairs"])
+            drop_sets.append(read["dropped"])
+            tally_sets.append(read[TALLY])
+            tally_sets.append(read["pairs"] | count_label >> _CountAs(f"{READ_BY_INPUT}.{option}"))
         pairs = tuple(pair_sets) | "AllPairs" >> beam.Flatten()
         drops = tuple(drop_sets) | "ReaderDrops" >> beam.Flatten()
         tally = tuple(tally_sets) | "ReaderTallies" >> MergeTallies()
