@@ -20,6 +20,7 @@ from typing import Sequence
 from pipelines.distill.config import DistillConfig
 from pipelines.distill.corpus import sentence_sources
 from pipelines.distill.run import STAGE, distill
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import require_stage_output
 from pipelines.io.overlap import OUTPUT_REFUSED, fresh_output
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     args, beam_args = build_parser().parse_known_args(argv)
     output = args.output.rstrip("/")
     try:

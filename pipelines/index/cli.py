@@ -21,6 +21,7 @@ from pipelines.index.config import IndexConfig
 from pipelines.index.shards import plan_shards
 from pipelines.index.transforms import BuildIndex
 from pipelines.index.vector_files import list_matrix_files
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats
 from pipelines.embed.saved_vectors import SavedVectorsError
@@ -67,7 +68,7 @@ def plan(vectors: str, config: IndexConfig):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     args, beam_args = build_parser().parse_known_args(argv)
     try:
         config = config_from_args(IndexConfig, args)

@@ -13,6 +13,7 @@ import time
 
 from pipelines.io import storage
 from pipelines.io.atomic import write_bytes_atomic
+from pipelines.io.console import start_logging
 from pipelines.io.config_options import HelpFormatter, UsageError, add_config_options, config_from_args
 from pipelines.report.config import DEFAULT_NAME, ReportConfig
 from pipelines.report.discover import RunRoot, data_flow_position, discover
@@ -49,8 +50,7 @@ def write_report(root_url: str, config: ReportConfig) -> tuple[str, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(start_logging(argv, "%(levelname)s %(message)s"))
     try:
         config = config_from_args(ReportConfig, args)
         output, sections, flags = write_report(args.root, config)
