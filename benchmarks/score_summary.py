@@ -43,7 +43,7 @@ def mined_components(data: Path, lang: str, distractors: int, embedder, lid, sco
     order = np.random.default_rng(5).permutation(len(train_en))
     src_all = src + [train_src[i] for i in order[:distractors]]
     tgt_all = tgt + [train_en[i] for i in order[distractors:2 * distractors]]
-    pairs = mine(embedder.encode(src_all), embedder.encode(tgt_all), MarginConfig(k=4, margin="ratio", strategy="max"))
+    pairs = mine(embedder.encode(src_all), embedder.encode(tgt_all), MarginConfig(k=4, margin_kind="ratio", strategy="max"))
     texts_src, texts_tgt = [src_all[i] for i in pairs.src], [tgt_all[j] for j in pairs.tgt]
     features = pair_features(texts_src, texts_tgt, [lang] * len(texts_src), ["en"] * len(texts_src),
                              pairs.cosine, pairs.margin, lid, scorer.feature_set)

@@ -92,7 +92,7 @@ def bench_quality(args) -> None:
     codes = [c for c in args.langs.split(",") if c] or tb.covered_codes(DATA, args.teacher)
     teacher = CachedEmbedder(args.teacher, Path(args.cache))
     statics = {model: StaticEmbedder(model) for model in args.model}
-    config = MarginConfig(k=4, margin="ratio", strategy="max")
+    config = MarginConfig(k=4, margin_kind="ratio", strategy="max")
     rows = []
     for code in codes:
         bucc = tb.tatoeba_bucc_set(DATA, code, pool, args.seed, args.max_pairs)

@@ -51,8 +51,8 @@ def cascade_mine(candidates: Candidates, teacher_src: np.ndarray, teacher_tgt: n
     bwd_sims, bwd_ids = _rescored(teacher_tgt, teacher_src, candidates.bwd_ids)
     k = min(config.k, fwd_sims.shape[1])
     fwd_mean, bwd_mean = fwd_sims[:, :k].mean(axis=1), bwd_sims[:, :k].mean(axis=1)
-    pairs = select(best_candidates(fwd_sims, fwd_ids, fwd_mean, bwd_mean, config.margin),
-                   best_candidates(bwd_sims, bwd_ids, bwd_mean, fwd_mean, config.margin), config.strategy)
+    pairs = select(best_candidates(fwd_sims, fwd_ids, fwd_mean, bwd_mean, config.margin_kind),
+                   best_candidates(bwd_sims, bwd_ids, bwd_mean, fwd_mean, config.margin_kind), config.strategy)
     if config.threshold is not None and len(pairs):
         keep = pairs.margin >= config.threshold
         pairs = MinedPairs(pairs.src[keep], pairs.tgt[keep], pairs.margin[keep], pairs.cosine[keep])
