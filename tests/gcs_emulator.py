@@ -99,6 +99,13 @@ class GcsEmulator:
             name = prefix if local.is_file() else (f"{prefix.rstrip('/')}/{relative}" if prefix else relative)
             bucket.blob(name).upload_from_filename(str(path))
 
+    def names(self, url: str) -> list[str]:
+        """The object names below the prefix of gs://BUCKET/PREFIX, sorted, without reading them (a
+        running job renames its temporary objects: one listed a moment ago may be gone)."""
+        bucket_name, _, prefix = url.removeprefix("gs://").partition("/")
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        return sorted(blob.name[len(prefix):] for blob in self.client().list_blobs(bucket_name, prefix=prefix))
+
     def list(self, url: str) -> dict[str, bytes]:
         """{object name below the prefix: content} for gs://BUCKET/PREFIX."""
         bucket_name, _, prefix = url.removeprefix("gs://").partition("/")

@@ -106,7 +106,7 @@ def test_mined_scored_pairs_and_tfrecords_are_the_same_on_gs(chains):
 
 # ------------------------------------------------------------------------ rules on gs://
 def objects(gcs, url: str) -> list[str]:
-    return sorted(gcs.list(url))
+    return gcs.names(url)
 
 
 def score_argv(chains: Chains, output: str, *extra: str) -> list[str]:
