@@ -238,12 +238,15 @@ def stage_plan(output: str, *, sentences_dir: str | None = None, text_files: Map
                             count_seconds=time.perf_counter() - started))
         return built[-1].stats
 
-    logger.info("counting words with Beam into %s", paths["work"])
+    def wire(pipeline):
+        logger.info("counting words with Beam into %s", paths["work"])  # the inputs were checked
+        return wire_counting(pipeline, paths["work"], sentences_dir=sentences_dir, text_files=text_files,
+                             config=config)
+
     return dict(output=output, overwrite=overwrite, beam_args=list(beam_args),
                 inputs=[sentences_dir, *(text_files or {}).values()],
                 check_inputs=lambda: _check_inputs(sentences_dir, text_files),
-                wire=lambda pipeline: wire_counting(pipeline, paths["work"], sentences_dir=sentences_dir,
-                                                    text_files=text_files, config=config),
+                wire=wire,
                 finish=finish, output_files=[output, paths["report"], paths["png"], paths["stats"], paths["work"]])
 
 
