@@ -17,7 +17,9 @@ def test_mine_config_bounds_its_counts(field):
 def test_labse_mine_refuses_huge_src_blocks_in_one_line(tmp_path, capsys):
     from pipelines.mine import cli as mine_cli
 
-    assert mine_cli.main(["--src", str(tmp_path / "de"), "--tgt", str(tmp_path / "en"), "--src-lang", "de",
+    (tmp_path / "de.txt").write_text("Ein Hund.\n", encoding="utf-8")  # sides with sentences: the count is
+    (tmp_path / "en.txt").write_text("A dog.\n", encoding="utf-8")  # what is refused, not an empty side
+    assert mine_cli.main(["--src", str(tmp_path / "de.txt"), "--tgt", str(tmp_path / "en.txt"), "--src-lang", "de",
                           "--tgt-lang", "en", "--output", str(tmp_path / "pairs"),
                           "--src-blocks", str(10 ** 15)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
