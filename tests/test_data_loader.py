@@ -387,3 +387,28 @@ def test_shuffle_mixes_languages_as_an_ideal_shuffle_does(tmp_path):
     sorted_pattern = _write_tagged_shards(tmp_path / "by_language", by_language, lang_of)
     unmixed = _mixing(loader_batches(sorted_pattern, 1), lang_of, by_language)
     assert unmixed["tv"] > 3 * ideal["tv"] and unmixed["run"] > 3 * ideal["run"], (unmixed, ideal)
+
+
+def test_the_loader_state_of_a_checkpoint_resumes_at_another_world_size(tmp_path):
+    """A checkpoint written by 2 processes (each rank's loader state) continues at 1 and at 3: the
+    state names no world size, every rank's is the same, and the resumed ranks together give the
+    global batch the 2 processes would have given next. Another global batch size is refused."""
+    from pipelines.io.config_options import UsageError
+
+    pattern = write_shards(tmp_path)
+
+    def loaders(world_size, start, batch=6):
+        return [build_train_loader(pattern, global_batch_size=batch, rank=r, world_size=world_size, seed=5,
+                                   shuffle_window=2, start_step=start, num_steps=3) for r in range(world_size)]
+
+    two = loaders(2, 0)
+    saved = [loader.state(7) for loader in two]
+    assert saved[0] == saved[1] and "world_size" not in saved[0]
+    expected = [sum((_ids(b) for b in step), []) for step in zip(*loaders(2, 7))]
+    for world_size in (1, 3):
+        resumed = loaders(world_size, 7)
+        for loader in resumed:
+            loader.check_resume(saved[0], 7)
+        assert [sum((_ids(b) for b in step), []) for step in zip(*resumed)] == expected, world_size
+    with pytest.raises(UsageError, match="global_batch_size 6 -> 4"):
+        loaders(1, 7, batch=4)[0].check_resume(saved[0], 7)

@@ -13,15 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from labse_model.loss import BidirectionalAMSLoss
 from model_helpers import (
     build_vocab,
-    free_port,
     max_relative_difference,
     multi30k_batch,
     set_torchrun_environment,
+    spawn_on_free_port,
     tiny_dual_encoder,
     write_shards,
 )
@@ -94,7 +93,7 @@ def _step(model: torch.nn.Module, gradients: dict[str, torch.Tensor]) -> None:
 def _two_process_gradients(tmp_path: Path, vocab_size: int, batch: dict) -> dict[str, dict]:
     batch_path, out_path = tmp_path / "batch.pt", tmp_path / "grads.pt"
     torch.save(batch, batch_path)
-    mp.spawn(_rank_gradients, args=(2, free_port(), vocab_size, str(batch_path), str(out_path)), nprocs=2)
+    spawn_on_free_port(_rank_gradients, lambda port: (2, port, vocab_size, str(batch_path), str(out_path)), nprocs=2)
     return torch.load(out_path, weights_only=True)
 
 

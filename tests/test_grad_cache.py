@@ -9,17 +9,16 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from labse_model import grad_cache
 from labse_model.grad_cache import grad_cached_step, split_batch
 from labse_model.loss import BidirectionalAMSLoss
 from model_helpers import (
     build_vocab,
-    free_port,
     max_relative_difference,
     multi30k_batch,
     set_torchrun_environment,
+    spawn_on_free_port,
     tiny_dual_encoder,
 )
 from pipelines.text.wordpiece import hf_tokenizer
@@ -177,7 +176,7 @@ def test_two_processes_with_chunks_equal_one_process_uncached(labse_data, vocab,
 
     batch_path, out_path = tmp_path / "batch.pt", tmp_path / "result.pt"
     torch.save(batch, batch_path)
-    mp.spawn(_rank_step, args=(free_port(), vocab_size, str(batch_path), str(out_path)), nprocs=WORLD)
+    spawn_on_free_port(_rank_step, lambda port: (port, vocab_size, str(batch_path), str(out_path)), nprocs=WORLD)
     result = torch.load(out_path, weights_only=True)
 
     assert max_relative_difference(result["gradients"], one_process) < 1e-9

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,34 +31,44 @@ RUN_SPECIFIC = {"output", "beam_args", "seconds", "elapsed_seconds", "started", 
                 "wall_seconds", "runner", "work_dir"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# worker_pool_main's servicer on a port the kernel picks (port 0), started the way its main() starts
+# it; the child writes the port it got to a file. Choosing a free port here and passing it to
+# `--service_port` left a window in which another process could take it (and answer our probe).
+_WORKER_POOL = """
+import logging, os, sys, time
+from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
+
+logging.basicConfig(level=logging.INFO)
+address, server = BeamFnExternalWorkerPoolServicer.start(use_process=True, port=0)
+logging.getLogger().setLevel(logging.INFO)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(address.rsplit(":", 1)[1])
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(3600)
+"""
 
 
 @pytest.fixture(scope="module")
 def portable_args(tmp_path_factory):
     """Beam arguments that send a stage's work to a pool of separate SDK worker processes."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("worker_pool") / "pool.log"
+    folder = tmp_path_factory.mktemp("worker_pool")
+    log, port_file = folder / "pool.log", folder / "port"
     # The pool starts workers as `python` from PATH: the venv's interpreter must come first, or
     # the workers lack the project's packages and the job hangs instead of failing.
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     with open(log, "wb") as out:
-        pool = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                                 "--service_port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env)
+        pool = subprocess.Popen([sys.executable, "-c", _WORKER_POOL, str(port_file)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
-    while True:
+    while not port_file.is_file():
         if pool.poll() is not None:
             pytest.fail(f"worker pool exited: {log.read_text()[-2000:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
         if time.monotonic() > deadline:
             pool.kill()
             pytest.fail("worker pool did not open its port within 60 s")
         time.sleep(0.2)
+    port = int(port_file.read_text())
     try:
         yield {"args": ["--runner", "PortableRunner", "--job_endpoint", "embed", "--environment_type", "EXTERNAL",
                         "--environment_config", f"localhost:{port}"], "log": log, "env": env}

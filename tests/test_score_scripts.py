@@ -107,3 +107,37 @@ def test_feature_set_is_saved_and_decides_the_features(labse_data, lid, tmp_path
     (tmp_path / "bad" / "scorer.json").write_text(json.dumps({**payload, "feature_set": 3}))
     with pytest.raises(ScorerError, match="unknown feature set 3"):
         QualityScorer.load(tmp_path / "bad")
+
+
+# One letter of each unspaced script (Unicode block's first letter) and its letters per word-equivalent.
+UNSPACED_LETTERS = [("\u4e2d", 1.5), ("\u3042", 2.5), ("\u30ab", 2.5), ("\u0e01", 4.0), ("\u0e81", 4.0),
+                    ("\u1780", 4.0), ("\u1000", 4.0), ("\u0f40", 4.0)]
+
+
+@pytest.mark.parametrize("letter,per_word", UNSPACED_LETTERS,
+                         ids=["han", "hiragana", "katakana", "thai", "lao", "khmer", "myanmar", "tibetan"])
+def test_each_unspaced_script_has_its_letters_per_word(letter, per_word):
+    """Fast and exact (the Tatoeba test above measures the factors only in aggregate)."""
+    text = letter * 6
+    assert word_count(text) == pytest.approx(6 / per_word)
+    assert latin_equivalent_length(text) == pytest.approx(6 * 5.0 / per_word)
+    # feature set 1 saw one whitespace token of six characters
+    assert text_features(text, "a b c d e f", feature_set=1)[1] == pytest.approx(math.log(6))
+    assert text_features(text, "a b c d e f", feature_set=2)[1] == pytest.approx(abs(math.log(6 / per_word / 6)))
+
+
+def test_hangul_counts_its_letters_not_its_words():
+    """Korean is spaced: its words are whitespace tokens, a syllable block writes 2.5 letters."""
+    assert word_count("\ud55c\uad6d\uc5b4 \ubb38\uc7a5") == 2
+    assert latin_equivalent_length("\ud55c\uad6d\uc5b4 \ubb38\uc7a5") == pytest.approx(5 * 2.5 + 1)
+
+
+@pytest.mark.parametrize("mark,kind", [("\u0964", "stop"), ("\u0965", "stop"), ("\u17d4", "stop"),
+                                       ("\u17d5", "stop"), ("\u104b", "stop"), ("\u0f0d", "stop"),
+                                       ("\u06d4", "stop"), ("\u1362", "stop"), ("\u1367", "question"),
+                                       ("\u061f", "question")])
+def test_sentence_final_marks_of_other_scripts(mark, kind):
+    from pipelines.score.features import final_punctuation
+    assert final_punctuation("text" + mark, feature_set=2) == kind
+    assert final_punctuation("text" + mark + "\u201d ", feature_set=2) == kind
+    assert final_punctuation("text" + mark, feature_set=1) == "none"

