@@ -22,7 +22,12 @@ BEAM_OPTIONS_HELP = ("Options the command does not know are passed to Apache Bea
 
 class StageArgumentParser(argparse.ArgumentParser):
     """A Beam stage's parser: `parse_known_args` returns (the command's options, Beam's options)
-    and refuses, in one line with exit 2, anything neither knows."""
+    and refuses, in one line with exit 2, anything neither knows. No abbreviations: `--over` must
+    not be taken for `--overwrite`, which deletes an output."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         parsed, rest = super().parse_known_args(args, namespace)

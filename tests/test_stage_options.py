@@ -33,3 +33,13 @@ def test_the_full_beam_option_goes_to_beam_unchanged():
     beam = ["--runner", "DataflowRunner", "--direct_num_workers", "2", "--temp_location=gs://b/tmp"]
     _, beam_args = build_parser().parse_known_args(REQUIRED + beam)
     assert beam_args == beam
+
+
+def test_a_stage_option_cannot_be_abbreviated(tmp_path, capsys):
+    """`--over` must not be taken for `--overwrite` (which deletes an output): it is refused."""
+    from pipelines.stage_options import stage_parser
+
+    parser = stage_parser("labse-x", "test", output="OUT")
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_known_args(["--output", str(tmp_path / "o"), "--over"])
+    assert exit_info.value.code == 2 and "--over" in capsys.readouterr().err
