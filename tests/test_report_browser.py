@@ -17,8 +17,13 @@ pytestmark = pytest.mark.slow
 
 WINDOW_WIDTH = 1280
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-EXPECTED_SECTIONS = ["labse-main-content build-data", "main-content model", "labse-clean", "labse-vocab",
-                     "labse-mine", "labse-score", "labse-tfrecords"]
+# the chain's outputs (tests/cloud_chain.py), in data-flow order; other tests of the session add
+# outputs of their own under the same roots (a killed run, refused reruns), which the page lists too
+CHAIN_OUTPUTS = [("labse-main-content build-data", "main_content/data"),
+                 ("main-content model", "main_content/model.bin.metrics.json"), ("labse-clean", "clean"),
+                 ("labse-vocab", "vocab"), ("labse-mine", "pairs"), ("labse-score", "scored"),
+                 ("labse-tfrecords", "tfrecords")]
+EXPECTED_SECTIONS = [title for title, _ in CHAIN_OUTPUTS]
 
 
 def write_report(root: str, output: Path) -> str:
@@ -28,8 +33,12 @@ def write_report(root: str, output: Path) -> str:
     return output.read_text(encoding="utf-8")
 
 
-def section_titles(page: str) -> list[str]:
-    return re.findall(r"<section [^>]*><h2>([^<]+)</h2>", page)
+def chain_rows(page: str) -> list[tuple[str, str, str]]:
+    """(title, where, status) of the overview rows that are the chain's own outputs, in page order."""
+    rows = re.findall(r'<tr><td><a href="#[^"]*">([^<]+)</a></td><td class="wrap">([^<]+)</td>'
+                      r'<td class="[^"]*">([^<]+)</td>', page)
+    wanted = set(CHAIN_OUTPUTS)
+    return [row for row in rows if (row[0], row[1]) in wanted]
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +49,15 @@ def local_report(chains, tmp_path_factory) -> Path:
 
 
 def test_the_chain_report_has_a_section_per_stage_in_data_flow_order(local_report):
-    page = local_report.read_text(encoding="utf-8")
-    assert section_titles(page) == EXPECTED_SECTIONS
-    assert "balanced books" in page  # no stage's books are off
+    rows = chain_rows(local_report.read_text(encoding="utf-8"))
+    assert [(title, where) for title, where, _ in rows] == CHAIN_OUTPUTS
+    # no stage's books are off; the main-content model's 8-page test split is flagged as too small
+    assert {title for title, _, status in rows if status != "ok"} <= {"main-content model"}
 
 
 def test_the_report_of_the_gs_chain_lists_the_same_sections(chains, local_report, tmp_path):
     page = write_report(chains.gs, tmp_path / "gs_report.html")
-    assert section_titles(page) == section_titles(local_report.read_text(encoding="utf-8"))
-    assert page.count("<img") == local_report.read_text(encoding="utf-8").count("<img")
+    assert chain_rows(page) == chain_rows(local_report.read_text(encoding="utf-8"))
 
 
 def test_the_report_renders_in_a_real_browser(local_report, tmp_path):
