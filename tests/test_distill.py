@@ -195,3 +195,22 @@ def test_teacher_chunks_of_an_interrupted_pass_are_reused(tmp_path):
     assert first[0]["sentences.embedded"] == 2
     assert (tmp_path / "de.part-00000.txt").read_text(encoding="utf-8") == "ein Satz\nein anderer\n"
     assert np.load(tmp_path / "de.part-00000.npy").shape == (2, 4)
+
+
+def test_training_gives_the_callers_torch_thread_count_back(tmp_path):
+    """A library call must not change how the rest of the process computes (the trainer's tests
+    compare weights across processes to 1e-7)."""
+    import torch
+
+    from pipelines.distill import train as distill_train
+
+    before = torch.get_num_threads()
+    calls = []
+    original = distill_train._train
+    try:
+        distill_train._train = lambda *args: calls.append(torch.get_num_threads()) or (None, [])
+        config = type("Config", (), {"threads": 1 if before != 1 else 2, "seed": 0})()
+        distill_train.train(None, None, None, config, None)
+    finally:
+        distill_train._train = original
+    assert calls == [config.threads] and torch.get_num_threads() == before

@@ -151,11 +151,24 @@ def contrastive_loss(table: StaticTable, data: TrainingData, batch: list[int], t
 
 def train(table: np.ndarray, weights: np.ndarray, data: TrainingData, config, checkpoint: Checkpoint,
           log: Callable[[str], None] = logger.info) -> tuple[np.ndarray, list[dict]]:
-    """The trained table and the per-epoch history; resumes from `checkpoint` when it matches."""
+    """The trained table and the per-epoch history; resumes from `checkpoint` when it matches. Runs
+    on `config.threads` torch threads and gives the caller's thread count back (a library call must
+    not change how the rest of the process computes)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        return _train(table, weights, data, config, checkpoint, log)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(table: np.ndarray, weights: np.ndarray, data: TrainingData, config, checkpoint: Checkpoint,
+           log: Callable[[str], None]) -> tuple[np.ndarray, list[dict]]:
     import torch
 
     torch.manual_seed(config.seed)
-    torch.set_num_threads(config.threads)
     model = StaticTable(table, weights)
     plan = [(ALIGN, epoch) for epoch in range(config.align_epochs)]
     if data.pairs:
