@@ -46,7 +46,8 @@ def main_content_step(data: Path, out: Path, artifacts: dict) -> list[str]:
     report = json.loads(Path(str(model_path) + ".metrics.json").read_text(encoding="utf-8"))
     test = report["test"]
     lines = [
-        f"build-data on {MAIN_CONTENT_INPUT}: {stats['documents_kept']} HTML pages labelled by trafilatura "
+        f"build-data on {MAIN_CONTENT_INPUT}: {stats['documents_kept']} HTML pages labelled by "
+        f"{'a committee of teachers' if stats.get('config', {}).get('labels', 'committee') == 'committee' else 'trafilatura'} "
         f"(train/dev/test pages {stats['pages']['train']}/{stats['pages']['dev']}/{stats['pages']['test']}), "
         f"{stats['train_examples']} balanced training lines, {build_seconds:.0f} s",
         f"model {model_path} ({report['model_bytes'] / 1e6:.1f} MB), trained in {report['train_seconds']:.1f} s",
