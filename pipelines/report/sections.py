@@ -294,7 +294,7 @@ def training_section(root: RunRoot, found: Found) -> Section:
     final = summary.get("final_loss")
     if isinstance(final, float) and final != final:
         section.flags.append("final loss is NaN")
-    section.summary = f"{summary.get('step', '?')} steps, final loss {final}"
+    section.summary = f"{summary.get('step', '?')} steps, final loss " + (f"{final:.3f}" if isinstance(final, float) else str(final))
     section.blocks += [_summary_table(summary)] + _curve_blocks(lines, "training")
     if isinstance(summary.get("dev_accuracy"), Mapping):
         section.blocks.append(heading("dev retrieval accuracy"))
@@ -305,6 +305,7 @@ def training_section(root: RunRoot, found: Found) -> Section:
 def pretraining_section(root: RunRoot, found: Found) -> Section:
     summary = root.read_json(f"{found.path}/{PRETRAIN_SUMMARY}")
     section = Section("labse-pretrain", found.path)
+    section.summary = f"{summary.get('step', '?')} steps"
     stages = summary.get("stages") or {}
     if stages:
         keys = sorted({k for s in stages.values() for k, v in s.items() if isinstance(v, (int, float))})
