@@ -49,6 +49,19 @@ def _weights(data: bytes, tmp_path: Path) -> dict[str, torch.Tensor]:
     return ckpt.read_weights(path)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fresh_process_threads():
+    """The runs compared here to 1e-7 run partly in this process and partly in fresh ones, whose torch
+    thread count (the reduction order of every matmul) is torch's default: this process's is set to the
+    same for the module, whatever earlier tests of the session left it at, and given back after."""
+    default = int(subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                                 capture_output=True, text=True, check=True).stdout)
+    before = torch.get_num_threads()
+    torch.set_num_threads(default)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """$LABSE_CACHE for this module's runs (mirrors and downloads), in the test's temporary folder."""
