@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from labse_model import checkpoint as ckpt
-from pipelines.io import storage
 from labse_model.export import main as export_main
 from labse_model.run_log import read_metrics
 from labse_model.train import main as train_main
