@@ -238,3 +238,26 @@ def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches()
     assert row.stage == "mine (global)" and row.units == 2e9
     assert row.vcpu_hours == pytest.approx(2e9 * per_sentence / 3600)
     assert "nprobe 64" in row.formula and row.worker_peak_mb == pytest.approx(1536)
+
+
+@pytest.mark.parametrize("shard", [{"name": "../../etc/passwd", "sentences": 1}, {"name": "a/b.faiss", "sentences": 1},
+                                   {"name": "..", "sentences": 1}, {"name": "shard-0.faiss", "sentences": -5},
+                                   {"name": "shard-0.faiss", "sentences": "10"}])
+def test_an_index_manifest_names_only_files_inside_its_folder_and_real_counts(tmp_path, shard):
+    """Shard names and counts read back from an index's _stats.json are checked before any is opened."""
+    import json
+
+    from pipelines.io.config_options import UsageError
+    from pipelines.mine.index_search import load_manifest
+
+    index = tmp_path / "index"
+    index.mkdir()
+    section = {"lang": "en", "factory": "Flat", "dim": 4, "nprobe": 1, "trained_on": 1, "shards": [shard],
+               "bytes_per_sentence": 16.0, "shared_bytes_per_shard": 0}
+    (index / "_stats.json").write_text(json.dumps({"index": section}))
+    (index / "_SUCCESS").write_text(json.dumps({"complete": True, "stage": "labse-index", "stats": {}}))
+    with pytest.raises(UsageError, match="not a labse-index manifest"):
+        load_manifest(str(index), "--tgt-index")
+    section["shards"] = [{"name": "shard-00000.faiss", "sentences": 3}]
+    (index / "_stats.json").write_text(json.dumps({"index": section}))
+    assert load_manifest(str(index), "--tgt-index").sentences == 3

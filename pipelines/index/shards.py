@@ -165,6 +165,16 @@ class IndexManifest:
 
     @classmethod
     def from_dict(cls, data: dict) -> "IndexManifest":
+        """Read back from an index's `_stats.json`: shard names are plain file names in the index
+        folder and counts are non-negative integers, or ValueError (nothing named there is trusted)."""
+        for shard in data.get("shards") or []:
+            name = shard.get("name") if isinstance(shard, dict) else None
+            if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+                    or ":" in name):
+                raise ValueError(f"shard name {name!r} is not a file name inside the index folder")
+            count = shard.get("sentences")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"shard {name}: sentence count {count!r} is not a non-negative integer")
         return cls(**{k: data[k] for k in ("lang", "factory", "dim", "nprobe", "trained_on", "shards",
                                           "bytes_per_sentence", "shared_bytes_per_shard")}, rerank_vectors=bool(data.get("rerank_vectors")))
 

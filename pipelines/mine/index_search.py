@@ -38,7 +38,10 @@ def load_manifest(index_dir: str, option: str) -> IndexManifest:
         raise UsageError(f"{option} {index_dir}: cannot read its _stats.json ({error})") from None
     if not isinstance(section, dict):
         raise UsageError(f"{option} {index_dir} is not a labse-index output (its _stats.json has no `index`)")
-    return IndexManifest.from_dict(section)
+    try:
+        return IndexManifest.from_dict(section)
+    except (KeyError, TypeError, ValueError) as error:
+        raise UsageError(f"{option} {index_dir}: its _stats.json is not a labse-index manifest ({error})") from None
 
 
 def searchable(item: tuple) -> tuple:
