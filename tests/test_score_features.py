@@ -33,6 +33,19 @@ def test_finite_numbers_of_any_kind_are_rated():
     assert pair_problem({**GOOD, "margin": 1e300}) is None  # large but finite: the scorer decides
 
 
+@pytest.mark.parametrize("kind", [np.float16, np.float32, np.float64, np.int32, np.int64, np.uint8])
+def test_numpy_scalars_are_numbers_and_their_non_finite_values_are_not(kind):
+    """Scores computed with numpy (a row built from an array, not read back from Parquet) are
+    numpy scalars: np.float32 is no Python float, yet a finite one is a number to rate."""
+    assert pair_problem({**GOOD, "cosine": kind(0), "margin": kind(1)}) is None
+    if np.issubdtype(kind, np.floating):
+        for bad in (np.nan, np.inf, -np.inf):
+            assert pair_problem({**GOOD, "margin": kind(bad)}) == "invalid"
+            assert pair_problem({**GOOD, "cosine": kind(bad)}) == "invalid"
+    assert pair_problem({**GOOD, "cosine": np.bool_(True)}) == "invalid"  # a flag, as Python's True
+    assert pair_problem({**GOOD, "cosine": np.array([0.5, 0.5], dtype=kind)}) == "invalid"  # no scalar
+
+
 class _Lid:
     def probability_of(self, texts, lang):
         return np.full(len(texts), 0.9)

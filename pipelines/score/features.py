@@ -260,7 +260,9 @@ def _lid_probabilities(lid, texts: Sequence[str], langs: Sequence[str]) -> np.nd
 
 
 def _is_finite_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite int or float, Python's or numpy's (np.float32 is no float); never a bool."""
+    return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def pair_problem(row: dict) -> str | None:
