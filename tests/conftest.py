@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 # `gcs`: a local Cloud Storage emulator for the object-store tests (tests/gcs_emulator.py);
-# `chains`: the demo's chain run on local disk and on it (tests/cloud_chain.py).
-pytest_plugins = ["gcs_emulator", "cloud_chain"]
+# `chains`: the demo's chain run on local disk and on it (tests/cloud_chain.py); `thread_guard`: a test
+# that leaves the process's OpenMP (torch, FAISS) thread count changed fails (tests/thread_guard.py).
+pytest_plugins = ["gcs_emulator", "cloud_chain", "thread_guard"]
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

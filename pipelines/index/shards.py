@@ -12,6 +12,7 @@ shard: its cost is nprobe x (sentences / nlist) codes however many shards the la
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -88,15 +89,30 @@ def usable_rows(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return unit, ~finite, zero
 
 
+@contextmanager
+def faiss_threads(threads: int):
+    """FAISS runs on `threads` OpenMP threads inside the block, and the calling thread's count is
+    given back after it: the OpenMP runtime (and its count) is shared with torch, so a count left
+    at 1 would slow every later torch operation of the process and change its reduction order."""
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def train_index(sample: np.ndarray, factory: str, threads: int = 1):
     """An empty FAISS inner-product index of `factory`, trained on unit-length `sample` rows."""
     import faiss
 
-    faiss.omp_set_num_threads(threads)
-    index = faiss.index_factory(sample.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
-    _skip_polysemous_training(index)
-    if not index.is_trained:
-        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    with faiss_threads(threads):
+        index = faiss.index_factory(sample.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+        _skip_polysemous_training(index)
+        if not index.is_trained:
+            index.train(np.ascontiguousarray(sample, dtype=np.float32))
     return index
 
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from pipelines.accounting import MergeTallies, accounting_section
 from pipelines.index.config import IndexConfig
-from pipelines.index.shards import (RERANK_SUFFIX, TRAINED, IndexManifest, ShardPlan, from_bytes, sample_ranges, to_bytes,
-                                    train_index, usable_rows)
+from pipelines.index.shards import (RERANK_SUFFIX, TRAINED, IndexManifest, ShardPlan, faiss_threads, from_bytes,
+                                    sample_ranges, to_bytes, train_index, usable_rows)
 from pipelines.index.vector_files import MatrixFile
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.completion import finish_output
@@ -55,19 +55,16 @@ class _FillShard(beam.DoFn):
         self.files, self.output = list(files), output
         self._trained: bytes | None = None
 
-    def setup(self):
-        import faiss
-
-        faiss.omp_set_num_threads(1)  # the runner runs one bundle per core; FAISS threads would fight them
-
     def process(self, plan: ShardPlan, trained_path: str):
         import tempfile
 
         if self._trained is None:
             self._trained = _read_object(trained_path)
         index = from_bytes(self._trained)
-        with tempfile.TemporaryFile() as rows_file:
-            yield self._fill(plan, index, rows_file)
+        # One thread: the runner runs one bundle per core, and FAISS threads would fight them.
+        with tempfile.TemporaryFile() as rows_file, faiss_threads(1):
+            filled = self._fill(plan, index, rows_file)
+        yield filled
 
     def _fill(self, plan: ShardPlan, index, rows_file) -> dict:
         """Add the shard's rows; its unit rows go to `rows_file` as float16 on the way (for exact

@@ -18,7 +18,7 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 
-from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, from_bytes, search_shard, set_nprobe
+from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, search_shard, set_nprobe
 from pipelines.io.config_options import UsageError
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
 from pipelines.stage import stable_hash
@@ -86,11 +86,6 @@ class _SearchShard(beam.DoFn):
         self.searched = beam.metrics.Metrics.counter("mine", "index.queries_searched")
         self._loaded = None
 
-    def setup(self):
-        import faiss
-
-        faiss.omp_set_num_threads(1)  # the runner runs one bundle per core; FAISS threads would fight them
-
     def _shard(self, side: str, name: str):
         if self._loaded is None or self._loaded[0] != (side, name):
             self._loaded = None  # free the last shard before reading the next
@@ -111,7 +106,9 @@ class _SearchShard(beam.DoFn):
             raise ValueError(f"the embedder gives {matrix.shape[1]}-dimensional vectors but the index "
                              f"{self.index_dirs[side]} holds {index.d}: build the index from the same vectors")
         self.searched.inc(len(items))
-        for item, hits in zip(items, search_shard(index, labels, matrix, self.k, rows, self.rerank[side])):
+        with faiss_threads(1):  # the runner runs one bundle per core; FAISS threads would fight them
+            found = search_shard(index, labels, matrix, self.k, rows, self.rerank[side])
+        for item, hits in zip(items, found):
             for sim, other in hits:
                 yield item, (sim, other)
 
