@@ -90,10 +90,14 @@ def local_child(root: str | os.PathLike, name: str, *, source: str | None = None
     return Path(root).joinpath(*parts)
 
 
-# How long one request to a storage endpoint may take to connect. gcsfs tries a request 6 times
-# (about 35 s of back-off between tries); with aiohttp's own 30 s to connect, an unreachable
-# endpoint took over 200 s to report. With 10 s it is about 100 s; LABSE_STORAGE_CONNECT_TIMEOUT sets it.
+# How long one request to a storage endpoint may take to connect, and how often it is tried. gcsfs
+# tries a request 6 times (about 35 s of back-off between tries); with aiohttp's own 30 s to connect,
+# an unreachable endpoint took over 200 s to report. 4 tries wait 1, 2 and 4 s (plus up to 1 s each)
+# between them, 7-10 s in all, so an endpoint that refuses is reported after about 10 s and one that
+# never answers after at most 4 x 10 + 10 = 50 s. LABSE_STORAGE_CONNECT_TIMEOUT (seconds) and
+# LABSE_STORAGE_TRIES set them (more tries for a flaky network).
 CONNECT_TIMEOUT_SECONDS = 10.0
+STORAGE_TRIES = 4
 
 
 def filesystem(url: str):
@@ -114,7 +118,38 @@ def filesystem(url: str):
         logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
         seconds = float(os.environ.get("LABSE_STORAGE_CONNECT_TIMEOUT", CONNECT_TIMEOUT_SECONDS))
         options["requests_timeout"] = aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=300)
+        tries = storage_tries()
+        bound_gcsfs_tries(tries)
+        options["retry_timeout"] = tries * seconds  # gcsfs's bucket-type lookup (Storage Control API), 60 s otherwise
     return fsspec.core.url_to_fs(str(url), **options)
+
+
+def storage_tries() -> int:
+    """How often one request to object storage is tried: `STORAGE_TRIES`, or LABSE_STORAGE_TRIES."""
+    text = os.environ.get("LABSE_STORAGE_TRIES", str(STORAGE_TRIES))
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UsageError(f"LABSE_STORAGE_TRIES={text}: expected a whole number of tries, at least 1")
+    return int(text)
+
+
+_GCSFS_RETRIED = ("_request", "_get_file_request", "_get_file_concurrent")
+
+
+def bound_gcsfs_tries(tries: int) -> None:
+    """Make gcsfs try each request `tries` times. gcsfs fixes its count (6) when its class is defined
+    (`@retry_request(retries=6)` on these methods; its `retries` attribute is never read again), so
+    the methods are decorated anew from the functions they wrap; every gcsfs filesystem of the
+    process, and the subclasses that call them through super(), then use the new count."""
+    from gcsfs.core import GCSFileSystem
+    from gcsfs.retry import retry_request
+
+    for name in _GCSFS_RETRIED:
+        method = GCSFileSystem.__dict__.get(name)
+        if method is None or getattr(method, "labse_tries", None) == tries or not hasattr(method, "__wrapped__"):
+            continue
+        bounded = retry_request(retries=tries)(method.__wrapped__)
+        bounded.labse_tries = tries
+        setattr(GCSFileSystem, name, bounded)
 
 
 # Exceptions that mean the storage endpoint (or the network) could not be reached: aiohttp's,
