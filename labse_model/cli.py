@@ -26,6 +26,7 @@ from labse_model.distributed import (
     shutdown_distributed,
 )
 from labse_model.stop_signal import StoppedOutsideSteps, stop_at_once
+from pipelines.io.storage import unreachable_endpoint
 from pipelines.io.write_errors import environment_error_line
 from pipelines.io.config_options import HelpFormatter, UsageError
 from pipelines.io.locks import OutputLockedError, output_lock
@@ -144,15 +145,16 @@ def run_distributed_command(module: str, argv: Sequence[str], nproc_per_node: in
 
 def exit_status(run: Callable[[], object]) -> int:
     """`run()`'s exit status: 0, or 2 after one line for an error the user can fix (USER_ERRORS)
-    or that the environment caused (a full disk, a read-only file system: `write_errors`).
+    or that the environment caused (a full disk, a read-only file system: `write_errors`; a storage
+    endpoint that cannot be reached: `storage.unreachable_endpoint`, after its bounded tries).
     Any other exception is a bug and keeps its traceback."""
     try:
         run()
     except USER_ERRORS as exc:
         logger.error("%s", exc)
         return 2
-    except OSError as exc:
-        line = environment_error_line(exc)
+    except Exception as exc:  # noqa: BLE001 - only the environment's own faults are answered here
+        line = unreachable_endpoint(exc) or (environment_error_line(exc) if isinstance(exc, OSError) else None)
         if line is None:
             raise
         logger.error("%s", line)

@@ -407,6 +407,43 @@ def test_an_unreachable_endpoint_is_named_by_the_stage_kit():
     assert unreachable_endpoint(ValueError("a bug")) is None and environment_fault(ZeroDivisionError()) is None
 
 
+@pytest.mark.parametrize("module, argv", [
+    ("train", ["--data", "gs://bucket/shards/*.tfrecord", "--vocab", "{vocab}", "--output", "{tmp}/run"]),
+    ("pretrain", ["--mono", "gs://bucket/clean/sentences", "--vocab", "{vocab}", "--output", "{tmp}/pt"]),
+    ("export", ["--run", "gs://bucket/runs/r1", "--output", "{tmp}/model"]),
+    ("export", ["--run", "{tmp}/run", "--output", "gs://bucket/models/m1"]),
+])
+def test_an_unreachable_storage_endpoint_is_one_line_from_the_trainer_and_exporter(tmp_path, capfd, caplog,
+                                                                                 monkeypatch, module, argv):
+    """gs:// paths and an endpoint nothing answers at (one try each here, so no back-off is waited
+    for): one line naming the endpoint, exit 2, no aiohttp traceback."""
+    import importlib
+    import logging
+    import socket
+
+    import gcsfs
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n", encoding="utf-8")
+    monkeypatch.setenv("LABSE_STORAGE_TRIES", "1")
+    with socket.socket() as probe:  # a port bound but never listened on
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        gcsfs.GCSFileSystem.clear_instance_cache()
+        try:
+            rc = importlib.import_module(f"labse_model.{module}").main(
+                [a.format(vocab=vocab, tmp=tmp_path) for a in argv])
+        finally:
+            gcsfs.GCSFileSystem.clear_instance_cache()
+    assert rc == 2
+    errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is None, [r.getMessage() for r in errors]
+    assert f"the storage endpoint {endpoint} could not be reached" in errors[0].getMessage()
+    assert "Traceback" not in capfd.readouterr().err
+    assert not list(tmp_path.glob("run*")) and not list(tmp_path.glob("model*"))  # nothing written here
+
+
 @pytest.mark.slow
 def test_an_unreachable_storage_endpoint_is_one_line_from_a_stage(tmp_path, capsys, monkeypatch):
     """A closed port: the 4 tries run out in about 10 s, then one line (no gcsfs traceback in the log)."""

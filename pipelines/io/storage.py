@@ -206,16 +206,29 @@ def exists(path: str | os.PathLike) -> bool:
 def isfile(path: str | os.PathLike) -> bool:
     if not is_remote(path):
         return os.path.isfile(path)
-    fs, stripped = filesystem(str(path))
-    return fs.isfile(stripped)
+    return _remote_type(str(path)) == "file"
 
 
 def isdir(path: str | os.PathLike) -> bool:
     """A local directory, or a URL prefix with at least one object below it."""
     if not is_remote(path):
         return os.path.isdir(path)
-    fs, stripped = filesystem(str(path))
-    return fs.isdir(stripped)
+    return _remote_type(str(path)) == "directory"
+
+
+def _remote_type(url: str) -> str | None:
+    """"file", "directory" or None (nothing there) for a URL. fsspec's isfile/isdir answer False to
+    any error; here an endpoint that cannot be reached raises (`unreachable_endpoint`), so that
+    "not found" never stands for "not asked"."""
+    fs, stripped = filesystem(url)
+    try:
+        return fs.info(stripped).get("type")
+    except FileNotFoundError:
+        return None
+    except Exception as error:  # noqa: BLE001 - fsspec's answer for the others (a forbidden path ...)
+        if unreachable_endpoint(error) is not None:
+            raise
+        return None
 
 
 def listdir(path: str | os.PathLike) -> list[str]:
@@ -235,10 +248,10 @@ def walk(path: str | os.PathLike) -> dict[str, int]:
         return {os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"):
                 os.path.getsize(os.path.join(folder, name))
                 for folder, _, names in os.walk(root) for name in names}
+    if not isdir(path):
+        return {}
     fs, stripped = filesystem(str(path))
     stripped = stripped.rstrip("/")
-    if not fs.isdir(stripped):
-        return {}
     return {name[len(stripped) + 1:]: int(info.get("size") or 0)
             for name, info in fs.find(stripped, detail=True).items() if info.get("type") != "directory"}
 
