@@ -11,6 +11,7 @@ The Beam-free pieces it uses (locks, `_SUCCESS`, stats JSON, atomic Parquet file
 from __future__ import annotations
 
 import errno
+import logging
 import math
 import os
 import sys
@@ -56,23 +57,61 @@ def run_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[s
     `report_identity` of the stats (with `problems(stats)`, a stage's own checks of its books).
     On the DirectRunner, `progress_unit` (what the stage reads, e.g. "documents") is shown as it
     goes (`pipelines.progress`)."""
-    try:
-        stats = execute_stage(stage, output, overwrite=overwrite, beam_args=beam_args, wire=wire, finish=finish,
-                              inputs=inputs, check_inputs=check_inputs, output_files=output_files,
-                              progress_unit=progress_unit)
-    except (UsageError, *OUTPUT_REFUSED) as error:
-        return usage_error(stage, str(error))
-    except Exception as error:  # noqa: BLE001 - only the environment's own faults are answered here
-        cause = environment_fault(error)
-        if cause is None:
-            raise
-        print(f"{stage}: error: {cause}", file=sys.stderr)
-        return 1
+    with BeamErrorsHeldBack() as held:
+        try:
+            stats = execute_stage(stage, output, overwrite=overwrite, beam_args=beam_args, wire=wire, finish=finish,
+                                  inputs=inputs, check_inputs=check_inputs, output_files=output_files,
+                                  progress_unit=progress_unit)
+        except (UsageError, *OUTPUT_REFUSED) as error:
+            held.drop()
+            return usage_error(stage, str(error))
+        except Exception as error:  # noqa: BLE001 - only the environment's own faults are answered here
+            cause = environment_fault(error)
+            if cause is None:
+                raise
+            held.drop()
+            print(f"{stage}: error: {cause}", file=sys.stderr)
+            return 1
     if stats is None:
         return 0
     if summarise is not None:
         print(summarise(stats), flush=True)
     return report_identity(stage, stats, problems(stats) if problems else ())
+
+
+class BeamErrorsHeldBack(logging.Filter):
+    """While a stage runs, Beam's ERROR records (a worker's exception with its traceback, logged
+    before the run fails) are held back from the console's handlers: when the failure is one the
+    kit answers in one line (a full disk, an unreachable endpoint, a refused input), `drop()` leaves
+    that line alone; otherwise they are shown when the block ends (a bug keeps every trace of it).
+    With -v (Beam's logger at INFO) nothing is held back."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self.handlers: list[logging.Handler] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("apache_beam") and record.levelno >= logging.ERROR:
+            self.records.append(record)
+            return False
+        return True
+
+    def drop(self) -> None:
+        self.records = []
+
+    def __enter__(self) -> "BeamErrorsHeldBack":
+        if logging.getLogger("apache_beam").getEffectiveLevel() >= logging.WARNING:  # not -v
+            self.handlers = list(logging.getLogger().handlers)
+            for handler in self.handlers:
+                handler.addFilter(self)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for handler in self.handlers:
+            handler.removeFilter(self)
+        for record in self.records:
+            logging.getLogger(record.name).handle(record)
 
 
 def environment_fault(error: BaseException) -> str | None:

@@ -87,6 +87,49 @@ def test_a_full_or_read_only_disk_during_a_stage_is_one_line(tmp_path, capsys, n
     assert "part-0.parquet" in err[0]
 
 
+def _failing_stage(tmp_path, caplog, exception, *, verbose=False):
+    """run_stage over one element that raises `exception` in a DoFn, Beam's logger as a command
+    sets it (WARNING; INFO with -v): (exit status or the exception raised, Beam's ERROR records)."""
+    import logging
+
+    import apache_beam as beam
+
+    from pipelines.stage import run_stage
+
+    def fail(_):
+        raise exception
+
+    def wire(pipeline):
+        pipeline | beam.Create([1]) | beam.Map(fail)
+
+    caplog.set_level(logging.INFO if verbose else logging.WARNING, logger="apache_beam")
+    try:
+        outcome = run_stage("labse-test", str(tmp_path / "out"), overwrite=False, beam_args=[], wire=wire,
+                            finish=dict)
+    except Exception as error:  # noqa: BLE001 - a bug's traceback is part of what is checked
+        outcome = error
+    return outcome, [r for r in caplog.records if r.name.startswith("apache_beam") and r.levelno >= logging.ERROR]
+
+
+def test_a_full_disk_during_a_stage_shows_only_the_kits_line(tmp_path, caplog, capsys):
+    """Beam logs a worker's exception (ERROR, with its traceback) before the run fails: for a full
+    disk the user sees only the kit's one line; with -v Beam's record shows too."""
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "out" / "part-0.parquet"))
+    outcome, beam_errors = _failing_stage(tmp_path, caplog, full)
+    assert outcome == 1 and beam_errors == [], [r.getMessage()[:200] for r in beam_errors]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("labse-test: error: no space left on the device"), err
+    caplog.clear()
+    outcome, beam_errors = _failing_stage(tmp_path, caplog, full, verbose=True)
+    assert outcome == 1 and beam_errors and "No space left on device" in beam_errors[0].getMessage()
+
+
+def test_a_bug_in_a_stage_keeps_beams_log_of_it(tmp_path, caplog):
+    outcome, beam_errors = _failing_stage(tmp_path, caplog, ZeroDivisionError("a bug"))
+    assert isinstance(outcome, Exception) and "a bug" in str(outcome)
+    assert beam_errors and "a bug" in beam_errors[0].getMessage()  # Beam's record of it, replayed
+
+
 def test_a_bug_in_a_stage_keeps_its_traceback(tmp_path):
     import apache_beam as beam
 
