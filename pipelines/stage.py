@@ -15,7 +15,10 @@ import logging
 import math
 import os
 import sys
+import threading
+import weakref
 import zlib
+from contextlib import contextmanager
 from typing import Callable, Iterable, Mapping, Sequence
 
 import apache_beam as beam
@@ -81,37 +84,50 @@ def run_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequence[s
 
 class BeamErrorsHeldBack(logging.Filter):
     """While a stage runs, Beam's ERROR records (a worker's exception with its traceback, logged
-    before the run fails) are held back from the console's handlers: when the failure is one the
-    kit answers in one line (a full disk, an unreachable endpoint, a refused input), `drop()` leaves
-    that line alone; otherwise they are shown when the block ends (a bug keeps every trace of it).
+    before the run fails) and the tracebacks of threads that die (Beam's gRPC readers, when a
+    portable run's workers go away) are held back: when the failure is one the kit answers in one
+    line (a full disk, an unreachable endpoint, lost workers, a refused input), `drop()` leaves that
+    line alone; otherwise they are shown when the block ends (a bug keeps every trace of it).
     With -v (Beam's logger at INFO) nothing is held back."""
 
     def __init__(self):
         super().__init__()
         self.records: list[logging.LogRecord] = []
         self.handlers: list[logging.Handler] = []
+        self.thread_failures: list = []
+        self.thread_hook = None
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.name.startswith("apache_beam") and record.levelno >= logging.ERROR:
+        # Beam's loggers, and the root logger where a portable job's messages are logged from Beam's code
+        from_beam = record.name.startswith("apache_beam") or f"{os.sep}apache_beam{os.sep}" in (record.pathname or "")
+        if from_beam and record.levelno >= logging.ERROR:
             self.records.append(record)
             return False
         return True
 
+    def hold_thread_failure(self, failure) -> None:
+        self.thread_failures.append(failure)
+
     def drop(self) -> None:
-        self.records = []
+        self.records, self.thread_failures = [], []
 
     def __enter__(self) -> "BeamErrorsHeldBack":
         if logging.getLogger("apache_beam").getEffectiveLevel() >= logging.WARNING:  # not -v
             self.handlers = list(logging.getLogger().handlers)
             for handler in self.handlers:
                 handler.addFilter(self)
+            self.thread_hook, threading.excepthook = threading.excepthook, self.hold_thread_failure
         return self
 
     def __exit__(self, *exc_info) -> None:
         for handler in self.handlers:
             handler.removeFilter(self)
+        if self.thread_hook is not None:
+            threading.excepthook = self.thread_hook
         for record in self.records:
             logging.getLogger(record.name).handle(record)
+        for failure in self.thread_failures:
+            threading.excepthook(failure)
 
 
 def environment_fault(error: BaseException) -> str | None:
@@ -126,6 +142,9 @@ def environment_fault(error: BaseException) -> str | None:
     unreachable = unreachable_endpoint(error)
     if unreachable is not None:
         return unreachable
+    lost = str(error).partition(f"{WORKERS_LOST}: ")[2]  # failed in the job's thread, sent as text
+    if lost:
+        return f"{lost.splitlines()[0]}; nothing was completed: restart the worker pool and rerun"
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
@@ -200,7 +219,8 @@ def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
 
     options = PipelineOptions(list(beam_args))
     check_staged_files(options)
-    check_worker_pool(options)
+    if check_worker_pool(options):
+        fail_when_workers_are_lost()
     check_dataflow_locations(options)
     try:
         return beam.Pipeline(options=options)
@@ -229,32 +249,121 @@ def check_dataflow_locations(options) -> None:
                          "a default bucket over the network")
 
 
-def check_worker_pool(options, timeout: float = 5.0) -> None:
+def check_worker_pool(options, timeout: float = 5.0) -> str | None:
     """With `--environment_type EXTERNAL` the work goes to an SDK worker pool already running at
     `--environment_config HOST:PORT` (or `--environment_option external_service_address=...`):
     UsageError, one line, when none is named or nothing answers there. Without this check Beam
-    waits on the absent pool, then fails deep in gRPC."""
-    import socket
+    waits on the absent pool, then fails deep in gRPC. The pool's address when the run uses one."""
+    address = worker_pool_address(options)
+    if address is None:
+        return None
+    host, _, port = address.rpartition(":")
+    if not pool_answers(address, timeout):
+        raise UsageError(f"--environment_config {address}: no SDK worker pool answers there; "
+                         f"start one (python -m apache_beam.runners.worker.worker_pool_main --service_port {port}) "
+                         "or drop --environment_type EXTERNAL")
+    return address
 
+
+def worker_pool_address(options) -> str | None:
+    """HOST:PORT of the SDK worker pool of an `--environment_type EXTERNAL` run; None for other runs."""
     from apache_beam.options.pipeline_options import PortableOptions
 
     portable = options.view_as(PortableOptions)
     if (portable.environment_type or "").upper() != "EXTERNAL":
-        return
+        return None
     address = portable.environment_config or (portable.lookup_environment_option("external_service_address")
                                               if portable.environment_options else None)
     if not address:
         raise UsageError("--environment_type EXTERNAL needs the worker pool's address: --environment_config HOST:PORT")
-    host, _, port = str(address).rpartition(":")
-    if not port.isdigit():
+    if not str(address).rpartition(":")[2].isdigit():
         raise UsageError(f"--environment_config {address}: expected HOST:PORT of an SDK worker pool")
+    return str(address)
+
+
+def pool_answers(address: str, timeout: float) -> bool:
+    import socket
+
+    host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host or "localhost", int(port)), timeout=timeout):
-            pass
-    except OSError as error:
-        raise UsageError(f"--environment_config {address}: no SDK worker pool answers there ({error.strerror or error}); "
-                         f"start one (python -m apache_beam.runners.worker.worker_pool_main --service_port {port}) "
-                         "or drop --environment_type EXTERNAL") from None
+            return True
+    except OSError:
+        return False
+
+
+# A portable run whose SDK workers went away: the marker the kit finds in the failed job's text.
+WORKERS_LOST = "WorkersLost"
+WORKERS_LOST_LINE = "the SDK workers stopped during the run (their worker pool at --environment_config died or was stopped)"
+
+_CONNECTIONS: "weakref.WeakSet" = weakref.WeakSet()  # Beam's control connections to SDK workers, this process
+
+
+def fail_when_workers_are_lost() -> None:
+    """Make a portable run fail when its SDK workers go away. Beam's control connection to a worker
+    (`ControlConnection`, in the launcher for `--job_endpoint embed`) ends its reading thread with a
+    gRPC error when the worker dies, or never starts it when the worker never connects, and the
+    runner then waits forever for the answers it asked for (Beam fails them only for Docker
+    workers, by watching the container). Here a broken connection answers its pending requests
+    with an error, as a worker reports a failed bundle (so the job fails and the kit says so in one
+    line), and every connection is registered for `fail_pending_work` (the pool's watch,
+    `watching_worker_pool`)."""
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    connection = worker_handlers.ControlConnection
+    if getattr(connection._read, "fails_when_lost", False):
+        return
+    read, init = connection._read, connection.__init__
+
+    def read_or_fail(self) -> None:
+        try:
+            read(self)
+        except Exception as error:  # noqa: BLE001 - any broken stream: the worker is gone
+            fail_pending_work(self, f"the control connection broke ({type(error).__name__})")
+
+    def init_and_register(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        _CONNECTIONS.add(self)
+
+    read_or_fail.fails_when_lost = True
+    connection._read, connection.__init__ = read_or_fail, init_and_register
+
+
+def fail_pending_work(connection, why: str) -> None:
+    """Answer every request `connection` still waits on with an error naming the lost workers."""
+    from apache_beam.portability.api import beam_fn_api_pb2
+
+    for instruction_id, future in list(connection._futures_by_id.items()):
+        if not future.is_done():
+            future.set(beam_fn_api_pb2.InstructionResponse(
+                instruction_id=instruction_id, error=f"{WORKERS_LOST}: {WORKERS_LOST_LINE}: {why}"))
+
+
+@contextmanager
+def watching_worker_pool(address: str | None, every: float = 2.0):
+    """While the block runs, the pool at `address` is asked every `every` seconds whether it still
+    answers; after two silences in a row the run's pending work fails (`fail_pending_work`),
+    also when a worker never connected, and again at each later check (work the runner asks for
+    after that). Nothing to watch for `address` None."""
+    if address is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        silences = 0
+        while not done.wait(every):
+            silences = silences + 1 if silences >= 2 or not pool_answers(address, every) else 0
+            if silences >= 2:
+                for connection in list(_CONNECTIONS):
+                    fail_pending_work(connection, f"{address} stopped answering")
+
+    watcher = threading.Thread(target=watch, name="worker-pool-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 # The SetupOptions that name local files a run stages for its workers (Beam checks them only when
@@ -308,7 +417,8 @@ def run_to_completion(pipeline, stage: str) -> bool:
     if is_dry_run(pipeline.options):
         print(describe_built_job(stage, pipeline.options, getattr(result, "job", None)), flush=True)
         return False
-    state = result.wait_until_finish()
+    with watching_worker_pool(worker_pool_address(pipeline.options)):
+        state = result.wait_until_finish()
     if state is not None and str(state).rsplit(".", 1)[-1] != "DONE":
         raise RuntimeError(f"{stage}: the Beam job ended in state {state}, not DONE: its output is incomplete")
     return True

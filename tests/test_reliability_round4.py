@@ -527,6 +527,104 @@ def test_an_absent_portable_worker_pool_is_one_line_before_anything_is_removed(t
     assert (tmp_path / "out" / "old.parquet").exists()  # --overwrite removed nothing
 
 
+def test_lost_workers_fail_the_job_instead_of_hanging_it():
+    """Beam's control connection to an SDK worker ends its reading thread with a gRPC error when the
+    worker dies, and the runner waited forever on the answers it had asked for: now they fail."""
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.portability.fn_api_runner.worker_handlers import ControlConnection
+
+    from pipelines.stage import WORKERS_LOST_LINE, environment_fault, fail_when_workers_are_lost
+
+    def broken_stream():
+        raise RuntimeError("StatusCode.UNAVAILABLE: the worker went away")
+        yield  # a generator: the error comes when the connection reads it
+
+    fail_when_workers_are_lost()
+    connection = ControlConnection()
+    pending = connection.push(beam_fn_api_pb2.InstructionRequest())
+    connection.set_input(broken_stream())
+    answer = pending.get(timeout=60)  # an error, as a worker reports a failed bundle: the job fails
+    assert answer.error == f"WorkersLost: {WORKERS_LOST_LINE}: the control connection broke (RuntimeError)"
+    # What the launcher gets: the job's traceback as text, inside Beam's RuntimeError.
+    job_error = RuntimeError(f"Pipeline job-1 failed in state FAILED: Traceback ...\nRuntimeError: {answer.error}\n")
+    assert environment_fault(job_error) == (f"{WORKERS_LOST_LINE}: the control connection broke (RuntimeError); "
+                                            "nothing was completed: restart the worker pool and rerun")
+
+
+def test_a_silent_worker_pool_aborts_the_work_it_was_asked_for():
+    """A worker that never connected (its pool died first) leaves no broken stream to notice: the
+    pool's watch fails the pending work once the pool stops answering."""
+    import socket
+
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.portability.fn_api_runner.worker_handlers import ControlConnection
+
+    from pipelines.stage import fail_when_workers_are_lost, watching_worker_pool
+
+    fail_when_workers_are_lost()
+    pending = ControlConnection().push(beam_fn_api_pb2.InstructionRequest())  # never connected
+    with socket.socket() as probe:  # bound, never listened on: the pool is gone
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+        with watching_worker_pool(address, every=0.05):
+            answer = pending.get(timeout=60)
+    assert answer.error.startswith("WorkersLost: the SDK workers stopped") and f"{address} stopped answering" in answer.error
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("when", [0, 10])
+def test_a_worker_pool_that_dies_mid_run_is_one_line(tmp_path, capsys, caplog, when):
+    """A real pool (worker_pool_main's servicer, as in test_portable_workers) killed with its workers
+    while they work: one line (exit 1) instead of a hang and gRPC thread tracebacks; the output's
+    lock is released and the output is not marked complete."""
+    import logging
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import apache_beam as beam
+
+    from pipelines.stage import run_stage
+    from test_portable_workers import BIN, _WORKER_POOL
+
+    port_file, log = tmp_path / "port", tmp_path / "pool.log"
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    with open(log, "wb") as out:  # a session of its own: killed below with the workers it started
+        pool = subprocess.Popen([sys.executable, "-c", _WORKER_POOL, str(port_file)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not port_file.is_file():
+            assert pool.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.2)
+
+        def kill_once_working():
+            while "Starting worker" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(when)  # 0: before the worker connects; 10: while it works (200 x 0.5 s of work)
+            os.killpg(pool.pid, signal.SIGKILL)
+
+        threading.Thread(target=kill_once_working, daemon=True).start()
+        caplog.set_level(logging.WARNING, logger="apache_beam")  # as a command sets it (no -v)
+        beam_args = ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=EXTERNAL",
+                     f"--environment_config=localhost:{port_file.read_text()}"]
+        rc = run_stage("labse-test", str(tmp_path / "out"), overwrite=False, beam_args=beam_args,
+                       wire=lambda pipeline: pipeline | beam.Create([0.5] * 200) | beam.Map(time.sleep),
+                       finish=dict)
+    finally:
+        if pool.poll() is None:
+            os.killpg(pool.pid, signal.SIGKILL)
+        pool.wait()
+    assert rc == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("labse-test: error: the SDK workers stopped during the run"), err
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage()[:200] for r in caplog.records]
+    assert not (tmp_path / "out.lock").exists() and not (tmp_path / "out" / "_SUCCESS").exists()
+
+
 @pytest.mark.parametrize("temp", [[], ["--temp_location", "/tmp/local"]])
 def test_dataflow_without_a_gcs_temp_location_is_one_line_before_any_network(tmp_path, capsys, monkeypatch, temp):
     from apache_beam.io.gcp import gcsio
