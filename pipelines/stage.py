@@ -132,9 +132,9 @@ class BeamErrorsHeldBack(logging.Filter):
 
 def environment_fault(error: BaseException) -> str | None:
     """One line naming the environment's fault behind `error`: an unreachable storage endpoint
-    (`storage.unreachable_endpoint`), or a write the machine refused (a full disk or quota, a
-    read-only file system, a file size limit, a permission: `pipelines.io.write_errors`); None for
-    anything else, which keeps its traceback. Beam re-raises a worker's exception with the step's
+    (`storage.unreachable_endpoint`), a portable run's lost workers (`WORKERS_LOST`), or a write
+    the machine refused (a full disk or quota, a read-only file system, a file size limit, a
+    permission: `pipelines.io.write_errors`); None for anything else, which keeps its traceback. Beam re-raises a worker's exception with the step's
     name, so the cause is looked for along the exception's causes and, failing that, by its text."""
     from pipelines.io.storage import unreachable_endpoint
     from pipelines.io.write_errors import CAUSES, WriteError
@@ -257,10 +257,9 @@ def check_worker_pool(options, timeout: float = 5.0) -> str | None:
     address = worker_pool_address(options)
     if address is None:
         return None
-    host, _, port = address.rpartition(":")
     if not pool_answers(address, timeout):
-        raise UsageError(f"--environment_config {address}: no SDK worker pool answers there; "
-                         f"start one (python -m apache_beam.runners.worker.worker_pool_main --service_port {port}) "
+        raise UsageError(f"--environment_config {address}: no SDK worker pool answers there; start one (python -m "
+                         f"apache_beam.runners.worker.worker_pool_main --service_port {address.rpartition(':')[2]}) "
                          "or drop --environment_type EXTERNAL")
     return address
 
