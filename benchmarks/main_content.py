@@ -51,7 +51,7 @@ alone), with the share of lines the committee agrees on or splits 2-2.
 
     .venv/bin/python benchmarks/main_content.py --data ../shared/data --label-quality
     .venv/bin/python benchmarks/main_content.py --data ../shared/data --modes [--model model.bin] \
-        [--fallback 0.02,0.03,0.04,0.06] [--speed-fallback 0.04] [--copies 2] [--runs 3]
+        [--fallback 0.01,0.015,0.02,0.03] [--speed-fallback 0.02] [--copies 10] [--runs 2]
 """
 from __future__ import annotations
 
@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --speed-only or --modes: measure this model instead of training the CC one")
     parser.add_argument("--modes", action="store_true", help="only compare labse-clean's main-content modes")
     parser.add_argument("--label-quality", action="store_true", help="only compare the labelling schemes")
-    parser.add_argument("--fallback", default="0.02,0.03,0.04,0.06",
+    parser.add_argument("--fallback", default="0.01,0.015,0.02,0.03",
                         help="with --modes: fallback shares whose quality is measured, comma-separated")
-    parser.add_argument("--speed-fallback", type=float, default=0.04,
+    parser.add_argument("--speed-fallback", type=float, default=0.02,
                         help="with --modes: the fallback share whose speed is measured (default %(default)s)")
     parser.add_argument("--copies", type=int, default=2, help="with --modes: copies of the speed input")
     parser.add_argument("--runs", type=int, default=3, help="with --modes: speed runs per mode and peer")

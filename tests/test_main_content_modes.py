@@ -17,8 +17,8 @@ WEB = "commoncrawl/web-pages-sample.warc.gz"
 def test_uncertain_share_weighs_lines_by_words():
     lines = ["one two three", "four", "five six"]
     assert uncertain_share(lines, [0.9, 0.5, 0.1]) == pytest.approx(1 / 6)
-    assert uncertain_share(lines, [0.35, 0.69, 0.3]) == 1.0
-    assert uncertain_share(lines, [0.7, 0.29, 1.0]) == 0.0  # the band is [0.3, 0.7)
+    assert uncertain_share(lines, [0.45, 0.59, 0.4]) == 1.0
+    assert uncertain_share(lines, [0.6, 0.39, 1.0]) == 0.0  # the band is [0.4, 0.6)
     assert uncertain_share([], []) == 0.0
 
 

@@ -30,11 +30,12 @@ BY_CLASSIFIER = "classifier"
 BY_FALLBACK = "fallback"  # the classifier was unsure; the teacher decided
 BY_TEACHER = "teacher"
 FAILED = "_failed"  # suffix: trafilatura raised (teacher_failed, fallback_failed); the lines score 0, counted
-# A line is uncertain when its score is within this of the decision threshold (0.3 to 0.7 around
-# 0.5). On the 181 article pages, sending 20-30% of the pages by the word share of such lines
-# gained the most F1 with this band among the bands tried (+-0.1 to +-0.4) (BENCHMARKS.md, section
-# "Main content at the teacher's quality", "Fallback").
-FALLBACK_BAND = 0.2
+# A line is uncertain when its score is within this of the decision threshold (0.4 to 0.6 around
+# 0.5). With the fallback's teacher below, the band +-0.1 reaches token F1 0.94 on the 181 article
+# pages sending the fewest pages (10% of them, 14% of the speed benchmark's pages, against 12% and
+# 16% with +-0.2 at 0.939) (BENCHMARKS.md, section "Main content at the teacher's quality", "A
+# cheaper fallback").
+FALLBACK_BAND = 0.1
 # The fallback's trafilatura: fast=True (without its second pass through readability and jusText)
 # and favor_recall. On the 181 article pages this teacher alone scores the token F1 of the precise,
 # full one (0.947) at about 55% of its CPU; in precision mode fast=True loses 0.019. A line it keeps
