@@ -40,7 +40,7 @@ FALLBACK_BAND = 0.1
 # and favor_recall. On the 181 article pages this teacher alone scores the token F1 of the precise,
 # full one (0.947) at about 55% of its CPU; in precision mode fast=True loses 0.019. A line it keeps
 # that the model scores below FALLBACK_MODEL_FLOOR (sure boilerplate) is dropped: the model vetoes
-# the teacher's recall-mode leaks, +0.001 to +0.003 F1 at the same pages sent (BENCHMARKS.md,
+# the teacher's recall-mode leaks, up to +0.003 F1 at the same pages sent (BENCHMARKS.md,
 # section "Main content at the teacher's quality", "A cheaper fallback").
 FALLBACK_TEACHER = TeacherConfig(favor_precision=False, favor_recall=True, fast=True)
 FALLBACK_MODEL_FLOOR = 0.2
