@@ -50,7 +50,7 @@ text of the lines each voter and each scheme labels main content (the committee,
 alone), with the share of lines the committee agrees on or splits 2-2.
 
     .venv/bin/python benchmarks/main_content.py --data ../shared/data --label-quality
-    .venv/bin/python benchmarks/main_content.py --data ../shared/data --modes [--model model.bin] \
+    .venv/bin/python benchmarks/main_content.py --data ../shared/data --modes [--model model.bin] [--timed classifier,fallback] \
         [--fallback 0.01,0.015,0.02,0.03] [--speed-fallback 0.02] [--copies 10] [--runs 2]
 """
 from __future__ import annotations
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --modes: the fallback share whose speed is measured (default %(default)s)")
     parser.add_argument("--copies", type=int, default=2, help="with --modes: copies of the speed input")
     parser.add_argument("--runs", type=int, default=3, help="with --modes: speed runs per mode and peer")
+    parser.add_argument("--timed", default="classifier,fallback,teacher,trafilatura,resiliparse",
+                        help="with --modes: the modes and peers whose speed is measured (trafilatura always)")
     parser.add_argument("--one-run", nargs=3, metavar=("KIND", "INPUT", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_run:
@@ -388,7 +390,9 @@ def compare_modes(args, work: Path, model, model_path: Path) -> dict:
     speed_input = work / "modes-input.warc.gz"
     raw = (args.data / ARTICLES).read_bytes() + (args.data / "commoncrawl/web-pages-sample.warc.gz").read_bytes()
     speed_input.write_bytes(raw * args.copies)  # concatenated gzip members are one valid .warc.gz
-    timed = ["classifier", f"fallback={args.speed_fallback:g}", "teacher", *PEER_KINDS]
+    wanted = {name.strip() for name in args.timed.split(",")} | {"trafilatura"}
+    timed = [kind for kind in ["classifier", f"fallback={args.speed_fallback:g}", "teacher", *PEER_KINDS]
+             if kind.split("=")[0] in wanted]
     rates: dict[str, list[float]] = {kind: [] for kind in timed}
     for run in range(args.runs):
         for kind in timed:  # alternated, so a change of the machine's load touches every kind alike
