@@ -50,8 +50,8 @@ text of the lines each voter and each scheme labels main content (the committee,
 alone), with the share of lines the committee agrees on or splits 2-2.
 
     .venv/bin/python benchmarks/main_content.py --data ../shared/data --label-quality
-    .venv/bin/python benchmarks/main_content.py --data ../shared/data --modes [--model model.bin] \
-        [--fallback 0.02,0.03,0.04,0.06] [--speed-fallback 0.04] [--copies 2] [--runs 3]
+    .venv/bin/python benchmarks/main_content.py --data ../shared/data --modes [--model model.bin] [--timed classifier,fallback] \
+        [--fallback 0.01,0.015,0.02,0.03] [--speed-fallback 0.02] [--copies 10] [--runs 2]
 """
 from __future__ import annotations
 
@@ -96,12 +96,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --speed-only or --modes: measure this model instead of training the CC one")
     parser.add_argument("--modes", action="store_true", help="only compare labse-clean's main-content modes")
     parser.add_argument("--label-quality", action="store_true", help="only compare the labelling schemes")
-    parser.add_argument("--fallback", default="0.02,0.03,0.04,0.06",
+    parser.add_argument("--fallback", default="0.01,0.015,0.02,0.03",
                         help="with --modes: fallback shares whose quality is measured, comma-separated")
-    parser.add_argument("--speed-fallback", type=float, default=0.04,
+    parser.add_argument("--speed-fallback", type=float, default=0.02,
                         help="with --modes: the fallback share whose speed is measured (default %(default)s)")
     parser.add_argument("--copies", type=int, default=2, help="with --modes: copies of the speed input")
     parser.add_argument("--runs", type=int, default=3, help="with --modes: speed runs per mode and peer")
+    parser.add_argument("--timed", default="classifier,fallback,teacher,trafilatura,resiliparse",
+                        help="with --modes: the modes and peers whose speed is measured (trafilatura always)")
     parser.add_argument("--one-run", nargs=3, metavar=("KIND", "INPUT", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one_run:
@@ -388,7 +390,9 @@ def compare_modes(args, work: Path, model, model_path: Path) -> dict:
     speed_input = work / "modes-input.warc.gz"
     raw = (args.data / ARTICLES).read_bytes() + (args.data / "commoncrawl/web-pages-sample.warc.gz").read_bytes()
     speed_input.write_bytes(raw * args.copies)  # concatenated gzip members are one valid .warc.gz
-    timed = ["classifier", f"fallback={args.speed_fallback:g}", "teacher", *PEER_KINDS]
+    wanted = {name.strip() for name in args.timed.split(",")} | {"trafilatura"}
+    timed = [kind for kind in ["classifier", f"fallback={args.speed_fallback:g}", "teacher", *PEER_KINDS]
+             if kind.split("=")[0] in wanted]
     rates: dict[str, list[float]] = {kind: [] for kind in timed}
     for run in range(args.runs):
         for kind in timed:  # alternated, so a change of the machine's load touches every kind alike
@@ -399,15 +403,21 @@ def compare_modes(args, work: Path, model, model_path: Path) -> dict:
             print(f"run {run + 1} {kind}: {result['pages']} pages, {result['cpu']:.1f} CPU s, "
                   f"{rates[kind][-1]:.1f} pages/CPU-s", file=sys.stderr, flush=True)
     reference = statistics.median(rates["trafilatura"]) if args.runs else 0.0
+    # Each run's ratio to the trafilatura run of the same round: the spread of the ratio itself.
     speed = {kind: {"median": statistics.median(r), "min": min(r), "max": max(r), "runs": r,
-                    "vs_trafilatura": statistics.median(r) / reference} for kind, r in rates.items() if r}
+                    "vs_trafilatura": statistics.median(r) / reference,
+                    "vs_trafilatura_per_run": [ours / peer for ours, peer in zip(r, rates["trafilatura"])]}
+             for kind, r in rates.items() if r}
     print(f"\n{len(docs)} article pages (quality); speed: {args.copies} copies of the article pages + web-pages "
           f"sample, {args.runs} runs each, load average {os.getloadavg()[0]:.1f}\n")
-    print("| mode | token F1 (181 pages) | pages to trafilatura | pages per CPU-s, median (min-max) | vs trafilatura |")
+    print("| mode | token F1 (181 pages) | pages to trafilatura | pages per CPU-s, median (min-max) "
+          "| vs trafilatura (per run) |")
     print("| --- | --- | --- | --- | --- |")
     for kind, q in quality.items():
         s = speed.get(kind)
-        pace = f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f}) | {s['vs_trafilatura']:.2f}x" if s else "- | -"
+        per_run = ", ".join(f"{ratio:.2f}x" for ratio in s["vs_trafilatura_per_run"]) if s else ""
+        pace = (f"{s['median']:.1f} ({s['min']:.1f}-{s['max']:.1f}) | {s['vs_trafilatura']:.2f}x ({per_run})"
+                if s else "- | -")
         sent = q.get("pages_to_teacher")
         print(f"| {kind} | {q['f1']:.3f} | {'-' if sent is None else sent} | {pace} |")
     return {"quality": quality, "speed": speed}

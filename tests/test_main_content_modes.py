@@ -17,8 +17,8 @@ WEB = "commoncrawl/web-pages-sample.warc.gz"
 def test_uncertain_share_weighs_lines_by_words():
     lines = ["one two three", "four", "five six"]
     assert uncertain_share(lines, [0.9, 0.5, 0.1]) == pytest.approx(1 / 6)
-    assert uncertain_share(lines, [0.35, 0.69, 0.3]) == 1.0
-    assert uncertain_share(lines, [0.7, 0.29, 1.0]) == 0.0  # the band is [0.3, 0.7)
+    assert uncertain_share(lines, [0.45, 0.59, 0.4]) == 1.0
+    assert uncertain_share(lines, [0.6, 0.39, 1.0]) == 0.0  # the band is [0.4, 0.6)
     assert uncertain_share([], []) == 0.0
 
 
@@ -83,11 +83,12 @@ def test_each_mode_runs_through_labse_clean_and_is_counted(labse_data, model, tm
     stats, teacher = _clean(labse_data, tmp_path / "teacher", "--main-content-teacher")
     assert stats["main_content"]["pages"] == {"teacher": scored} and teacher and teacher != classifier
 
-    # Share 0: every page is "unsure enough", so all go to the teacher: the teacher mode's output exactly.
+    # Share 0: every page is "unsure enough", so all go to the fallback's teacher (fast, recall mode,
+    # the model's sure boilerplate vetoed): output of its own, neither the classifier's nor the teacher's.
     stats, everything = _clean(labse_data, tmp_path / "all", "--main-content-model", model,
                                "--main-content-fallback", "0")
     assert stats["main_content"] == {"pages": {"fallback": scored}, "fallback_share": 1.0}
-    assert everything == teacher
+    assert everything and everything != teacher and everything != classifier
 
     stats, mixed = _clean(labse_data, tmp_path / "mixed", "--main-content-model", model,
                           "--main-content-fallback", "0.05")
@@ -95,7 +96,7 @@ def test_each_mode_runs_through_labse_clean_and_is_counted(labse_data, model, tm
     assert pages.get("classifier", 0) + pages.get("fallback", 0) == scored
     assert stats["main_content"]["fallback_share"] == round(pages.get("fallback", 0) / scored, 4)
     assert stats["config"]["main_content_fallback"] == 0.05
-    assert mixed <= classifier | teacher  # each page's sentences come from one of the two deciders
+    assert mixed <= classifier | everything  # each page's sentences come from one of the two deciders
 
 
 class _UnsureModel:
@@ -108,6 +109,18 @@ class _UnsureModel:
 
     def score_lines_with_flags(self, lines, html_main):
         return self.score_lines(lines)
+
+
+class _FixedModel(_UnsureModel):
+    """Stands in for MainContentModel: the given score per line."""
+
+    def __init__(self, scores):
+        self.scores = scores
+
+    def score_lines(self, lines, html=None):
+        import numpy as np
+
+        return np.array(self.scores, dtype=np.float32)
 
 
 def test_who_decides_text_input_and_a_failing_teacher(monkeypatch):
@@ -123,6 +136,16 @@ def test_who_decides_text_input_and_a_failing_teacher(monkeypatch):
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("lxml gave up")
+
+    # On a page sent back, a line the teacher keeps but the model is sure is boilerplate is dropped.
+    two = "<html><body><p>The council approved the new budget on Tuesday after a long debate.</p>" \
+          "<p>Residents may comment on the plan at the town hall until the end of the month.</p></body></html>"
+    pair = ["The council approved the new budget on Tuesday after a long debate.",
+            "Residents may comment on the plan at the town hall until the end of the month."]
+    assert MainContentScorer(model=_FixedModel([0.5, 0.5]), fallback=0.5).score(pair, two) == (
+        [1.0, 1.0], scoring.BY_FALLBACK)
+    assert MainContentScorer(model=_FixedModel([0.5, scoring.FALLBACK_MODEL_FLOOR - 0.01]), fallback=0.4).score(
+        pair, two) == ([1.0, 0.0], scoring.BY_FALLBACK)
 
     monkeypatch.setattr(labels, "teacher_extract", broken)
     assert unsure.score(lines, html) == ([0.0], "fallback_failed")

@@ -25,7 +25,7 @@ class CleanConfig:
         "locally); without it, documented heuristic rules score lines (docs/reference/labse-clean.md)", metavar="PATH")
     main_content_fallback: float | None = option(
         None, "with --main-content-model: pages where at least this share of the words are in lines the model is "
-        "unsure of (score within 0.2 of the threshold) are decided by trafilatura instead; the share of pages "
+        "unsure of (score within 0.1 of the threshold) are decided by trafilatura instead; the share of pages "
         "sent is in stats.json (docs/reference/labse-clean.md)", metavar="SHARE")
     main_content_teacher: bool = option(
         False, "trafilatura (the classifier's teacher) decides the main content of every HTML page, "

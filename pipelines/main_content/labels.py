@@ -113,6 +113,7 @@ def teacher_extract(html: str, config: TeacherConfig = TeacherConfig()) -> str |
 
     return trafilatura.extract(
         html,
+        fast=config.fast,
         favor_precision=config.favor_precision,
         favor_recall=config.favor_recall,
         include_comments=config.include_comments,

@@ -4,7 +4,9 @@
 - **classifier with fallback** (``... --main-content-fallback SHARE``): the model's scores, except on
   pages where the model is unsure: when at least SHARE of the page's words are in lines scoring
   within ``FALLBACK_BAND`` of the decision threshold, the teacher (trafilatura) decides that page
-  instead. Only HTML pages can fall back (the teacher needs the HTML); text input keeps the model.
+  instead, run as ``FALLBACK_TEACHER`` (fast, recall mode), and a line it keeps that the model
+  scored below ``FALLBACK_MODEL_FLOOR`` is still dropped. Only HTML pages can fall back (the
+  teacher needs the HTML); text input keeps the model.
 - **teacher** (``--main-content-teacher``): trafilatura decides every HTML page; text input (WET)
   is scored by the heuristic rules, as without a model.
 
@@ -28,11 +30,20 @@ BY_CLASSIFIER = "classifier"
 BY_FALLBACK = "fallback"  # the classifier was unsure; the teacher decided
 BY_TEACHER = "teacher"
 FAILED = "_failed"  # suffix: trafilatura raised (teacher_failed, fallback_failed); the lines score 0, counted
-# A line is uncertain when its score is within this of the decision threshold (0.3 to 0.7 around
-# 0.5). On the 181 article pages, sending 20-30% of the pages by the word share of such lines
-# gained the most F1 with this band among the bands tried (+-0.1 to +-0.4) (BENCHMARKS.md, section
-# "Main content at the teacher's quality", "Fallback").
-FALLBACK_BAND = 0.2
+# A line is uncertain when its score is within this of the decision threshold (0.4 to 0.6 around
+# 0.5). With the fallback's teacher below, the band +-0.1 reaches token F1 0.94 on the 181 article
+# pages sending the fewest pages (10% of them, 14% of the speed benchmark's pages, against 12% and
+# 16% with +-0.2 at 0.939) (BENCHMARKS.md, section "Main content at the teacher's quality", "A
+# cheaper fallback").
+FALLBACK_BAND = 0.1
+# The fallback's trafilatura: fast=True (without its second pass through readability and jusText)
+# and favor_recall. On the 181 article pages this teacher alone scores the token F1 of the precise,
+# full one (0.947) at about 55% of its CPU; in precision mode fast=True loses 0.019. A line it keeps
+# that the model scores below FALLBACK_MODEL_FLOOR (sure boilerplate) is dropped: the model vetoes
+# the teacher's recall-mode leaks, up to +0.003 F1 at the same pages sent (BENCHMARKS.md,
+# section "Main content at the teacher's quality", "A cheaper fallback").
+FALLBACK_TEACHER = TeacherConfig(favor_precision=False, favor_recall=True, fast=True)
+FALLBACK_MODEL_FLOOR = 0.2
 
 
 def uncertain_share(lines: Sequence[str], scores: Sequence[float], threshold: float = 0.5,
@@ -82,13 +93,15 @@ class MainContentScorer:
         scores = _model_scores(self.model, lines, html, tree)
         if (self.fallback is not None and html
                 and uncertain_share(lines, scores, self.threshold) >= self.fallback):
-            return _teacher(lines, html, BY_FALLBACK)
+            decided, by = _teacher(lines, html, BY_FALLBACK, FALLBACK_TEACHER)
+            return [kept if score >= FALLBACK_MODEL_FLOOR else 0.0 for kept, score in zip(decided, scores)], by
         return scores, BY_CLASSIFIER
 
 
-def _teacher(lines: list[str], html: str, by: str) -> tuple[list[float], str]:
+def _teacher(lines: list[str], html: str, by: str,
+             config: TeacherConfig = TeacherConfig()) -> tuple[list[float], str]:
     try:
-        return teacher_scores(lines, html), by
+        return teacher_scores(lines, html, config), by
     except Exception:  # third-party code on arbitrary pages: the page's lines are dropped, counted
         logger.warning("trafilatura failed on a page; its lines score 0", exc_info=True)
         return [0.0] * len(lines), by + FAILED
