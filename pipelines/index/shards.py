@@ -131,8 +131,15 @@ def from_bytes(data: bytes):
     return faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
 
 
+QUANTISER_EF_SEARCH = 64  # an HNSW coarse quantiser's candidates a query (FAISS's default 16 finds
+# only ~75% of the 32 nearest of 65,536 lists; 64 finds ~93% at the cost of a flat quantiser there;
+# BENCHMARKS.md, "Global mining ... fast-scan")
+
+
 def set_nprobe(index, nprobe: int) -> None:
-    """Search `nprobe` inverted lists (capped at the index's list count); no-op without IVF."""
+    """Search `nprobe` inverted lists (capped at the index's list count), an HNSW coarse quantiser
+    (`IVF<n>_HNSW32`) with max(QUANTISER_EF_SEARCH, 2 x nprobe) candidates (adding vectors keeps
+    FAISS's 16: one list each); no-op without IVF."""
     import faiss
 
     try:
@@ -140,6 +147,13 @@ def set_nprobe(index, nprobe: int) -> None:
     except RuntimeError:
         return
     ivf.nprobe = min(nprobe, ivf.nlist)
+    quantiser = faiss.downcast_index(ivf.quantizer)
+    if isinstance(quantiser, faiss.IndexHNSW):
+        quantiser.hnsw.efSearch = quantiser_ef_search(ivf.nprobe)
+
+
+def quantiser_ef_search(nprobe: int) -> int:
+    return max(QUANTISER_EF_SEARCH, 2 * nprobe)
 
 
 @dataclass(frozen=True)
