@@ -290,6 +290,12 @@ def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches()
     per_sentence = 1 / 1000 + 20e-6 + 0.1e-3 + train + 2 * (0.4e-3 + 2e-3 * scale)
     assert row.vcpu_hours == pytest.approx(2e9 * per_sentence / 3600)
     assert "measured at 262,144 lists" in row.formula
+    # of two searches meeting the recall asked, the cheaper at the largest index wins, not the
+    # cheaper at the sample's size (fewer probes: a tenth of the list scanning at 1e9)
+    records += [{"part": "recall", "project": "IVF4096,PQ64 + re-rank 64", "n": 2_000_000, "nprobe": n,
+                 "recall_at_1": recall, "cpu_ms_per_query": ms} for n, recall, ms in ((4, 0.91, 2.5), (8, 0.92, 2.6))]
+    row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
+    assert "re-rank 64, nprobe 4," in row.formula
 
 
 @pytest.mark.parametrize("shard", [{"name": "../../etc/passwd", "sentences": 1}, {"name": "a/b.faiss", "sentences": 1},
