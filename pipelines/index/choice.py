@@ -10,7 +10,7 @@ Above a million sentences the codes are fast-scan PQ (`PQ128x4fs`: 128 four-bit 
 scanned with SIMD lookup tables, several times faster a code than 8-bit PQ64 at the same bytes
 and a better first-64 shortlist for the exact re-ranking labse-mine does), and from 100 million
 the coarse quantiser is an HNSW graph (`_HNSW32`), whose cost grows with log nlist where a flat
-one compares every centroid (BENCHMARKS.md, "Global mining ... fast-scan"). Fast-scan stores a
+one compares every centroid (BENCHMARKS.md, "Global mining under the goal"). Fast-scan stores a
 list in blocks of 32 codes, so the list counts keep lists at >= ~250 codes (padding <= ~4 bytes a
 sentence).
 
