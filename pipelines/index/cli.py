@@ -1,7 +1,7 @@
 """labse-index: one compressed FAISS index per language from its saved vectors (Beam).
 
     labse-index --vectors DIR --lang de --output INDEX_DIR [--factory auto] [--shard-sentences N]
-                [--train-sample N] [--nprobe 128] [--overwrite] [Beam options]
+                [--train-sample N] [--nprobe 32] [--overwrite] [Beam options]
 
 DIR holds saved vectors (`vectors:DIR`: NAME.npy rows = NAME.txt lines, local or gs://), written
 once per sentence by the embedding step; labse-mine searches the index (`--tgt-index`), for every

@@ -20,8 +20,8 @@ class IndexConfig:
                           "(pipelines/index/choice.py, after stopes: Flat below 10k sentences, IVF-PQ above)")
     train_sample: Optional[int] = option(None, "vectors to train on (default: 100 per IVF list, at least 50,000)")
     shard_sentences: int = option(DEFAULT_SHARD_SENTENCES, "sentences per index shard (one worker's unit)")
-    nprobe: int = option(16, "inverted lists a query visits, recorded for labse-mine (16 with 64 hits re-ranked: "
-                         "recall@1 0.91 at 2M, BENCHMARKS.md; stopes uses 128 without re-ranking)")
+    nprobe: int = option(32, "inverted lists a query visits, recorded for labse-mine (32 with 64 hits re-ranked: "
+                         "recall@1 0.93 at 2M with fast-scan codes, BENCHMARKS.md; stopes uses 128 without re-ranking)")
     train_threads: int = option(1, "threads FAISS trains with (one worker trains)")
     seed: int = option(0, "seed of the training sample")
 

@@ -51,7 +51,7 @@ class MineConfig:
     src_index: Optional[str] = option(None, "labse-index output of the source language (global layout)")
     tgt_index: Optional[str] = option(None, "labse-index output of the target language (global layout)")
     nprobe: Optional[int] = option(None, "inverted lists a query visits in the global layout (default: the "
-                                   "index's own, 16 from labse-index)")
+                                   "index's own, 32 from labse-index)")
     rerank: int = option(64, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
                          "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
     query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
