@@ -16,7 +16,7 @@ import logging
 import sys
 from collections import Counter
 
-from pipelines.io.console import start_logging
+from pipelines.io.console import VERBOSE_HELP, add_verbose_option, start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.stage_options import usage_error
 from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig, TeacherConfig
@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 def _usage() -> str:
     lines = [__doc__.strip(), "", "commands:"]
     lines += [f"  {name:<15} {help_}" for name, (_command, help_) in COMMANDS.items()]
+    lines.append(f"\noptions of every command:\n  -v, --verbose   {VERBOSE_HELP}")
     lines.append("\n`labse-main-content COMMAND --help` for a command's options.")
     return "\n".join(lines)
 
@@ -135,7 +136,7 @@ def config_parser(prog: str, description: str, required: list[tuple[str, str]], 
     for flag, help_text in required:
         parser.add_argument(flag, required=True, help=help_text)
     add_config_options(parser, config_cls)
-    return parser
+    return add_verbose_option(parser)
 
 
 def train_main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 
-from pipelines.io.console import start_logging
+from pipelines.io.console import add_verbose_option, start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
@@ -174,7 +174,7 @@ def train_parser() -> argparse.ArgumentParser:
                              "labse-mine --embedder auto picks for these language pairs), a directory or a hub id")
     parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
     add_config_options(parser, ScorerConfig)
-    return parser
+    return add_verbose_option(parser)
 
 
 def train_main(argv: Sequence[str]) -> int:
