@@ -45,9 +45,9 @@ INDENTED_COMMAND = re.compile(r"^(?: {4}|\t)(?:labse-[a-z-]+|python3?|\S*/python
 # Smaller sizes for the test, per document; each name must be a variable the document assigns.
 SCALE = {
     "README.md": {"PT_STEPS": "30", "STEPS": "20"},
-    "docs/guides/embedders.md": {"N": "150", "ROWS": "800"},
-    "docs/guides/new-language-pair.md": {"N": "200"},
-    "docs/guides/re-mining.md": {"N": "60", "STEPS": "10"},
+    "docs/guides/embedders.md": {"N": "150"},
+    "docs/guides/new-language-pair.md": {"N": "200", "ROWS": "1500", "PAIRS": "600"},
+    "docs/guides/re-mining.md": {"N": "60", "ROWS": "800", "PAIRS": "240", "STEPS": "10"},
 }
 # Documents whose blocks finish in seconds run in the fast suite; the rest are `slow`.
 FAST_DOCS = {"docs/guides/testing.md"}

@@ -177,9 +177,37 @@ def train_parser() -> argparse.ArgumentParser:
     return add_verbose_option(parser)
 
 
+class EmbeddingProgress:
+    """An embedder that counts each sentence it embeds on a progress tracker; otherwise the embedder."""
+
+    def __init__(self, embedder, tracker):
+        self.embedder, self.tracker = embedder, tracker
+
+    def encode(self, texts, *args, **kwargs):
+        vectors = self.embedder.encode(texts, *args, **kwargs)
+        self.tracker.advance(len(texts))
+        return vectors
+
+    def __getattr__(self, name):
+        return getattr(self.embedder, name)
+
+
+def train_with_progress(positives, embedder_spec: str, output: str, config, wrong_language):
+    """train_scorer, showing the sentences embedded so far (a bar on a terminal, a line every 30 s in
+    a log): most of its minute or more is embedding the pools and the calibration rows."""
+    from pipelines.embed.embedders import load_embedder
+    from pipelines.progress import ProgressBoard
+    from pipelines.score.scorer import train_scorer
+
+    embedder = load_embedder(embedder_spec)
+    with ProgressBoard("labse-score train", "sentences embedded") as board:
+        return train_scorer(positives, embedder_spec, output, config, wrong_language,
+                            embedder=EmbeddingProgress(embedder, board.tracker()))
+
+
 def train_main(argv: Sequence[str]) -> int:
     from pipelines.io.parallel_text import is_parallel_text
-    from pipelines.score.scorer import ScorerConfig, train_scorer, train_scorer_from_prefix
+    from pipelines.score.scorer import ScorerConfig, train_scorer_from_prefix
 
     parser = train_parser()
     args = parser.parse_args(argv)
@@ -212,7 +240,7 @@ def train_main(argv: Sequence[str]) -> int:
             choice = resolve_embedder_for_pairs(args.embedder, [(p.src_lang, p.tgt_lang) for p in positives])
             if choice.reason != "given":
                 logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
-            scorer = train_scorer(positives, choice.embedder, args.output, config, wrong_language)
+            scorer = train_with_progress(positives, choice.embedder, args.output, config, wrong_language)
         except EmbedderError as error:
             return usage_error("labse-score train", f"--embedder: {error}")
         except (FileNotFoundError, UsageError) as error:
