@@ -44,7 +44,7 @@ ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=(\S+)$")
 INDENTED_COMMAND = re.compile(r"^(?: {4}|\t)(?:labse-[a-z-]+|python3?|\S*/python|make|torchrun|gsutil|pip)(?= ).* -")
 # Smaller sizes for the test, per document; each name must be a variable the document assigns.
 SCALE = {
-    "README.md": {"PT_STEPS": "30", "STEPS": "20"},
+    "README.md": {"PER_LANGUAGE": "2000", "PT_STEPS": "30", "STEPS": "20"},
     "docs/guides/embedders.md": {"N": "150"},
     "docs/guides/new-language-pair.md": {"N": "200", "ROWS": "1500", "PAIRS": "600"},
     "docs/guides/re-mining.md": {"N": "60", "ROWS": "800", "PAIRS": "240", "STEPS": "10"},
@@ -326,3 +326,29 @@ def coverage_table() -> list[str]:
 if __name__ == "__main__":
     print("| file | line | first line | coverage |\n| --- | --- | --- | --- |")
     print("\n".join(coverage_table()))
+
+
+def test_gold_set_hides_the_true_pairs_among_sentences_without_a_partner(labse_data, tmp_path):
+    # recipes.gold_set makes the guides' mining sets with a known answer from aligned sample text.
+    from recipes.gold_set import main
+    from tests.conftest import require_file
+
+    src = require_file(labse_data, "multi30k/val.de.gz")
+    tgt = require_file(labse_data, "multi30k/val.en.gz")
+    assert main(["--src", str(src), "--tgt", str(tgt), "--pairs", "40", "--distractors", "10",
+                 "--output", str(tmp_path / "set")]) == 0
+    from pipelines.io.text_lines import read_lines
+
+    german, english = read_lines(src), read_lines(tgt)
+    source = (tmp_path / "set" / "src.txt").read_text(encoding="utf-8").splitlines()
+    target = (tmp_path / "set" / "tgt.txt").read_text(encoding="utf-8").splitlines()
+    gold = [tuple(map(int, line.split("\t"))) for line in (tmp_path / "set" / "gold.tsv").read_text().splitlines()]
+    assert len(source) == len(target) == 50 and len(gold) == 40
+    # every gold pair is a true translation (line i of val.de and line i of val.en) ...
+    assert all(german.index(source[s]) == english.index(target[t]) < 40 for s, t in gold)
+    # ... and the distractors are rows 40-49 (source) and 50-59 (target): none has its partner
+    assert sorted(german.index(source[s]) for s in set(range(50)) - {s for s, _ in gold}) == list(range(40, 50))
+    assert sorted(english.index(target[t]) for t in set(range(50)) - {t for _, t in gold}) == list(range(50, 60))
+    assert source[:40] != german[:40] and target[:40] != english[:40]  # each side shuffled
+    assert main(["--src", str(src), "--tgt", str(tgt), "--pairs", "1000", "--distractors", "10",
+                 "--output", str(tmp_path / "too-many")]) == 2
