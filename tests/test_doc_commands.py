@@ -14,6 +14,7 @@ run of the README. The marker syntax is documented in docs/guides/testing.md.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -105,8 +106,10 @@ def indented_commands(text: str) -> list[str]:
     return out
 
 
-def all_blocks() -> list[Block]:
-    return [b for doc in DOCS for b in blocks_of(doc, (ROOT / doc).read_text(encoding="utf-8"))]
+@functools.cache
+def all_blocks() -> tuple[Block, ...]:
+    """Read once per session: the runs keep to the blocks they were collected with."""
+    return tuple(b for doc in DOCS for b in blocks_of(doc, (ROOT / doc).read_text(encoding="utf-8")))
 
 
 def shell_blocks(doc: str | None = None) -> list[Block]:
