@@ -355,3 +355,15 @@ def test_gold_set_hides_the_true_pairs_among_sentences_without_a_partner(labse_d
     assert source[:40] != german[:40] and target[:40] != english[:40]  # each side shuffled
     assert main(["--src", str(src), "--tgt", str(tgt), "--pairs", "1000", "--distractors", "10",
                  "--output", str(tmp_path / "too-many")]) == 2
+
+
+def test_a_block_fails_when_a_command_fails_or_an_output_it_names_is_missing(tmp_path):
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    run = DocRun("docs/guides/testing.md", tmp_path / "run", env, None)
+    failing = Block("docs/guides/testing.md", 1, "bash", "echo first\nfalse\necho never\n")
+    assert run.run(failing).startswith("exit 1:") and "never" not in run.run(failing)
+    silent = Block("docs/guides/testing.md", 2, "", "true --output out/made   # writes out/made/report.html\n")
+    assert "described outputs missing: ['out/made/report.html', 'out/made']" in run.run(silent)
+    honest = Block("docs/guides/testing.md", 3, "", "N=5\nmkdir -p out/made-$N && touch out/made-$N/report.html\n"
+                                                    "true --output out/made-$N  # writes out/made-$N/report.html\n")
+    assert run.run(honest) is None
