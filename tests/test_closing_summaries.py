@@ -132,7 +132,7 @@ def test_score_train_counts_every_sentence_it_embeds_on_the_progress_board():
             return np.zeros((len(texts), self.dim), dtype=np.float32)
 
     with ProgressBoard("labse-score train", "sentences embedded") as board:
-        embedder = EmbeddingProgress(Embedder(), board.tracker())
+        embedder = EmbeddingProgress(Embedder, board.tracker())
         assert embedder.encode(["a", "b", "c"]).shape == (3, 3) and embedder.dim == 3
         embedder.encode(["d"] * 997, batch_size=64)
         embedder.tracker.flush()

@@ -178,10 +178,17 @@ def train_parser() -> argparse.ArgumentParser:
 
 
 class EmbeddingProgress:
-    """An embedder that counts each sentence it embeds on a progress tracker; otherwise the embedder."""
+    """An embedder that counts each sentence it embeds on a progress tracker; otherwise the embedder,
+    loaded by `load()` at its first use (after train_scorer has checked every input file)."""
 
-    def __init__(self, embedder, tracker):
-        self.embedder, self.tracker = embedder, tracker
+    def __init__(self, load, tracker):
+        self._load, self._embedder, self.tracker = load, None, tracker
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = self._load()
+        return self._embedder
 
     def encode(self, texts, *args, **kwargs):
         vectors = self.embedder.encode(texts, *args, **kwargs)
@@ -199,10 +206,9 @@ def train_with_progress(positives, embedder_spec: str, output: str, config, wron
     from pipelines.progress import ProgressBoard
     from pipelines.score.scorer import train_scorer
 
-    embedder = load_embedder(embedder_spec)
     with ProgressBoard("labse-score train", "sentences embedded") as board:
         return train_scorer(positives, embedder_spec, output, config, wrong_language,
-                            embedder=EmbeddingProgress(embedder, board.tracker()))
+                            embedder=EmbeddingProgress(lambda: load_embedder(embedder_spec), board.tracker()))
 
 
 def train_main(argv: Sequence[str]) -> int:
