@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import ContextManager
 
-from pipelines.io.console import start_logging
+from pipelines.io.console import add_verbose_option, start_logging
 from labse_model.checkpoint import find_checkpoint
 from labse_model.distributed import (
     DistributedContext,
@@ -76,7 +76,7 @@ def check_resumable(run_dir: Path, config_file: str, resume_step: int | None) ->
 def new_parser(prog: str, description: str) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup]:
     """A trainer's parser (HelpFormatter) and its "data and run" group, which the caller fills."""
     parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
-    return parser, parser.add_argument_group("data and run")
+    return add_verbose_option(parser), parser.add_argument_group("data and run")
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

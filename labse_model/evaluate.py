@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pipelines.io.console import start_logging
+from pipelines.io.console import add_verbose_option, start_logging
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.text_lines import read_lines
 from pipelines.io.config_options import UsageError
@@ -266,10 +266,12 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per encoder batch (default 64)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--output", default=None, help="also write the results as JSON here")
+    add_verbose_option(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="labse-eval", description="Bitext retrieval accuracy of a sentence encoder.")
+    add_verbose_option(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     tatoeba = sub.add_parser("tatoeba", help="Tatoeba accuracy per language, both directions, and the mean (as in the paper)",
                              description="Tatoeba retrieval accuracy: nearest neighbour by cosine, xx->en and en->xx.")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from pipelines.io.console import start_logging
+from pipelines.io.console import add_verbose_option, start_logging
 from pipelines.io.atomic import durable_replace, make_tree_shareable
 from labse_model import checkpoint as ckpt
 from pipelines.io import storage
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seq-length", type=int, default=None,
                         help="tokens per sentence at inference (default: the training --max-seq-length)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
-    args = parser.parse_args(start_logging(argv, "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    args = add_verbose_option(parser).parse_args(start_logging(argv, "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     from labse_model.cli import exit_status
 
     status = exit_status(lambda: export(args.run, args.output, args.step, args.max_seq_length, args.overwrite))

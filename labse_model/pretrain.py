@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import logging
 import shutil
 import sys
@@ -40,6 +41,7 @@ from typing import Any
 import torch
 
 from labse_model import checkpoint as ckpt
+from pipelines.accounting import closing_lines
 from pipelines.io import storage
 from labse_model.cli import add_run_arguments, check_resumable, command_main, new_parser, run_in_run_dir
 from labse_model.config import (
@@ -451,8 +453,35 @@ def _pretrain(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, An
             ckpt.save_weights(model.encoder_state_dict(), run_dir / ENCODER_FILE)
         write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
         logger.info("done at step %d%s", step, f": encoder written to {run_dir / ENCODER_FILE}" if finished else "")
+        print(closing_summary(summary, settings.max_steps, run_dir), flush=True)
     barrier()
     return summary
+
+
+def closing_summary(summary: dict[str, Any], max_steps: int, run_dir) -> str:
+    """labse-pretrain's closing lines (accounting.closing_lines): the steps of the run, each stage's
+    layers, loss and held-out MLM accuracy, the text read per language and what packing cut or
+    skipped; a WARNING for a loss that is not a number or a run that stopped early."""
+    state = "finished" if summary["finished"] else f"stopped by {summary['stopped_by'] or 'request'}"
+    decisions = []
+    for stage in summary["stages"].values():
+        held_out = (f", held-out MLM accuracy {stage['heldout_mlm_accuracy']:.1%}"
+                    if "heldout_mlm_accuracy" in stage else "")
+        loss = stage.get("final_loss")
+        decisions.append(f"stage {stage['stage']} ({stage['layers']} layers, steps {stage['first_step']:,}-"
+                         f"{stage['last_step']:,}): final loss {'-' if loss is None else f'{loss:.4f}'}{held_out}, "
+                         f"{stage.get('tokens_per_second', 0):,.0f} tokens/s")
+    languages = sorted(summary["languages"].items(), key=lambda item: -(item[1] or 0))
+    decisions.append("monolingual sentences: " + ", ".join(f"{lang} {n or 0:,}" for lang, n in languages[:8])
+                     + (f", ... ({len(languages)} languages)" if len(languages) > 8 else ""))
+    decisions.append(f"packing: {summary['sentences_cut']:,} sentences cut to the sequence length, "
+                     f"{summary['rows_skipped']:,} rows skipped; run in {run_dir}")
+    warnings = [f"stage {stage['stage']}'s final loss is {stage['final_loss']}: the run diverged"
+                for stage in summary["stages"].values()
+                if stage.get("final_loss") is not None and not math.isfinite(stage["final_loss"])]
+    if not summary["finished"]:
+        warnings.append(f"stopped at step {summary['step']:,} of {max_steps:,}: run the same command with --resume to finish")
+    return closing_lines(f"labse-pretrain: {summary['step']:,} of {max_steps:,} steps ({state})", decisions, warnings)
 
 
 def _timing_carried_over(previous: dict[str, Any], start_step: int, stages: list[Stage]) -> dict[int, dict[str, Any]]:

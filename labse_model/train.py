@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -51,6 +52,7 @@ from labse_model.optim import build_optimizer, build_scheduler
 from labse_model.run_log import RunLog
 from labse_model.run_store import checkpoint_publisher
 from labse_model.starting_point import StartingPoint, check_run_vocab, load_starting_point, model_config_for_run
+from pipelines.accounting import closing_lines
 from pipelines.io.atomic import write_text_atomic
 from labse_model.run_inputs import check_same_inputs, file_key, fingerprint
 from pipelines.io.config_options import (
@@ -366,8 +368,31 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
         log.close()
         write_text_atomic(run_dir / "train_summary.json", json.dumps(summary, indent=2) + "\n")
         logger.info("done at step %d: %s", step, json.dumps(summary))
+        print(closing_summary(summary, tc.max_steps, tc.warmup_steps, run_dir), flush=True)
     barrier()
     return summary
+
+
+def closing_summary(summary: dict, max_steps: int, warmup_steps: int, run_dir) -> str:
+    """labse-train's closing lines (accounting.closing_lines): the steps trained of the run's, the final
+    loss, speed and batch, the dev retrieval; a WARNING for a loss that is not a number, a run that
+    stopped early, or a warm-up that never let the learning rate reach --lr."""
+    loss = summary["final_loss"]
+    state = "finished" if summary["finished"] else f"stopped by {summary['stopped_by'] or 'request'}"
+    decisions = [f"final loss {'-' if loss is None else f'{loss:.4f}'}, {summary['steps_per_second'] or 0:.2f} steps/s, global batch "
+                 f"{summary['global_batch_size']:,} over {summary['world_size']} process(es)"
+                 + (", negatives gathered" if summary["gather_negatives"] else "") + f"; run in {run_dir}"]
+    if summary.get("dev_accuracy"):
+        decisions.append("dev retrieval: " + ", ".join(f"{name} {value:.1%}" for name, value in summary["dev_accuracy"].items()))
+    warnings = []
+    if loss is None or not math.isfinite(loss):
+        warnings.append(f"the final loss is {loss}: the run diverged or trained nothing")
+    if not summary["finished"]:
+        warnings.append(f"stopped at step {summary['step']:,} of {max_steps:,}: run the same command with --resume to finish")
+    if warmup_steps >= max_steps:
+        warnings.append(f"--warmup-steps {warmup_steps:,} is not shorter than --max-steps {max_steps:,}: the learning "
+                        f"rate never reached --lr (give --warmup-steps <= {max_steps - 1:,})")
+    return closing_lines(f"labse-train: {summary['step']:,} of {max_steps:,} steps ({state})", decisions, warnings)
 
 
 def _finished_summary(run_dir: Path) -> dict | None:

@@ -249,11 +249,15 @@ def summary_text(stage: str, stats: Mapping, unit: str, decisions: Sequence[str]
     dropped = books.get("dropped", {})
     top = sorted(dropped.items(), key=lambda item: -item[1])[:3]
     reasons = f" ({', '.join(f'{reason} {n:,}' for reason, n in top)}{', ...' if len(dropped) > 3 else ''})" if top else ""
-    lines = [f"{stage}: {read:,} {unit} read, {kept:,} kept, {sum(dropped.values()):,} dropped{reasons}, "
-             f"{errored:,} errored"]
-    lines += [f"  {decision}" for decision in decisions]
     alerts = list(warnings)
     if read and kept < 0.01 * read:
         alerts.append(f"only {kept:,} of {read:,} {unit} kept (< 1%)")
-    lines += [f"WARNING {alert}" for alert in alerts]
-    return "\n".join(lines)
+    return closing_lines(f"{stage}: {read:,} {unit} read, {kept:,} kept, {sum(dropped.values()):,} dropped{reasons}, "
+                         f"{errored:,} errored", decisions, alerts)
+
+
+def closing_lines(headline: str, decisions: Sequence[str] = (), warnings: Sequence[str] = ()) -> str:
+    """summary_text's layout for a command whose work is not units read and kept (the trainers): the
+    headline, the key decisions indented, a WARNING line each."""
+    return "\n".join([headline, *(f"  {decision}" for decision in decisions),
+                      *(f"WARNING {warning}" for warning in warnings)])

@@ -11,6 +11,8 @@ import argparse
 import sys
 from typing import Any, Sequence
 
+from pipelines.io.console import add_verbose_option
+
 EXIT_USAGE = 2  # what every CLI returns for a refused output or a bad argument
 
 BEAM_OPTIONS_HELP = ("Options the command does not know are passed to Apache Beam, e.g. --runner DataflowRunner "
@@ -85,7 +87,7 @@ def stage_parser(prog: str, description: str, *, output: str, overwrite: str = r
     parser = StageArgumentParser(prog=prog, description=description, epilog=BEAM_OPTIONS_HELP, **parser_settings)
     parser.add_argument("--output", required=True, metavar=output_metavar, help=output)
     parser.add_argument("--overwrite", action="store_true", help=overwrite)
-    return parser
+    return add_verbose_option(parser)
 
 
 def usage_error(prog: str, message: str) -> int:

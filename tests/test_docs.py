@@ -150,3 +150,15 @@ def test_examples_use_only_options_the_commands_have():
     unknown = [f"{page}: {line} {option}" for page, found in examples.items() for line, options in found
                for option in options if not re.search(re.escape(option) + r"\b", helps[line])]
     assert not unknown, f"examples use options their command does not have: {unknown}"
+
+
+def test_every_command_and_subcommand_help_shows_the_verbose_switch():
+    # Quiet by default, `-v`/`--verbose` for the libraries' lines: the switch is in every --help.
+    generator = load_generator()
+    scripts = generator.console_scripts()
+    lines = sorted({line for _, expected in generator.expected_pages().values()
+                    for line in generator.declared_blocks(expected)})
+    assert "labse-eval mining" in lines and "labse-main-content build-data" in lines, lines
+    helps = generator.run_helps(lines, scripts)
+    without = [line for line in lines if not re.search(r"-v, --verbose", helps[line])]
+    assert not without, f"--help without -v/--verbose: {without}"

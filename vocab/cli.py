@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pipelines.accounting import summary_text
 from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.stage_options import stage_parser, usage_error
@@ -61,11 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     built: list = []
 
     def summarise(stats) -> str:
-        result = built[-1]
-        overall = result.report["overall"]
-        return (f"wrote {result.vocab_path} ({result.report['vocab_size']} tokens); held-out: "
-                f"[UNK] {overall['unk_share']:.4f}, subwords/word {overall['subwords_per_word']:.3f}; "
-                f"report {result.report_path}")
+        return vocab_summary(stats, built[-1])
 
     try:
         return run_stage("labse-vocab", progress_unit="sentences", **stage_plan(args.output, sentences_dir=args.input,
@@ -75,6 +72,26 @@ def main(argv: list[str] | None = None) -> int:
                          summarise=summarise)
     except (VocabSizeError, UsageError) as error:  # VocabSizeError: the learner's, after counting (files removed)
         return usage_error("labse-vocab", str(error))
+
+
+UNK_WARNING_SHARE = 0.01  # above this share of held-out tokens, [UNK] hides real words from the model
+
+
+def vocab_summary(stats: dict, result) -> str:
+    """The closing lines (accounting.summary_text): sentences read, kept and held out; the vocabulary
+    written, the words it was learned from (and those pruned by --max-words), its held-out [UNK]
+    share and subwords per word; a WARNING when [UNK] covers more than 1% of held-out tokens."""
+    overall = result.report["overall"]
+    word_types = stats.get("accounting", {}).get("word_types", {})
+    pruned = sum(word_types.get("dropped", {}).values())
+    decisions = [f"wrote {result.vocab_path} ({result.report['vocab_size']:,} tokens) from "
+                 f"{word_types.get('kept', 0):,} distinct words in {len(stats.get('languages', {}))} languages"
+                 + (f" ({pruned:,} more pruned by --max-words)" if pruned else ""),
+                 f"held-out: [UNK] {overall['unk_share']:.4f}, subwords/word {overall['subwords_per_word']:.3f}; "
+                 f"report {result.report_path}"]
+    warnings = [f"[UNK] is {overall['unk_share']:.1%} of held-out tokens (> {UNK_WARNING_SHARE:.0%}): lower "
+                "--char-min-count or give more text"] if overall["unk_share"] > UNK_WARNING_SHARE else []
+    return summary_text("labse-vocab", stats, "sentences", decisions, warnings)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import asdict
 
+from pipelines.accounting import summary_text
 from pipelines.io.console import start_logging
 from pipelines.clean.transforms import (
     DEFAULT_PER_FILE_LIMIT,
@@ -138,22 +139,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summarise(stats: dict) -> str:
-    lines = [
-        f"documents: read {stats['documents_read']}, kept {stats['documents_kept']}, "
-        f"dropped {sum(stats['documents_dropped'].values())}, errored {stats['documents_errored']}",
-        f"sentences: read {stats['sentences_read']}, kept {stats['sentences_kept']}, "
-        f"dropped {sum(stats['sentences_dropped'].values())}, errored {stats['sentences_errored']}",
-        "sentences dropped by reason: " + ", ".join(f"{k} {v}" for k, v in
-                                                    sorted(stats["sentences_dropped"].items(), key=lambda kv: -kv[1])),
-        "per language: " + ", ".join(f"{k} {v}" for k, v in stats["per_language"].items()),
-    ]
+    """The closing lines (accounting.summary_text): documents, then sentences read, kept, dropped (top
+    reasons) and errored; the sentences kept per language, which decider took the pages' main
+    content, and the input files with the most errored documents."""
+    languages = sorted(stats["per_language"].items(), key=lambda item: -item[1])
+    decisions = ["kept per language: " + (", ".join(f"{lang} {n:,}" for lang, n in languages[:8])
+                                          + (f", ... ({len(languages)} languages)" if len(languages) > 8 else "")
+                                          if languages else "none")]
+    main_content = stats.get("main_content") or {}
+    if main_content.get("pages"):
+        decisions.append("main content decided by: " + ", ".join(
+            f"{decider} {n:,} pages" for decider, n in main_content["pages"].items())
+            + f" (fallback share {main_content.get('fallback_share', 0):.1%})")
     per_file = stats.get("per_file")
     if per_file:
         worst = [f"{entry['file']} ({entry['documents_errored']})" for entry in per_file["top_files"][:3]
                  if entry["documents_errored"]]
-        lines.append(f"input files: {per_file['files']}, {per_file['files_with_errors']} with errored documents"
-                     + (f"; most: {', '.join(worst)}" if worst else "") + " (stats.json per_file)")
-    return "\n".join(lines)
+        decisions.append(f"input files: {per_file['files']}, {per_file['files_with_errors']} with errored documents"
+                         + (f"; most: {', '.join(worst)}" if worst else "") + " (stats.json per_file)")
+    warnings = [] if languages else ["no sentence kept in any language"]
+    return "\n".join([summary_text("labse-clean", stats, "documents"),
+                      summary_text("labse-clean", stats, "sentences", decisions, warnings)])
 
 
 if __name__ == "__main__":

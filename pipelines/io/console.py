@@ -44,6 +44,15 @@ class _ThroughTqdm(logging.StreamHandler):
             self.handleError(record)
 
 
+VERBOSE_HELP = "also show the libraries' log lines held back by default (Beam workers, TensorFlow, FAISS)"
+
+
+def add_verbose_option(parser):
+    """`-v`/`--verbose` in a command's --help (start_logging reads and removes it before parsing)."""
+    parser.add_argument(*VERBOSE_FLAGS, action="store_true", help=VERBOSE_HELP)
+    return parser
+
+
 def start_logging(argv: Sequence[str] | None, format: str) -> list[str]:
     """Set up logging for a command; returns its arguments without -v/--verbose (argv None: sys.argv[1:])."""
     argv = list(sys.argv[1:] if argv is None else argv)

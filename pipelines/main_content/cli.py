@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import sys
 from collections import Counter
 
-from pipelines.io.console import start_logging
+from pipelines.accounting import summary_text
+from pipelines.io.console import VERBOSE_HELP, add_verbose_option, start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.stage_options import usage_error
 from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig, TeacherConfig
@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 def _usage() -> str:
     lines = [__doc__.strip(), "", "commands:"]
     lines += [f"  {name:<15} {help_}" for name, (_command, help_) in COMMANDS.items()]
+    lines.append(f"\noptions of every command:\n  -v, --verbose   {VERBOSE_HELP}")
     lines.append("\n`labse-main-content COMMAND --help` for a command's options.")
     return "\n".join(lines)
 
@@ -106,12 +107,28 @@ def build_data_main(argv: list[str] | None = None) -> int:
         config = dataclasses.replace(config, teacher=TeacherConfig(favor_precision=False))
     return run_stage(BUILD_DATA, progress_unit="documents",
                      **build_data_plan(args.input, args.output, config, beam_args, args.overwrite),
-                     summarise=lambda stats: json.dumps({key: stats[key] for key in BUILD_DATA_SUMMARY}, indent=1))
+                     summarise=build_data_summary)
 
 
 BUILD_DATA = "labse-main-content build-data"
-BUILD_DATA_SUMMARY = ("documents_read", "documents_kept", "documents_dropped", "documents_errored", "identity_holds",
-                      "pages", "lines", "train_examples")
+
+
+def build_data_summary(stats: dict) -> str:
+    """The closing lines (accounting.summary_text): documents and lines read, kept, dropped and
+    errored; the pages of each split and the training examples per language; a WARNING for a dev
+    or test split too small for its scores to mean anything."""
+    from pipelines.main_content.evaluate import MIN_PAGES_TO_SCORE
+
+    pages = stats.get("pages", {})
+    per_language = sorted(stats.get("train_examples_per_language", {}).items(), key=lambda item: -item[1])
+    decisions = ["pages per split (disjoint, by URL hash): " + ", ".join(f"{split} {n:,}" for split, n in pages.items()),
+                 f"{stats.get('train_examples', 0):,} training examples"
+                 + (": " + ", ".join(f"{lang} {n:,}" for lang, n in per_language[:6]) if per_language else "")]
+    warnings = [f"the {split} split has only {pages.get(split, 0)} pages (< {MIN_PAGES_TO_SCORE}): the F1 that train "
+                "and evaluate report on it is too noisy to compare models; label more pages"
+                for split in ("dev", "test") if pages.get(split, 0) < MIN_PAGES_TO_SCORE]
+    return "\n".join([summary_text(BUILD_DATA, stats, "documents"),
+                      summary_text(BUILD_DATA, stats, "lines", decisions, warnings)])
 
 
 def parse_with_config(parser: argparse.ArgumentParser, config_cls: type, argv: list[str] | None):
@@ -135,7 +152,7 @@ def config_parser(prog: str, description: str, required: list[tuple[str, str]], 
     for flag, help_text in required:
         parser.add_argument(flag, required=True, help=help_text)
     add_config_options(parser, config_cls)
-    return parser
+    return add_verbose_option(parser)
 
 
 def train_main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ import tempfile
 from typing import Sequence
 
 from pipelines.io.config_options import UsageError
+from pipelines.io.console import add_verbose_option
 from pipelines.main_content.config import LABEL_SCHEMES, BuildConfig, MainContentTrainConfig, TeacherConfig
 from pipelines.main_content.labels import LabelledPage, split_of
 
@@ -85,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--truth", default=None, help="JSON {url: human main text} for --truth-input")
     parser.add_argument("--threads", type=int, default=1, help="fastText threads (1: repeatable; default 1)")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the curve to this JSON file")
-    return parser
+    return add_verbose_option(parser)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import time
 
 from pipelines.io import storage
 from pipelines.io.atomic import write_bytes_atomic
-from pipelines.io.console import start_logging
+from pipelines.io.console import add_verbose_option, start_logging
 from pipelines.io.config_options import HelpFormatter, UsageError, add_config_options, config_from_args
 from pipelines.report.config import DEFAULT_NAME, ReportConfig
 from pipelines.report.discover import RunRoot, data_flow_position, discover
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
     parser.add_argument("root", metavar="RUN_ROOT", help="the run's root folder (local or gs://), e.g. demo_out")
     add_config_options(parser, ReportConfig)
-    return parser
+    return add_verbose_option(parser)
 
 
 def write_report(root_url: str, config: ReportConfig) -> tuple[str, int, int]:

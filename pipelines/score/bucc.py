@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from pipelines.io.config_options import UsageError
+from pipelines.io.console import add_verbose_option
 from pipelines.stage_options import usage_error
 from pipelines.mine.margin import (
     MarginConfig,
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rescored", action="store_true",
                         help="also let the scorer pick the pairs among all k-nearest candidates (slower)")
     parser.add_argument("--output", default=None, help="also write the results as JSON here")
-    args = parser.parse_args(argv)
+    args = add_verbose_option(parser).parse_args(argv)
     from pipelines.embed.base import EmbedderError
 
     try:

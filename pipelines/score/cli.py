@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 
-from pipelines.io.console import start_logging
+from pipelines.io.console import add_verbose_option, start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.stage_options import replace_help, stage_parser, usage_error
@@ -174,12 +174,46 @@ def train_parser() -> argparse.ArgumentParser:
                              "labse-mine --embedder auto picks for these language pairs), a directory or a hub id")
     parser.add_argument("--output", required=True, help="scorer directory (scorer.json)")
     add_config_options(parser, ScorerConfig)
-    return parser
+    return add_verbose_option(parser)
+
+
+class EmbeddingProgress:
+    """An embedder that counts each sentence it embeds on a progress tracker; otherwise the embedder,
+    loaded by `load()` at its first use (after train_scorer has checked every input file)."""
+
+    def __init__(self, load, tracker):
+        self._load, self._embedder, self.tracker = load, None, tracker
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = self._load()
+        return self._embedder
+
+    def encode(self, texts, *args, **kwargs):
+        vectors = self.embedder.encode(texts, *args, **kwargs)
+        self.tracker.advance(len(texts))
+        return vectors
+
+    def __getattr__(self, name):
+        return getattr(self.embedder, name)
+
+
+def train_with_progress(positives, embedder_spec: str, output: str, config, wrong_language):
+    """train_scorer, showing the sentences embedded so far (a bar on a terminal, a line every 30 s in
+    a log): most of its minute or more is embedding the pools and the calibration rows."""
+    from pipelines.embed.embedders import load_embedder
+    from pipelines.progress import ProgressBoard
+    from pipelines.score.scorer import train_scorer
+
+    with ProgressBoard("labse-score train", "sentences embedded") as board:
+        return train_scorer(positives, embedder_spec, output, config, wrong_language,
+                            embedder=EmbeddingProgress(lambda: load_embedder(embedder_spec), board.tracker()))
 
 
 def train_main(argv: Sequence[str]) -> int:
     from pipelines.io.parallel_text import is_parallel_text
-    from pipelines.score.scorer import ScorerConfig, train_scorer, train_scorer_from_prefix
+    from pipelines.score.scorer import ScorerConfig, train_scorer_from_prefix
 
     parser = train_parser()
     args = parser.parse_args(argv)
@@ -212,7 +246,7 @@ def train_main(argv: Sequence[str]) -> int:
             choice = resolve_embedder_for_pairs(args.embedder, [(p.src_lang, p.tgt_lang) for p in positives])
             if choice.reason != "given":
                 logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
-            scorer = train_scorer(positives, choice.embedder, args.output, config, wrong_language)
+            scorer = train_with_progress(positives, choice.embedder, args.output, config, wrong_language)
         except EmbedderError as error:
             return usage_error("labse-score train", f"--embedder: {error}")
         except (FileNotFoundError, UsageError) as error:

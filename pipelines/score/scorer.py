@@ -544,6 +544,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
         other_lines = lines(other[1]) if other is not None else None
         build_training_pairs(src, tgt, src_lang, tgt_lang, embedder,
                              ScorerConfig(**{**asdict(config), "seed": config.seed + n}), other_lines, data)
+    logger.info("features of %d training pairs (lid.176 on both sides), then the fit", len(data.label))
     features = pair_features(data.src, data.tgt, data.src_lang, data.tgt_lang, data.cosine, data.margin, lid)
     labels = np.asarray(data.label)
     scorer = fit_scorer(features, labels, data.kind, config, embedder=embedder_spec, margin_kind=config.margin_kind, k=config.k,
@@ -559,6 +560,7 @@ def train_scorer(positives: Sequence, embedder_spec: str, output: str | os.PathL
             logger.warning("only %d held-out rows: the scorer is saved without calibration", len(rows))
         else:
             cached_lid = _CachedLid(lid)
+            logger.info("calibration: %d held-out rows, mined into pools per language pair", len(rows))
             tgt_vectors = embedder.encode([tgt[i] for i in rows])
             pools = []
             for src_lang in src_langs:
