@@ -84,7 +84,7 @@ def bench_speed(args) -> None:
 def bench_quality(args) -> None:
     import tatoeba_bucc as tb
 
-    from pipelines.distill.cascade import candidate_recall, cascade_mine, static_candidates
+    from pipelines.mine.cascade import candidate_recall, cheap_candidates, rescore
     from pipelines.embed.static import StaticEmbedder
     from pipelines.mine.margin import MarginConfig, best_threshold_f1, mine
 
@@ -109,8 +109,8 @@ def bench_quality(args) -> None:
         for model, static in statics.items():
             xs, ys = static.encode(bucc.src), static.encode(bucc.tgt)
             _, static_f1 = best_threshold_f1(mine(xs, ys, config), bucc.gold)
-            found = static_candidates(xs, ys, args.candidates)
-            _, cascade_f1 = best_threshold_f1(cascade_mine(found, xt, yt, config), bucc.gold)
+            found = cheap_candidates(xs, ys, args.candidates)
+            _, cascade_f1 = best_threshold_f1(rescore(found, xt, yt, config), bucc.gold)
             row = {"part": "quality", "language": code, "lang": bucc.lang, "model": model, "dims": static.dim,
                    "true_pairs": bucc.n_true, "teacher_f1": round(teacher_f1["f1"], 4),
                    "static_f1": round(static_f1["f1"], 4), "cascade_f1": round(cascade_f1["f1"], 4),

@@ -28,6 +28,8 @@ class DistillConfig:
     mined_pairs_min_margin: float = option(1.06, "teacher-mined pairs (when no --pairs are given): the ratio "
                                            "margin a pair must reach")
     pivot_language: str = option("en", "teacher-mined pairs pair every other language with this one")
+    mined_pairs: bool = option(True, "add the pairs the teacher mines from the sentences to the given --pairs "
+                               "(--no-mined-pairs: the given pairs alone)")
     seed: int = option(0, "seed of the batch order")
     threads: int = option(1, "CPU threads for torch and the teacher")
 

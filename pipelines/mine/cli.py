@@ -100,6 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_embedder_spec(choice.embedder)
         except EmbedderError as error:
             raise UsageError(f"--embedder: {error}") from error
+        if config.cheap_embedder is not None:
+            try:
+                check_embedder_spec(config.cheap_embedder)
+            except EmbedderError as error:
+                raise UsageError(f"--cheap-embedder: {error}") from error
     except UsageError as error:
         return usage_error("labse-mine", str(error))
     if config.resolved_layout == "global":

@@ -576,9 +576,14 @@ class Neighbours(beam.PTransform):
                                                              c.src_blocks, c.tgt_shards)
             else:
                 cells = embedded | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
-            hits = (cells
-                    | "GroupCells" >> beam.GroupByKey()
-                    | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
+            if c.cheap_embedder is not None:  # the cascade: the cells searched with the cheap vectors
+                from pipelines.mine.cascade_transforms import CascadeHits
+
+                hits = (cells, embedded) | "Cascade" >> CascadeHits(c)
+            else:
+                hits = (cells
+                        | "GroupCells" >> beam.GroupByKey()
+                        | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
         top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(c.k, key=_top_key)
         bests = (
             top
