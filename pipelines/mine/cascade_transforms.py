@@ -15,18 +15,20 @@ from __future__ import annotations
 import apache_beam as beam
 import numpy as np
 
+from pipelines.mine.cascade import centred
 from pipelines.mine.config import MineConfig
 from pipelines.mine.search import SearchConfig, knn
 from pipelines.mine.transforms import COUNTER_NAMESPACE, SRC, TGT, _SharedEmbedder, _top_key
 
 
 class _CheapCellCandidates(beam.DoFn):
-    """One cell: its sentences embedded by the cheap embedder, each one's nearest in the other side."""
+    """One cell: its sentences embedded by the cheap embedder (each side centred on the cell's
+    mean, a sample of the side's), each one's nearest in the other side."""
 
-    def __init__(self, spec: str, candidates: int, search: str, batch_size: int, threads: int):
+    def __init__(self, spec: str, candidates: int, search: str, batch_size: int, threads: int, center: bool):
         from apache_beam.utils.shared import Shared
 
-        self.spec, self.candidates, self.search = spec, candidates, search
+        self.spec, self.candidates, self.search, self.center = spec, candidates, search, center
         self.batch_size, self.threads = batch_size, threads
         self._shared = Shared()
         self.cells = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "cascade.cells_searched")
@@ -49,6 +51,8 @@ class _CheapCellCandidates(beam.DoFn):
         encode = self._held.embedder.encode
         x = np.asarray(encode([item[2] for item in src], batch_size=self.batch_size), np.float32)
         y = np.asarray(encode([item[2] for item in tgt], batch_size=self.batch_size), np.float32)
+        if self.center:
+            x, y = centred(x), centred(y)
         config = SearchConfig(method=self.search)
         for queries, base, q_items, b_items in ((x, y, src, tgt), (y, x, tgt, src)):
             sims, ids = knn(queries, base, self.candidates, config)
@@ -100,7 +104,8 @@ class CascadeHits(beam.PTransform):
         top = (cells
                | "GroupCells" >> beam.GroupByKey()
                | "CheapCandidates" >> beam.ParDo(_CheapCellCandidates(c.cheap_embedder, c.cascade_candidates, c.search,
-                                                                      c.batch_size, c.embedder_threads))
+                                                                      c.batch_size, c.embedder_threads,
+                                                                      c.cascade_center))
                | "MergeCandidates" >> beam.combiners.Top.PerKey(c.cascade_candidates, key=_top_key))
         asks = top | "AskCandidates" >> beam.FlatMap(_ask_candidates)
         answers = ({"vector": embedded, "askers": asks}

@@ -59,6 +59,8 @@ class MineConfig:
                                            "each sentence's --cascade-candidates nearest in the cells and --embedder "
                                            "scores only those pairs (cells layout)")
     cascade_candidates: int = option(16, "the cascade: cheap nearest per sentence that --embedder rescores")
+    cascade_center: bool = option(True, "the cascade: centre each side's cheap vectors in a cell on their mean "
+                                  "before the search (takes away what every sentence of a language shares)")
     embedder_threads: int = not_an_option(1)
     # why this embedder: "given", or auto's choice for the pair (labse-mine resolves `auto` before building)
     embedder_reason: str = not_an_option("given")
