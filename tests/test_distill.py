@@ -13,7 +13,6 @@ from pipelines.distill.corpus import resolve_teacher, token_text
 from pipelines.distill.table import fit_projection, sif_weights, token_counts
 from pipelines.distill.train import Checkpoint, TrainingData, pair_batches, train
 from pipelines.io.config_options import UsageError
-from pipelines.mine.margin import MarginConfig
 
 
 def test_config_rejects_impossible_settings():

@@ -18,7 +18,7 @@ import numpy as np
 from pipelines.mine.cascade import centred
 from pipelines.mine.config import MineConfig
 from pipelines.mine.search import SearchConfig, knn
-from pipelines.mine.transforms import COUNTER_NAMESPACE, SRC, TGT, _SharedEmbedder, _top_key
+from pipelines.mine.transforms import COUNTER_NAMESPACE, SRC, TGT, _top_key, held_embedder
 
 
 class _CheapCellCandidates(beam.DoFn):
@@ -34,11 +34,7 @@ class _CheapCellCandidates(beam.DoFn):
         self.cells = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "cascade.cells_searched")
 
     def setup(self):
-        from pipelines.embed.embedders import load_embedder
-
-        spec, threads = self.spec, self.threads
-        self._held = self._shared.acquire(lambda: _SharedEmbedder(load_embedder(spec, threads=threads)),
-                                          tag=f"cheap|{spec}|{threads}")
+        self._held = held_embedder(self._shared, self.spec, self.threads)  # held: Shared keeps a weak reference
 
     def process(self, keyed):
         _, members = keyed

@@ -253,12 +253,8 @@ class _EmbedBatch(beam.DoFn):
         self.embedded = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "embedded")
 
     def setup(self):
-        from pipelines.embed.embedders import load_embedder
-
-        spec, threads = self.spec, self.threads
         # Held for the DoFn's life: Shared keeps only a weak reference to what it built.
-        self._held = self._shared.acquire(lambda: _SharedEmbedder(load_embedder(spec, threads=threads)),
-                                          tag=f"{spec}|{threads}")
+        self._held = held_embedder(self._shared, self.spec, self.threads)
 
     def process(self, keyed):
         _batch, items = keyed
@@ -288,6 +284,14 @@ class _SharedEmbedder:
 
     def __init__(self, embedder):
         self.embedder = embedder
+
+
+def held_embedder(shared, spec: str, threads: int) -> _SharedEmbedder:
+    """The worker process's embedder for `spec`, loaded once and shared by its threads (`shared`:
+    an `apache_beam.utils.shared.Shared`)."""
+    from pipelines.embed.embedders import load_embedder
+
+    return shared.acquire(lambda: _SharedEmbedder(load_embedder(spec, threads=threads)), tag=f"{spec}|{threads}")
 
 
 class Embed(beam.PTransform):
