@@ -18,7 +18,7 @@ about what the cheap one proposes:
 So a pair the strong embedder would mine survives when the cheap embedder ranks it among the first
 `candidates` (`candidate_recall` measures it) and, with a loose margin, when the cheap margin of one
 of its sentences' best candidates reaches it. labse-mine runs the same steps in Beam
-(`--cheap-embedder`, `pipelines.mine.cascade_transforms`); benchmarks/static_miner.py and
+(`--cheap-embedder`, `CascadeHits` in `pipelines.mine.transforms`); benchmarks/static_miner.py and
 benchmarks/cascade.py measure them.
 """
 from __future__ import annotations
