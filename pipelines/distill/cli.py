@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="monolingual sentences from a text file, one a line, .gz allowed (repeatable)")
     parser.add_argument("--pairs", action="append", default=[],
                         help="translation pairs for the contrastive step: a labse-mine or labse-score output "
-                             "(repeatable; default: pairs the teacher mines from the sentences)")
+                             "(repeatable; the pairs the teacher mines from the sentences are added unless "
+                             "--no-mined-pairs)")
     parser.add_argument("--work-dir", help="local folder for the teacher's vectors and the checkpoint "
                                            "(default MODEL_DIR.work)")
     add_config_options(parser, DistillConfig)

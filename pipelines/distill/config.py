@@ -18,9 +18,11 @@ class DistillConfig:
                                           "deterministic sample: those with the smallest hash of their text)")
     sif_coefficient: float = option(1e-4, "SIF weight a/(a + p(token)), p from the token counts of the corpus")
     align_epochs: int = option(4, "epochs fitting the table to the teacher's sentence vectors (0: none)")
-    align_learning_rate: float = option(0.02, "learning rate of the alignment (SparseAdam)")
+    # Low rates: the initial table carries most of what the miner knows, and 0.02 / 0.005 moved the
+    # rows of the training text's tokens away from the rest (recall on held-out sets fell, BENCHMARKS.md).
+    align_learning_rate: float = option(0.001, "learning rate of the alignment (SparseAdam)")
     contrastive_epochs: int = option(3, "epochs of in-batch-negatives training on translation pairs (0: none)")
-    contrastive_learning_rate: float = option(0.005, "learning rate of the contrastive step (SparseAdam)")
+    contrastive_learning_rate: float = option(0.0005, "learning rate of the contrastive step (SparseAdam)")
     batch_size: int = option(1024, "sentences (alignment) or pairs (contrastive) per step")
     temperature: float = option(0.05, "softmax temperature of the contrastive loss")
     align_weight: float = option(1.0, "weight of the alignment loss kept during the contrastive step, so the "
@@ -28,6 +30,8 @@ class DistillConfig:
     mined_pairs_min_margin: float = option(1.06, "teacher-mined pairs (when no --pairs are given): the ratio "
                                            "margin a pair must reach")
     pivot_language: str = option("en", "teacher-mined pairs pair every other language with this one")
+    mined_pairs: bool = option(True, "add the pairs the teacher mines from the sentences to the given --pairs "
+                               "(--no-mined-pairs: the given pairs alone)")
     seed: int = option(0, "seed of the batch order")
     threads: int = option(1, "CPU threads for torch and the teacher")
 

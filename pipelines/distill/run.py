@@ -182,11 +182,16 @@ def distill(output: str, vocab_path: str, sources: list[SentenceSource], config:
 
     filled = [i for i, row in enumerate(sentence_ids) if len(row)]
     data = TrainingData([sentence_ids[i] for i in filled], projection(teacher_vectors[filled]))
+    pair_texts, per_pair_language, sources_of_pairs = [], {}, []
     if pairs:
-        pair_texts, pair_source, per_pair_language = read_pairs(pairs), "given", {}
-    else:
-        pair_texts, per_pair_language = mine_teacher_pairs(corpus, config.pivot_language, config.mined_pairs_min_margin)
-        pair_source = f"mined by {teacher} (ratio margin >= {config.mined_pairs_min_margin}, pivot {config.pivot_language})"
+        pair_texts = read_pairs(pairs)
+        sources_of_pairs.append(f"{len(pair_texts):,} given")
+    if config.mined_pairs or not pairs:
+        mined, per_pair_language = mine_teacher_pairs(corpus, config.pivot_language, config.mined_pairs_min_margin)
+        pair_texts += mined
+        sources_of_pairs.append(f"{len(mined):,} mined by {teacher} (ratio margin >= {config.mined_pairs_min_margin}, "
+                                f"pivot {config.pivot_language})")
+    pair_source = " + ".join(sources_of_pairs)
     pair_ids = list(zip(ids_of([s for s, _ in pair_texts]), ids_of([t for _, t in pair_texts])))
     usable = [i for i, (s, t) in enumerate(pair_ids) if len(s) and len(t)]
     data.pairs = [pair_ids[i] for i in usable]

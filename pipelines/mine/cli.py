@@ -100,6 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_embedder_spec(choice.embedder)
         except EmbedderError as error:
             raise UsageError(f"--embedder: {error}") from error
+        if config.cheap_embedder is not None:
+            try:
+                check_embedder_spec(config.cheap_embedder)
+            except EmbedderError as error:
+                raise UsageError(f"--cheap-embedder: {error}") from error
     except UsageError as error:
         return usage_error("labse-mine", str(error))
     if config.resolved_layout == "global":
@@ -126,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     output = args.output.rstrip("/")
     logger.info("mining %s (%s) x %s (%s) with %s -> %s", args.src, config.src_lang, args.tgt, config.tgt_lang,
                 config.embedder, output)
+    if config.cheap_embedder is not None:
+        logger.info("cascade: %s proposes %d candidates per sentence, %s scores them", config.cheap_embedder,
+                    config.cascade_candidates, config.embedder)
     started = time.perf_counter()
 
     def summarise(stats: dict) -> str:

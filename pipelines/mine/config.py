@@ -55,6 +55,12 @@ class MineConfig:
     rerank: int = option(64, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
                          "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
     query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
+    cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) finds "
+                                           "each sentence's --cascade-candidates nearest in the cells and --embedder "
+                                           "scores only those pairs (cells layout)")
+    cascade_candidates: int = option(16, "the cascade: cheap nearest per sentence that --embedder rescores")
+    cascade_center: bool = option(True, "the cascade: centre each side's cheap vectors in a cell on their mean "
+                                  "before the search (takes away what every sentence of a language shares)")
     embedder_threads: int = not_an_option(1)
     # why this embedder: "given", or auto's choice for the pair (labse-mine resolves `auto` before building)
     embedder_reason: str = not_an_option("given")
@@ -80,6 +86,11 @@ class MineConfig:
         if self.resolved_layout == "global" and self.same_site:
             problems.append("--same-site mines within each site: use --layout cells (the global layout searches "
                             "the whole language)")
+        if self.cheap_embedder is not None and self.resolved_layout != "cells":
+            problems.append("--cheap-embedder runs the cascade in the cells layout: leave out --src-index/--tgt-index")
+        if not 1 <= self.cascade_candidates <= MAX_COUNTS["k"]:
+            problems.append(f"cascade_candidates (--cascade-candidates) must be between 1 and {MAX_COUNTS['k']:,}, "
+                            f"got {self.cascade_candidates}")
         if self.layout == "cells" and indexes:
             problems.append("--src-index / --tgt-index are for the global layout, not --layout cells")
         if not 0 <= self.rerank <= 10_000:
