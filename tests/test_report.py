@@ -165,6 +165,8 @@ def test_the_walk_stays_out_of_stage_outputs_and_working_folders(tmp_path):
     clean = write_stage(tmp_path / "run" / "clean", "labse-clean", clean_stats())
     write_stage(clean / "sentences" / "nested", "labse-clean", clean_stats())  # inside an output: not walked
     write_stage(tmp_path / "run" / "vocab.work" / "x", "labse-x", clean_stats())
+    # labse-distill's work folder holds the teacher's pass, itself a finished Beam output
+    write_stage(tmp_path / "run" / "distill.work" / "teacher-1916d123", "labse-distill", clean_stats())
     assert [f.kind for f in discover(RunRoot(str(tmp_path / "run")))] == ["labse-clean"]
 
 

@@ -22,8 +22,10 @@ VOCAB_STATS = "vocab.stats.json"
 TRAIN_SUMMARY = "train_summary.json"
 PRETRAIN_SUMMARY = "pretrain_summary.json"
 EVALUATION_TASKS = ("tatoeba", "multi30k")
-# folders whose names say they hold a stage's own working files, never another output
-_SKIPPED = {"checkpoints", "tensorboard", "vocab.work", "errors", "tmp", "temp"}
+# folders whose names say they hold a stage's own working files, never another output; a stage's
+# `OUTPUT.work` folder (labse-vocab, labse-distill) holds what a rerun reuses, e.g. the teacher's pass
+_SKIPPED = {"checkpoints", "tensorboard", "errors", "tmp", "temp"}
+_WORK_SUFFIX = ".work"
 
 
 @dataclass
@@ -122,5 +124,5 @@ def discover(root: RunRoot, max_depth: int = 6) -> list[Found]:
                     found.append(Found("eval", f"{folder}/{name}", {"results": evaluation}))
         if depth < max_depth:
             pending.extend((f"{folder}/{name}", depth + 1) for name in folders if name not in _SKIPPED
-                           and not name.startswith((".", "beam-temp")) and not name.endswith(LOCK_SUFFIX))
+                           and not name.startswith((".", "beam-temp")) and not name.endswith((LOCK_SUFFIX, _WORK_SUFFIX)))
     return found
