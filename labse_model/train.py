@@ -248,9 +248,7 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
                        "gradient caching saves no memory and only adds a forward", tc.grad_cache_chunk, local_batch)
 
     if tc.warmup_steps >= tc.max_steps and ctx.is_main:
-        logger.warning("--warmup-steps %d is not shorter than the run (--max-steps %d): the learning rate never "
-                       "reaches --lr; give --warmup-steps <= %d (a tenth of the run, %d, is usual)",
-                       tc.warmup_steps, tc.max_steps, tc.max_steps - 1, max(tc.max_steps // 10, 1))
+        logger.warning("%s", warmup_problem(tc.warmup_steps, tc.max_steps))
     torch.manual_seed(tc.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
     model = DualEncoder(mc).to(ctx.device)
     optimizer = build_optimizer(model, tc)
@@ -373,6 +371,13 @@ def _train(args: argparse.Namespace, ctx: DistributedContext) -> dict[str, Any]:
     return summary
 
 
+def warmup_problem(warmup_steps: int, max_steps: int) -> str:
+    """The one wording of a warm-up as long as the run, warned at start-up and again in the closing lines."""
+    return (f"--warmup-steps {warmup_steps:,} is not shorter than --max-steps {max_steps:,}: the learning rate never "
+            f"reaches --lr (give --warmup-steps <= {max_steps - 1:,}; a tenth of the run, {max(max_steps // 10, 1):,}, "
+            "is usual)")
+
+
 def closing_summary(summary: dict, max_steps: int, warmup_steps: int, run_dir) -> str:
     """labse-train's closing lines (accounting.closing_lines): the steps trained of the run's, the final
     loss, speed and batch, the dev retrieval; a WARNING for a loss that is not a number, a run that
@@ -390,8 +395,7 @@ def closing_summary(summary: dict, max_steps: int, warmup_steps: int, run_dir) -
     if not summary["finished"]:
         warnings.append(f"stopped at step {summary['step']:,} of {max_steps:,}: run the same command with --resume to finish")
     if warmup_steps >= max_steps:
-        warnings.append(f"--warmup-steps {warmup_steps:,} is not shorter than --max-steps {max_steps:,}: the learning "
-                        f"rate never reached --lr (give --warmup-steps <= {max_steps - 1:,})")
+        warnings.append(warmup_problem(warmup_steps, max_steps))
     return closing_lines(f"labse-train: {summary['step']:,} of {max_steps:,} steps ({state})", decisions, warnings)
 
 

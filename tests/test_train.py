@@ -73,7 +73,7 @@ def test_refuses_to_overwrite_and_to_resume_nothing(pair_inputs, tmp_path, caplo
     assert "nothing to resume" in caplog.text
     assert train_main(_args(vocab, shards, run, "--max-steps", "1")) == 0
     # the warm-up (2 steps) is not shorter than the run: said, with the value that fits
-    assert "--warmup-steps 2 is not shorter than the run (--max-steps 1)" in caplog.text
+    assert "--warmup-steps 2 is not shorter than --max-steps 1: the learning rate never reaches --lr" in caplog.text
     assert "give --warmup-steps <= 0" in caplog.text
     assert train_main(_args(vocab, shards, run, "--max-steps", "1")) == 2
     assert "pass --resume" in caplog.text
