@@ -244,17 +244,24 @@ def check_dataflow_locations(options) -> None:
     """On Dataflow, a gs:// --temp_location (or --staging_location) must be given: without one Beam
     tries to create a default bucket through the Cloud Storage API, which offline (or without the
     permission) spends about 120 s before an unclear failure. UsageError, one line."""
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
 
-    runner = options.view_as(StandardOptions).runner
-    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else ""
-    if name.lower() not in ("dataflowrunner", "dataflow", "testdataflowrunner"):
+    if not runs_on_dataflow(options):
         return  # a misspelt runner is Beam's own one-line refusal
     cloud = options.view_as(GoogleCloudOptions)
     if not any(str(location or "").startswith("gs://") for location in (cloud.temp_location, cloud.staging_location)):
         raise UsageError("Beam options: the DataflowRunner needs --temp_location gs://BUCKET/tmp (a folder its job "
                          f"may write; got {cloud.temp_location or 'none'}): name one rather than let Beam create "
                          "a default bucket over the network")
+
+
+def runs_on_dataflow(options) -> bool:
+    """Whether these pipeline options name Dataflow's runner (its workers see no local path)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = options.view_as(StandardOptions).runner
+    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else ""
+    return name.lower() in ("dataflowrunner", "dataflow", "testdataflowrunner")
 
 
 def check_worker_pool(options, timeout: float = 5.0) -> str | None:

@@ -214,12 +214,12 @@ class DistillRun:
         """The teacher pass into `WORK/teacher-<fingerprint>/`, unless a complete one is there."""
         from pipelines.distill.transforms import build_teacher_pipeline
         from pipelines.io.completion import read_completion
-        from pipelines.stage import NOTHING_TO_RUN
+        from pipelines.stage import NOTHING_TO_RUN, runs_on_dataflow
         from pipelines.text.wordpiece import load_vocab
 
         with local_copy(self.vocab) as vocab_file:
             vocab = load_vocab(vocab_file)
-        if not storage.is_remote(self.work) and _on_dataflow(pipeline.options):
+        if not storage.is_remote(self.work) and runs_on_dataflow(pipeline.options):
             raise UsageError(f"--work-dir {self.work}: Dataflow's workers write the teacher's vectors there, so it "
                              "must be on Cloud Storage (gs://...; the default is OUTPUT.work)")
         key = _fingerprint(self.teacher, [dataclasses.astuple(s) for s in self.sources], vocab,
@@ -337,14 +337,6 @@ class DistillRun:
                  "seconds": round(time.perf_counter() - started, 1)}
         finish_output(self.output, stats, stage=STAGE)  # stats.json, then _SUCCESS last
         return stats
-
-
-def _on_dataflow(options) -> bool:
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    runner = options.view_as(StandardOptions).runner
-    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else ""
-    return name.lower() in ("dataflowrunner", "dataflow", "testdataflowrunner")
 
 
 def distill_summary(stats: dict, output: str) -> str:
