@@ -341,11 +341,14 @@ class DistillRun:
 
 def distill_summary(stats: dict, output: str) -> str:
     """labse-distill's closing lines (`summary_text`): the sentences' books, then the model written,
-    its teacher, languages and pairs, and the training's last losses."""
+    its teacher, languages and pairs, the training's last losses and the work folder. Sentences
+    over `--sentences-per-language` are a sample's rest, not a degenerate result: `summary_text`'s
+    "< 1% kept" warning is left out when the sample is what keeps so few."""
     from pipelines.accounting import summary_text
 
     languages = stats.get("sentences_per_language", {})
-    pairs = stats.get("accounting", {}).get("pairs", {})
+    books = stats.get("accounting", {})
+    sentences, pairs = books.get("sentences", {}), books.get("pairs", {})
     losses = ", ".join(f"{row['phase']} {row['loss']}" for row in stats.get("history", [])[-2:])
     decisions = [f"wrote {output}: {stats.get('config', {}).get('dims')} dims, teacher {stats.get('teacher')} "
                  f"({stats.get('teacher_reason')}), {len(languages)} languages "
@@ -353,4 +356,8 @@ def distill_summary(stats: dict, output: str) -> str:
                  f"pairs: {pairs.get('kept', 0):,} trained on of {pairs.get('read', 0):,}; last losses: {losses or 'none'}",
                  f"teacher vectors {stats.get('teacher_pass')}, checkpoint {stats.get('checkpoint')} (a rerun reuses "
                  "both)"]
-    return summary_text(STAGE, stats, "sentences", decisions)
+    text = summary_text(STAGE, stats, "sentences", decisions)
+    sampled = sentences.get("kept", 0) + sentences.get("dropped", {}).get("over_sample", 0)
+    if sampled >= 0.01 * sentences.get("read", 0):
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("WARNING only "))
+    return text
