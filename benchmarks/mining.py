@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipelines.mine.margin import MarginConfig, best_candidates, neighbours, select  # noqa: E402
 from pipelines.mine.search import SearchConfig, knn, recall_at_1  # noqa: E402
+from recipes.gold_set import hide_pairs  # noqa: E402  (the one way a set hides its true pairs)
 
 DATA = Path(os.environ.get("LABSE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -192,18 +193,6 @@ def read_text_lines(path: Path) -> list[str]:
         return [line.rstrip("\n") for line in f]
 
 
-def hidden_set(true_src, true_tgt, distractor_src, distractor_tgt, rng):
-    """True pairs hidden among distractor sentences whose partners are absent, both sides shuffled."""
-    src, tgt = list(true_src) + list(distractor_src), list(true_tgt) + list(distractor_tgt)
-    src_perm, tgt_perm = rng.permutation(len(src)), rng.permutation(len(tgt))
-    src_pos = np.empty(len(src_perm), np.int64)
-    src_pos[src_perm] = np.arange(len(src_perm))
-    tgt_pos = np.empty(len(tgt_perm), np.int64)
-    tgt_pos[tgt_perm] = np.arange(len(tgt_perm))
-    gold = {(int(src_pos[i]), int(tgt_pos[i])) for i in range(len(true_src))}
-    return [src[i] for i in src_perm], [tgt[i] for i in tgt_perm], gold
-
-
 def bucc_set(lang: str, n_distractors: int, seed: int, split: str = "test_2016_flickr",
              distractor_rows: np.ndarray | None = None):
     """Multi30k `split` pairs hidden among `train` distractors whose partners are absent.
@@ -222,7 +211,8 @@ def bucc_set(lang: str, n_distractors: int, seed: int, split: str = "test_2016_f
         raise ValueError(f"{n_distractors} distractors per side need {2 * n_distractors} train rows, "
                          f"{len(rows)} available")
     src_rows, tgt_rows = rows[:n_distractors], rows[n_distractors:2 * n_distractors]
-    return hidden_set(test_src, test_en, [train_src[i] for i in src_rows], [train_en[i] for i in tgt_rows], rng)
+    return hide_pairs(test_src, test_en, [train_src[i] for i in src_rows], [train_en[i] for i in tgt_rows],
+                      rng.permutation)
 
 
 TATOEBA_CODES = {"de": "deu", "fr": "fra", "es": "spa", "it": "ita", "ru": "rus", "pt": "por", "nl": "nld",
@@ -241,8 +231,8 @@ def tatoeba_set(lang: str, n_true: int, seed: int):
     n_distractors = (len(rows) - n_true) // 2
     true_rows, src_rows = rows[:n_true], rows[n_true:n_true + n_distractors]
     tgt_rows = rows[n_true + n_distractors:n_true + 2 * n_distractors]
-    return hidden_set([src_all[i] for i in true_rows], [eng_all[i] for i in true_rows],
-                      [src_all[i] for i in src_rows], [eng_all[i] for i in tgt_rows], rng)
+    return hide_pairs([src_all[i] for i in true_rows], [eng_all[i] for i in true_rows],
+                      [src_all[i] for i in src_rows], [eng_all[i] for i in tgt_rows], rng.permutation)
 
 
 def quality_sets(args):

@@ -16,7 +16,7 @@ One set per Tatoeba language XXX that an embedder covers:
   distractor per non-empty line, deduplicated, at most one per true pair; languages without a UDHR
   file get none.
 
-Both sides are shuffled (`hidden_set`), so positions carry nothing.
+Both sides are shuffled (`recipes.gold_set.hide_pairs`), so positions carry nothing.
 """
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mining import hidden_set, read_text_lines  # a sibling script: `benchmarks` is not a package here
+from mining import read_text_lines  # a sibling script: `benchmarks` is not a package here
 from pipelines.embed.choice import normalise_language
+from recipes.gold_set import hide_pairs
 
 ENGLISH_RATIO = 2  # English distractors per true pair
 POOL_SPARE = 1000  # pool sentences beyond ENGLISH_RATIO x max_pairs, room for the per-language exclusions
@@ -130,7 +131,7 @@ def tatoeba_bucc_set(data: Path, code: str, pool: list[tuple[str, str]], seed: i
                          f"{wanted} wanted: enlarge it")
     true_xx = set(xx)
     xx_distractors = [line for line in udhr_lines(data, code) if line not in true_xx][: len(xx)]
-    src, tgt, gold = hidden_set(xx, en, xx_distractors, en_distractors, np.random.default_rng(seed))
+    src, tgt, gold = hide_pairs(xx, en, xx_distractors, en_distractors, np.random.default_rng(seed).permutation)
     return BuccSet(code, TATOEBA_LANGUAGES[code][0], src, tgt, gold, len(xx), len(xx_distractors),
                    len(en_distractors), repeats)
 

@@ -35,6 +35,9 @@ from pipelines.progress import ProgressBoard, runs_locally
 from pipelines.stage_options import usage_error
 
 MAX_LISTED_ERRORS = 100  # errors a stage's stats list one by one (all are counted)
+# What `wire` returns when the stage's Beam work is already done (labse-distill's teacher pass,
+# complete in its work folder): the output is still locked and prepared, no job is run, `finish` runs.
+NOTHING_TO_RUN = object()
 
 
 def report_identity(stage: str, stats: Mapping, more: Sequence[str] = ()) -> int:
@@ -169,7 +172,7 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
     2. the pipeline and all its options: the Beam options (`beam_pipeline`: the runner's name,
        Beam's own checks such as Dataflow's --project/--region/--temp_location, the files a run
        stages: --setup_file, --requirements_file, --extra_package), then `wire(pipeline)` adds the
-       stage's transforms (a setting they refuse raises UsageError here);
+       stage's transforms (a setting they refuse raises UsageError here), or returns NOTHING_TO_RUN;
     3. only then `output_lock(output)`, held to the end, and the old output refused, or removed
        with `overwrite` (`prepare_output`; `prepare_output_files` for a stage whose output is
        `output_files` beside each other, as labse-vocab's). A dry run that only builds the job
@@ -190,7 +193,7 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
     for path in output_files or [output]:
         check_output_apart(path, inputs)
     pipeline = beam_pipeline(beam_args)
-    wire(pipeline)
+    wired = wire(pipeline)
     with output_lock(output):  # before looking at the output: no check-then-act race between runs
         if not (overwrite and builds_only(pipeline)):  # a dry run refuses what a run would, and removes nothing
             if output_files:
@@ -199,8 +202,13 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
                 prepare_output(output, overwrite=overwrite, inputs=inputs)
         try:
             local = progress_unit is not None and runs_locally(pipeline.options) and not is_dry_run(pipeline.options)
-            with ProgressBoard(stage, progress_unit or "records", enabled=local):
-                ran = run_to_completion(pipeline, stage)
+            if wired is NOTHING_TO_RUN:
+                ran = not builds_only(pipeline)
+                if not ran:
+                    print(f"{stage}: no job built (--dry_run): its Beam work is done already", flush=True)
+            else:
+                with ProgressBoard(stage, progress_unit or "records", enabled=local):
+                    ran = run_to_completion(pipeline, stage)
             if not ran:
                 return None
             return dict(finish())
@@ -236,17 +244,24 @@ def check_dataflow_locations(options) -> None:
     """On Dataflow, a gs:// --temp_location (or --staging_location) must be given: without one Beam
     tries to create a default bucket through the Cloud Storage API, which offline (or without the
     permission) spends about 120 s before an unclear failure. UsageError, one line."""
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
 
-    runner = options.view_as(StandardOptions).runner
-    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else ""
-    if name.lower() not in ("dataflowrunner", "dataflow", "testdataflowrunner"):
+    if not runs_on_dataflow(options):
         return  # a misspelt runner is Beam's own one-line refusal
     cloud = options.view_as(GoogleCloudOptions)
     if not any(str(location or "").startswith("gs://") for location in (cloud.temp_location, cloud.staging_location)):
         raise UsageError("Beam options: the DataflowRunner needs --temp_location gs://BUCKET/tmp (a folder its job "
                          f"may write; got {cloud.temp_location or 'none'}): name one rather than let Beam create "
                          "a default bucket over the network")
+
+
+def runs_on_dataflow(options) -> bool:
+    """Whether these pipeline options name Dataflow's runner (its workers see no local path)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = options.view_as(StandardOptions).runner
+    name = runner if isinstance(runner, str) else type(runner).__name__ if runner else ""
+    return name.lower() in ("dataflowrunner", "dataflow", "testdataflowrunner")
 
 
 def check_worker_pool(options, timeout: float = 5.0) -> str | None:

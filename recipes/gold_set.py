@@ -14,26 +14,46 @@ import argparse
 import random
 import sys
 from pathlib import Path
+from typing import Callable, Sequence
 
 from pipelines.io.atomic import write_text_atomic
 from pipelines.io.text_lines import read_lines
 
 
+def hide_pairs(true_src: Sequence[str], true_tgt: Sequence[str], distractor_src: Sequence[str],
+               distractor_tgt: Sequence[str], permutation: Callable[[int], Sequence[int]]
+               ) -> tuple[list[str], list[str], set[tuple[int, int]]]:
+    """True pairs (`true_src[i]`, `true_tgt[i]`) hidden among distractors whose partners are absent,
+    each side shuffled: (source lines, target lines, gold {(source line, target line)}).
+    `permutation(n)` is a random order of range(n), drawn for the source side, then the target
+    side (`gold_set`'s seeded `random.Random`; the mining benchmarks pass a numpy generator's)."""
+    src, tgt = list(true_src) + list(distractor_src), list(true_tgt) + list(distractor_tgt)
+    src_order, tgt_order = list(permutation(len(src))), list(permutation(len(tgt)))
+    src_line = {int(row): line for line, row in enumerate(src_order)}
+    tgt_line = {int(row): line for line, row in enumerate(tgt_order)}
+    gold = {(src_line[i], tgt_line[i]) for i in range(len(true_src))}
+    return [src[i] for i in src_order], [tgt[i] for i in tgt_order], gold
+
+
 def gold_set(source: list[str], target: list[str], pairs: int, distractors: int,
              seed: int = 0) -> tuple[list[str], list[str], list[tuple[int, int]]]:
-    """(source lines, target lines, gold (source line, target line) pairs), both sides shuffled."""
+    """(source lines, target lines, gold (source line, target line) pairs, sorted): the first `pairs`
+    aligned rows hidden among the next `distractors` source rows and the `distractors` target rows
+    after those (`hide_pairs`), both sides shuffled."""
     needed = pairs + 2 * distractors
     if min(len(source), len(target)) < needed:
         raise ValueError(f"--pairs {pairs} and --distractors {distractors} need {needed} aligned lines; "
                          f"the files have {min(len(source), len(target))}")
-    src_rows = list(range(pairs)) + list(range(pairs, pairs + distractors))
-    tgt_rows = list(range(pairs)) + list(range(pairs + distractors, needed))
     rng = random.Random(seed)
-    rng.shuffle(src_rows)
-    rng.shuffle(tgt_rows)
-    tgt_line = {row: line for line, row in enumerate(tgt_rows)}
-    gold = sorted((line, tgt_line[row]) for line, row in enumerate(src_rows) if row < pairs)
-    return [source[r] for r in src_rows], [target[r] for r in tgt_rows], gold
+
+    def permutation(n: int) -> list[int]:
+        order = list(range(n))
+        rng.shuffle(order)
+        return order
+
+    src, tgt, gold = hide_pairs(source[:pairs], target[:pairs], source[pairs:pairs + distractors],
+                                target[pairs + distractors:needed], permutation)
+    return src, tgt, sorted(gold)
 
 
 def main(argv: list[str] | None = None) -> int:

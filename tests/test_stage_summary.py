@@ -41,3 +41,26 @@ def test_a_main_content_split_too_small_to_score_is_said():
         "the test split has only 8 pages (< 20): its scores are too noisy to compare models; give build-data "
         "more labelled pages"]
     assert small_split_warnings({"test": {"pages": 20}}) == []
+
+
+def test_distill_summary_names_the_model_and_warns_only_when_the_sample_is_not_what_keeps_few():
+    from pipelines.distill.run import distill_summary
+
+    def stats(over_sample: int, empty: int) -> dict:
+        read = 625 + over_sample + empty
+        return {"accounting": {"sentences": {"read": read, "kept": 625, "errored": 0,
+                                             "dropped": {reason: n for reason, n in (("over_sample", over_sample),
+                                                                                     ("empty_text", empty)) if n}},
+                               "pairs": {"read": 202, "kept": 202, "dropped": {}, "errored": 0}},
+                "config": {"dims": 16}, "teacher": "usem3", "teacher_reason": "given",
+                "sentences_per_language": {"de": 200, "en": 200, "zh": 225},
+                "history": [{"phase": "align", "loss": 0.69}, {"phase": "contrastive", "loss": 3.55}],
+                "teacher_pass": "w/teacher-1", "checkpoint": "w/checkpoint-2.safetensors"}
+
+    text = distill_summary(stats(over_sample=900_000, empty=0), "out/static")
+    assert text.splitlines()[0] == ("labse-distill: 900,625 sentences read, 625 kept, 900,000 dropped "
+                                    "(over_sample 900,000), 0 errored")
+    assert "wrote out/static: 16 dims, teacher usem3 (given), 3 languages (de 200, en 200, zh 225 sentences)" in text
+    assert "pairs: 202 trained on of 202; last losses: align 0.69, contrastive 3.55" in text
+    assert "WARNING" not in text  # a full sample of a large corpus
+    assert "WARNING only 625 of 900,625 sentences kept" in distill_summary(stats(0, 900_000), "out/static")

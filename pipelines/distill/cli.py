@@ -3,33 +3,28 @@
     labse-distill --vocab vocab.txt --sentences CLEAN_OUT [--sentences ...] [--text LANG=FILE ...] \\
                   [--pairs PAIRS_DIR ...] --teacher auto --dims 256 --output MODEL_DIR [Beam options]
 
-Writes MODEL_DIR, a static embedder directory (`pipelines/embed/static.py`: float16 table,
-vocab.txt, tokenizer.json, static_embedder.json, a sentence-transformers layout), its `stats.json`
-(accounting, languages, pairs, losses per epoch) and `_SUCCESS` last. `--embedder MODEL_DIR` mines
-with it in labse-mine, labse-score and labse-eval. The teacher's pass is a Beam job (its options
-after ours); the work folder (`--work-dir`, default MODEL_DIR.work) keeps its vectors and the
-training checkpoint, so an interrupted run continues when started again.
+Writes MODEL_DIR (local or gs://), a static embedder directory (`pipelines/embed/static.py`:
+float16 table, vocab.txt, tokenizer.json, static_embedder.json, a sentence-transformers layout), its
+`stats.json` (accounting, languages, pairs, losses per epoch) and `_SUCCESS` last. `--embedder
+MODEL_DIR` mines with it in labse-mine, labse-score and labse-eval (a local folder: copy a gs:// one
+first). It runs through the stage kit (`pipelines.distill.run.DistillRun`): the teacher's pass is a
+Beam job (its options after ours; `--runner DataflowRunner` runs it on Dataflow against buckets),
+the table's training runs here, in torch. The work folder (`--work-dir`, default MODEL_DIR.work,
+local or gs://) keeps the teacher's vectors and the training checkpoint, so an interrupted run
+continues when started again.
 """
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Sequence
 
 from pipelines.distill.config import DistillConfig
-from pipelines.distill.corpus import sentence_sources
-from pipelines.distill.run import STAGE, distill
+from pipelines.distill.run import STAGE, DistillRun, distill_summary
 from pipelines.io.console import start_logging
-from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.io.completion import require_stage_output
-from pipelines.io.overlap import OUTPUT_REFUSED, fresh_output
-from pipelines.io.storage import is_remote
+from pipelines.io.config_options import add_config_options, config_from_args
+from pipelines.stage import run_stage
 from pipelines.stage_options import replace_help, stage_parser, usage_error
-from pipelines.embed.base import EmbedderError
-from pipelines.embed.embedders import check_embedder_spec
-
-logger = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="translation pairs for the contrastive step: a labse-mine or labse-score output "
                              "(repeatable; the pairs the teacher mines from the sentences are added unless "
                              "--no-mined-pairs)")
-    parser.add_argument("--work-dir", help="local folder for the teacher's vectors and the checkpoint "
-                                           "(default MODEL_DIR.work)")
+    parser.add_argument("--work-dir", help="folder for the teacher's vectors and the training checkpoint, kept "
+                                           "for reruns (default MODEL_DIR.work); gs://... on Dataflow")
     add_config_options(parser, DistillConfig)
     return parser
 
@@ -58,35 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     args, beam_args = build_parser().parse_known_args(argv)
-    output = args.output.rstrip("/")
     try:
         config = config_from_args(DistillConfig, args)
     except ValueError as error:  # the config's own checks, one line each
         return usage_error(STAGE, str(error))
-    try:
-        if is_remote(output):
-            raise UsageError("--output must be a local folder (the model is a directory that mining workers load; "
-                             "copy it to Cloud Storage afterwards)")
-        for path in args.sentences:
-            require_stage_output(path, f"--sentences {path}", plain_allowed=True)
-        sources = sentence_sources(args.sentences, args.text)
-        if config.teacher.lower() != "auto":
-            try:
-                check_embedder_spec(config.teacher)
-            except EmbedderError as error:
-                raise UsageError(f"--teacher: {error}") from error
-        inputs = [args.vocab, *args.sentences, *[t.split("=", 1)[1] for t in args.text], *args.pairs]
-        with fresh_output(output, overwrite=args.overwrite, inputs=inputs):
-            result = distill(output, args.vocab, sources, config, pairs=args.pairs, work_dir=args.work_dir,
-                             beam_args=beam_args)
-    except UsageError as error:
-        return usage_error(STAGE, str(error))
-    except OUTPUT_REFUSED as error:
-        return usage_error(STAGE, str(error))
-    stats = result.stats
-    logger.info("%s: %d languages, %d dims, teacher %s -> %s", STAGE, len(stats["sentences_per_language"]),
-                config.dims, stats["teacher"], output)
-    return 0
+    run = DistillRun(args.output, args.vocab, config, sentences=args.sentences, texts=args.text, pairs=args.pairs,
+                     work_dir=args.work_dir, beam_args=beam_args, overwrite=args.overwrite)
+    return run_stage(STAGE, progress_unit="sentences", summarise=lambda stats: distill_summary(stats, run.output),
+                     **run.stage_arguments())
 
 
 if __name__ == "__main__":

@@ -6,14 +6,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from pipelines.io.config_options import UsageError
 from pipelines.embed.choice import E5_SMALL_LANGUAGES, USEM3_LANGUAGES, normalise_language
 from pipelines.embed.embedders import AUTO, E5_SMALL, USEM3
-from pipelines.embed.saved_vectors import vector_files
 
 LANG_DIR = re.compile(r"(?:^|/)lang=([^/]+)/?$")
 TOKENS = "_tokens"  # the group name of the vocabulary's tokens in the teacher pass
@@ -107,13 +105,25 @@ class TeacherVectors:
 
 
 def read_teacher_vectors(directory: str | os.PathLike) -> TeacherVectors:
-    """Every NAME.npy/NAME.txt pair of `directory`, grouped by NAME's part before `.part-`."""
+    """Every NAME.npy/NAME.txt pair of `directory` (local or gs://), grouped by NAME's part before `.part-`."""
+    import io
+
+    from pipelines.io import storage
+
     texts: dict[str, list[str]] = {}
     chunks: dict[str, list[np.ndarray]] = {}
-    for matrix_path, texts_path in vector_files(Path(directory)):
-        group = matrix_path.stem.split(".part-", 1)[0]
-        matrix = np.load(matrix_path, allow_pickle=False).astype(np.float32)
-        lines = texts_path.read_text(encoding="utf-8").split("\n")
+    matrices = storage.glob_files(storage.join(str(directory), "*.npy"))
+    if not matrices:
+        raise UsageError(f"{directory} holds no teacher vectors (NAME.npy + NAME.txt): remove the work directory's "
+                         "teacher folder and run again")
+    for matrix_path in matrices:
+        texts_path = matrix_path[:-len(".npy")] + ".txt"
+        group = matrix_path.rsplit("/", 1)[-1].split(".part-", 1)[0]
+        matrix = np.load(io.BytesIO(storage.read_bytes(matrix_path)), allow_pickle=False).astype(np.float32)
+        try:
+            lines = storage.read_bytes(texts_path).decode("utf-8").split("\n")
+        except FileNotFoundError:
+            lines = []
         if lines and lines[-1] == "":
             lines.pop()
         if len(lines) != matrix.shape[0]:

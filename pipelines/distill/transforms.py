@@ -17,6 +17,7 @@ import numpy as np
 
 from pipelines.accounting import SumTallies
 from pipelines.distill.corpus import SentenceSource
+from pipelines.progress import worker_tracker
 from pipelines.stage import stable_hash
 
 CHUNK = 2048  # sentences per written NAME.npy: one teacher call's worth of work and one file
@@ -70,6 +71,7 @@ class _EmbedChunk(beam.DoFn):
         from pipelines.io.atomic import write_bytes_atomic
 
         group, number, texts = element
+        worker_tracker("sentences").advance(len(texts))
         name = f"{self.output}/{group}.part-{number:05d}"
         lines = ("\n".join(texts) + "\n").encode("utf-8")
         if _already_written(name, lines):  # an interrupted pass of the same inputs: this chunk is done
@@ -134,17 +136,40 @@ class TeacherPass(beam.PTransform):
         return (tallies + [written]) | "AllTallies" >> beam.Flatten()
 
 
-def build_teacher_pipeline(pipeline, sources: list[SentenceSource], tokens: list[str], teacher: str,
-                           sentences_dir: str, tokens_dir: str, cap: int, threads: int):
-    """Both teacher passes (the corpus, the vocabulary) in one pipeline; returns its summed tally."""
+def vocabulary_surfaces(vocab_path: str) -> list[str]:
+    """What the teacher embeds of a vocabulary: each token's surface (`corpus.token_text`), once,
+    sorted, without the reserved tokens. Read where it runs (a worker: the file is not in the job)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from pipelines.distill.corpus import token_text
+    from pipelines.text.wordpiece import SPECIAL_TOKENS, vocab_lines
+
+    with FileSystems.open(vocab_path, compression_type="uncompressed") as handle:
+        tokens = vocab_lines(handle.read(), vocab_path)
+    return sorted({token_text(t) for t in tokens if t not in SPECIAL_TOKENS})
+
+
+def _write_completion(tally: dict, folder: str, stage: str) -> None:
+    from pipelines.io.completion import finish_output
+
+    finish_output(folder, {"stage": stage, "tally": dict(tally)}, stage=stage)
+
+
+def build_teacher_pipeline(pipeline, sources: list[SentenceSource], vocab_path: str, vocab_size: int, teacher: str,
+                           folder: str, cap: int, threads: int, stage: str):
+    """Both teacher passes (the corpus, the vocabulary's surfaces) in one pipeline, into
+    `folder/sentences` and `folder/tokens`; its last step writes the summed tally as `folder`'s
+    stats and `_SUCCESS` (on a worker: a finished Dataflow job is complete without its launcher)."""
     from pipelines.distill.corpus import TOKENS
 
     read = (pipeline | "Sources" >> beam.Create(sources)
             | "Read" >> beam.ParDo(_ReadSource()).with_outputs("tally", main="sentences"))
-    corpus = read.sentences | "Corpus" >> TeacherPass(teacher, sentences_dir, cap, threads)
-    vocab = (pipeline | "Tokens" >> beam.Create([(TOKENS, token) for token in tokens])
-             | "Vocabulary" >> TeacherPass(teacher, tokens_dir, max(1, len(tokens)), threads))
+    corpus = read.sentences | "Corpus" >> TeacherPass(teacher, f"{folder}/sentences", cap, threads)
+    vocab = (pipeline | "VocabFile" >> beam.Create([vocab_path])
+             | "Surfaces" >> beam.FlatMap(lambda path: [(TOKENS, s) for s in vocabulary_surfaces(path)])
+             | "Vocabulary" >> TeacherPass(teacher, f"{folder}/tokens", max(1, vocab_size), threads))
     tokens_tally = vocab | "TokenKeys" >> beam.Map(lambda t: {f"tokens.{k.split('.', 1)[1]}": v for k, v in t.items()
                                                               if k.startswith("sentences.")})
     return ((read.tally, corpus, tokens_tally) | "Merge" >> beam.Flatten()
-            | "Sum" >> beam.CombineGlobally(SumTallies()))
+            | "Sum" >> beam.CombineGlobally(SumTallies())
+            | "Complete" >> beam.Map(_write_completion, folder, stage))

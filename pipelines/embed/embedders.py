@@ -223,6 +223,14 @@ class HubEmbedder(SentenceTransformerEmbedder):
         return super()._encode_batch([self._prefix + text for text in batch] if self._prefix else batch)
 
 
+def refuse_remote_directory(spec: str) -> None:
+    """A model directory on object storage (a labse-distill or labse-export output on gs://) is not
+    loaded from there: EmbedderError, one line, saying how to get it local."""
+    if "://" in str(spec):
+        raise EmbedderError(f"embedder {spec}: model directories load from local disk; copy it first "
+                            f"(gcloud storage cp -r {str(spec).rstrip('/')} .) and pass the local folder")
+
+
 def check_embedder_spec(spec: str) -> None:
     """Raise EmbedderError (one line) when `spec` names no working embedder: CLIs call this before
     a pipeline starts, so that a wrong directory fails at once instead of inside every worker. A
@@ -236,6 +244,7 @@ def check_embedder_spec(spec: str) -> None:
     if is_saved_vectors_spec(spec):
         SavedVectorsEmbedder(str(spec)[len(PREFIX):])  # reads every file: a mismatch fails here, not in a worker
         return
+    refuse_remote_directory(spec)
     if is_hub_id(spec):
         hub_model_dir(spec)
         return
@@ -272,6 +281,7 @@ def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedd
 
     if is_saved_vectors_spec(spec):
         return SavedVectorsEmbedder(spec[len(PREFIX):])
+    refuse_remote_directory(spec)
     from pipelines.embed.static import StaticEmbedder, is_static_embedder_dir
 
     if is_static_embedder_dir(spec):  # labse-distill's output: its own numpy path, not sentence-transformers
