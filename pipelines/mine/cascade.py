@@ -13,8 +13,9 @@ about what the cheap one proposes:
        ratio margin (over the uncentred cheap vectors' k-nearest means, both directions) reaches
        `loose_margin`; the others are never embedded by the strong embedder;
     3. strong: the survivors embedded; each survivor's candidates (its cheap nearest among the
-       survivors) rescored by strong cosine; margins (the strong cosines' k-nearest means over the
-       candidates) and the selection are labse-mine's own (`pipelines.mine.margin`).
+       survivors) rescored by strong cosine; its k nearest of them by that cosine are its
+       neighbours, as in labse-mine: margins (over their means) and the selection are labse-mine's
+       own (`pipelines.mine.margin`).
 
 So a pair the strong embedder would mine survives when the cheap embedder ranks it among the first
 `candidates` (`candidate_recall` measures it) and, with a loose margin, when the cheap margin of one
@@ -128,8 +129,11 @@ def rescore(candidates: Candidates, strong_src: np.ndarray, strong_tgt: np.ndarr
         return MinedPairs.empty()
     fwd_sims, fwd_ids = _rescored(strong_src, strong_tgt, candidates.fwd_ids)
     bwd_sims, bwd_ids = _rescored(strong_tgt, strong_src, candidates.bwd_ids)
+    # as in labse-mine (and LASER): a sentence's candidates are its k nearest, here by strong cosine
+    # among the cheap ones, and their mean is its kNN mean
     k = min(config.k, fwd_sims.shape[1], bwd_sims.shape[1])
-    fwd_mean, bwd_mean = fwd_sims[:, :k].mean(axis=1), bwd_sims[:, :k].mean(axis=1)
+    fwd_sims, fwd_ids, bwd_sims, bwd_ids = fwd_sims[:, :k], fwd_ids[:, :k], bwd_sims[:, :k], bwd_ids[:, :k]
+    fwd_mean, bwd_mean = fwd_sims.mean(axis=1), bwd_sims.mean(axis=1)
     pairs = select(best_candidates(fwd_sims, fwd_ids, fwd_mean, bwd_mean, config.margin_kind),
                    best_candidates(bwd_sims, bwd_ids, bwd_mean, fwd_mean, config.margin_kind), config.strategy)
     if config.threshold is not None and len(pairs):

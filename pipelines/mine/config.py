@@ -56,15 +56,17 @@ class MineConfig:
     rerank: int = option(64, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
                          "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
     query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
-    cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) finds "
-                                           "each sentence's --cascade-candidates nearest in the cells and --embedder "
-                                           "scores only those pairs (cells layout)")
+    cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
+                                           "every sentence and finds each one's --cascade-candidates nearest in the "
+                                           "cells; --embedder embeds only the survivors (--cascade-loose-margin) and "
+                                           "scores those pairs (cells layout)")
     cascade_candidates: int = option(16, "the cascade: cheap nearest per sentence that --embedder rescores")
     cascade_center: bool = option(True, "the cascade: centre each side's cheap vectors in a cell on their mean "
                                   "before the search (takes away what every sentence of a language shares)")
     cascade_loose_margin: float = option(DEFAULT_LOOSE_MARGIN, "the cascade: --embedder embeds only the sentences "
                                          "of a cheap best candidate pair whose cheap ratio margin reaches this "
-                                         "(the survivors; the rest are spared, counted)")
+                                         f"(the survivors; the rest are spared, counted; default "
+                                         f"{DEFAULT_LOOSE_MARGIN}: BENCHMARKS.md)")
     cascade_spare: bool = option(True, "the cascade: spare --embedder the sentences below --cascade-loose-margin "
                                  "(--no-cascade-spare: it embeds every sentence)")
     embedder_threads: int = not_an_option(1)
