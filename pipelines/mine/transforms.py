@@ -629,12 +629,13 @@ class Neighbours(beam.PTransform):
 #
 # 1. the cheap embedder embeds every sentence once (`Embed`, as `--embedder` does without the cascade);
 # 2. survivors (`--cascade-loose-margin`; every sentence with --no-cascade-spare): the cells searched
-#    with the uncentred cheap vectors give each sentence's k nearest, their means and its best
-#    candidate by ratio margin (`BestCandidates`); a best candidate pair whose cheap margin reaches
-#    the loose margin makes both its sentences survivors; every other sentence is spared: counted
-#    (`dropped.spared_by_cascade`) and never embedded by `--embedder`;
-# 3. the survivors' cheap vectors in cells again, each side centred on the mean of the survivors it
-#    has in the cell (the library centres on all of a side's survivors: the same with one cell), and
+#    with the cheap vectors, each side centred on its mean in the cell (`--cascade-center`; the
+#    library centres on the whole side's mean: the same with one cell), give each sentence's k
+#    nearest, their means and its best candidate by ratio margin (`BestCandidates`); a best
+#    candidate pair whose cheap margin reaches the loose margin makes both its sentences survivors;
+#    every other sentence is spared: counted (`dropped.spared_by_cascade`) and never embedded by
+#    `--embedder`;
+# 3. the survivors' cheap vectors in cells again, centred on the survivors' mean in the cell, and
 #    each survivor's `--cascade-candidates` nearest survivors of the other side;
 # 4. `--embedder` embeds the survivors only; each candidate pair meets both sentences' strong vectors,
 #    and its strong cosine is the hit that labse-mine's margins and selection go on with.
@@ -713,7 +714,7 @@ class Cascade(beam.PTransform):
             cheap_bests = (cheap
                            | "CheapCells" >> ToCells(c)
                            | "GroupCheapCells" >> beam.GroupByKey()
-                           | "SearchCheapCells" >> beam.ParDo(_CellNeighbours(c.k, c.search))
+                           | "SearchCheapCells" >> beam.ParDo(_CellNeighbours(c.k, c.search, c.cascade_center))
                            | "CheapMargins" >> BestCandidates(c.k, SURVIVOR_MARGIN))
             marks = cheap_bests["bests"] | "MarkSurvivors" >> beam.FlatMap(_survivor_marks, c.loose_margin)
             split = ({"vector": cheap, "survives": marks}
