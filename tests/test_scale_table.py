@@ -184,3 +184,13 @@ def test_global_cells_read_the_first_rows_of_each_side_as_vectors_folders(tmp_pa
     with pytest.raises(FileNotFoundError, match="rows"):
         table.global_vectors(10)
     assert scale_table.STAGES.index("index") < scale_table.STAGES.index("mine-global")
+
+
+def test_the_cascade_s_embedding_row_charges_the_cheap_embedder_all_and_the_strong_one_its_share(capsys):
+    assert snapshot_cost.main(["--cascade-share", "0.5", "--embed-rate", "1000", "--strong-rate", "100",
+                               "--unique-sentences", "3.6e6"]) == 0
+    out = capsys.readouterr().out
+    assert "| embed (strong only) | 3,600,000 unique sentences | U / 100 | 10 |" in out  # 3.6e6 / 100 / 3600
+    assert "| embed (cascade) | 3,600,000 unique sentences | U x (1/1,000 cheap + 0.500 x 1/100 strong) | 6 |" in out
+    assert snapshot_cost.main(["--cascade-share"]) == 0  # alone: the share measured (BENCHMARKS.md)
+    assert f"{snapshot_cost.CASCADE_SHARE:.3f} x 1/68 strong" in capsys.readouterr().out

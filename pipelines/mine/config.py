@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pipelines.io.config_options import REQUIRED, not_an_option, option
+from pipelines.mine.cascade import DEFAULT_LOOSE_MARGIN
 from pipelines.mine.margin import MARGIN_KINDS, STRATEGIES
 from pipelines.mine.search import METHODS
 
@@ -55,12 +56,19 @@ class MineConfig:
     rerank: int = option(64, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
                          "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
     query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
-    cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) finds "
-                                           "each sentence's --cascade-candidates nearest in the cells and --embedder "
-                                           "scores only those pairs (cells layout)")
+    cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
+                                           "every sentence and finds each one's --cascade-candidates nearest in the "
+                                           "cells; --embedder embeds only the survivors (--cascade-loose-margin) and "
+                                           "scores those pairs (cells layout)")
     cascade_candidates: int = option(16, "the cascade: cheap nearest per sentence that --embedder rescores")
     cascade_center: bool = option(True, "the cascade: centre each side's cheap vectors in a cell on their mean "
                                   "before the search (takes away what every sentence of a language shares)")
+    cascade_loose_margin: float = option(DEFAULT_LOOSE_MARGIN, "the cascade: --embedder embeds only the sentences "
+                                         "of a cheap best candidate pair whose cheap ratio margin reaches this "
+                                         f"(the survivors; the rest are spared, counted; default "
+                                         f"{DEFAULT_LOOSE_MARGIN}: BENCHMARKS.md)")
+    cascade_spare: bool = option(True, "the cascade: spare --embedder the sentences below --cascade-loose-margin "
+                                 "(--no-cascade-spare: it embeds every sentence)")
     embedder_threads: int = not_an_option(1)
     # why this embedder: "given", or auto's choice for the pair (labse-mine resolves `auto` before building)
     embedder_reason: str = not_an_option("given")
@@ -91,6 +99,9 @@ class MineConfig:
         if not 1 <= self.cascade_candidates <= MAX_COUNTS["k"]:
             problems.append(f"cascade_candidates (--cascade-candidates) must be between 1 and {MAX_COUNTS['k']:,}, "
                             f"got {self.cascade_candidates}")
+        if not math.isfinite(self.cascade_loose_margin):
+            problems.append(f"cascade_loose_margin (--cascade-loose-margin) must be a finite number, got "
+                            f"{self.cascade_loose_margin} (--no-cascade-spare gives every sentence to --embedder)")
         if self.layout == "cells" and indexes:
             problems.append("--src-index / --tgt-index are for the global layout, not --layout cells")
         if not 0 <= self.rerank <= 10_000:
@@ -99,6 +110,11 @@ class MineConfig:
             problems.append(f"nprobe (--nprobe) must be between 1 and {1 << 20:,}, got {self.nprobe}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def loose_margin(self) -> Optional[float]:
+        """The cascade's loose margin (`pipelines.mine.cascade.CascadeConfig`'s); None: every sentence survives."""
+        return self.cascade_loose_margin if self.cascade_spare else None
 
     @property
     def resolved_layout(self) -> str:

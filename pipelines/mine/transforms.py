@@ -414,10 +414,11 @@ def to_site_cells(embedded, layouts: dict, blocks: int, shards: int):
 
 
 class _CellNeighbours(beam.DoFn):
-    """One (group, block, shard) cell: top-k within the cell in both directions."""
+    """One (group, block, shard) cell: top-k within the cell in both directions (with `center`, each
+    side's vectors centred on their mean in the cell first: the cascade's cheap candidates)."""
 
-    def __init__(self, k: int, search: str):
-        self.k, self.search = k, search
+    def __init__(self, k: int, search: str, center: bool = False):
+        self.k, self.search, self.center = k, search, center
         self.cells = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "cells.searched")
         self.one_sided = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "cells.one_sided")
 
@@ -434,6 +435,8 @@ class _CellNeighbours(beam.DoFn):
         self.cells.inc()
         x = np.stack([v for _, v in src])
         y = np.stack([v for _, v in tgt])
+        if self.center:
+            x, y = centred(x), centred(y)
         config = SearchConfig(method=self.search)
         for queries, base, q_items, b_items in ((x, y, src, tgt), (y, x, tgt, src)):
             sims, ids = knn(queries, base, self.k, config)
@@ -550,55 +553,113 @@ def _at_least(pair: dict, threshold: float):
         yield beam.pvalue.TaggedOutput("dropped", BELOW_MIN_MARGIN)
 
 
+class ToCells(beam.PTransform):
+    """(item, vector) of both sides -> ((group, block, shard), (item, vector)) cell members; with
+    `same_site` each site gets its own layout, sized from its sentences (only split sites listed)."""
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, embedded):
+        c = self.config
+        if not c.same_site:
+            return embedded | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
+        sides = embedded | "Sides" >> beam.Map(lambda e: (e[0][0], 1))
+        totals = sides | "SideTotals" >> beam.CombinePerKey(sum) | "TotalsDict" >> beam.combiners.ToDict()
+        layouts = (embedded
+                   | "SiteSides" >> beam.Map(lambda e: ((e[0][1], e[0][0]), 1))
+                   | "SiteCounts" >> beam.CombinePerKey(sum)
+                   | "BySite" >> beam.MapTuple(lambda site_side, n: (site_side[0], (site_side[1], n)))
+                   | "GroupSite" >> beam.GroupByKey()
+                   | "SplitSites" >> beam.FlatMap(_split_sites, beam.pvalue.AsSingleton(totals), c.src_blocks,
+                                                  c.tgt_shards)
+                   | "LayoutsDict" >> beam.combiners.ToDict())
+        return embedded | "ToCells" >> beam.FlatMap(to_site_cells, beam.pvalue.AsSingleton(layouts),
+                                                    c.src_blocks, c.tgt_shards)
+
+
+class BestCandidates(beam.PTransform):
+    """Hits (item, (cosine, other item)) -> {"top": each item's k best hits, "bests": each item's
+    best-margin candidate (pair records)}: the kNN means and margins of steps 4-5."""
+
+    def __init__(self, k: int, margin_kind: str):
+        super().__init__()
+        self.k, self.margin_kind = k, margin_kind
+
+    def expand(self, hits):
+        top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(self.k, key=_top_key)
+        bests = (
+            top
+            | "MeansToCandidates" >> beam.FlatMap(_mean_and_candidates)
+            | "GroupByCandidate" >> beam.GroupByKey()
+            | "Margins" >> beam.ParDo(_ScoreCandidates(self.margin_kind))
+            | "GroupByAsker" >> beam.GroupByKey()
+            | "Best" >> beam.Map(_best)
+        )
+        return {"top": top, "bests": bests}
+
+
+class Neighbours(beam.PTransform):
+    """(item, vector) of both sides -> {"top", "bests"} (`BestCandidates`) from the cells or the indexes."""
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, embedded):
+        c = self.config
+        if c.resolved_layout == "global":
+            from pipelines.mine.index_search import IndexNeighbourLists, load_manifest
+
+            hits = embedded | "SearchIndexes" >> IndexNeighbourLists(
+                c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
+                load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
+        else:
+            hits = (embedded
+                    | "Cells" >> ToCells(c)
+                    | "GroupCells" >> beam.GroupByKey()
+                    | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
+        return hits | "Candidates" >> BestCandidates(c.k, c.margin_kind)
+
+
 # ---------------------------------------------------------------------------- the cascade (--cheap-embedder)
-# labse-mine's cascade in Beam (`--cheap-embedder`): the steps of `pipelines.mine.cascade`.
+# labse-mine's cascade in Beam (`--cheap-embedder`): the steps of `pipelines.mine.cascade`, so that
+# both mine the same pairs from the same sentences (tests/test_mine_cascade.py):
 #
-# In each (block, shard) cell the cheap embedder embeds the cell's sentences and finds each one's
-# `cascade_candidates` nearest in the other side (a static model embeds tens of thousands of
-# sentences per CPU-second, so embedding a sentence again in each cell it is copied to costs less
-# than shuffling its cheap vector there); the candidate lists are merged over the cells; each
-# candidate pair then meets both sentences' vectors from `--embedder`, and its cosine in that space
-# is the hit that labse-mine's margins and selection (`Neighbours`, `SelectPairs`) go on with.
-# Here `--embedder` still embeds every sentence (what it saves is the search in its space); the
-# library's `loose_margin`, which spares the strong embedder the sentences without a promising cheap
-# candidate, has no labse-mine option yet.
+# 1. the cheap embedder embeds every sentence once (`Embed`, as `--embedder` does without the cascade);
+# 2. survivors (`--cascade-loose-margin`; every sentence with --no-cascade-spare): the cells searched
+#    with the cheap vectors, each side centred on its mean in the cell (`--cascade-center`; the
+#    library centres on the whole side's mean: the same with one cell), give each sentence's k
+#    nearest, their means and its best candidate by ratio margin (`BestCandidates`); a best
+#    candidate pair whose cheap margin reaches the loose margin makes both its sentences survivors;
+#    every other sentence is spared: counted (`dropped.spared_by_cascade`) and never embedded by
+#    `--embedder`;
+# 3. the survivors' cheap vectors in cells again, centred on the survivors' mean in the cell, and
+#    each survivor's `--cascade-candidates` nearest survivors of the other side;
+# 4. `--embedder` embeds the survivors only; each candidate pair meets both sentences' strong vectors,
+#    and its strong cosine is the hit that labse-mine's margins and selection go on with.
+SPARED = "spared_by_cascade"
 
 
-class _CheapCellCandidates(beam.DoFn):
-    """One cell: its sentences embedded by the cheap embedder (each side centred on the cell's
-    mean, a sample of the side's), each one's nearest in the other side."""
+def _survivor_marks(best: dict, loose_margin: float):
+    """A cheap best candidate pair at the loose margin -> both its sentences, marked as survivors."""
+    if best["margin"] >= loose_margin:
+        yield best["src"], True
+        yield best["tgt"], True
 
-    def __init__(self, spec: str, candidates: int, search: str, batch_size: int, threads: int, center: bool):
-        from apache_beam.utils.shared import Shared
 
-        self.spec, self.candidates, self.search, self.center = spec, candidates, search, center
-        self.batch_size, self.threads = batch_size, threads
-        self._shared = Shared()
-        self.cells = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "cascade.cells_searched")
-
-    def setup(self):
-        self._held = held_embedder(self._shared, self.spec, self.threads)  # held: Shared keeps a weak reference
-
-    def process(self, keyed):
-        _, members = keyed
-        items = sorted(item for item, _vector in members)  # item order: the same hits on every runner
-        src = [item for item in items if item[0] == SRC]
-        tgt = [item for item in items if item[0] == TGT]
-        if not src or not tgt:
-            return
-        self.cells.inc()
-        encode = self._held.embedder.encode
-        x = np.asarray(encode([item[2] for item in src], batch_size=self.batch_size), np.float32)
-        y = np.asarray(encode([item[2] for item in tgt], batch_size=self.batch_size), np.float32)
-        if self.center:
-            x, y = centred(x), centred(y)
-        config = SearchConfig(method=self.search)
-        for queries, base, q_items, b_items in ((x, y, src, tgt), (y, x, tgt, src)):
-            sims, ids = knn(queries, base, self.candidates, config)
-            for row, item in enumerate(q_items):
-                for sim, j in zip(sims[row], ids[row]):
-                    if j >= 0 and np.isfinite(sim):
-                        yield item, (float(sim), b_items[j])
+def _split_survivors(keyed):
+    """(item, its cheap vector and survivor marks) -> (item, cheap vector) of a survivor, or the item
+    on the `spared` output."""
+    item, joined = keyed
+    vectors = list(joined["vector"])
+    if not vectors:
+        return
+    if any(True for _ in joined["survives"]):
+        yield item, vectors[0]
+    else:
+        yield beam.pvalue.TaggedOutput("spared", item)
 
 
 def _ask_candidates(keyed):
@@ -629,79 +690,58 @@ def _strong_hits(keyed):
         yield item, (float(np.dot(own, vector)), other)
 
 
-class CascadeHits(beam.PTransform):
-    """(cells of (item, strong vector), the (item, strong vector) pairs) -> hits (item, (strong
-    cosine, candidate item)) for each sentence's cheap candidates."""
+class Cascade(beam.PTransform):
+    """Unique items -> the cascade's steps (above): {"embedded": (item, strong vector) of the
+    survivors, "top" and "bests" as `Neighbours`' (from the strong cosines of the cheap candidates),
+    "cheap": (item, cheap vector) of every sentence, "spared": the items `--embedder` never saw
+    (none with --no-cascade-spare), "non_finite": items dropped for a NaN or inf vector (either embedder)}."""
 
     def __init__(self, config: MineConfig):
         super().__init__()
         self.config = config
 
-    def expand(self, inputs):
-        cells, embedded = inputs
+    def expand(self, items):
+        from pipelines.mine.cascade import SURVIVOR_MARGIN
+
         c = self.config
-        top = (cells
-               | "GroupCells" >> beam.GroupByKey()
-               | "CheapCandidates" >> beam.ParDo(_CheapCellCandidates(c.cheap_embedder, c.cascade_candidates, c.search,
-                                                                      c.batch_size, c.embedder_threads,
-                                                                      c.cascade_center))
+        cheap_checked = (items
+                         | "EmbedCheap" >> Embed(c.cheap_embedder, c.batch_size, c.embedder_threads)
+                         | "KeepFiniteCheap" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
+        cheap = cheap_checked.embedded
+        spared = None
+        survivors = cheap
+        if c.loose_margin is not None:
+            cheap_bests = (cheap
+                           | "CheapCells" >> ToCells(c)
+                           | "GroupCheapCells" >> beam.GroupByKey()
+                           | "SearchCheapCells" >> beam.ParDo(_CellNeighbours(c.k, c.search, c.cascade_center))
+                           | "CheapMargins" >> BestCandidates(c.k, SURVIVOR_MARGIN))
+            marks = cheap_bests["bests"] | "MarkSurvivors" >> beam.FlatMap(_survivor_marks, c.loose_margin)
+            split = ({"vector": cheap, "survives": marks}
+                     | "JoinSurvivors" >> beam.CoGroupByKey()
+                     | "SplitSurvivors" >> beam.FlatMap(_split_survivors).with_outputs("spared", main="survivors"))
+            survivors, spared = split.survivors, split.spared
+        top = (survivors
+               | "SurvivorCells" >> ToCells(c)
+               | "GroupSurvivorCells" >> beam.GroupByKey()
+               | "CheapCandidates" >> beam.ParDo(_CellNeighbours(c.cascade_candidates, c.search, c.cascade_center))
                | "MergeCandidates" >> beam.combiners.Top.PerKey(c.cascade_candidates, key=_top_key))
+        strong_checked = (survivors
+                          | "SurvivorItems" >> beam.Map(lambda e: e[0])
+                          | "EmbedStrong" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
+                          | "KeepFiniteStrong" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
+        embedded = strong_checked.embedded
         asks = top | "AskCandidates" >> beam.FlatMap(_ask_candidates)
         answers = ({"vector": embedded, "askers": asks}
                    | "JoinCandidates" >> beam.CoGroupByKey()
                    | "SendVectors" >> beam.FlatMap(_send_vector))
-        return ({"vector": embedded, "candidates": answers}
+        hits = ({"vector": embedded, "candidates": answers}
                 | "JoinAskers" >> beam.CoGroupByKey()
                 | "StrongCosines" >> beam.FlatMap(_strong_hits))
-
-
-class Neighbours(beam.PTransform):
-    """(item, vector) of both sides -> every item's best candidate (pair records)."""
-
-    def __init__(self, config: MineConfig):
-        super().__init__()
-        self.config = config
-
-    def expand(self, embedded):
-        c = self.config
-        if c.resolved_layout == "global":
-            from pipelines.mine.index_search import IndexNeighbourLists, load_manifest
-
-            hits = embedded | "SearchIndexes" >> IndexNeighbourLists(
-                c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
-                load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
-        else:
-            if c.same_site:  # each site its own layout, sized from its sentences (only split sites listed)
-                sides = embedded | "Sides" >> beam.Map(lambda e: (e[0][0], 1))
-                totals = sides | "SideTotals" >> beam.CombinePerKey(sum) | "TotalsDict" >> beam.combiners.ToDict()
-                layouts = (embedded
-                           | "SiteSides" >> beam.Map(lambda e: ((e[0][1], e[0][0]), 1))
-                           | "SiteCounts" >> beam.CombinePerKey(sum)
-                           | "BySite" >> beam.MapTuple(lambda site_side, n: (site_side[0], (site_side[1], n)))
-                           | "GroupSite" >> beam.GroupByKey()
-                           | "SplitSites" >> beam.FlatMap(_split_sites, beam.pvalue.AsSingleton(totals), c.src_blocks,
-                                                          c.tgt_shards)
-                           | "LayoutsDict" >> beam.combiners.ToDict())
-                cells = embedded | "ToCells" >> beam.FlatMap(to_site_cells, beam.pvalue.AsSingleton(layouts),
-                                                             c.src_blocks, c.tgt_shards)
-            else:
-                cells = embedded | "ToCells" >> beam.FlatMap(to_cells, c.src_blocks, c.tgt_shards)
-            if c.cheap_embedder is not None:  # the cascade: the cells searched with the cheap vectors
-                hits = (cells, embedded) | "Cascade" >> CascadeHits(c)
-            else:
-                hits = (cells
-                        | "GroupCells" >> beam.GroupByKey()
-                        | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
-        top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(c.k, key=_top_key)
-        bests = (
-            top
-            | "MeansToCandidates" >> beam.FlatMap(_mean_and_candidates)
-            | "GroupByCandidate" >> beam.GroupByKey()
-            | "Margins" >> beam.ParDo(_ScoreCandidates(c.margin_kind))
-            | "GroupByAsker" >> beam.GroupByKey()
-            | "Best" >> beam.Map(_best)
-        )
-        return {"top": top, "bests": bests}
+        found = hits | "StrongMargins" >> BestCandidates(c.k, c.margin_kind)
+        non_finite = (cheap_checked.dropped, strong_checked.dropped) | "NonFinite" >> beam.Flatten()
+        return {"embedded": embedded, "top": found["top"], "bests": found["bests"], "cheap": cheap,
+                "spared": spared, "non_finite": non_finite}
 
 
 class SelectPairs(beam.PTransform):
@@ -762,7 +802,8 @@ PAIR_SCHEMA = pa.schema([
 # _stats.json's accounting units (README contract 11): read = kept + dropped + errored for each.
 #   src_sentences / tgt_sentences: records read -> kept (embedded, searched) or dropped
 #       (empty_text, no_site, duplicate: the same text again, first provenance kept;
-#       non_finite_vector: the embedder gave NaN or inf);
+#       non_finite_vector: the embedder gave NaN or inf; spared_by_cascade: the cascade's cheap
+#       embedder found it no candidate at the loose margin, so --embedder never embedded it);
 #   candidate_pairs: distinct pairs that are some sentence's best-margin candidate -> kept (rows
 #       written) or dropped (not_selected by the strategy, below_min_margin);
 #   input_files: files matched on both sides -> kept (read through) or errored (unreadable_file).
@@ -809,16 +850,26 @@ class MineBitext(beam.PTransform):
         src = src_records | "PrepareSrc" >> PrepareSide(SRC, c.same_site)
         tgt = tgt_records | "PrepareTgt" >> PrepareSide(TGT, c.same_site)
         items = (src["items"], tgt["items"]) | "BothSides" >> beam.Flatten()
-        checked = (items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
-                   | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
-        embedded = checked.embedded
-        if c.resolved_layout == "global":
-            from pipelines.mine.index_search import RestoreProvenance, searchable
-
-            searched = embedded | "Searchable" >> beam.Map(lambda e: (searchable(e[0]), e[1]))
+        cascade_tallies = []
+        if c.cheap_embedder is not None:  # the cells layout only (MineConfig checks)
+            neighbours = items | "Cascade" >> Cascade(c)
+            embedded, non_finite = neighbours["embedded"], neighbours["non_finite"]
+            cascade_tallies.append(neighbours["cheap"] | "CountCheap" >> CountByName(
+                lambda e: f"{SIDE_UNIT[e[0][0]]}.cheap_embedded"))
+            if neighbours["spared"] is not None:
+                cascade_tallies.append(neighbours["spared"] | "CountSpared" >> CountByName(
+                    lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{SPARED}"))
         else:
-            searched = embedded
-        neighbours = searched | "Neighbours" >> Neighbours(c)
+            checked = (items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
+                       | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
+            embedded, non_finite = checked.embedded, checked.dropped
+            if c.resolved_layout == "global":
+                from pipelines.mine.index_search import RestoreProvenance, searchable
+
+                searched = embedded | "Searchable" >> beam.Map(lambda e: (searchable(e[0]), e[1]))
+            else:
+                searched = embedded
+            neighbours = searched | "Neighbours" >> Neighbours(c)
         selected = neighbours["bests"] | "Select" >> SelectPairs(c.strategy, c.min_margin)
         chosen = selected["pairs"]
         if c.resolved_layout == "global":
@@ -832,7 +883,7 @@ class MineBitext(beam.PTransform):
             src["dropped"] | "CountSrcDropped" >> CountByName(lambda r: f"{src_unit}.dropped.{r}"),
             tgt["dropped"] | "CountTgtDropped" >> CountByName(lambda r: f"{tgt_unit}.dropped.{r}"),
             items | "CountUnique" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.unique"),
-            checked.dropped | "CountNonFinite" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{NON_FINITE_VECTOR}"),
+            non_finite | "CountNonFinite" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{NON_FINITE_VECTOR}"),
             embedded | "CountEmbedded" >> CountByName(lambda e: f"{SIDE_UNIT[e[0][0]]}.kept"),
             neighbours["top"] | "CountWithNeighbours" >> CountByName(
                 lambda t: f"{SIDE_UNIT[t[0][0]]}.with_candidates"),
@@ -840,6 +891,7 @@ class MineBitext(beam.PTransform):
             selected["candidates"] | "CountCandidates" >> CountByName(lambda _: f"{CANDIDATES}.read"),
             selected["dropped"] | "CountNotSelected" >> CountByName(lambda r: f"{CANDIDATES}.dropped.{r}"),
             pairs | "CountPairs" >> CountByName(lambda _: "pairs.selected"),
+            *cascade_tallies,
         ]
         tally = tuple(tallies) | "Total" >> MergeTallies()
         return {"pairs": pairs, "tally": tally, "embedded": embedded}
@@ -864,8 +916,30 @@ def finish_stats(tally: dict, config: MineConfig) -> dict:
         }
     stats["pairs"] = tally.get("pairs.selected", 0)
     stats["files_written"] = tally.get("files.written", 0)
+    if config.cheap_embedder is not None:
+        stats["cascade"] = cascade_section(stats, config)
     stats["config"] = asdict(config)
     return stats
+
+
+def cascade_section(stats: dict, config: MineConfig) -> dict:
+    """stats.json's `cascade`: per side and in all, the unique sentences, those the cheap embedder
+    embedded, those --embedder embedded (the survivors) and those it was spared; the strong share
+    is strong-embedded / unique, both sides together (`CascadeResult.strong_share`'s)."""
+    section: dict = {"cheap_embedder": config.cheap_embedder, "strong_embedder": config.embedder,
+                     "loose_margin": config.loose_margin, "candidates": config.cascade_candidates}
+    totals = dict.fromkeys(("unique", "cheap_embedded", "strong_embedded", "spared"), 0)
+    counts = stats["counts"]
+    for side in ("src", "tgt"):
+        unit = f"{side}_sentences"
+        numbers = {"unique": stats[side]["unique"], "cheap_embedded": counts.get(f"{unit}.cheap_embedded", 0),
+                   "strong_embedded": stats[side]["embedded"], "spared": stats[side]["dropped"].get(SPARED, 0)}
+        section[side] = numbers
+        for name, value in numbers.items():
+            totals[name] += value
+    section.update(totals)
+    section["strong_share"] = round(totals["strong_embedded"] / totals["unique"], 4) if totals["unique"] else 0.0
+    return section
 
 
 def _pair_key(row: dict) -> str:
