@@ -10,6 +10,9 @@ from pipelines.io.config_options import REQUIRED, not_an_option, option
 from pipelines.mine.margin import MARGIN_KINDS, STRATEGIES
 from pipelines.mine.search import METHODS
 
+# the values of --backward-search (pipelines.mine.index_search.CandidatesBackwardLists)
+BACKWARD_SEARCHES = ("candidates", "all")
+
 
 # Upper bounds, checked before any work: every source is copied to each of the tgt_shards cells of
 # its block and every target to each of the src_blocks cells of its shard, so these counts multiply
@@ -54,6 +57,11 @@ class MineConfig:
                                    "index's own, 32 from labse-index)")
     rerank: int = option(64, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
                          "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
+    backward_search: str = option("candidates", "global layout: `candidates` searches every sentence of the smaller "
+                                  "side (of sources for --strategy fwd, targets for bwd) and of the other side only "
+                                  "those among its k-nearest lists (their kNN means are what the margins need); `all` "
+                                  "searches both sides in full (LASER's recipe: also the best candidate of sentences "
+                                  "no one proposed, which `max` may select)", choices=BACKWARD_SEARCHES)
     query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) finds "
                                            "each sentence's --cascade-candidates nearest in the cells and --embedder "
@@ -70,7 +78,8 @@ class MineConfig:
         if self.min_margin is not None and not math.isfinite(self.min_margin):
             problems.append(f"min_margin (--min-margin) must be a finite number, got {self.min_margin}")
         for name, flag, allowed in (("margin_kind", "margin", MARGIN_KINDS), ("strategy", "strategy", STRATEGIES),
-                                    ("search", "search", METHODS), ("layout", "layout", LAYOUTS)):
+                                    ("search", "search", METHODS), ("layout", "layout", LAYOUTS),
+                                    ("backward_search", "backward-search", BACKWARD_SEARCHES)):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} (--{flag}) must be one of {allowed}, got {getattr(self, name)!r}")
         # Bounded before anything is allocated from them (10^15 blocks once ended in a segfault).
