@@ -7,11 +7,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from pipelines.io.config_options import REQUIRED, not_an_option, option
-from pipelines.mine.margin import MARGIN_KINDS, STRATEGIES
+from pipelines.mine.margin import BACKWARD_SEARCHES, MARGIN_KINDS, STRATEGIES
 from pipelines.mine.search import METHODS
-
-# the values of --backward-search (pipelines.mine.index_search.CandidatesBackwardLists)
-BACKWARD_SEARCHES = ("candidates", "all")
 
 
 # Upper bounds, checked before any work: every source is copied to each of the tgt_shards cells of

@@ -24,6 +24,7 @@ import numpy as np
 from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, search_shard, set_nprobe
 from pipelines.io.config_options import UsageError
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
+from pipelines.mine.margin import side_searched_in_full as full_side
 from pipelines.stage import stable_hash
 
 SRC, TGT = "s", "t"
@@ -179,22 +180,10 @@ def _put_back(joined, side: str):
         yield dict(pair, **{side: full[0]}) if full else pair
 
 
-UNEVEN = 2  # the target side is searched in full instead of the source when it has under 1/UNEVEN of its sentences
-
-
-def side_searched_in_full(counts: dict, strategy: str) -> str:
-    """The side whose every sentence is searched (its lists give the candidates; the other side is
-    searched only for them). `fwd` needs every source's best, `bwd` every target's; for `max` and
-    `intersect` the smaller side, so that the larger (English, the hub) is searched at most k times
-    the smaller's sentences: the target side when it has under half the sources' sentences, else the
-    source side (sides of similar size keep the usual forward direction)."""
-    if strategy in ("fwd", "bwd"):
-        return SRC if strategy == "fwd" else TGT
-    return TGT if counts.get(TGT, 0) * UNEVEN < counts.get(SRC, 0) else SRC
-
-
 def _on_side(element, counts: dict, strategy: str, full: bool) -> bool:
-    return (element[0][0] == side_searched_in_full(counts, strategy)) == full
+    """Whether the element's side is (full=True) or is not the side searched in full."""
+    side = SRC if full_side(counts.get(SRC, 0), counts.get(TGT, 0), strategy) == "src" else TGT
+    return (element[0][0] == side) == full
 
 
 def _ask_targets(keyed):
@@ -228,7 +217,7 @@ class _AskedOnly(beam.DoFn):
 
 class CandidatesBackwardLists(beam.PTransform):
     """IndexNeighbourLists with the backward direction limited to the forward candidates: every
-    sentence of one side (`side_searched_in_full`) is searched in the other's index, and of the
+    sentence of one side (`pipelines.mine.margin.side_searched_in_full`) is searched in the other's index, and of the
     other side only the sentences among those k-nearest lists, which are the ones whose kNN mean a
     margin needs. The forward lists and every margin computed from them are the full search's; what
     is not computed is the best candidate of a sentence that is in no forward list (the `bwd`
