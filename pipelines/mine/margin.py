@@ -194,6 +194,13 @@ def select(fwd: tuple[np.ndarray, np.ndarray, np.ndarray], bwd: tuple[np.ndarray
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
 
 
+def margin_pairs(nn: Neighbours, margin_kind: str, strategy: str) -> MinedPairs:
+    """The pairs a strategy selects from both directions' full kNN lists."""
+    fwd_mean, bwd_mean = nn.fwd_mean, nn.bwd_mean
+    return select(best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, margin_kind),
+                  best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, margin_kind), strategy)
+
+
 def mine(x: np.ndarray, y: np.ndarray, config: MarginConfig = MarginConfig(),
          search: SearchConfig = SearchConfig()) -> MinedPairs:
     """Mine pairs between source vectors `x` and target vectors `y` (both L2-normalised)."""
@@ -202,13 +209,7 @@ def mine(x: np.ndarray, y: np.ndarray, config: MarginConfig = MarginConfig(),
     if config.backward == "candidates":
         pairs = _mine_candidates_backward(x, y, config, search)
     else:
-        nn = neighbours(x, y, config.k, search)
-        fwd_mean, bwd_mean = nn.fwd_mean, nn.bwd_mean
-        pairs = select(
-            best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, config.margin_kind),
-            best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, config.margin_kind),
-            config.strategy,
-        )
+        pairs = margin_pairs(neighbours(x, y, config.k, search), config.margin_kind, config.strategy)
     if config.threshold is not None and len(pairs):
         keep = pairs.margin >= config.threshold
         pairs = MinedPairs(pairs.src[keep], pairs.tgt[keep], pairs.margin[keep], pairs.cosine[keep])
