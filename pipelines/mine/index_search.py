@@ -223,15 +223,13 @@ class CandidatesBackwardLists(beam.PTransform):
     is not computed is the best candidate of a sentence that is in no forward list (the `bwd`
     direction's pairs of sentences nobody proposed), which `max` could have selected."""
 
-    def __init__(self, strategy: str, *search_args, **search_kwargs):
+    def __init__(self, strategy: str, merge_key, *search_args, **search_kwargs):
         super().__init__()
-        self.strategy = strategy
+        self.strategy, self.merge_key = strategy, merge_key  # merge_key: how labse-mine orders a sentence's hits
         self.first = IndexNeighbourLists(*search_args, **search_kwargs)
         self.then = IndexNeighbourLists(*search_args, **search_kwargs)
 
     def expand(self, embedded):
-        from pipelines.mine.transforms import _top_key
-
         counts = (embedded
                   | "Sides" >> beam.Map(lambda e: e[0][0])
                   | "CountSides" >> beam.combiners.Count.PerElement()
@@ -241,7 +239,7 @@ class CandidatesBackwardLists(beam.PTransform):
         other = embedded | "OtherSide" >> beam.Filter(_on_side, sides, self.strategy, False)
         forward = (full
                    | "SearchFull" >> self.first
-                   | "MergeFull" >> beam.combiners.Top.PerKey(self.first.k, key=_top_key)
+                   | "MergeFull" >> beam.combiners.Top.PerKey(self.first.k, key=self.merge_key)
                    | "AskTargets" >> beam.FlatMap(_ask_targets).with_outputs("asked", main="hits"))
         wanted = ({"vector": other, "asked": forward.asked}
                   | "JoinAsked" >> beam.CoGroupByKey()

@@ -670,7 +670,7 @@ class Neighbours(beam.PTransform):
             search = (c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
                       load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
             hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search) if c.backward_search == "all"
-                                                  else CandidatesBackwardLists(c.strategy, *search))
+                                                  else CandidatesBackwardLists(c.strategy, _top_key, *search))
         else:
             if c.same_site:  # each site its own layout, sized from its sentences (only split sites listed)
                 sides = embedded | "Sides" >> beam.Map(lambda e: (e[0][0], 1))
