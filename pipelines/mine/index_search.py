@@ -217,9 +217,9 @@ class _AskedOnly(beam.DoFn):
 
 class CandidatesBackwardLists(beam.PTransform):
     """IndexNeighbourLists with the backward direction limited to the forward candidates: every
-    sentence of one side (`pipelines.mine.margin.side_searched_in_full`) is searched in the other's index, and of the
-    other side only the sentences among those k-nearest lists, which are the ones whose kNN mean a
-    margin needs. The forward lists and every margin computed from them are the full search's; what
+    sentence of one side (`pipelines.mine.margin.side_searched_in_full`) is searched in the other's
+    index, and of the other side only the sentences among those k-nearest lists, which are the ones
+    whose kNN mean a margin needs. The forward lists and every margin computed from them are the full search's; what
     is not computed is the best candidate of a sentence that is in no forward list (the `bwd`
     direction's pairs of sentences nobody proposed), which `max` could have selected."""
 
