@@ -50,6 +50,17 @@ With `--cascade-share [X]`, `embed (strong only)` (U / --strong-rate) and `embed
 (1 / --embed-rate + X / --strong-rate): labse-mine --cheap-embedder, the cheap embedder on every
 sentence, the strong one on the share X its loose margin keeps; alone, the share measured).
 
+Two more rows charge the search as labse-mine's global layout runs it with English as the hub of
+every language pair (`mine (global, hub, backward all|candidates)`): U split by CC-MAIN-2019-09's
+page shares per language (`LANGUAGE_PAGE_SHARES`, Common Crawl's statistics), and per pair
+(`hub_queries`) the other language's sentences searched in the English index plus, backward,
+`all`: every English sentence in that language's index (English searched once per pair), or
+`candidates` (labse-mine's default): at most k (4) English sentences per sentence of the smaller
+side, in the smaller side's index; each query at the cost of the index it searches (the measured
+query for an index no larger than the measured one, else the terms carried to its size):
+
+    search a sentence = sum over pairs of queries x query_cost(index size) / U
+
 The peak memory per worker is the largest measured at any scale, with its growth from 1x.
 
 Defaults: CC-MAIN-2019-09 (February 2019), "2.9 billion web pages", 64,000 WARC files (59.86 TiB),
@@ -248,26 +259,86 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+# Each language's share of a snapshot's pages, CC-MAIN-2019-09 (the snapshot the defaults describe),
+# % of pages by primary language (CLD2), every language above 0.01%: Common Crawl's statistics,
+# https://commoncrawl.github.io/cc-crawl-statistics/plots/languages (the repository
+# commoncrawl/cc-crawl-statistics, plots/languages.csv); 3.5748% of pages had no language. A page
+# share stands in for the share of unique sentences (an approximation: sentences a page differ by
+# language).
+LANGUAGE_PAGE_SHARES = {
+    "eng": 43.1493, "rus": 8.5850, "deu": 5.6808, "zho": 5.2704, "jpn": 5.2597, "fra": 4.5991, "spa": 4.1749,
+    "ita": 2.3126, "por": 1.9806, "nld": 1.7398, "pol": 1.7124, "ces": 1.0722, "tur": 0.8994, "ind": 0.7679,
+    "swe": 0.7663, "vie": 0.7410, "kor": 0.6752, "fas": 0.6067, "ara": 0.5669, "ron": 0.5326, "hun": 0.5124,
+    "ell": 0.4878, "dan": 0.4254, "ukr": 0.3853, "fin": 0.3631, "nor": 0.3064, "tha": 0.3031, "slk": 0.2779,
+    "bul": 0.2621, "heb": 0.1955, "cat": 0.1827, "srp": 0.1662, "hrv": 0.1515, "lit": 0.1390, "slv": 0.1113,
+    "est": 0.1072, "hin": 0.0909, "lav": 0.0832, "msa": 0.0795, "ben": 0.0629, "lat": 0.0460, "aze": 0.0386,
+    "tam": 0.0358, "kat": 0.0312, "bos": 0.0310, "isl": 0.0308, "sqi": 0.0304, "hye": 0.0273, "glg": 0.0237,
+    "eus": 0.0230, "mkd": 0.0207, "urd": 0.0193, "mal": 0.0176, "kaz": 0.0156, "nno": 0.0142, "nep": 0.0141,
+    "mon": 0.0133, "bel": 0.0128, "tel": 0.0123, "uzb": 0.0111, "mar": 0.0103,
+}
+PAGES_WITH_A_LANGUAGE = 100 - 3.5748
+# the ~130 languages under 0.01% together, mined as one (its queries are the same; its index larger,
+# so its queries are charged more than theirs would be)
+LANGUAGE_PAGE_SHARES["rest"] = round(PAGES_WITH_A_LANGUAGE - sum(LANGUAGE_PAGE_SHARES.values()), 4)
+HUB = "eng"
+K = 4  # labse-mine's default k
+
+
+def language_sizes(unique: float, shares: dict[str, float] = LANGUAGE_PAGE_SHARES) -> dict[str, float]:
+    """Unique sentences per language: `unique` split by the shares (normalised to the pages with a language)."""
+    total = sum(shares.values())
+    return {lang: unique * share / total for lang, share in shares.items()}
+
+
+def hub_queries(sizes: dict[str, float], backward: str, k: int = K, hub: str = HUB) -> list[tuple[float, float]]:
+    """(queries, index size searched) of mining every language with the hub (English): per pair as
+    labse-mine's global layout searches it. `all`: each side in full in the other's index (the hub's
+    every sentence once per language pair); `candidates`: the side `side_searched_in_full` picks (the
+    smaller) in full, the other only for its candidates, at most k a sentence of the full side."""
+    from pipelines.mine.margin import side_searched_in_full
+
+    searches = []
+    for lang, n in sizes.items():
+        if lang == hub:
+            continue
+        big = sizes[hub]
+        if backward == "all":
+            searches += [(n, big), (big, n)]
+            continue
+        full, other = (n, big) if side_searched_in_full(n, big, "max") == "src" else (big, n)
+        searches += [(full, other), (min(k * full, other), full)]
+    return searches
+
+
 def global_mining_row(records: list[dict], unique: float, largest_share: float, embed_rate: float,
-                      price: float, min_recall: float = 0.9) -> Row:
+                      price: float, min_recall: float = 0.9, backward: str | None = None,
+                      sizes: dict[str, float] | None = None) -> Row:
     """`mine (global)` from benchmarks/mine_global.py's `index`, `recall`, `quantiser` and `train`
     lines (module doc): of the searches measured with recall@1 >= min_recall, the one whose cost
-    at the largest language's index is least (the best one measured when none reaches it)."""
+    at the largest language's index is least (the best one measured when none reaches it).
+    `backward` None: every sentence searched twice at the largest language's cost; `all` or
+    `candidates`: English as the hub of every other language in `sizes` (`hub_queries`), each query
+    at the cost of the index it searches."""
     index = next(r for r in records if r.get("part") == "index" and r.get("rc") == 0)
     recalls = [r for r in records if r.get("part") == "recall" and "project" in r]
     candidates = [r for r in recalls if r["recall_at_1"] >= min_recall] or [max(recalls, key=lambda r: r["recall_at_1"])]
-    costed = [_global_mining_cost(records, recalls, chosen, index, unique * largest_share, embed_rate)
+    largest = max(sizes.values()) if backward is not None else unique * largest_share
+    searches = hub_queries(sizes, backward) if backward is not None else None
+    costed = [_global_mining_cost(records, recalls, chosen, index, largest, embed_rate, unique, searches)
               for chosen in candidates]
     per_sentence, formula = min(costed, key=lambda c: c[0])
     hours = unique * per_sentence / 3600
     peak = max(index.get("peak_rss_gb_per_process") or [0]) * 1024
-    return Row("mine (global)", formula, unique, "unique sentences", hours, hours * price, peak,
+    stage = "mine (global)" if backward is None else f"mine (global, hub, backward {backward})"
+    return Row(stage, formula, unique, "unique sentences", hours, hours * price, peak,
                "one scale (see benchmarks/mine_global.py)")
 
 
 def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, index: dict, largest: float,
-                        embed_rate: float) -> tuple[float, str]:
-    """(CPU-s a sentence, the formula) with the `chosen` search, at the largest language's index."""
+                        embed_rate: float, unique: float = 0.0,
+                        searches: list[tuple[float, float]] | None = None) -> tuple[float, str]:
+    """(CPU-s a sentence, the formula) with the `chosen` search: two searches a sentence at the
+    largest language's index, or the `searches` ((queries, index size) of `hub_queries`) over `unique`."""
     import numpy as np
 
     from pipelines.index.choice import factory_for, ivf_lists, training_sample_size
@@ -290,13 +361,12 @@ def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, 
     plain = fit(chosen["project"].split(" + ")[0])
     quantiser = min(plain[1], intercept) if plain else intercept
     rest = intercept - quantiser
-    codes_scale = (largest / lists) / (chosen["n"] / measured_lists)
     # the coarse quantiser of the size table's index for the largest language: measured at its list
     # count (`quantiser` lines) when there, else scaled from the measured index's intercept (a flat
     # quantiser compares every centroid: x nlist; an HNSW one walks a graph: x log nlist)
     hnsw = "_HNSW" in table_factory
 
-    def measured_quantiser(nprobe: int) -> float | None:
+    def measured_quantiser(nprobe: int, lists: int = lists, hnsw: bool = hnsw) -> float | None:
         # labse-mine searches an HNSW quantiser with quantiser_ef_search(nprobe) candidates; adding a
         # vector (nprobe 1) keeps FAISS's default 16
         ef = 16 if nprobe == 1 else quantiser_ef_search(nprobe)
@@ -309,14 +379,32 @@ def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, 
         nearest = min({r["nprobe"] for r in at_lists}, key=lambda n: (abs(n - nprobe), -n))
         return _mean([r[column] for r in at_lists if r["nprobe"] == nearest])
 
-    at_scale = measured_quantiser(chosen["nprobe"])
-    if at_scale is None:
-        at_scale = quantiser * (math.log2(lists) / math.log2(measured_lists) if hnsw and measured_lists > 1
-                                else lists / measured_lists)
-        quantiser_note = f"quantiser {quantiser:.3g} ms scaled to {at_scale:.3g} ms"
-    else:
-        quantiser_note = f"quantiser {at_scale:.3g} ms measured at {lists:,} lists"
-    search_s = (at_scale + rest + slope * chosen["nprobe"] * codes_scale) / 1e3
+    def query_s(sentences: float) -> tuple[float, str, str]:
+        """(CPU-s a query, the factory, a note) in a language's index of `sentences`: the terms carried
+        from the measured index to the size table's index for it; an index no larger than the measured
+        one is charged the measured query (smaller ones cost less: an upper bound)."""
+        if sentences <= chosen["n"]:
+            return chosen["cpu_ms_per_query"] / 1e3, chosen["project"], f"measured {chosen['cpu_ms_per_query']} ms"
+        factory = factory_for(int(sentences))
+        n_lists = ivf_lists(factory) or 1
+        at_scale = measured_quantiser(chosen["nprobe"], n_lists, "_HNSW" in factory)
+        larger = sorted(r["lists"] for r in records if r.get("part") == "quantiser" and r["lists"] > n_lists)
+        if at_scale is None and larger and "_HNSW" in factory:
+            # an HNSW quantiser over fewer lists than any measured: the next larger measured one's
+            # cost (an upper bound: the graph is smaller); its log-scaled intercept would be far less
+            at_scale = measured_quantiser(chosen["nprobe"], larger[0], True)
+            note = f"quantiser {at_scale:.3g} ms as measured at {larger[0]:,} lists (an upper bound)"
+        elif at_scale is None:
+            at_scale = quantiser * (math.log2(n_lists) / math.log2(measured_lists) if "_HNSW" in factory and measured_lists > 1
+                                    else n_lists / measured_lists)
+            note = f"quantiser {quantiser:.3g} ms scaled to {at_scale:.3g} ms"
+        else:
+            note = f"quantiser {at_scale:.3g} ms measured at {n_lists:,} lists"
+        codes = (sentences / n_lists) / (chosen["n"] / measured_lists)
+        lists_ms = slope * chosen["nprobe"] * codes
+        return (at_scale + rest + lists_ms) / 1e3, factory, f"{note}, rest {rest:.3g} ms, lists {lists_ms:.3g} ms x{codes:.2f} codes"
+
+    search_s, _, search_note = query_s(largest)
     # adding a sentence: measured through labse-index at the sample's size, plus its assignment to
     # one of the largest index's lists (the quantiser at nprobe 1) and the coarse k-means, whose cost
     # grows with sample x lists (`train` line), spread over the largest language's sentences
@@ -326,13 +414,21 @@ def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, 
     if train is not None:
         sample = training_sample_size(int(largest), table_factory, None)
         train_s = train["cpu_s"] * (sample * lists) / (train["sample"] * train["lists"]) / largest
-    per_sentence = 1 / embed_rate + add_s + train_s + 2 * search_s
-    formula = (f"U x (1/{embed_rate:,.0f} + {add_s * 1e6:.3g}e-6 add + {train_s * 1e6:.3g}e-6 train + "
-               f"2 x {search_s * 1e3:.3g} ms) (search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, "
-               f"{chosen['project']}, nprobe {chosen['nprobe']}, recall@1 {chosen['recall_at_1']}; at {largest:.3g} "
-               f"sentences ({table_factory}): {quantiser_note}, rest {rest:.3g} ms, "
-               f"lists {slope * chosen['nprobe']:.3g} ms x{codes_scale:.2f} codes)")
-    return per_sentence, formula
+    setting = (f"search measured {chosen['cpu_ms_per_query']} ms at n {chosen['n']:,}, {chosen['project']}, nprobe "
+               f"{chosen['nprobe']}, recall@1 {chosen['recall_at_1']}; at {largest:.3g} sentences ({table_factory}): "
+               f"{search_note}")
+    fixed = 1 / embed_rate + add_s + train_s
+    head = f"U x (1/{embed_rate:,.0f} + {add_s * 1e6:.3g}e-6 add + {train_s * 1e6:.3g}e-6 train + "
+    if searches is None:
+        return fixed + 2 * search_s, f"{head}2 x {search_s * 1e3:.3g} ms) ({setting})"
+    queries = sum(q for q, _ in searches)
+    search_total = sum(q * query_s(size)[0] for q, size in searches)
+    into_largest = sum(q for q, size in searches if size == largest)
+    return fixed + search_total / unique, (
+        f"{head}{search_total / unique * 1e3:.3g} ms searching) ({queries / unique:.2f} queries a sentence, "
+        f"{into_largest / unique:.2f} of them in the largest index at {search_s * 1e3:.3g} ms, the rest in the "
+        f"smaller languages' at {(search_total - into_largest * search_s) / max(queries - into_largest, 1) * 1e3:.3g} "
+        f"ms on average; {setting})")
 
 
 def mining_rows(args) -> list[Row]:
@@ -343,6 +439,10 @@ def mining_rows(args) -> list[Row]:
                    if line.startswith("{")]
         rows.append(global_mining_row(records, args.unique_sentences, args.largest_language_share, args.embed_rate,
                                       args.price, args.min_recall))
+        sizes = language_sizes(args.unique_sentences)
+        for backward in ("all", "candidates"):  # labse-mine --backward-search, English the hub
+            rows.append(global_mining_row(records, args.unique_sentences, args.largest_language_share,
+                                          args.embed_rate, args.price, args.min_recall, backward, sizes))
     return rows
 
 

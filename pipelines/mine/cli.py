@@ -118,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "sentences, %d shard(s))", config.src_lang, config.tgt_index, manifests[1].factory,
                     manifests[1].sentences, len(manifests[1].shards), config.src_index, manifests[0].factory,
                     manifests[0].sentences, len(manifests[0].shards))
+        if config.backward_search == "candidates":
+            logger.info("backward search limited to the candidates: the smaller side is searched in full (sources "
+                        "for --strategy fwd, targets for bwd), the other only for its sentences among those lists "
+                        "(--backward-search all: both in full)")
     else:
         logger.info("cells: %d source block(s) x %d target shard(s) (%s)", config.src_blocks, config.tgt_shards,
                     layout().reason)  # counts nothing when both are given

@@ -8,7 +8,7 @@ from typing import Optional
 
 from pipelines.io.config_options import REQUIRED, not_an_option, option
 from pipelines.mine.cascade import DEFAULT_LOOSE_MARGIN
-from pipelines.mine.margin import MARGIN_KINDS, STRATEGIES
+from pipelines.mine.margin import BACKWARD_SEARCHES, MARGIN_KINDS, STRATEGIES
 from pipelines.mine.search import METHODS
 
 
@@ -55,6 +55,11 @@ class MineConfig:
                                    "index's own, 32 from labse-index)")
     rerank: int = option(64, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
                          "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
+    backward_search: str = option("candidates", "global layout: `candidates` searches every sentence of the smaller "
+                                  "side (of sources for --strategy fwd, targets for bwd) and of the other side only "
+                                  "those among its k-nearest lists (their kNN means are what the margins need); `all` "
+                                  "searches both sides in full (LASER's recipe: also the best candidate of sentences "
+                                  "no one proposed, which `max` may select)", choices=BACKWARD_SEARCHES)
     query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
                                            "every sentence and finds each one's --cascade-candidates nearest in the "
@@ -78,7 +83,8 @@ class MineConfig:
         if self.min_margin is not None and not math.isfinite(self.min_margin):
             problems.append(f"min_margin (--min-margin) must be a finite number, got {self.min_margin}")
         for name, flag, allowed in (("margin_kind", "margin", MARGIN_KINDS), ("strategy", "strategy", STRATEGIES),
-                                    ("search", "search", METHODS), ("layout", "layout", LAYOUTS)):
+                                    ("search", "search", METHODS), ("layout", "layout", LAYOUTS),
+                                    ("backward_search", "backward-search", BACKWARD_SEARCHES)):
             if getattr(self, name) not in allowed:
                 problems.append(f"{name} (--{flag}) must be one of {allowed}, got {getattr(self, name)!r}")
         # Bounded before anything is allocated from them (10^15 blocks once ended in a segfault).

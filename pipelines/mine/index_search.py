@@ -7,7 +7,10 @@ copied (index shards) times, not (cells) times, and a query's cost is `nprobe` i
 each shard, which grows with the other side only through the lists' length (the index's list
 count grows with the language, `pipelines.index.choice`). The kNN means of the margin come from
 the same searches: forward (sources against the target index) and backward (targets against the
-source index).
+source index). With `--backward-search candidates` (the default, `CandidatesBackwardLists`) the
+backward search is limited to the sentences among the forward lists, whose kNN means the margins
+need, so a hub language (English, ~45% of a snapshot, paired with every other language) is searched
+at most k times the smaller side's sentences per language pair, not in full once per pair.
 
 The index knows sentences by their text only, so global mining keys sentences by (side, text)
 (items with group and provenance left blank, `searchable`) and `RestoreProvenance` puts each
@@ -21,6 +24,7 @@ import numpy as np
 from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, search_shard, set_nprobe
 from pipelines.io.config_options import UsageError
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
+from pipelines.mine.margin import side_searched_in_full as full_side
 from pipelines.stage import stable_hash
 
 SRC, TGT = "s", "t"
@@ -174,3 +178,71 @@ def _put_back(joined, side: str):
     full = list(grouped["item"])
     for pair in grouped["pair"]:
         yield dict(pair, **{side: full[0]}) if full else pair
+
+
+def _on_side(element, counts: dict, strategy: str, full: bool) -> bool:
+    """Whether the element's side is (full=True) or is not the side searched in full."""
+    side = SRC if full_side(counts.get(SRC, 0), counts.get(TGT, 0), strategy) == "src" else TGT
+    return (element[0][0] == side) == full
+
+
+def _ask_targets(keyed):
+    """(query item, its merged top-k) -> (candidate, None) for each of its candidates, and the
+    top-k back as hits."""
+    item, top = keyed
+    for sim, other in top:
+        yield beam.pvalue.TaggedOutput("asked", (other, None))
+        yield item, (sim, other)
+
+
+class _AskedOnly(beam.DoFn):
+    """(item, {"vector": its vector, "asked": a None per time it is a candidate}) -> (item, vector)
+    for the items that are some sentence's candidate; the others are counted, not searched."""
+
+    def __init__(self):
+        self.asked = beam.metrics.Metrics.counter("mine", "index.backward_searched")
+        self.skipped = beam.metrics.Metrics.counter("mine", "index.backward_skipped")
+
+    def process(self, joined):
+        item, grouped = joined
+        vectors = list(grouped["vector"])
+        if not vectors:  # a candidate from the index that is not in this run's input: no kNN mean
+            return
+        if any(True for _ in grouped["asked"]):
+            self.asked.inc()
+            yield item, vectors[0]
+        else:
+            self.skipped.inc()
+
+
+class CandidatesBackwardLists(beam.PTransform):
+    """IndexNeighbourLists with the backward direction limited to the forward candidates: every
+    sentence of one side (`pipelines.mine.margin.side_searched_in_full`) is searched in the other's
+    index, and of the other side only the sentences among those k-nearest lists, which are the ones
+    whose kNN mean a margin needs. The forward lists and every margin computed from them are the full search's; what
+    is not computed is the best candidate of a sentence that is in no forward list (the `bwd`
+    direction's pairs of sentences nobody proposed), which `max` could have selected."""
+
+    def __init__(self, strategy: str, merge_key, *search_args, **search_kwargs):
+        super().__init__()
+        self.strategy, self.merge_key = strategy, merge_key  # merge_key: how labse-mine orders a sentence's hits
+        self.first = IndexNeighbourLists(*search_args, **search_kwargs)
+        self.then = IndexNeighbourLists(*search_args, **search_kwargs)
+
+    def expand(self, embedded):
+        counts = (embedded
+                  | "Sides" >> beam.Map(lambda e: e[0][0])
+                  | "CountSides" >> beam.combiners.Count.PerElement()
+                  | "CountsDict" >> beam.combiners.ToDict())
+        sides = beam.pvalue.AsSingleton(counts)
+        full = embedded | "FullSide" >> beam.Filter(_on_side, sides, self.strategy, True)
+        other = embedded | "OtherSide" >> beam.Filter(_on_side, sides, self.strategy, False)
+        forward = (full
+                   | "SearchFull" >> self.first
+                   | "MergeFull" >> beam.combiners.Top.PerKey(self.first.k, key=self.merge_key)
+                   | "AskTargets" >> beam.FlatMap(_ask_targets).with_outputs("asked", main="hits"))
+        wanted = ({"vector": other, "asked": forward.asked}
+                  | "JoinAsked" >> beam.CoGroupByKey()
+                  | "AskedOnly" >> beam.ParDo(_AskedOnly()))
+        backward = wanted | "SearchAsked" >> self.then
+        return (forward.hits, backward) | "BothDirections" >> beam.Flatten()

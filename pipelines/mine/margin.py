@@ -14,6 +14,11 @@ sentence's k nearest neighbours; each sentence takes its best-margin candidate. 
 * `max`: all forward and backward bests, sorted by margin, taken greedily so that each source and
   each target sentence is used at most once (LASER's default).
 
+`backward="candidates"` searches one side in full (`side_searched_in_full`) and of the other only
+the sentences among those k-nearest lists (the ones whose kNN mean a margin needs): every forward
+list and margin is the full search's; the sentences in no list get no best candidate of their own
+(-1 in `select`), which only `max` (and the `bwd` side of a limited target side) could have used.
+
 The pure functions here are shared by the in-memory miner (`mine`) and the Beam pipeline
 (`pipelines/mine.py`), which computes the same quantities across shards.
 """
@@ -30,6 +35,8 @@ from pipelines.mine.search import SearchConfig, knn
 # margin (labse_model.loss), which is a number taken off the positive's cosine.
 MARGIN_KINDS = ("ratio", "distance", "absolute")
 STRATEGIES = ("max", "intersect", "fwd", "bwd")
+BACKWARD_SEARCHES = ("candidates", "all")  # labse-mine's --backward-search
+UNEVEN = 2  # the target side is searched in full instead of the source when it has under 1/UNEVEN of its sentences
 K = TypeVar("K", bound=Hashable)
 
 
@@ -39,6 +46,7 @@ class MarginConfig:
     margin_kind: str = "ratio"  # LASER's default and the paper's best
     strategy: str = "max"
     threshold: float | None = None   # keep pairs with margin >= threshold (None: keep all)
+    backward: str = "all"  # "candidates": the other side searched only for the full side's candidates
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -47,6 +55,19 @@ class MarginConfig:
             raise ValueError(f"margin_kind must be one of {MARGIN_KINDS}, got {self.margin_kind!r}")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
+        if self.backward not in BACKWARD_SEARCHES:
+            raise ValueError(f"backward must be one of {BACKWARD_SEARCHES}, got {self.backward!r}")
+
+
+def side_searched_in_full(n_src: int, n_tgt: int, strategy: str) -> str:
+    """With the backward search limited to the candidates, the side ("src" or "tgt") whose every
+    sentence is searched. `fwd` needs every source's best, `bwd` every target's; for `max` and
+    `intersect` the smaller side, so that the larger (English, the hub) is searched at most k times
+    the smaller's sentences: the target side when it has under 1/UNEVEN of the sources' sentences,
+    else the source side (sides of similar size keep the usual forward direction)."""
+    if strategy in ("fwd", "bwd"):
+        return "src" if strategy == "fwd" else "tgt"
+    return "tgt" if n_tgt * UNEVEN < n_src else "src"
 
 
 def margin_function(margin_kind: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -141,24 +162,28 @@ def select(fwd: tuple[np.ndarray, np.ndarray, np.ndarray], bwd: tuple[np.ndarray
     """Apply a strategy to each source's best (fwd) and each target's best (bwd) candidate."""
     fwd_best, fwd_margin, fwd_cos = fwd
     bwd_best, bwd_margin, bwd_cos = bwd
-    n_src, n_tgt = len(fwd_best), len(bwd_best)
+    n_src = len(fwd_best)
     if strategy == "fwd":
-        return MinedPairs(np.arange(n_src), fwd_best, fwd_margin, fwd_cos)
+        rows = np.flatnonzero(fwd_best >= 0)  # -1: a sentence not searched (backward="candidates")
+        return MinedPairs(rows, fwd_best[rows], fwd_margin[rows], fwd_cos[rows])
     if strategy == "bwd":
-        return MinedPairs(bwd_best, np.arange(n_tgt), bwd_margin, bwd_cos)
+        rows = np.flatnonzero(bwd_best >= 0)
+        return MinedPairs(bwd_best[rows], rows, bwd_margin[rows], bwd_cos[rows])
     if strategy == "intersect":
-        mutual = bwd_best[fwd_best] == np.arange(n_src)
+        mutual = (fwd_best >= 0) & (bwd_best[np.maximum(fwd_best, 0)] == np.arange(n_src))
         rows = np.flatnonzero(mutual)
         return MinedPairs(rows, fwd_best[rows], fwd_margin[rows], fwd_cos[rows])
     if strategy == "max":
         cosine = {}
         candidates = []
         for i, (j, m, c) in enumerate(zip(fwd_best, fwd_margin, fwd_cos)):
-            candidates.append((float(m), i, int(j)))
-            cosine[(i, int(j))] = float(c)
+            if j >= 0:
+                candidates.append((float(m), i, int(j)))
+                cosine[(i, int(j))] = float(c)
         for j, (i, m, c) in enumerate(zip(bwd_best, bwd_margin, bwd_cos)):
-            candidates.append((float(m), int(i), j))
-            cosine[(int(i), j)] = float(c)
+            if i >= 0:
+                candidates.append((float(m), int(i), j))
+                cosine[(int(i), j)] = float(c)
         kept = greedy_unique(candidates)
         if not kept:
             return MinedPairs.empty()
@@ -169,22 +194,45 @@ def select(fwd: tuple[np.ndarray, np.ndarray, np.ndarray], bwd: tuple[np.ndarray
     raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
 
 
+def margin_pairs(nn: Neighbours, margin_kind: str, strategy: str) -> MinedPairs:
+    """The pairs a strategy selects from both directions' full kNN lists."""
+    fwd_mean, bwd_mean = nn.fwd_mean, nn.bwd_mean
+    return select(best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, margin_kind),
+                  best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, margin_kind), strategy)
+
+
 def mine(x: np.ndarray, y: np.ndarray, config: MarginConfig = MarginConfig(),
          search: SearchConfig = SearchConfig()) -> MinedPairs:
     """Mine pairs between source vectors `x` and target vectors `y` (both L2-normalised)."""
     if len(x) == 0 or len(y) == 0:
         return MinedPairs.empty()
-    nn = neighbours(x, y, config.k, search)
-    fwd_mean, bwd_mean = nn.fwd_mean, nn.bwd_mean
-    pairs = select(
-        best_candidates(nn.fwd_sims, nn.fwd_ids, fwd_mean, bwd_mean, config.margin_kind),
-        best_candidates(nn.bwd_sims, nn.bwd_ids, bwd_mean, fwd_mean, config.margin_kind),
-        config.strategy,
-    )
+    if config.backward == "candidates":
+        pairs = _mine_candidates_backward(x, y, config, search)
+    else:
+        pairs = margin_pairs(neighbours(x, y, config.k, search), config.margin_kind, config.strategy)
     if config.threshold is not None and len(pairs):
         keep = pairs.margin >= config.threshold
         pairs = MinedPairs(pairs.src[keep], pairs.tgt[keep], pairs.margin[keep], pairs.cosine[keep])
     return pairs
+
+
+def _mine_candidates_backward(x: np.ndarray, y: np.ndarray, config: MarginConfig, search: SearchConfig) -> MinedPairs:
+    """`mine` with the backward search limited to the full side's candidates (module doc)."""
+    if side_searched_in_full(len(x), len(y), config.strategy) == "tgt":  # mined the other way round
+        mirrored = {"fwd": "bwd", "bwd": "fwd"}.get(config.strategy, config.strategy)
+        pairs = _mine_candidates_backward(y, x, MarginConfig(config.k, config.margin_kind, mirrored), search)
+        return MinedPairs(pairs.tgt, pairs.src, pairs.margin, pairs.cosine)
+    fwd_sims, fwd_ids = knn(x, y, config.k, search)
+    asked = np.unique(fwd_ids[fwd_ids >= 0])
+    asked_sims, asked_ids = knn(y[asked], x, config.k, search)
+    fwd_mean = fwd_sims.mean(axis=1)
+    bwd_mean = np.full(len(y), np.nan)
+    bwd_mean[asked] = asked_sims.mean(axis=1)
+    bwd = [np.full(len(y), -1, np.int64), np.zeros(len(y)), np.zeros(len(y))]
+    for whole, part in zip(bwd, best_candidates(asked_sims, asked_ids, bwd_mean[asked], fwd_mean, config.margin_kind)):
+        whole[asked] = part
+    return select(best_candidates(fwd_sims, fwd_ids, fwd_mean, bwd_mean, config.margin_kind), tuple(bwd),
+                  config.strategy)
 
 
 def precision_recall_f1(predicted: Iterable[tuple[int, int]], gold: set[tuple[int, int]]) -> dict[str, float]:

@@ -610,11 +610,12 @@ class Neighbours(beam.PTransform):
     def expand(self, embedded):
         c = self.config
         if c.resolved_layout == "global":
-            from pipelines.mine.index_search import IndexNeighbourLists, load_manifest
+            from pipelines.mine.index_search import CandidatesBackwardLists, IndexNeighbourLists, load_manifest
 
-            hits = embedded | "SearchIndexes" >> IndexNeighbourLists(
-                c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
-                load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
+            search = (c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
+                      load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
+            hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search) if c.backward_search == "all"
+                                                  else CandidatesBackwardLists(c.strategy, _top_key, *search))
         else:
             hits = (embedded
                     | "Cells" >> ToCells(c)
