@@ -55,7 +55,8 @@ def teacher_pass(work: Path, sources: list[SentenceSource], vocab: list[str], te
     pass with the same inputs is there, else from a Beam run; (folder, its tally)."""
     from pipelines.io.completion import mark_complete, read_completion
 
-    key = _fingerprint(teacher, [dataclasses.astuple(s) for s in sources], vocab, config.sentences_per_language)
+    key = _fingerprint(teacher, [dataclasses.astuple(s) for s in sources], vocab, config.sentences_per_language,
+                       *([config.synthetic_per_language] if config.synthetic_per_language else []))
     folder = work / f"teacher-{key}"
     done = read_completion(folder)
     if done is not None:
@@ -70,13 +71,15 @@ def teacher_pass(work: Path, sources: list[SentenceSource], vocab: list[str], te
     # An interrupted pass of these inputs left chunks: each is kept when its texts match (_EmbedChunk).
     (folder / "sentences").mkdir(parents=True, exist_ok=True)
     (folder / "tokens").mkdir(exist_ok=True)
+    (folder / "synthetic").mkdir(exist_ok=True)
     surfaces = sorted({token_text(t) for t in vocab if t not in SPECIAL_TOKENS})
     log(f"teacher pass ({teacher}): {len(sources)} input(s), {len(surfaces):,} vocabulary surfaces -> {folder}")
     started = time.perf_counter()
     tally_path = folder / "tally.json"
     with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
         tally = build_teacher_pipeline(pipeline, sources, surfaces, teacher, str(folder / "sentences"),
-                                       str(folder / "tokens"), config.sentences_per_language, config.threads)
+                                       str(folder / "tokens"), config.sentences_per_language, config.threads,
+                                       config.synthetic_per_language, str(folder / "synthetic"))
         tally | "WriteTally" >> beam.Map(lambda t, path=str(tally_path): Path(path).write_text(json.dumps(dict(t))))
     tally = json.loads(tally_path.read_text())
     log(f"teacher pass done in {time.perf_counter() - started:.0f} s: {tally.get('sentences.kept', 0):,} sentences, "
@@ -180,6 +183,10 @@ def distill(output: str, vocab_path: str, sources: list[SentenceSource], config:
     log(f"init: {initialised:,}/{len(vocab):,} token rows from {teacher}, PCA {teacher_dim} -> {config.dims} dims "
         f"keeps {projection.explained:.1%} of the sentence vectors' variance")
 
+    synthetic = read_teacher_vectors(folder / "synthetic") if config.synthetic_per_language else None
+    if synthetic is not None and synthetic.languages:  # alignment targets only: not in the PCA, SIF or mined pairs
+        sentence_ids += ids_of([text for lang in synthetic.languages for text in synthetic.texts[lang]])
+        teacher_vectors = np.concatenate([teacher_vectors, *(synthetic.vectors[lang] for lang in synthetic.languages)])
     filled = [i for i, row in enumerate(sentence_ids) if len(row)]
     data = TrainingData([sentence_ids[i] for i in filled], projection(teacher_vectors[filled]))
     pair_texts, per_pair_language, sources_of_pairs = [], {}, []
@@ -196,7 +203,9 @@ def distill(output: str, vocab_path: str, sources: list[SentenceSource], config:
     usable = [i for i, (s, t) in enumerate(pair_ids) if len(s) and len(t)]
     data.pairs = [pair_ids[i] for i in usable]
     data.pair_keys = [pair_texts[i] for i in usable]
-    log(f"training data: {len(data.sentences):,} sentences in {len(corpus.languages)} languages, "
+    synthetic_counts = {lang: len(synthetic.texts[lang]) for lang in synthetic.languages} if synthetic else {}
+    log(f"training data: {len(data.sentences):,} sentences ({sum(synthetic_counts.values()):,} synthetic) in "
+        f"{len(corpus.languages)} languages, "
         f"{len(data.pairs):,} pairs ({pair_source})")
 
     fingerprint = _fingerprint(STAGE, folder.name, _file_digest(vocab_path), dataclasses.asdict(config),
@@ -229,6 +238,7 @@ def distill(output: str, vocab_path: str, sources: list[SentenceSource], config:
     stats = {"stage": STAGE, "teacher": teacher, "teacher_reason": reason, "config": dataclasses.asdict(config),
              **accounting_section(counts, UNITS),
              "sentences_per_language": {lang: len(corpus.texts[lang]) for lang in corpus.languages},
+             "synthetic_sentences_per_language": synthetic_counts,
              "pairs_per_language_pair": per_pair_language, "history": history,
              "seconds": round(time.perf_counter() - started, 1)}
     write_stats_json(os.path.join(output, "stats.json"), stats)

@@ -113,9 +113,11 @@ class TeacherPass(beam.PTransform):
     Per group: empty texts and repeats are dropped (counted), then at most `cap` texts are kept,
     those with the smallest crc32 (the same sample on every runner and rerun)."""
 
-    def __init__(self, teacher: str, output: str, cap: int, threads: int = 1):
+    def __init__(self, teacher: str, output: str, cap: int, threads: int = 1, synthetic: int = 0,
+                 synthetic_output: str | None = None):
         super().__init__()
         self.teacher, self.output, self.cap, self.threads = teacher, output, cap, threads
+        self.synthetic, self.synthetic_output = synthetic, synthetic_output
 
     def expand(self, pairs):
         cleaned = pairs | "Clean" >> beam.Map(lambda kv: (kv[0], _clean(kv[1])))
@@ -131,20 +133,43 @@ class TeacherPass(beam.PTransform):
                    | "Chunks" >> beam.FlatMap(_chunks)
                    | "Spread" >> beam.Reshuffle()
                    | "Teacher" >> beam.ParDo(_EmbedChunk(self.teacher, self.output, self.threads)))
-        return (tallies + [written]) | "AllTallies" >> beam.Flatten()
+        tallies.append(written)
+        if self.synthetic and self.synthetic_output:
+            # Drawn from the kept sample, so a worker holds one language's `cap` texts, as above.
+            tallies.append(sampled
+                           | "Synthesise" >> beam.Map(_synthesise, self.synthetic)
+                           | "SyntheticChunks" >> beam.FlatMap(_chunks)
+                           | "SpreadSynthetic" >> beam.Reshuffle()
+                           | "TeacherSynthetic" >> beam.ParDo(_EmbedChunk(self.teacher, self.synthetic_output,
+                                                                          self.threads))
+                           | "SyntheticKeys" >> beam.Map(_renamed, "synthetic"))
+        return tallies | "AllTallies" >> beam.Flatten()
+
+
+def _synthesise(group_texts: tuple[str, list[str]], n: int) -> tuple[str, list[str]]:
+    from pipelines.distill.synthetic import synthetic_sentences
+
+    group, texts = group_texts
+    return group, synthetic_sentences(texts, n)
+
+
+def _renamed(tally: dict, unit: str) -> dict:
+    """A teacher pass's `sentences.*` counts under another unit (`tokens.*`, `synthetic.*`)."""
+    return {f"{unit}.{key.split('.', 1)[1]}": value for key, value in tally.items() if key.startswith("sentences.")}
 
 
 def build_teacher_pipeline(pipeline, sources: list[SentenceSource], tokens: list[str], teacher: str,
-                           sentences_dir: str, tokens_dir: str, cap: int, threads: int):
-    """Both teacher passes (the corpus, the vocabulary) in one pipeline; returns its summed tally."""
+                           sentences_dir: str, tokens_dir: str, cap: int, threads: int, synthetic: int = 0,
+                           synthetic_dir: str | None = None):
+    """Both teacher passes (the corpus with its synthetic sentences, the vocabulary) in one pipeline;
+    returns its summed tally."""
     from pipelines.distill.corpus import TOKENS
 
     read = (pipeline | "Sources" >> beam.Create(sources)
             | "Read" >> beam.ParDo(_ReadSource()).with_outputs("tally", main="sentences"))
-    corpus = read.sentences | "Corpus" >> TeacherPass(teacher, sentences_dir, cap, threads)
+    corpus = read.sentences | "Corpus" >> TeacherPass(teacher, sentences_dir, cap, threads, synthetic, synthetic_dir)
     vocab = (pipeline | "Tokens" >> beam.Create([(TOKENS, token) for token in tokens])
              | "Vocabulary" >> TeacherPass(teacher, tokens_dir, max(1, len(tokens)), threads))
-    tokens_tally = vocab | "TokenKeys" >> beam.Map(lambda t: {f"tokens.{k.split('.', 1)[1]}": v for k, v in t.items()
-                                                              if k.startswith("sentences.")})
+    tokens_tally = vocab | "TokenKeys" >> beam.Map(_renamed, "tokens")
     return ((read.tally, corpus, tokens_tally) | "Merge" >> beam.Flatten()
             | "Sum" >> beam.CombineGlobally(SumTallies()))
