@@ -111,7 +111,8 @@ def test_distill_end_to_end_on_multi30k(labse_data, tmp_path, caplog):
     output = tmp_path / "static"
     argv = ["--vocab", str(vocab), "--output", str(output), "--teacher", "auto", "--dims", "32",
             "--sentences-per-language", "300", "--align-epochs", "3", "--contrastive-epochs", "3",
-            "--batch-size", "64", "--synthetic-per-language", "200", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+            "--batch-size", "64", "--synthetic-per-language", "200", "--direct_num_workers", "1",
+            "--direct_running_mode", "in_memory"]
     for lang in ("en", "de", "fr"):
         argv += ["--text", f"{lang}={labse_data / 'multi30k' / f'val.{lang}.gz'}"]
     assert main(argv) == 0
@@ -204,7 +205,8 @@ def test_synthetic_sentences_recombine_a_languages_own_text(labse_data):
     (character windows for Thai, written without spaces), distinct, the same on every call."""
     from pipelines.distill.synthetic import synthetic_sentences, written_with_spaces
 
-    russian = [line for line in (labse_data / "udhr" / "rus.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    russian = [line for line in (labse_data / "udhr" / "rus.txt").read_text(encoding="utf-8").splitlines()
+               if line.strip()]
     found = synthetic_sentences(russian, 500)
     assert len(found) == len(set(found)) == 500 and found == synthetic_sentences(russian, 500)
     words = {word for line in russian for word in line.split()}
