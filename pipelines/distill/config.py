@@ -16,6 +16,9 @@ class DistillConfig:
     dims: int = option(256, "width of the static table (at most the teacher's width)")
     sentences_per_language: int = option(20_000, "monolingual sentences per language the teacher embeds (a "
                                           "deterministic sample: those with the smallest hash of their text)")
+    synthetic_per_language: int = option(2000, "synthetic sentences a language for the alignment: windows of "
+                                          "consecutive words and word-bigram chains drawn from its kept sentences, "
+                                          "embedded by the teacher (0: none; BENCHMARKS.md, static miner)")
     sif_coefficient: float = option(1e-4, "SIF weight a/(a + p(token)), p from the token counts of the corpus")
     align_epochs: int = option(4, "epochs fitting the table to the teacher's sentence vectors (0: none)")
     # Low rates: the initial table carries most of what the miner knows, and 0.02 / 0.005 moved the
@@ -44,7 +47,7 @@ class DistillConfig:
                 problems.append(f"{name} (--{name.replace('_', '-')}) must be >= 1, got {getattr(self, name)}")
         if self.batch_size < 2:
             problems.append("batch_size (--batch-size) must be >= 2: in-batch negatives need two pairs")
-        for name in ("align_epochs", "contrastive_epochs"):
+        for name in ("align_epochs", "contrastive_epochs", "synthetic_per_language"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} (--{name.replace('_', '-')}) must be >= 0")
         for name in ("sif_coefficient", "align_learning_rate", "contrastive_learning_rate", "temperature"):

@@ -36,6 +36,9 @@ def run_demo(data: Path, out: Path, artifacts: dict, *, sentences_per_language: 
     argv = ["--vocab", str(vocab), "--output", str(output), "--teacher", "usem3", "--dims", str(dims),
             "--sentences-per-language", str(sentences_per_language), "--align-epochs", "4",
             "--contrastive-epochs", "4", "--batch-size", "256", "--overwrite",
+            # kept out of the demo's short run (6,000 more teacher sentences); they help most where a language
+            # has ~100 sentences (BENCHMARKS.md, static miner round 3), the demo has 1,014 captions each
+            "--synthetic-per-language", "0",
             "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
     for lang in LANGS:
         path = data / "multi30k" / f"val.{lang}.gz"

@@ -222,8 +222,9 @@ class DistillRun:
         if not storage.is_remote(self.work) and runs_on_dataflow(pipeline.options):
             raise UsageError(f"--work-dir {self.work}: Dataflow's workers write the teacher's vectors there, so it "
                              "must be on Cloud Storage (gs://...; the default is OUTPUT.work)")
+        synthetic = self.config.synthetic_per_language
         key = _fingerprint(self.teacher, [dataclasses.astuple(s) for s in self.sources], vocab,
-                           self.config.sentences_per_language)
+                           self.config.sentences_per_language, *([synthetic] if synthetic else []))
         self.folder = storage.join(self.work, f"teacher-{key}")
         if read_completion(self.folder) is not None:
             self.log(f"teacher vectors: reusing {self.folder}")
@@ -232,7 +233,7 @@ class DistillRun:
                  f"-> {self.folder}")
         # An interrupted pass of these inputs left chunks: each is kept when its texts match (_EmbedChunk).
         return build_teacher_pipeline(pipeline, self.sources, self.vocab, len(vocab), self.teacher, self.folder,
-                                      self.config.sentences_per_language, self.config.threads, STAGE)
+                                      self.config.sentences_per_language, self.config.threads, STAGE, synthetic)
 
     def finish(self) -> dict:
         """After the teacher pass: the table's training, the model into the output, its stats and
@@ -281,6 +282,14 @@ class DistillRun:
         self.log(f"init: {initialised:,}/{len(vocab):,} token rows from {self.teacher}, PCA {teacher_dim} -> "
                  f"{config.dims} dims keeps {projection.explained:.1%} of the sentence vectors' variance")
 
+        corpus_filled = sum(1 for row in sentence_ids if len(row))
+        synthetic = (read_teacher_vectors(storage.join(self.folder, "synthetic"))
+                     if config.synthetic_per_language else None)
+        if synthetic is not None and synthetic.languages:  # alignment targets only: not in the PCA, SIF or mined pairs
+            sentence_ids += ids_of([text for lang in synthetic.languages for text in synthetic.texts[lang]])
+            teacher_vectors = np.concatenate([teacher_vectors, *(synthetic.vectors[lang]
+                                                                 for lang in synthetic.languages)])
+        synthetic_counts = {lang: len(synthetic.texts[lang]) for lang in synthetic.languages} if synthetic else {}
         filled = [i for i, row in enumerate(sentence_ids) if len(row)]
         data = TrainingData([sentence_ids[i] for i in filled], projection(teacher_vectors[filled]))
         pair_texts, per_pair_language, sources_of_pairs = [], {}, []
@@ -297,7 +306,8 @@ class DistillRun:
         usable = [i for i, (s, t) in enumerate(pair_ids) if len(s) and len(t)]
         data.pairs = [pair_ids[i] for i in usable]
         data.pair_keys = [pair_texts[i] for i in usable]
-        self.log(f"training data: {len(data.sentences):,} sentences in {len(corpus.languages)} languages, "
+        self.log(f"training data: {len(data.sentences):,} sentences ({sum(synthetic_counts.values()):,} synthetic) "
+                 f"in {len(corpus.languages)} languages, "
                  f"{len(data.pairs):,} pairs ({pair_source})")
 
         fingerprint = _fingerprint(STAGE, self.folder.rsplit("/", 1)[-1],
@@ -317,11 +327,11 @@ class DistillRun:
 
         kept_by_pass = tally.get("sentences.kept", 0)
         counts = {
-            "sentences.read": tally.get("sentences.read", 0), "sentences.kept": len(data.sentences),
+            "sentences.read": tally.get("sentences.read", 0), "sentences.kept": corpus_filled,
             "sentences.dropped.empty_text": tally.get("sentences.read", 0) - tally.get("sentences.filled", 0),
             "sentences.dropped.duplicate": tally.get("sentences.filled", 0) - tally.get("sentences.distinct", 0),
             "sentences.dropped.over_sample": tally.get("sentences.distinct", 0) - kept_by_pass,
-            "sentences.dropped.no_tokens": kept_by_pass - len(data.sentences),
+            "sentences.dropped.no_tokens": kept_by_pass - corpus_filled,
             "tokens.read": len(vocab), "tokens.kept": initialised,
             "tokens.dropped.reserved_or_shared_surface": len(vocab) - initialised,
             "files.read": tally.get("files.read", 0), "files.kept": tally.get("files.kept", 0),
@@ -332,6 +342,7 @@ class DistillRun:
         stats = {"stage": STAGE, "teacher": self.teacher, "teacher_reason": self.teacher_reason,
                  "config": dataclasses.asdict(config), **accounting_section(counts, UNITS),
                  "sentences_per_language": {lang: len(corpus.texts[lang]) for lang in corpus.languages},
+                 "synthetic_sentences_per_language": synthetic_counts,
                  "pairs_per_language_pair": per_pair_language, "history": history,
                  "teacher_pass": self.folder, "checkpoint": str(getattr(checkpoint, "url", checkpoint.path)),
                  "seconds": round(time.perf_counter() - started, 1)}

@@ -115,9 +115,11 @@ class TeacherPass(beam.PTransform):
     Per group: empty texts and repeats are dropped (counted), then at most `cap` texts are kept,
     those with the smallest crc32 (the same sample on every runner and rerun)."""
 
-    def __init__(self, teacher: str, output: str, cap: int, threads: int = 1):
+    def __init__(self, teacher: str, output: str, cap: int, threads: int = 1, synthetic: int = 0,
+                 synthetic_output: str | None = None):
         super().__init__()
         self.teacher, self.output, self.cap, self.threads = teacher, output, cap, threads
+        self.synthetic, self.synthetic_output = synthetic, synthetic_output
 
     def expand(self, pairs):
         cleaned = pairs | "Clean" >> beam.Map(lambda kv: (kv[0], _clean(kv[1])))
@@ -133,7 +135,29 @@ class TeacherPass(beam.PTransform):
                    | "Chunks" >> beam.FlatMap(_chunks)
                    | "Spread" >> beam.Reshuffle()
                    | "Teacher" >> beam.ParDo(_EmbedChunk(self.teacher, self.output, self.threads)))
-        return (tallies + [written]) | "AllTallies" >> beam.Flatten()
+        tallies.append(written)
+        if self.synthetic and self.synthetic_output:
+            # Drawn from the kept sample, so a worker holds one language's `cap` texts, as above.
+            tallies.append(sampled
+                           | "Synthesise" >> beam.Map(_synthesise, self.synthetic)
+                           | "SyntheticChunks" >> beam.FlatMap(_chunks)
+                           | "SpreadSynthetic" >> beam.Reshuffle()
+                           | "TeacherSynthetic" >> beam.ParDo(_EmbedChunk(self.teacher, self.synthetic_output,
+                                                                          self.threads))
+                           | "SyntheticKeys" >> beam.Map(_renamed, "synthetic"))
+        return tallies | "AllTallies" >> beam.Flatten()
+
+
+def _synthesise(group_texts: tuple[str, list[str]], n: int) -> tuple[str, list[str]]:
+    from pipelines.distill.synthetic import synthetic_sentences
+
+    group, texts = group_texts
+    return group, synthetic_sentences(texts, n)
+
+
+def _renamed(tally: dict, unit: str) -> dict:
+    """A teacher pass's `sentences.*` counts under another unit (`tokens.*`, `synthetic.*`)."""
+    return {f"{unit}.{key.split('.', 1)[1]}": value for key, value in tally.items() if key.startswith("sentences.")}
 
 
 def vocabulary_surfaces(vocab_path: str) -> list[str]:
@@ -156,20 +180,21 @@ def _write_completion(tally: dict, folder: str, stage: str) -> None:
 
 
 def build_teacher_pipeline(pipeline, sources: list[SentenceSource], vocab_path: str, vocab_size: int, teacher: str,
-                           folder: str, cap: int, threads: int, stage: str):
-    """Both teacher passes (the corpus, the vocabulary's surfaces) in one pipeline, into
-    `folder/sentences` and `folder/tokens`; its last step writes the summed tally as `folder`'s
+                           folder: str, cap: int, threads: int, stage: str, synthetic: int = 0):
+    """Both teacher passes (the corpus with `synthetic` synthetic sentences a language, the
+    vocabulary's surfaces) in one pipeline, into `folder/sentences`, `folder/synthetic` and
+    `folder/tokens`; its last step writes the summed tally as `folder`'s
     stats and `_SUCCESS` (on a worker: a finished Dataflow job is complete without its launcher)."""
     from pipelines.distill.corpus import TOKENS
 
     read = (pipeline | "Sources" >> beam.Create(sources)
             | "Read" >> beam.ParDo(_ReadSource()).with_outputs("tally", main="sentences"))
-    corpus = read.sentences | "Corpus" >> TeacherPass(teacher, f"{folder}/sentences", cap, threads)
+    corpus = read.sentences | "Corpus" >> TeacherPass(teacher, f"{folder}/sentences", cap, threads, synthetic,
+                                                      f"{folder}/synthetic")
     vocab = (pipeline | "VocabFile" >> beam.Create([vocab_path])
              | "Surfaces" >> beam.FlatMap(lambda path: [(TOKENS, s) for s in vocabulary_surfaces(path)])
              | "Vocabulary" >> TeacherPass(teacher, f"{folder}/tokens", max(1, vocab_size), threads))
-    tokens_tally = vocab | "TokenKeys" >> beam.Map(lambda t: {f"tokens.{k.split('.', 1)[1]}": v for k, v in t.items()
-                                                              if k.startswith("sentences.")})
+    tokens_tally = vocab | "TokenKeys" >> beam.Map(_renamed, "tokens")
     return ((read.tally, corpus, tokens_tally) | "Merge" >> beam.Flatten()
             | "Sum" >> beam.CombineGlobally(SumTallies())
             | "Complete" >> beam.Map(_write_completion, folder, stage))
