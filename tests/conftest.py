@@ -50,6 +50,16 @@ def pair_inputs(labse_data, tmp_path_factory):
     return vocab, write_shards(labse_data, vocab, root / "shards", pairs_per_lang=32)
 
 
+@pytest.fixture(scope="session")
+def doc_runs(labse_data, tmp_path_factory):
+    """The runs of README.md's and the guides' command blocks (tests/test_doc_commands.py), one per
+    session: a chain test that checks what a documented command writes on the sample data reads
+    it from there (`test_doc_commands.documented_output`) instead of running the command again."""
+    from test_doc_commands import start_doc_runs
+
+    return start_doc_runs(labse_data, tmp_path_factory)
+
+
 def benchmark_script(name: str):
     """The module of `benchmarks/NAME.py`, imported with `benchmarks/` on sys.path only while it loads
     (its siblings import each other by name). Left on sys.path, `benchmarks/vocab.py` would shadow

@@ -45,7 +45,7 @@ ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=(\S+)$")
 INDENTED_COMMAND = re.compile(r"^(?: {4}|\t)(?:labse-[a-z-]+|python3?|\S*/python|make|torchrun|gsutil|pip)(?= ).* -")
 # Smaller sizes for the test, per document; each name must be a variable the document assigns.
 SCALE = {
-    "README.md": {"PER_LANGUAGE": "2000", "PT_STEPS": "30", "STEPS": "20"},
+    "README.md": {"PER_LANGUAGE": "2000", "PT_STEPS": "15", "STEPS": "10"},
     "docs/guides/embedders.md": {"N": "150"},
     "docs/guides/new-language-pair.md": {"N": "200", "ROWS": "1500", "PAIRS": "600"},
     "docs/guides/re-mining.md": {"N": "60", "ROWS": "800", "PAIRS": "240", "STEPS": "10"},
@@ -225,8 +225,9 @@ class DocRun:
         return why
 
 
-@pytest.fixture(scope="module")
-def doc_runs(labse_data, tmp_path_factory):
+def start_doc_runs(labse_data: Path, tmp_path_factory) -> dict[str, DocRun]:
+    """A DocRun per document (README.md first), each in its own folder beside `shared/data`: the
+    session's `doc_runs` fixture (tests/conftest.py), which every test module shares."""
     root = tmp_path_factory.mktemp("doc_commands")
     (root / "shared").mkdir()
     (root / "shared" / "data").symlink_to(labse_data, target_is_directory=True)
@@ -239,6 +240,32 @@ def doc_runs(labse_data, tmp_path_factory):
     for doc in DOCS[1:]:
         runs[doc] = DocRun(doc, root / Path(doc).stem, env, readme)
     return runs
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def block_running(blocks: list[Block], command: str) -> Block | None:
+    """The block that runs `command` as one of its commands (continuation lines joined, spacing aside)."""
+    wanted = _one_line(command)
+    return next((b for b in blocks if any(_one_line(line) == wanted
+                                          for line in b.text.replace("\\\n", " ").splitlines())), None)
+
+
+def documented_output(doc_runs: dict[str, DocRun], doc: str, command: str, output: str) -> Path:
+    """`output` as the block of `doc` that runs `command` (word for word, line breaks aside) wrote it.
+
+    A chain test that would run a documented command on the same inputs reads the docs test's run
+    instead (the block runs once per session, whichever test asks first). The command is named in
+    full, so a document that changes it fails here rather than handing the test other data."""
+    block = block_running(runnable(doc), command)
+    assert block is not None, f"{doc} no longer runs `{_one_line(command)}`; the test reads that command's output"
+    why = doc_runs[doc].run(block)
+    assert why is None, f"{block.name}, whose output the test reads, does not run: {why}"
+    path = doc_runs[doc].folder / output
+    assert path.exists(), f"{block.name} did not write {output}"
+    return path
 
 
 def _block_params():
@@ -312,6 +339,15 @@ def test_parser_finds_markers_variables_and_outputs():
     assert assigned(local) == {"STEPS": "300"}
     assert sorted(described_outputs(local)) == ["out/y", "out/y/report.html"] and described_outputs(cloud) == []
     assert indented_commands("a\n\n    labse-clean --input x\n\n```\n    labse-y\n```\n") == ["3: labse-clean --input x"]
+
+
+def test_a_chain_test_finds_the_block_that_runs_its_command_word_for_word():
+    text = "```\nN=5\nlabse-x --input 'a/*.gz' \\\n    --output out/x   # writes out/x\nlabse-y --output out/y\n```\n"
+    (block,) = blocks_of("README.md", text)
+    assert block_running([block], "labse-x  --input 'a/*.gz' --output out/x # writes out/x") == block
+    assert block_running([block], "labse-y --output out/y") == block
+    assert block_running([block], "labse-x --input 'a/*.gz' --output out/x") is None  # the comment is part of it
+    assert block_running([block], "labse-y --output out/z") is None
 
 
 def coverage_table() -> list[str]:

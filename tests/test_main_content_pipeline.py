@@ -13,18 +13,23 @@ from pipelines.main_content.train import read_pages
 
 from tests.conftest import require_file
 
-pytestmark = pytest.mark.slow
+# The fixture's first use runs the README's cleaning and main-content blocks when the docs test has
+# not run them yet in this session (this module alone): the blocks' own limit, not the test's 900 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 @pytest.fixture(scope="module")
-def built(labse_data, tmp_path_factory):
+def built(labse_data, doc_runs):
+    """build-data on both sample WARCs with 2 worker processes: the README's example is this command,
+    so the docs test's run of it is read here rather than repeated."""
+    from test_doc_commands import documented_output
+
     require_file(labse_data, "commoncrawl/web-pages-sample.warc.gz")
     require_file(labse_data, "commoncrawl/CC-MAIN-2020-34-sample.warc.gz")
     pattern = str(labse_data / "commoncrawl" / "*.warc.gz")
-    out = tmp_path_factory.mktemp("mc") / "data"
-    code = cli.main(["build-data", "--input", pattern, "--output", str(out),
-                     "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
-    assert code == 0
+    out = documented_output(doc_runs, "README.md", "labse-main-content build-data --input "
+                            "'../shared/data/commoncrawl/*.warc.gz' --output out/mc-data "
+                            "--direct_running_mode multi_processing --direct_num_workers 2", "out/mc-data")
     return pattern, out
 
 

