@@ -17,7 +17,8 @@ import numpy as np
 from pipelines.accounting import MergeTallies, accounting_section
 from pipelines.index.config import IndexConfig
 from pipelines.index.shards import (RERANK_SUFFIX, TRAINED, IndexManifest, ShardPlan, faiss_threads, from_bytes,
-                                    sample_ranges, to_bytes, train_index, usable_rows)
+                                    sample_ranges, to_bytes, usable_rows)
+from pipelines.index.training import train_bounded
 from pipelines.index.vector_files import MatrixFile
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.completion import finish_output
@@ -25,7 +26,8 @@ from pipelines.io.completion import finish_output
 logger = logging.getLogger(__name__)
 COUNTER_NAMESPACE = "index"
 UNITS = ("vectors",)
-ADD_CHUNK = 262_144  # rows read and added at a time (256 MB of float32 at 256 dimensions)
+ADD_CHUNK = 16_384  # rows read and added at a time (16 MB of float32 at 256 dimensions; a worker's
+# memory should not grow with its shard, and FAISS adds as fast in chunks of this size)
 
 
 def _read_object(path: str) -> bytes:
@@ -37,12 +39,15 @@ def _read_object(path: str) -> bytes:
 
 
 def _train(_, files: Sequence[MatrixFile], factory: str, sample_size: int, config: IndexConfig, output: str):
-    """Read a uniform sample, train, write `trained.faiss`; yields its path."""
-    sample = np.concatenate([files[number].read_rows(start, stop)
-                             for number, start, stop in sample_ranges(files, sample_size, config.seed)])
-    unit, _, _ = usable_rows(sample)
-    logger.info("training %s on %d vectors", factory, len(unit))
-    index = train_index(unit, factory, config.train_threads)
+    """Train on a uniform sample holding at most `config.train_memory_rows` vectors at once
+    (`pipelines.index.training`), write `trained.faiss`; yields its path."""
+    memory_rows = min(sample_size, config.train_memory_rows)
+    held = sample_ranges(files, memory_rows, config.seed)
+    stream = sample_ranges(files, sample_size, config.seed + 1) if sample_size > memory_rows else []
+    logger.info("training %s on %d vectors, %d at a time", factory, max(sample_size, memory_rows), memory_rows)
+    index = train_bounded(lambda number, start, stop: files[number].read_rows(start, stop), held, stream,
+                          files[0].dim, factory, config.train_memory_rows, config.seed, config.train_threads,
+                          unit=lambda rows: usable_rows(rows)[0])
     path = f"{output}/{TRAINED}"
     write_bytes_atomic(path, to_bytes(index))
     yield path

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.embed.saved_vectors import SavedVectorsError, normalised_key
+from pipelines.embed.saved_vectors import KEYS_SUFFIX, SavedVectorsError, normalised_key
 
 
 def _filesystems():
@@ -92,6 +92,8 @@ def list_matrix_files(directory: str) -> list[MatrixFile]:
     found = []
     for metadata in sorted(matched, key=lambda m: m.path):
         matrix = metadata.path
+        if matrix.endswith(KEYS_SUFFIX):  # the sentence lookup table beside NAME.txt, not a matrix
+            continue
         texts = matrix[:-len(".npy")] + ".txt"
         if not filesystems.exists(texts):
             raise SavedVectorsError(f"{matrix} has no {texts.rsplit('/', 1)[-1]} beside it (one sentence a line, "

@@ -54,7 +54,8 @@ class MineConfig:
                                    "index's own, 32 from labse-index)")
     rerank: int = option(64, "global layout: hits the index proposes per query, re-ranked by exact cosine from the "
                          "shard's saved rows (0: the index's compressed similarities; at most k are kept)")
-    query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
+    query_batch: int = option(8_192, "sentences searched together against one index shard (global layout): a "
+                              "worker's query memory, whatever the input's size")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) finds "
                                            "each sentence's --cascade-candidates nearest in the cells and --embedder "
                                            "scores only those pairs (cells layout)")
