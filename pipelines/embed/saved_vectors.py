@@ -94,17 +94,18 @@ def write_keys(directory: str | Path) -> list[Path]:
     return written
 
 
-def _matrix_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
-    with open(path, "rb") as handle:
-        try:
-            version = np.lib.format.read_magic(handle)
-            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read(handle)
-        except (ValueError, OSError) as error:
-            raise SavedVectorsError(f"{path} is not a readable .npy matrix ({error})") from None
-        if len(shape) != 2 or dtype.kind != "f" or fortran:
-            raise SavedVectorsError(f"{path} must be a 2-D float matrix in C order, got {dtype} {shape}")
-        return shape, dtype, handle.tell()
+def read_matrix_header(stream, path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, data offset) of the .npy at the start of the binary `stream` (read from
+    `path`); SavedVectorsError unless it is a 2-D float matrix in C order."""
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(stream)
+    except (ValueError, OSError) as error:
+        raise SavedVectorsError(f"{path} is not a readable .npy matrix ({error})") from None
+    if len(shape) != 2 or dtype.kind != "f" or fortran:
+        raise SavedVectorsError(f"{path} must be a 2-D float matrix in C order, got {dtype} {shape}")
+    return shape, dtype, stream.tell()
 
 
 def vector_files(directory: Path) -> list[tuple[Path, Path]]:
@@ -127,7 +128,8 @@ class _KeyedFile:
     """One NAME.npy + NAME.txt pair: rows looked up by sentence through its keys table."""
 
     def __init__(self, matrix_path: Path, texts_path: Path):
-        (self.rows, self.dim), self.dtype, self.data_offset = _matrix_header(matrix_path)
+        with open(matrix_path, "rb") as handle:
+            (self.rows, self.dim), self.dtype, self.data_offset = read_matrix_header(handle, matrix_path)
         self.matrix_path = matrix_path
         saved_keys = keys_path(texts_path)
         if saved_keys.is_file():
