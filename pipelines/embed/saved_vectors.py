@@ -51,6 +51,7 @@ def normalised_key(text: str) -> str:
 
 
 KEYS_SUFFIX = ".keys.npy"
+RELEASE_EVERY = 65_536  # lookups after which the mapped pages they touched are dropped from the process
 
 
 def key_hash(key: str) -> int:
@@ -147,23 +148,37 @@ class _KeyedFile:
         with open(texts_path, "rb") as handle:
             self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.rows else b""
         self._fd = os.open(matrix_path, os.O_RDONLY)
+        self._lookups = 0
 
     def find(self, keys: Sequence[str], hashes: np.ndarray) -> np.ndarray:
-        """The row of each key (-1 where absent): binary search, then the line read back and compared."""
+        """The row of each key (-1 where absent): binary search, then the line read back and compared
+        (a colliding hash moves on to the next entry with the same hash)."""
         found = np.full(len(keys), -1, np.int64)
         if not self.rows:
             return found
         starts = np.searchsorted(self.hashes, hashes, side="left")
-        for i, (key, wanted, at) in enumerate(zip(keys, hashes, starts)):
-            while at < self.rows and self.hashes[at] == wanted:
-                offset = int(self.keys[2, at])
-                end = self.text.find(b"\n", offset)
-                line = self.text[offset:end if end >= 0 else len(self.text)]
-                if normalised_key(line.decode("utf-8")) == key:
-                    found[i] = int(self.keys[1, at])
+        at = np.minimum(starts, self.rows - 1)
+        candidates = np.flatnonzero((starts < self.rows) & (np.asarray(self.hashes[at]) == hashes))
+        rows, offsets = np.asarray(self.keys[1, at[candidates]]), np.asarray(self.keys[2, at[candidates]])
+        for i, row, offset in zip(candidates.tolist(), rows.tolist(), offsets.tolist()):
+            if self._line(offset) == keys[i]:
+                found[i] = row
+                continue
+            entry = int(at[i]) + 1
+            while entry < self.rows and self.hashes[entry] == hashes[i]:  # a collision: the next same hash
+                if self._line(int(self.keys[2, entry])) == keys[i]:
+                    found[i] = int(self.keys[1, entry])
                     break
-                at += 1
+                entry += 1
+        self._lookups += len(keys)
+        if self._lookups >= RELEASE_EVERY:
+            self._lookups = 0
+            self.release()
         return found
+
+    def _line(self, offset: int) -> str:
+        end = self.text.find(b"\n", offset)
+        return normalised_key(self.text[offset:end if end >= 0 else len(self.text)].decode("utf-8"))
 
     def read(self, rows: np.ndarray) -> np.ndarray:
         """float32 rows by offset, consecutive rows in one read."""
@@ -225,7 +240,6 @@ class SavedVectorsEmbedder:
             found = keyed.find([keys[i] for i in open_], hashes[open_])
             hit = found >= 0
             files[open_[hit]], rows[open_[hit]] = number, found[hit]
-            keyed.release()
         missing = [text for text, number in zip(texts, files) if number < 0]
         if missing:
             raise SavedVectorsError(f"{len(missing):,} of {len(texts):,} sentences have no saved vector in "

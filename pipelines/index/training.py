@@ -30,7 +30,7 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-TRAIN_MEMORY_ROWS = 32_768  # vectors the trainer holds at once (32 MB at 256 dimensions)
+TRAIN_MEMORY_ROWS = 16_384  # vectors the trainer holds at once (16 MB at 256 dimensions)
 STREAM_CHUNK = 8_192  # rows of the training sample read, assigned and spilled at a time
 COARSE_ITERATIONS = 10  # k-means iterations, as FAISS's IVF training (Level1Quantizer.cp.niter)
 
