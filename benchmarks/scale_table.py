@@ -520,6 +520,10 @@ class Table:
             for lang, side in (("de", "src"), ("en", "tgt")):
                 for suffix in (".npy", ".txt"):
                     (flat / f"{side}{suffix}").symlink_to(vectors / lang / f"{side}{suffix}")
+        if not (flat / "src.keys.npy").exists():  # the sentence lookup table, once per language (not measured)
+            from pipelines.embed.saved_vectors import write_keys
+
+            write_keys(flat)
         out = self.cell_dir("mine-global", scale)
         result = self._measure("mine-global", scale, [
             str(BIN / "labse-mine"), "--src", str(vectors / "de" / "src.txt"), "--tgt", str(vectors / "en" / "tgt.txt"),

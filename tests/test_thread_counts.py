@@ -59,7 +59,7 @@ def test_the_shard_fill_step_runs_on_one_thread_and_gives_the_count_back(tmp_pat
     trained.write_bytes(shards.to_bytes(faiss.IndexFlatIP(8)))
     during = []
     monkeypatch.setattr(transforms._FillShard, "_fill",
-                        lambda self, plan, index, rows_file: during.append(faiss.omp_get_max_threads()) or {})
+                        lambda self, plan, index, *spools: during.append(faiss.omp_get_max_threads()) or {})
     step = transforms._FillShard([], str(tmp_path))
     step.setup()
     assert list(step.process(shards.ShardPlan(0, 1, ()), str(trained))) == [{}]

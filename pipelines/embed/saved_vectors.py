@@ -4,18 +4,30 @@ For mining (or re-mining) sentences that were already embedded, e.g. by a GPU jo
 that no embedder here produces. `DIR` holds pairs of files with the same stem:
 
 * `NAME.npy` — a float32 (or float16/float64) matrix `[n, dim]`, one row per sentence;
-* `NAME.txt` — UTF-8, n lines: line i is the sentence whose vector is row i.
+* `NAME.txt` — UTF-8, n lines: line i is the sentence whose vector is row i;
+* `NAME.keys.npy` (optional, written by `python -m pipelines.embed.saved_vectors keys DIR`) — the
+  lookup table: a uint64 `[3, n]` array, row 0 the 64-bit hashes of the sentences sorted, row 1
+  each one's row, row 2 the byte offset of its line in NAME.txt.
 
 Every pair must have the same `dim`. A sentence is looked up by its text with runs of whitespace
 collapsed to one space (labse-mine's own normalisation, so its key is the sentence it mines); the
-first occurrence of a repeated text wins. Vectors are memory-mapped, so a worker holds the text
-index (about 100 bytes a sentence) and only the rows it reads; rows are L2-normalised when read.
+first occurrence of a repeated text wins. The lookup is a binary search of the hash in the keys
+table, and the candidate's line is read back from NAME.txt and compared, so a hash collision never
+serves the wrong vector. With `NAME.keys.npy` the table and the text are memory-mapped, and a
+worker holds no per-sentence Python object whatever the language's size; without it the table is
+built when the embedder loads (24 bytes a sentence in numpy arrays, a pass over NAME.txt).
+Vector rows are read by offset (`os.pread`), not through a mapping, so the rows a worker has
+served do not stay in its memory; they are L2-normalised when read.
 A sentence with no saved vector is a one-line `EmbedderError` naming it: the vectors do not match
 the sentences given, which only the user can fix. A row that is not finite (NaN or inf) is served as
 it is: labse-mine drops such a sentence with the counted reason `non_finite_vector`.
 """
 from __future__ import annotations
 
+import hashlib
+import mmap
+import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -38,13 +50,72 @@ def normalised_key(text: str) -> str:
     return " ".join(str(text).split())
 
 
+KEYS_SUFFIX = ".keys.npy"
+RELEASE_EVERY = 65_536  # lookups after which the mapped pages they touched are dropped from the process
+
+
+def key_hash(key: str) -> int:
+    """The 64-bit hash a normalised sentence is filed under (stable across processes and runs)."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
+
+
+def keys_path(texts: Path) -> Path:
+    return texts.with_name(texts.name[:-len(".txt")] + KEYS_SUFFIX)
+
+
+def build_keys(texts_path: Path) -> np.ndarray:
+    """The keys table of NAME.txt (see the module docstring), read through once in binary."""
+    hashes, offsets = [], []
+    offset = 0
+    with open(texts_path, "rb") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise SavedVectorsError(f"{texts_path} is not UTF-8 text (line {number:,}, byte "
+                                        f"{offset + error.start:,}: {error.reason}): save the sentences as UTF-8") from None
+            hashes.append(key_hash(normalised_key(text)))
+            offsets.append(offset)
+            offset += len(line)
+    hashes = np.array(hashes, dtype=np.uint64)
+    order = np.argsort(hashes, kind="stable")  # equal hashes keep file order: the first occurrence first
+    return np.stack([hashes[order], order.astype(np.uint64), np.array(offsets, dtype=np.uint64)[order]])
+
+
+def write_keys(directory: str | Path) -> list[Path]:
+    """NAME.keys.npy beside every NAME.txt of `directory` (atomically); returns the files written."""
+    from pipelines.io.atomic import atomic_path
+
+    written = []
+    for _matrix, texts in vector_files(Path(directory)):
+        target = keys_path(texts)
+        with atomic_path(str(target)) as tmp, open(tmp, "wb") as handle:
+            np.save(handle, build_keys(texts), allow_pickle=False)
+        written.append(target)
+    return written
+
+
+def read_matrix_header(stream, path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, data offset) of the .npy at the start of the binary `stream` (read from
+    `path`); SavedVectorsError unless it is a 2-D float matrix in C order."""
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(stream)
+    except (ValueError, OSError) as error:
+        raise SavedVectorsError(f"{path} is not a readable .npy matrix ({error})") from None
+    if len(shape) != 2 or dtype.kind != "f" or fortran:
+        raise SavedVectorsError(f"{path} must be a 2-D float matrix in C order, got {dtype} {shape}")
+    return shape, dtype, stream.tell()
+
+
 def vector_files(directory: Path) -> list[tuple[Path, Path]]:
     """The (NAME.npy, NAME.txt) pairs in `directory`; raises SavedVectorsError when there are none
     or an .npy has no .txt beside it."""
     if not directory.is_dir():
         raise SavedVectorsError(f"saved vectors directory not found: {directory}")
     pairs = []
-    for matrix in sorted(directory.glob("*.npy")):
+    for matrix in sorted(m for m in directory.glob("*.npy") if not m.name.endswith(KEYS_SUFFIX)):
         texts = matrix.with_suffix(".txt")
         if not texts.is_file():
             raise SavedVectorsError(f"{matrix} has no {texts.name} beside it (one sentence a line, row i = line i)")
@@ -54,57 +125,151 @@ def vector_files(directory: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+class _KeyedFile:
+    """One NAME.npy + NAME.txt pair: rows looked up by sentence through its keys table."""
+
+    def __init__(self, matrix_path: Path, texts_path: Path):
+        with open(matrix_path, "rb") as handle:
+            (self.rows, self.dim), self.dtype, self.data_offset = read_matrix_header(handle, matrix_path)
+        self.matrix_path = matrix_path
+        saved_keys = keys_path(texts_path)
+        if saved_keys.is_file():
+            self.keys = np.load(saved_keys, mmap_mode="r", allow_pickle=False)
+            if self.keys.shape != (3, self.rows) or self.keys.dtype != np.uint64:
+                raise SavedVectorsError(f"{saved_keys} is {self.keys.dtype} {self.keys.shape}, not the keys of "
+                                        f"{self.rows:,} rows: rebuild it (python -m pipelines.embed.saved_vectors keys "
+                                        f"{matrix_path.parent})")
+        else:
+            self.keys = build_keys(texts_path)
+            if self.keys.shape[1] != self.rows:
+                raise SavedVectorsError(f"{texts_path} has {self.keys.shape[1]:,} lines but {matrix_path.name} has "
+                                        f"{self.rows:,} rows: they must match one to one")
+        self.hashes = self.keys[0]  # a contiguous row: searchsorted reads it in place
+        with open(texts_path, "rb") as handle:
+            self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.rows else b""
+        self._fd = os.open(matrix_path, os.O_RDONLY)
+        self._lookups = 0
+
+    def find(self, keys: Sequence[str], hashes: np.ndarray) -> np.ndarray:
+        """The row of each key (-1 where absent): binary search, then the line read back and compared
+        (a colliding hash moves on to the next entry with the same hash)."""
+        found = np.full(len(keys), -1, np.int64)
+        if not self.rows:
+            return found
+        starts = np.searchsorted(self.hashes, hashes, side="left")
+        at = np.minimum(starts, self.rows - 1)
+        candidates = np.flatnonzero((starts < self.rows) & (np.asarray(self.hashes[at]) == hashes))
+        rows, offsets = np.asarray(self.keys[1, at[candidates]]), np.asarray(self.keys[2, at[candidates]])
+        for i, row, offset in zip(candidates.tolist(), rows.tolist(), offsets.tolist()):
+            if self._line(offset) == keys[i]:
+                found[i] = row
+                continue
+            entry = int(at[i]) + 1
+            while entry < self.rows and self.hashes[entry] == hashes[i]:  # a collision: the next same hash
+                if self._line(int(self.keys[2, entry])) == keys[i]:
+                    found[i] = int(self.keys[1, entry])
+                    break
+                entry += 1
+        self._lookups += len(keys)
+        if self._lookups >= RELEASE_EVERY:
+            self._lookups = 0
+            self.release()
+        return found
+
+    def _line(self, offset: int) -> str:
+        end = self.text.find(b"\n", offset)
+        return normalised_key(self.text[offset:end if end >= 0 else len(self.text)].decode("utf-8"))
+
+    def read(self, rows: np.ndarray) -> np.ndarray:
+        """float32 rows by offset, consecutive rows in one read."""
+        row_bytes = self.dtype.itemsize * self.dim
+        out = np.empty((len(rows), self.dim), np.float32)
+        order = np.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
+        for run in np.split(np.arange(len(rows)), breaks):
+            if not len(run):
+                continue
+            first, count = int(sorted_rows[run[0]]), len(run)
+            raw = os.pread(self._fd, count * row_bytes, self.data_offset + first * row_bytes)
+            if len(raw) != count * row_bytes:
+                raise SavedVectorsError(f"{self.matrix_path} ends before row {first + count:,}: the file is truncated")
+            out[order[run]] = np.frombuffer(raw, dtype=self.dtype).reshape(count, self.dim)
+        return out
+
+    def release(self) -> None:
+        """Drop the mapped pages a lookup touched from this process (the page cache keeps them), so a
+        worker's resident memory does not grow with the sentences it has looked up."""
+        for mapping in (getattr(self.keys, "_mmap", None), self.text):
+            if isinstance(mapping, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+                mapping.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 class SavedVectorsEmbedder:
     """Vectors looked up by sentence text in `vectors:DIR` (see the module docstring)."""
 
     def __init__(self, directory: str | Path) -> None:
         directory = Path(directory)
         self.name = f"{PREFIX}{directory}"
-        self._matrices: list[np.ndarray] = []
-        self._where: dict[str, tuple[int, int]] = {}
-        dims = set()
-        for file_number, (matrix_path, texts_path) in enumerate(vector_files(directory)):
-            try:
-                matrix = np.load(matrix_path, mmap_mode="r", allow_pickle=False)
-            except (ValueError, OSError) as error:
-                raise SavedVectorsError(f"{matrix_path} is not a readable .npy matrix ({error})") from None
-            if matrix.ndim != 2 or matrix.dtype.kind != "f":
-                raise SavedVectorsError(f"{matrix_path} must be a 2-D float matrix, got {matrix.dtype} {matrix.shape}")
-            try:
-                with open(texts_path, encoding="utf-8") as handle:
-                    texts = handle.read().split("\n")
-            except UnicodeDecodeError as error:
-                line = texts_path.read_bytes()[:error.start].count(b"\n") + 1
-                raise SavedVectorsError(f"{texts_path} is not UTF-8 text (line {line:,}, byte {error.start:,}: "
-                                        f"{error.reason}): save the sentences as UTF-8") from None
-            if texts and texts[-1] == "":
-                texts.pop()
-            if len(texts) != matrix.shape[0]:
-                raise SavedVectorsError(f"{texts_path} has {len(texts):,} lines but {matrix_path.name} has "
-                                        f"{matrix.shape[0]:,} rows: they must match one to one")
-            dims.add(matrix.shape[1])
-            self._matrices.append(matrix)
-            for row, text in enumerate(texts):
-                self._where.setdefault(normalised_key(text), (file_number, row))
+        self._files = [_KeyedFile(matrix, texts) for matrix, texts in vector_files(directory)]
+        dims = sorted({f.dim for f in self._files})
         if len(dims) > 1:
-            raise SavedVectorsError(f"the .npy files in {directory} have different widths {sorted(dims)}")
-        self.dim = dims.pop()
+            raise SavedVectorsError(f"the .npy files in {directory} have different widths {dims}")
+        self.dim = dims[0]
 
     def __len__(self) -> int:
-        return len(self._where)
+        """Distinct sentences (by their 64-bit keys)."""
+        return len(np.unique(np.concatenate([np.asarray(f.hashes) for f in self._files])))
+
+    def __del__(self) -> None:
+        for keyed in getattr(self, "_files", []):
+            keyed.close()
 
     def encode(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
-        found = [self._where.get(normalised_key(text)) for text in texts]
-        missing = [text for text, where in zip(texts, found) if where is None]
+        keys = [normalised_key(text) for text in texts]
+        hashes = np.array([key_hash(key) for key in keys], dtype=np.uint64)
+        files = np.full(len(texts), -1, np.int64)
+        rows = np.full(len(texts), -1, np.int64)
+        for number, keyed in enumerate(self._files):  # the first file that has a sentence serves it
+            open_ = np.flatnonzero(files < 0)
+            if not len(open_):
+                break
+            found = keyed.find([keys[i] for i in open_], hashes[open_])
+            hit = found >= 0
+            files[open_[hit]], rows[open_[hit]] = number, found[hit]
+        missing = [text for text, number in zip(texts, files) if number < 0]
         if missing:
             raise SavedVectorsError(f"{len(missing):,} of {len(texts):,} sentences have no saved vector in "
                                     f"{self.name[len(PREFIX):]}, e.g. {missing[0][:80]!r}: save a vector for every "
                                     "sentence mined")
         out = np.zeros((len(texts), self.dim), np.float32)
-        if found:
-            files, rows = np.array(found, dtype=np.int64).T
-            for file_number in np.unique(files):  # one gather per file, rows in file order
-                on_file = np.flatnonzero(files == file_number)
-                order = on_file[np.argsort(rows[on_file], kind="stable")]
-                out[order] = self._matrices[file_number][rows[order]]
+        for number in np.unique(files):
+            on_file = np.flatnonzero(files == number)
+            out[on_file] = self._files[number].read(rows[on_file])
         return l2_normalise(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m pipelines.embed.saved_vectors keys DIR`: write NAME.keys.npy for every pair of DIR."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pipelines.embed.saved_vectors",
+                                     description="Write the keys table (NAME.keys.npy) of a vectors:DIR folder, so "
+                                                 "that labse-mine memory-maps its sentence lookup.")
+    parser.add_argument("command", choices=("keys",))
+    parser.add_argument("directory")
+    args = parser.parse_args(argv)
+    try:
+        for path in write_keys(args.directory.removeprefix(PREFIX)):
+            print(f"wrote {path}")
+    except SavedVectorsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

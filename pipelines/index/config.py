@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from pipelines.index.training import TRAIN_MEMORY_ROWS
 from pipelines.io.config_options import REQUIRED, option
 
 # A shard is one worker's unit when the index is filled and searched: 20M sentences at 72 bytes
@@ -22,6 +23,8 @@ class IndexConfig:
     shard_sentences: int = option(DEFAULT_SHARD_SENTENCES, "sentences per index shard (one worker's unit)")
     nprobe: int = option(32, "inverted lists a query visits, recorded for labse-mine (32 with 64 hits re-ranked: "
                          "recall@1 0.93 at 2M with fast-scan codes, BENCHMARKS.md; stopes uses 128 without re-ranking)")
+    train_memory_rows: int = option(TRAIN_MEMORY_ROWS, "vectors the trainer holds at once: a larger training sample "
+                                    "streams through a two-level k-means (pipelines/index/training.py)")
     train_threads: int = option(1, "threads FAISS trains with (one worker trains)")
     seed: int = option(0, "seed of the training sample")
 
@@ -36,6 +39,9 @@ class IndexConfig:
                             f"got {self.shard_sentences}")
         if not 1 <= self.nprobe <= 1 << 20:
             problems.append(f"nprobe (--nprobe) must be between 1 and {1 << 20:,}, got {self.nprobe}")
+        if not 64 <= self.train_memory_rows <= 1 << 30:
+            problems.append(f"train_memory_rows (--train-memory-rows) must be between 64 and {1 << 30:,}, "
+                            f"got {self.train_memory_rows}")
         if not 1 <= self.train_threads <= 1_024:
             problems.append(f"train_threads (--train-threads) must be between 1 and 1,024, got {self.train_threads}")
         if problems:

@@ -65,6 +65,36 @@ def plan_shards(files: Sequence[MatrixFile], per_shard: int) -> list[ShardPlan]:
     return [ShardPlan(i, shards, tuple(r)) for i, r in enumerate(plans)]
 
 
+class SeenKeys:
+    """The 64-bit keys seen so far, as a few sorted numpy runs (merged like a binary counter):
+    8 bytes a key and no Python object per key; a lookup is a binary search in each run."""
+
+    def __init__(self) -> None:
+        self.runs: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return sum(len(run) for run in self.runs)
+
+    def add_new(self, keys: np.ndarray) -> list[int]:
+        """Positions in `keys` of those not seen before (the first of repeats within `keys`), which
+        are then remembered."""
+        keys = np.asarray(keys, dtype=np.uint64)
+        _, first = np.unique(keys, return_index=True)
+        fresh = np.zeros(len(keys), bool)
+        fresh[first] = True
+        for run in self.runs:
+            at = np.minimum(np.searchsorted(run, keys), len(run) - 1)
+            fresh &= run[at] != keys
+        new = np.sort(keys[fresh])
+        if len(new):
+            self.runs.append(new)
+            while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
+                merged = np.concatenate([self.runs.pop(), self.runs.pop()])
+                merged.sort(kind="stable")
+                self.runs.append(merged)
+        return np.flatnonzero(fresh).tolist()
+
+
 SAMPLE_RUN = 256  # rows read together: a sample of runs costs size/256 ranged reads, not one a row
 
 

@@ -16,8 +16,10 @@ import numpy as np
 
 from pipelines.accounting import MergeTallies, accounting_section
 from pipelines.index.config import IndexConfig
-from pipelines.index.shards import (RERANK_SUFFIX, TRAINED, IndexManifest, ShardPlan, faiss_threads, from_bytes,
-                                    sample_ranges, to_bytes, train_index, usable_rows)
+from pipelines.embed.saved_vectors import key_hash
+from pipelines.index.shards import (RERANK_SUFFIX, TRAINED, IndexManifest, SeenKeys, ShardPlan, faiss_threads,
+                                    from_bytes, sample_ranges, to_bytes, usable_rows)
+from pipelines.index.training import train_bounded
 from pipelines.index.vector_files import MatrixFile
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.completion import finish_output
@@ -25,7 +27,8 @@ from pipelines.io.completion import finish_output
 logger = logging.getLogger(__name__)
 COUNTER_NAMESPACE = "index"
 UNITS = ("vectors",)
-ADD_CHUNK = 262_144  # rows read and added at a time (256 MB of float32 at 256 dimensions)
+ADD_CHUNK = 16_384  # rows read and added at a time (16 MB of float32 at 256 dimensions; a worker's
+# memory should not grow with its shard, and FAISS adds as fast in chunks of this size)
 
 
 def _read_object(path: str) -> bytes:
@@ -37,12 +40,15 @@ def _read_object(path: str) -> bytes:
 
 
 def _train(_, files: Sequence[MatrixFile], factory: str, sample_size: int, config: IndexConfig, output: str):
-    """Read a uniform sample, train, write `trained.faiss`; yields its path."""
-    sample = np.concatenate([files[number].read_rows(start, stop)
-                             for number, start, stop in sample_ranges(files, sample_size, config.seed)])
-    unit, _, _ = usable_rows(sample)
-    logger.info("training %s on %d vectors", factory, len(unit))
-    index = train_index(unit, factory, config.train_threads)
+    """Train on a uniform sample holding at most `config.train_memory_rows` vectors at once
+    (`pipelines.index.training`), write `trained.faiss`; yields its path."""
+    memory_rows = min(sample_size, config.train_memory_rows)
+    held = sample_ranges(files, memory_rows, config.seed)
+    stream = sample_ranges(files, sample_size, config.seed + 1) if sample_size > memory_rows else []
+    logger.info("training %s on %d vectors, %d at a time", factory, max(sample_size, memory_rows), memory_rows)
+    index = train_bounded(lambda number, start, stop: files[number].read_rows(start, stop), held, stream,
+                          files[0].dim, factory, config.train_memory_rows, config.seed, config.train_threads,
+                          unit=lambda rows: usable_rows(rows)[0])
     path = f"{output}/{TRAINED}"
     write_bytes_atomic(path, to_bytes(index))
     yield path
@@ -62,59 +68,63 @@ class _FillShard(beam.DoFn):
             self._trained = _read_object(trained_path)
         index = from_bytes(self._trained)
         # One thread: the runner runs one bundle per core, and FAISS threads would fight them.
-        with tempfile.TemporaryFile() as rows_file, faiss_threads(1):
-            filled = self._fill(plan, index, rows_file)
+        with tempfile.TemporaryFile() as rows_file, tempfile.TemporaryFile() as texts_file, faiss_threads(1):
+            filled = self._fill(plan, index, rows_file, texts_file)
         yield filled
 
-    def _fill(self, plan: ShardPlan, index, rows_file) -> dict:
-        """Add the shard's rows; its unit rows go to `rows_file` as float16 on the way (for exact
-        re-ranking at search time), so the worker holds one chunk at a time."""
-        texts, seen = [], set()
+    def _fill(self, plan: ShardPlan, index, rows_file, texts_file) -> dict:
+        """Add the shard's rows; its unit rows go to `rows_file` as float16 (for exact re-ranking at
+        search time) and its sentences to `texts_file` on the way, and repeats are found by 64-bit
+        hash (`SeenKeys`), so the worker holds one chunk and 8 bytes a sentence of the shard."""
+        seen, kept = SeenKeys(), 0
         tally = {"vectors.read": 0}
         for number, start, stop in plan.ranges:
             for vectors, lines in self.files[number].iter_chunks(start, stop, ADD_CHUNK):
                 unit, not_finite, zero = usable_rows(vectors)
                 usable = len(lines) - int(not_finite.sum()) - int(zero.sum())
                 kept_lines = [line for line, bad in zip(lines, not_finite | zero) if not bad]
-                fresh = []
-                for row, line in enumerate(kept_lines):
-                    if line not in seen:
-                        seen.add(line)
-                        fresh.append(row)
+                fresh = seen.add_new(np.array([key_hash(line) for line in kept_lines], dtype=np.uint64))
                 if len(fresh) < len(kept_lines):
                     unit = unit[fresh]
                     kept_lines = [kept_lines[row] for row in fresh]
                 if len(unit):
                     index.add(unit)
                     rows_file.write(unit.astype("<f2").tobytes())
-                texts.extend(kept_lines)
+                    texts_file.write("".join(t + "\n" for t in kept_lines).encode("utf-8"))
+                kept += len(kept_lines)
                 tally["vectors.read"] += len(lines)
                 for reason, count in (("not_finite", int(not_finite.sum())), ("zero_vector", int(zero.sum())),
                                       ("duplicate", usable - len(fresh))):
                     if count:
                         tally[f"vectors.dropped.{reason}"] = tally.get(f"vectors.dropped.{reason}", 0) + count
         data = to_bytes(index)
-        write_bytes_atomic(f"{self.output}/{plan.name}.txt", "".join(t + "\n" for t in texts).encode("utf-8"))
-        write_npy_from_raw(f"{self.output}/{plan.name}{RERANK_SUFFIX}", rows_file, len(texts), index.d)
+        write_from_file(f"{self.output}/{plan.name}.txt", texts_file)
+        write_npy_from_raw(f"{self.output}/{plan.name}{RERANK_SUFFIX}", rows_file, kept, index.d)
         write_bytes_atomic(f"{self.output}/{plan.name}.faiss", data)
-        tally["vectors.kept"] = len(texts)
+        tally["vectors.kept"] = kept
         tally["index.bytes"] = len(data)
-        return {"tally": tally, "shard": {"name": plan.name, "sentences": len(texts), "bytes": len(data)}}
+        return {"tally": tally, "shard": {"name": plan.name, "sentences": kept, "bytes": len(data)}}
 
 
-def write_npy_from_raw(path: str, raw, rows: int, dim: int, chunk: int = 1 << 24) -> None:
+def write_npy_from_raw(path: str, raw, rows: int, dim: int) -> None:
     """`path` (local or gs://) as a float16 .npy of `rows` x `dim` whose data are the bytes of the
     open file `raw`, copied through in chunks (never the whole matrix in memory)."""
     import io
 
-    from pipelines.io.atomic import atomic_path
-
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": "<f2", "fortran_order": False, "shape": (rows, dim)})
+    write_from_file(path, raw, header.getvalue())
+
+
+def write_from_file(path: str, raw, header: bytes = b"", chunk: int = 1 << 24) -> None:
+    """`path` (local: atomically; or gs://) = `header` + the bytes of the open file `raw`, copied
+    through in chunks."""
+    from pipelines.io.atomic import atomic_path
+
     raw.seek(0)
 
     def copy(handle):
-        handle.write(header.getvalue())
+        handle.write(header)
         while block := raw.read(chunk):
             handle.write(block)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipelines.embed.saved_vectors import SavedVectorsError, normalised_key
+from pipelines.embed.saved_vectors import KEYS_SUFFIX, SavedVectorsError, normalised_key, read_matrix_header
 
 
 def _filesystems():
@@ -65,19 +65,12 @@ class MatrixFile:
                 yield self.read_rows(lo, hi), texts
 
 
-def _header(path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    with _open(path) as handle:
-        head = handle.read(1 << 16)
+def _header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
     import io
 
-    stream = io.BytesIO(head)
-    try:
-        version = np.lib.format.read_magic(stream)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(stream)
-    except (ValueError, OSError) as error:
-        raise SavedVectorsError(f"{path} is not a readable .npy matrix ({error})") from None
-    return shape, fortran, dtype, stream.tell()
+    with _open(path) as handle:
+        head = handle.read(1 << 16)
+    return read_matrix_header(io.BytesIO(head), path)
 
 
 def list_matrix_files(directory: str) -> list[MatrixFile]:
@@ -92,13 +85,13 @@ def list_matrix_files(directory: str) -> list[MatrixFile]:
     found = []
     for metadata in sorted(matched, key=lambda m: m.path):
         matrix = metadata.path
+        if matrix.endswith(KEYS_SUFFIX):  # the sentence lookup table beside NAME.txt, not a matrix
+            continue
         texts = matrix[:-len(".npy")] + ".txt"
         if not filesystems.exists(texts):
             raise SavedVectorsError(f"{matrix} has no {texts.rsplit('/', 1)[-1]} beside it (one sentence a line, "
                                     "row i = line i)")
-        shape, fortran, dtype, offset = _header(matrix)
-        if len(shape) != 2 or dtype.kind != "f" or fortran:
-            raise SavedVectorsError(f"{matrix} must be a 2-D float matrix in C order, got {dtype} {shape}")
+        shape, dtype, offset = _header(matrix)
         found.append(MatrixFile(matrix, texts, shape[0], shape[1], dtype.str, offset))
     if not found:
         raise SavedVectorsError(f"{directory} holds no NAME.npy + NAME.txt pairs of saved vectors")

