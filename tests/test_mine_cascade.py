@@ -179,3 +179,36 @@ def test_centring_removes_each_side_s_shared_direction_before_the_cheap_search()
     top1 = lambda center: cheap_candidates(unit(src), unit(tgt), candidates=1, center=center).fwd_ids[:, 0]
     centred_hits, plain_hits = (top1(True) == truth).mean(), (top1(False) == truth).mean()
     assert centred_hits > 0.7 and plain_hits < 0.3, (centred_hits, plain_hits)  # 0.82 and 0.11 here
+
+
+def test_survivors_are_exactly_the_best_pairs_whose_cheap_ratio_margin_reaches_the_loose_margin():
+    """Brute force beside `survivors`: centred cosines, each row's k-nearest mean, the ratio margin
+    of its best candidate among its k nearest; a loose margin at the median of the forward bests
+    puts many pairs near the boundary, so a changed comparison or threshold changes the set."""
+    from pipelines.mine.cascade import centred, survivors
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((40, 8)).astype(np.float32)
+    y = (x + 0.6 * rng.standard_normal((40, 8))).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    k = 3
+    sims = centred(x) @ centred(y).T
+    fwd_mean = np.sort(sims, axis=1)[:, -k:].mean(axis=1)
+    bwd_mean = np.sort(sims, axis=0)[-k:, :].mean(axis=0)
+    margins = sims / ((fwd_mean[:, None] + bwd_mean[None, :]) / 2)
+
+    def bests(m, s):  # per row: the best margin among the row's k nearest by cosine
+        near = np.argsort(-s, axis=1)[:, :k]
+        pick = np.take_along_axis(m, near, axis=1).argmax(axis=1)
+        best = near[np.arange(len(near)), pick]
+        return best, m[np.arange(len(m)), best]
+
+    fwd_best, fwd_margin = bests(margins, sims)
+    bwd_best, bwd_margin = bests(margins.T, sims.T)
+    loose = float(np.median(fwd_margin))
+    expected_src = set(np.flatnonzero(fwd_margin >= loose)) | set(bwd_best[bwd_margin >= loose])
+    expected_tgt = set(fwd_best[fwd_margin >= loose]) | set(np.flatnonzero(bwd_margin >= loose))
+    src, tgt = survivors(x, y, CascadeConfig(loose_margin=loose, mining=MarginConfig(k=k)))
+    assert set(src.tolist()) == expected_src and set(tgt.tolist()) == expected_tgt
+    assert 0 < len(expected_src) < len(x)
