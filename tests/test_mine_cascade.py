@@ -189,7 +189,7 @@ def test_survivors_are_exactly_the_best_pairs_whose_cheap_ratio_margin_reaches_t
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal((40, 8)).astype(np.float32)
-    y = (x + 0.6 * rng.standard_normal((40, 8))).astype(np.float32)
+    y = (x[rng.permutation(40)[:30]] + 0.9 * rng.standard_normal((30, 8))).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     y /= np.linalg.norm(y, axis=1, keepdims=True)
     k = 3
