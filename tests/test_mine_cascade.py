@@ -212,3 +212,6 @@ def test_survivors_are_exactly_the_best_pairs_whose_cheap_ratio_margin_reaches_t
     src, tgt = survivors(x, y, CascadeConfig(loose_margin=loose, mining=MarginConfig(k=k)))
     assert set(src.tolist()) == expected_src and set(tgt.tolist()) == expected_tgt
     assert 0 < len(expected_src) < len(x)
+    # the sides swapped: the backward direction now does what the forward one did above
+    swapped_src, swapped_tgt = survivors(y, x, CascadeConfig(loose_margin=loose, mining=MarginConfig(k=k)))
+    assert set(swapped_src.tolist()) == expected_tgt and set(swapped_tgt.tolist()) == expected_src
