@@ -35,7 +35,7 @@ ifeq ($(CHROMIUM),)
 endif
 
 test: $(STAMP) chromium
-	$(PY) -m pytest tests -n 2 --dist loadgroup
+	$(PY) -m pytest tests -n 2
 
 test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"

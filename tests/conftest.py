@@ -72,14 +72,34 @@ def benchmark_script(name: str):
         sys.path.remove(folder)
 
 
-# `make test` runs two pytest-xdist workers with `--dist loadgroup`: every module is one group, so a
-# module's fixtures (an emulator, a chain of stages) are built once, on one worker; the modules that
-# read the documented blocks' runs (`doc_runs`, a session fixture) share one group, so those blocks
-# run once.
-DOC_RUN_MODULES = {"test_doc_commands", "test_main_content_pipeline", "test_remine"}
+# `make test` runs two pytest-xdist workers (`-n 2`), and this file's scheduler hands each worker whole
+# modules, so a module's fixtures (an emulator, a chain of stages) are built once, on one worker.
+# Modules that share an expensive session fixture go to the same worker, so it is built once: the
+# documented blocks' runs (`doc_runs`) and the emulator chains (`chains`); the modules whose Dataflow
+# dry runs build this package's sdist join the chains' group, because two sdists built at once in the
+# same checkout write the same `*.egg-info` folder.
+SHARED_GROUPS = {
+    "doc_runs": {"test_doc_commands", "test_main_content_pipeline", "test_remine"},
+    "cloud_chain": {"test_cloud_chain", "test_dataflow_jobs", "test_report_browser", "test_mine_global"},
+}
+GROUP_OF_MODULE = {module: group for group, modules in SHARED_GROUPS.items() for module in modules}
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        item.add_marker(pytest.mark.xdist_group("doc_runs" if module in DOC_RUN_MODULES else module))
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module's group, or its module."""
+    module = Path(nodeid.split("::", 1)[0]).stem
+    return GROUP_OF_MODULE.get(module, module)
+
+
+# xdist's own `--dist loadgroup` cannot be used: with pytest 9 the `xdist_group` mark no longer reaches
+# its scheduler (xdist 3.8 renames `item._nodeid`, which pytest 9 no longer reads), and every test
+# is then scheduled alone, each worker building every session fixture.
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return SharedFixtureScheduling(config, log)
