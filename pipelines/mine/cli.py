@@ -133,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("--embedder auto: %s (%s)", choice.embedder, choice.reason)
     config = dataclasses.replace(config, embedder=choice.embedder, embedder_reason=choice.reason)
     output = args.output.rstrip("/")
+    if config.cascade_survivors:
+        return cheap_pass(args, config, manifests, output, beam_args)
     logger.info("mining %s (%s) x %s (%s) with %s -> %s", args.src, config.src_lang, args.tgt, config.tgt_lang,
                 config.embedder, output)
     if config.cheap_embedder is not None:
@@ -159,6 +161,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                      inputs=[args.src, args.tgt, *(p for p in (config.src_index, config.tgt_index) if p)],
                      wire=lambda pipeline: build_pipeline(pipeline, args.src, args.tgt, output, config),
                      finish=lambda: read_output_stats(output), summarise=summarise)
+
+
+def cheap_pass(args, config: MineConfig, manifests: list, output: str, beam_args: Sequence[str]) -> int:
+    """`--cascade-survivors`: the global cascade's cheap pass (`pipelines.mine.global_cascade`), its
+    indexes first checked to hold --embedder's vectors."""
+    from pipelines.embed.embedders import load_embedder
+    from pipelines.mine.global_cascade import build_survivors_pipeline, check_index_matches, survivors_summary
+
+    try:
+        cheap = load_embedder(config.embedder)
+        for option, index, manifest, lang in (("--src-index", config.src_index, manifests[0], config.src_lang),
+                                              ("--tgt-index", config.tgt_index, manifests[1], config.tgt_lang)):
+            check_index_matches(cheap, index, manifest, option, lang)
+    except (UsageError, EmbedderError) as error:
+        return usage_error("labse-mine", str(error))
+    del cheap
+    logger.info("cascade, cheap pass: %s x %s with %s; survivors (cheap ratio margin >= %s) -> %s/lang=%s and "
+                "lang=%s", args.src, args.tgt, config.embedder, config.loose_margin, output, config.src_lang,
+                config.tgt_lang)
+    started = time.perf_counter()
+    return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
+                     inputs=[args.src, args.tgt, config.src_index, config.tgt_index],
+                     wire=lambda pipeline: build_survivors_pipeline(pipeline, args.src, args.tgt, output, config),
+                     finish=lambda: read_output_stats(output),
+                     summarise=lambda stats: summary_text("labse-mine", stats, "src_sentences",
+                                                          survivors_summary(stats, time.perf_counter() - started)))
 
 
 if __name__ == "__main__":

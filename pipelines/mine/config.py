@@ -75,6 +75,11 @@ class MineConfig:
                                          f"{DEFAULT_LOOSE_MARGIN}: BENCHMARKS.md)")
     cascade_spare: bool = option(True, "the cascade: spare --embedder the sentences below --cascade-loose-margin "
                                  "(--no-cascade-spare: it embeds every sentence)")
+    cascade_survivors: bool = option(False, "the global layout's cascade, cheap pass: --embedder is the cheap "
+                                     "embedder and --src-index/--tgt-index indexes of its vectors; writes the "
+                                     "survivors (the sentences of a best-candidate pair whose ratio margin reaches "
+                                     "--cascade-loose-margin) to OUTPUT/lang=XX instead of pairs, for the strong "
+                                     "embedder's own global run (docs/guides/mining-a-snapshot.md)")
     embedder_threads: int = not_an_option(1)
     # why this embedder: "given", or auto's choice for the pair (labse-mine resolves `auto` before building)
     embedder_reason: str = not_an_option("given")
@@ -102,7 +107,11 @@ class MineConfig:
             problems.append("--same-site mines within each site: use --layout cells (the global layout searches "
                             "the whole language)")
         if self.cheap_embedder is not None and self.resolved_layout != "cells":
-            problems.append("--cheap-embedder runs the cascade in the cells layout: leave out --src-index/--tgt-index")
+            problems.append("--cheap-embedder is the cells layout's cascade; in the global layout the cascade is two "
+                            "runs: --cascade-survivors with the cheap embedder as --embedder and indexes of its "
+                            "vectors, then the strong --embedder over the survivors (docs/guides/mining-a-snapshot.md)")
+        if self.cascade_survivors:
+            problems.extend(self._survivors_problems())
         if not 1 <= self.cascade_candidates <= MAX_COUNTS["k"]:
             problems.append(f"cascade_candidates (--cascade-candidates) must be between 1 and {MAX_COUNTS['k']:,}, "
                             f"got {self.cascade_candidates}")
@@ -117,6 +126,19 @@ class MineConfig:
             problems.append(f"nprobe (--nprobe) must be between 1 and {1 << 20:,}, got {self.nprobe}")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def _survivors_problems(self) -> list[str]:
+        problems = []
+        if self.resolved_layout != "global":
+            problems.append("--cascade-survivors is the global layout's cheap pass: give --src-index and --tgt-index "
+                            "built from --embedder's vectors (in the cells layout --cheap-embedder runs the cascade)")
+        if not self.cascade_spare:
+            problems.append("--cascade-survivors with --no-cascade-spare would write every sentence back: leave out "
+                            "one of them")
+        if self.src_lang == self.tgt_lang:
+            problems.append(f"--cascade-survivors writes each side to OUTPUT/lang=XX: --src-lang and --tgt-lang must "
+                            f"differ, both are {self.src_lang!r}")
+        return problems
 
     @property
     def loose_margin(self) -> Optional[float]:
