@@ -4,6 +4,7 @@ source and half are other Multi30k sentences (distractors).
 
     python benchmarks/cascade.py [--split val] [--n 400] [--cheap usem3] [--strong e5-small] [--loose 1.0,1.05,1.1]
     python benchmarks/cascade.py --held-out [--langs de,fr] [--splits val,test_2016_flickr] [--tatoeba de,fr] [--command]
+    python benchmarks/cascade.py --held-out --global --loose 1.05
 
 `--held-out` runs on the held-out quality sets of benchmarks/mining.py (`quality_sets`: Multi30k
 pairs hidden among train distractors, Tatoeba pairs among unpaired Tatoeba sentences); each set's
@@ -16,7 +17,12 @@ and the strong-only pairs above that threshold that the cascade lost. `--held-ou
 runs labse-mine itself on each set (`--cheap-embedder vectors:DIR --embedder vectors:DIR` over the
 same cached vectors, `--cascade-loose-margin` each loose margin) and prints how many of its pairs
 differ from the library's and the share of its stats.json (labse-mine drops repeated sentences, the
-library does not: a set with repeats can differ by those).
+library does not: a set with repeats can differ by those). `--held-out --global` runs the global
+layout's two-pass cascade through the commands on each set (the cheap vectors centred per language by
+`pipelines.embed.centred_vectors`, labse-index, `labse-mine --cascade-survivors`; then the strong
+vectors of the survivors only, labse-index, labse-mine) against strong-only global mining through the
+same commands (flat indexes at this size: exact search), and adds `global_*` fields: the share of
+sentences the strong embedder embedded, both F1s and the strong-only pairs above its threshold lost.
 """
 from __future__ import annotations
 
@@ -81,6 +87,10 @@ def main(argv=None) -> int:
     parser.add_argument("--train-lines", type=int, default=19000, help="--held-out: as mining.py quality")
     parser.add_argument("--cache", default="/tmp/labse-cascade-embeddings")
     parser.add_argument("--command", action="store_true", help="--held-out: labse-mine on each set too")
+    parser.add_argument("--global", dest="global_layout", action="store_true",
+                        help="--held-out: the global layout's two-pass cascade through the commands on each set "
+                             "(centred cheap vectors, labse-index, labse-mine --cascade-survivors, then the strong "
+                             "vectors of the survivors, labse-index, labse-mine) against strong-only global mining")
     args = parser.parse_args(argv)
     if args.held_out:
         return held_out(args)
@@ -135,6 +145,8 @@ def held_out(args) -> int:
                    "strong_embed_cpu_s": round(strong_cpu[name], 1)}
             if args.command:
                 row.update(through_labse_mine(src, tgt, lang, cheap, strong, loose, result))
+            if args.global_layout and loose is not None:
+                row.update(global_cascade(src, tgt, gold, lang, cheap, strong, loose))
             print(json.dumps(row), flush=True)
     return 0
 
@@ -188,6 +200,120 @@ def through_labse_mine(src, tgt, lang, cheap, strong, loose, result) -> dict:
     return {"command_pairs": len(mined), "library_pairs": len(library), "pairs_differ": len(mined ^ library),
             "command_strong_share": stats["cascade"]["strong_share"],
             "repeated_sentences": len(src) + len(tgt) - stats["cascade"]["unique"]}
+
+
+ONE_WORKER = ["--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+
+
+def _indexes(work: Path, name: str, vectors: dict) -> Path:
+    """Saved vectors ({lang: (texts, matrix)}) one folder per language, labse-index over each, and one
+    folder of both (labse-mine's `vectors:DIR`), which is returned."""
+    import numpy as np
+
+    from pipelines.index.cli import main as labse_index
+
+    for code, (texts, matrix) in vectors.items():
+        for folder in (work / f"{name}-vectors-{code}", work / f"{name}-vectors"):
+            folder.mkdir(parents=True, exist_ok=True)
+            np.save(folder / f"{code}.npy", matrix)
+            (folder / f"{code}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+        if labse_index(["--vectors", str(work / f"{name}-vectors-{code}"), "--lang", code, "--output",
+                        str(work / f"{name}-index-{code}"), *ONE_WORKER]) != 0:
+            raise SystemExit(f"labse-index failed for {name} {code}")
+    return work / f"{name}-vectors"
+
+
+def _mine_global(work: Path, name: str, sides: dict, vectors: dict, lang: str, extra=()) -> Path:
+    """`_indexes`, then labse-mine global over `sides` ({"src"/"tgt": input}) against them."""
+    from pipelines.mine.cli import main as labse_mine
+
+    both = _indexes(work, name, vectors)
+    output = work / f"{name}-out"
+    code = labse_mine(["--src", str(sides["src"]), "--tgt", str(sides["tgt"]), "--src-lang", lang, "--tgt-lang", "en",
+                       "--embedder", f"vectors:{both}", "--src-index", str(work / f"{name}-index-{lang}"),
+                       "--tgt-index", str(work / f"{name}-index-en"), "--output", str(output), *extra, *ONE_WORKER])
+    if code != 0:
+        raise SystemExit(f"labse-mine exited {code} ({name})")
+    return output
+
+
+def _mined(output: Path) -> list:
+    import pyarrow.parquet as pq
+
+    rows = []
+    for path in sorted(output.glob("*.parquet")):
+        table = pq.read_table(path, columns=["src", "tgt", "margin"])
+        rows += zip(*(table.column(c).to_pylist() for c in ("src", "tgt", "margin")))
+    return rows
+
+
+def _text_f1(rows: list, gold_texts: set) -> tuple[float, dict]:
+    """best_threshold_f1 over text pairs (labse-mine's rows name sentences by text)."""
+    import numpy as np
+
+    from pipelines.mine.margin import MinedPairs
+
+    ids: dict = {}
+    pairs = MinedPairs(np.array([ids.setdefault(("s", a), len(ids)) for a, _, _ in rows], np.int64),
+                       np.array([ids.setdefault(("t", b), len(ids)) for _, b, _ in rows], np.int64),
+                       np.array([m for _, _, m in rows], np.float64), np.zeros(len(rows)))
+    gold = {(ids.setdefault(("s", a), len(ids)), ids.setdefault(("t", b), len(ids))) for a, b in gold_texts}
+    return best_threshold_f1(pairs, gold)
+
+
+def global_cascade(src, tgt, gold, lang, cheap, strong, loose) -> dict:
+    """The global layout's two-pass cascade through the commands on one set (cached vectors), against
+    strong-only global mining through the same commands: the share of sentences the strong embedder
+    embedded (and indexed and searched), both F1s at their oracle thresholds, and the strong-only
+    pairs above its threshold the cascade lost."""
+    import tempfile
+
+    import numpy as np
+    import pyarrow.dataset as ds
+
+    from pipelines.embed.centred_vectors import write_centred
+
+    def key(text: str) -> str:  # labse-mine's own normalisation
+        return " ".join(text.split())
+
+    texts = {lang: list(dict.fromkeys(key(t) for t in src)), "en": list(dict.fromkeys(key(t) for t in tgt))}
+    gold_texts = {(key(src[i]), key(tgt[j])) for i, j in gold}
+    with tempfile.TemporaryDirectory(prefix="global-cascade-") as work:
+        work = Path(work)
+        sides = {}
+        for side, code in (("src", lang), ("tgt", "en")):
+            (work / side).mkdir()
+            (work / side / "part.txt").write_text("".join(t + "\n" for t in texts[code]), encoding="utf-8")
+            sides[side] = work / side
+        only = _mined(_mine_global(work, "strong-only", sides, {c: (t, strong.encode(t)) for c, t in texts.items()},
+                                   lang))
+        # the cheap pass: the cheap vectors centred per language, their indexes, the survivors
+        centred = {}
+        for code, lines_ in texts.items():
+            raw = work / f"cheap-raw-{code}"
+            raw.mkdir()
+            np.save(raw / f"{code}.npy", cheap.encode(lines_))
+            (raw / f"{code}.txt").write_text("".join(t + "\n" for t in lines_), encoding="utf-8")
+            write_centred(raw, work / f"cheap-centred-{code}")
+            centred[code] = (lines_, np.load(work / f"cheap-centred-{code}" / f"{code}.npy"))
+        survivors = _mine_global(work, "cheap", sides, centred, lang,
+                                 ["--cascade-survivors", "--cascade-loose-margin", str(loose)])
+        found = {code: ds.dataset(survivors / f"lang={code}").to_table().column("text").to_pylist() for code in texts}
+        stats = json.loads((survivors / "_stats.json").read_text(encoding="utf-8"))
+        # the strong pass: the strong vectors of the survivors only, their indexes, the pairs
+        cascade = _mined(_mine_global(work, "strong-survivors",
+                                      {"src": survivors / f"lang={lang}", "tgt": survivors / "lang=en"},
+                                      {c: (t, strong.encode(t)) for c, t in found.items()}, lang))
+    threshold, only_f1 = _text_f1(only, gold_texts)
+    _, cascade_f1 = _text_f1(cascade, gold_texts)
+    kept = {(a, b) for a, b, m in only if m >= threshold}
+    return {"global_strong_share": stats["cascade"]["share"],
+            "global_src_share": stats["cascade"]["src"]["share"], "global_tgt_share": stats["cascade"]["tgt"]["share"],
+            "global_f1": round(cascade_f1["f1"], 4), "global_strong_only_f1": round(only_f1["f1"], 4),
+            "global_f1_delta": round(cascade_f1["f1"] - only_f1["f1"], 4),
+            "global_lost_above_threshold": len(kept - {(a, b) for a, b, _ in cascade}),
+            "global_strong_only_above_threshold": len(kept), "global_strong_only_pairs": len(only),
+            "global_cascade_pairs": len(cascade)}
 
 
 if __name__ == "__main__":
