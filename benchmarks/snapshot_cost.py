@@ -48,7 +48,11 @@ row joins `mining_rows` the same way.
 
 With `--cascade-share [X]`, `embed (strong only)` (U / --strong-rate) and `embed (cascade)` (U x
 (1 / --embed-rate + X / --strong-rate): labse-mine --cheap-embedder, the cheap embedder on every
-sentence, the strong one on the share X its loose margin keeps; alone, the share measured).
+sentence, the strong one on the share X its loose margin keeps; alone, the share measured). With
+both, `mine (global, strong only)` and `mine (global, cascade)` (`global_cascade_rows`): the hub row
+below with the strong embedder on every sentence, against labse-mine's two global passes, the cheap
+one over U plus the strong one over X x U (`labse-mine --cascade-survivors`, then the strong
+embedder's vectors, indexes and search of the survivors).
 
 Two more rows charge the search as labse-mine's global layout runs it with English as the hub of
 every language pair (`mine (global, hub, backward all|candidates)`): U split by CC-MAIN-2019-09's
@@ -469,6 +473,35 @@ def cascade_embedding_rows(args) -> list[Row]:
                 f"strong)", unique, "unique sentences", cascade, cascade * args.price, None, note)]
 
 
+def global_cascade_rows(args) -> list[Row]:
+    """With --global-mining and --cascade-share: `mine (global, strong only)`, the hub row (backward
+    limited to the candidates) with the strong embedder (--strong-rate) on every sentence, and `mine
+    (global, cascade)`, labse-mine's two global passes: the cheap pass (--embed-rate on U, its indexes
+    and search over U) plus the strong pass (--strong-rate on share x U, its indexes and search over
+    share x U, each language's size times the share). Both passes are charged the measured index and
+    search costs (the codes are 64 bytes whatever the width)."""
+    if args.global_mining is None or args.cascade_share is None:
+        return []
+    records = [json.loads(line) for line in args.global_mining.read_text(encoding="utf-8").splitlines()
+               if line.startswith("{")]
+    unique, share = args.unique_sentences, args.cascade_share
+
+    def hub_row(sentences: float, rate: float) -> Row:
+        return global_mining_row(records, sentences, args.largest_language_share, rate, args.price, args.min_recall,
+                                 "candidates", language_sizes(sentences))
+
+    only, cheap, strong = hub_row(unique, args.strong_rate), hub_row(unique, args.embed_rate), \
+        hub_row(unique * share, args.strong_rate)
+    hours = cheap.vcpu_hours + strong.vcpu_hours
+    peak = max(cheap.worker_peak_mb or 0, strong.worker_peak_mb or 0) or None
+    return [Row("mine (global, strong only)", f"strong embedder on U: {only.formula}", unique, "unique sentences",
+                only.vcpu_hours, only.cost, only.worker_peak_mb, only.growth),
+            Row("mine (global, cascade)", f"cheap pass {_number(cheap.vcpu_hours)} (U at {args.embed_rate:,.0f}/CPU-s, "
+                f"its indexes and search) + strong pass {_number(strong.vcpu_hours)} ({share:.3f} x U at "
+                f"{args.strong_rate:,.0f}/CPU-s, its indexes and search)", unique, "unique sentences", hours,
+                hours * args.price, peak, only.growth)]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", type=Path, nargs="?", default=None,
@@ -507,7 +540,7 @@ def main(argv=None) -> int:
         print(report(table, Parameters(args.pages, args.warc_files, args.price, args.sentences_per_page,
                                        args.english_share, args.pairs_per_sentence, args.keep_share,
                                        args.site_concentration)))
-    for row in mining_rows(args) + cascade_embedding_rows(args):
+    for row in mining_rows(args) + cascade_embedding_rows(args) + global_cascade_rows(args):
         peak = "-" if row.worker_peak_mb is None else f"{row.worker_peak_mb:,.0f}"
         print(f"| {row.stage} | {_number(row.units)} {row.unit} | {row.formula} | {_number(row.vcpu_hours)} | "
               f"{_number(row.cost)} | {peak} | {row.growth} |")

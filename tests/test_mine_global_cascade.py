@@ -130,3 +130,37 @@ def test_cheap_embedder_in_the_global_layout_points_to_the_two_pass_cascade(chea
                           "--output", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err.strip()
     assert "--cascade-survivors" in error and len(error.splitlines()) == 1
+
+
+def test_snapshot_cost_charges_the_global_cascade_as_a_cheap_pass_over_all_and_a_strong_pass_over_the_share(tmp_path):
+    """`mine (global, cascade)`: the hub row with the cheap embedder over U plus the same row with the
+    strong embedder over share x U (every language's size times the share), against the strong
+    embedder over U; with share 1 the cascade costs strong-only plus the whole cheap pass."""
+    import argparse
+
+    from conftest import benchmark_script
+
+    snapshot_cost = benchmark_script("snapshot_cost")
+    records = [{"part": "index", "rc": 0, "cpu_us_per_sentence": 20.0, "peak_rss_gb_per_process": [1.5]},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 16, "recall_at_1": 0.85,
+                "cpu_ms_per_query": 0.5},
+               {"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": 64, "recall_at_1": 0.93,
+                "cpu_ms_per_query": 2.0}]
+    path = tmp_path / "global.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+    def rows(share):
+        args = argparse.Namespace(global_mining=path, cascade_share=share, unique_sentences=2.2e9,
+                                  largest_language_share=0.45, embed_rate=1000.0, strong_rate=50.0, price=0.05,
+                                  min_recall=0.9)
+        return {row.stage: row for row in snapshot_cost.global_cascade_rows(args)}
+
+    def hub(unique, rate):
+        return snapshot_cost.global_mining_row(records, unique, 0.45, rate, 0.05, 0.9, "candidates",
+                                               snapshot_cost.language_sizes(unique)).vcpu_hours
+
+    cheap, found = hub(2.2e9, 1000.0), rows(0.7)
+    assert found["mine (global, strong only)"].vcpu_hours == pytest.approx(hub(2.2e9, 50.0))
+    assert found["mine (global, cascade)"].vcpu_hours == pytest.approx(cheap + hub(0.7 * 2.2e9, 50.0))
+    assert rows(1.0)["mine (global, cascade)"].vcpu_hours == pytest.approx(cheap + hub(2.2e9, 50.0))
+    assert rows(None) == {}
