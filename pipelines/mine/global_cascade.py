@@ -61,7 +61,7 @@ def check_index_matches(embedder, index_dir: str, manifest, option: str, lang: s
     without them, the same width)."""
     from pipelines.embed.base import EmbedderError
     from pipelines.index.shards import RERANK_SUFFIX
-    from pipelines.mine.index_search import _local_file, _local_rows
+    from pipelines.index.vector_files import MatrixFile, _header, _open
 
     if manifest.lang != lang:
         raise UsageError(f"{option} {index_dir} indexes language {manifest.lang!r}, not {lang!r}: give that "
@@ -70,9 +70,8 @@ def check_index_matches(embedder, index_dir: str, manifest, option: str, lang: s
     if shard is None:
         return
     base = f"{index_dir.rstrip('/')}/{shard['name']}"
-    keep: list = []
-    with open(_local_file(f"{base}.txt", keep), encoding="utf-8") as handle:
-        texts = [line.rstrip("\n") for _, line in zip(range(CHECKED_ROWS), handle)]
+    with _open(f"{base}.txt") as handle:  # the first lines only, local or gs://
+        texts = [line.decode("utf-8").rstrip("\n") for _, line in zip(range(CHECKED_ROWS), handle)]
     try:
         vectors = np.asarray(embedder.encode(texts), np.float32)
     except EmbedderError as error:
@@ -83,7 +82,9 @@ def check_index_matches(embedder, index_dir: str, manifest, option: str, lang: s
                          f"{vectors.shape[1]}: build the cheap pass's indexes from the cheap embedder's vectors")
     if not manifest.rerank_vectors:
         return
-    rows = np.asarray(_local_rows(f"{base}{RERANK_SUFFIX}", keep)[:len(texts)], np.float32)
+    (count, dim), dtype, offset = _header(f"{base}{RERANK_SUFFIX}")
+    rows = MatrixFile(f"{base}{RERANK_SUFFIX}", f"{base}.txt", count, dim, dtype.str, offset).read_rows(
+        0, min(len(texts), count))  # one ranged read of the first rows
     rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
     agreement = float(np.median(np.sum(rows * vectors, axis=1)))
     if agreement < SAME_VECTOR:
