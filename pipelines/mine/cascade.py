@@ -23,7 +23,8 @@ So a pair the strong embedder would mine survives when the cheap embedder ranks 
 of its sentences' best candidates reaches it. labse-mine runs the same steps in Beam
 (`--cheap-embedder`, `--cascade-loose-margin`; `Cascade` in `pipelines.mine.transforms`), and
 tests/test_mine_cascade.py checks that both mine the same pairs; benchmarks/static_miner.py and
-benchmarks/cascade.py measure them.
+benchmarks/cascade.py measure them. In the global layout the cascade is two labse-mine runs with
+the survivors of step 2 written between them (`pipelines.mine.global_cascade`).
 """
 from __future__ import annotations
 
