@@ -24,6 +24,7 @@ from tests.test_mining_beam import read_rows
 
 N, SHIFT = 120, 40  # German lines [0, 120) against English lines [40, 160): 80 translations
 ONE_WORKER = ["--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _save(folder: Path, name: str, texts: list, vectors: np.ndarray) -> None:
@@ -164,3 +165,43 @@ def test_snapshot_cost_charges_the_global_cascade_as_a_cheap_pass_over_all_and_a
     assert found["mine (global, cascade)"].vcpu_hours == pytest.approx(cheap + hub(0.7 * 2.2e9, 50.0))
     assert rows(1.0)["mine (global, cascade)"].vcpu_hours == pytest.approx(cheap + hub(2.2e9, 50.0))
     assert rows(None) == {}
+
+
+@pytest.mark.slow
+def test_the_cheap_pass_runs_on_cloud_storage_and_builds_as_a_dataflow_job(cheap_pass, gcs, capsys):
+    """Where users run it: the sentences, the indexes and the survivors on a bucket (the GCS
+    emulator; the index check reads the first lines and rows from there), then the job built
+    offline for Dataflow (a dry run writes nothing into its output)."""
+    from cloud_chain import DATAFLOW_OPTIONS, SETUP_FILE, WORKER_REQUIREMENTS
+    from gcs_emulator import PROJECT
+
+    root, texts, _, _ = cheap_pass
+    url = f"gs://{gcs.new_bucket()}"
+    for folder in ("centred_de", "centred_en", "de", "en"):
+        gcs.upload_tree(root / folder, f"{url}/{folder}")
+    for lang in ("de", "en"):
+        assert index_cli.main(["--vectors", f"{url}/centred_{lang}", "--lang", lang, "--output",
+                               f"{url}/index/{lang}"]) == 0
+    common = ["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en", "--embedder",
+              f"vectors:{root / 'centred'}", "--src-index", f"{url}/index/de", "--tgt-index", f"{url}/index/en",
+              "--cascade-survivors"]
+    assert mine_cli.main([*common, "--output", f"{url}/survivors"]) == 0
+    written = gcs.list(f"{url}/survivors")
+    assert any(name.endswith("_SUCCESS") for name in written)
+    import io
+
+    import pyarrow.parquet as pq
+
+    for lang in ("de", "en"):
+        on_bucket = [row["text"] for name, data in written.items() if f"lang={lang}/" in name
+                     and name.endswith(".parquet") for row in pq.read_table(io.BytesIO(data)).to_pylist()]
+        assert sorted(on_bucket) == sorted(_survivor_texts(root / "survivors", lang))
+    dataflow = [o.replace("gs://BUCKET", url).replace("PROJECT", PROJECT) for o in DATAFLOW_OPTIONS]
+    packaging = [o.replace(WORKER_REQUIREMENTS, str(ROOT / WORKER_REQUIREMENTS)).replace("./setup.py", str(ROOT / "setup.py"))
+                 for o in SETUP_FILE]
+    capsys.readouterr()
+    assert mine_cli.main([*common, "--output", f"{url}/survivors2", *dataflow, *packaging, "--dry_run", "True",
+                          "--no_auth"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
+    assert len(lines) == 1 and lines[0].startswith("labse-mine") and "workflow.tar.gz" in lines[0], lines
+    assert not gcs.list(f"{url}/survivors2")
