@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 
 import apache_beam as beam
 import numpy as np
@@ -41,7 +40,6 @@ from pipelines.mine.transforms import (FILES, NON_FINITE_VECTOR, SIDE_UNIT, SPAR
                                        PrepareSide, ReadSentences, _keep_finite, _survivor_marks)
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
 
-logger = logging.getLogger(__name__)
 SURVIVOR_SCHEMA = pa.schema([("text", pa.string()), ("url", pa.string()), ("doc_id", pa.string()),
                              ("lang", pa.string())])
 UNITS = (SIDE_UNIT[SRC], SIDE_UNIT[TGT], FILES)
