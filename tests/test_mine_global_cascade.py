@@ -113,6 +113,8 @@ def test_global_cascade_keeps_the_cells_rule_s_survivors_and_mines_them_with_the
     (["--embedder", "vectors:{root}/centred", "--src-index", "{root}/cheap_index_en", "--tgt-index",
       "{root}/cheap_index_de"], "indexes language 'en', not 'de'"),
     (["--embedder", "vectors:{root}/centred"], "--cascade-survivors is the global layout's cheap pass"),
+    (["--embedder", "vectors:{root}/centred", "--src-index", "{root}/cheap_index_de", "--tgt-index",
+      "{root}/cheap_index_en", "--min-margin", "1.1"], "its threshold is --cascade-loose-margin"),
 ])
 def test_a_cheap_pass_with_indexes_of_other_vectors_is_refused_in_one_line(cheap_pass, tmp_path, capsys, extra,
                                                                             message):
@@ -205,3 +207,24 @@ def test_the_cheap_pass_runs_on_cloud_storage_and_builds_as_a_dataflow_job(cheap
     lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
     assert len(lines) == 1 and lines[0].startswith("labse-mine") and "workflow.tar.gz" in lines[0], lines
     assert not gcs.list(f"{url}/survivors2")
+
+
+def test_centred_vectors_are_the_cascade_s_centring_of_the_whole_folder(tmp_path, capsys):
+    """Every file of a language's folder centred on the mean of all of them (the library's `centred`
+    over the whole side), float16 kept float16, and the input folder never overwritten."""
+    from pipelines.mine.cascade import centred
+
+    rng = np.random.default_rng(0)
+    parts = [rng.standard_normal((n, 8)).astype(np.float32) + shift for n, shift in ((5, 3.0), (7, -1.0))]
+    for number, part in enumerate(parts):
+        _save(tmp_path / "in", f"part-{number}", [f"sentence {number} {i}" for i in range(len(part))],
+              part.astype(np.float16 if number else np.float32))
+    assert centred_vectors.main([str(tmp_path / "in"), f"vectors:{tmp_path / 'out'}"]) == 0
+    unit = [p / np.linalg.norm(p, axis=1, keepdims=True) for p in (parts[0], parts[1].astype(np.float16))]
+    expected = centred(np.vstack(unit))
+    written = [np.load(tmp_path / "out" / f"part-{n}.npy") for n in (0, 1)]
+    assert written[0].dtype == np.float32 and written[1].dtype == np.float16
+    np.testing.assert_allclose(np.vstack(written).astype(np.float32), expected, atol=2e-3)
+    assert (tmp_path / "out" / "part-1.txt").read_text() == (tmp_path / "in" / "part-1.txt").read_text()
+    assert centred_vectors.main([str(tmp_path / "in"), str(tmp_path / "in")]) == 2
+    assert "is the input folder" in capsys.readouterr().err

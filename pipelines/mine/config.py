@@ -135,6 +135,9 @@ class MineConfig:
         if not self.cascade_spare:
             problems.append("--cascade-survivors with --no-cascade-spare would write every sentence back: leave out "
                             "one of them")
+        if self.min_margin is not None:
+            problems.append("--cascade-survivors writes sentences, not pairs: its threshold is --cascade-loose-margin "
+                            "(give --min-margin to the strong pass)")
         if self.src_lang == self.tgt_lang:
             problems.append(f"--cascade-survivors writes each side to OUTPUT/lang=XX: --src-lang and --tgt-lang must "
                             f"differ, both are {self.src_lang!r}")
