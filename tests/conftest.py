@@ -80,7 +80,8 @@ def benchmark_script(name: str):
 # same checkout write the same `*.egg-info` folder.
 SHARED_GROUPS = {
     "doc_runs": {"test_doc_commands", "test_main_content_pipeline", "test_remine"},
-    "cloud_chain": {"test_cloud_chain", "test_dataflow_jobs", "test_report_browser", "test_mine_global"},
+    "cloud_chain": {"test_cloud_chain", "test_dataflow_jobs", "test_report_browser", "test_mine_global",
+                    "test_mine_global_cascade"},
 }
 GROUP_OF_MODULE = {module: group for group, modules in SHARED_GROUPS.items() for module in modules}
 
