@@ -88,6 +88,7 @@ setup(
             "labse-clean=pipelines.clean.cli:main",
             "labse-main-content=pipelines.main_content.cli:main",
             "labse-vocab=vocab.cli:main",
+            "labse-embed=pipelines.vectors.cli:main",
             "labse-index=pipelines.index.cli:main",
             "labse-mine=pipelines.mine.cli:main",
             "labse-score=pipelines.score.cli:main",

@@ -209,6 +209,8 @@ def _parsers():
     from pipelines.distill.config import DistillConfig
     from pipelines.index import cli as index_cli
     from pipelines.index.config import IndexConfig
+    from pipelines.vectors import cli as embed_cli
+    from pipelines.vectors.config import EmbedConfig
     from pipelines.main_content import cli as main_content_cli
     from pipelines.main_content.config import BuildConfig, MainContentEvaluateConfig, MainContentTrainConfig
     from pipelines.mine import cli as mine_cli
@@ -235,6 +237,7 @@ def _parsers():
         ("labse-tfrecords", None): (tfrecords_cli.build_parser, [TFRecordsConfig]),
         ("labse-distill", None): (distill_cli.build_parser, [DistillConfig]),
         ("labse-index", None): (index_cli.build_parser, [IndexConfig]),
+        ("labse-embed", None): (embed_cli.build_parser, [EmbedConfig]),
         ("labse-report", None): (report_cli.build_parser, [ReportConfig]),
         ("labse-pretrain", None): (pretrain.build_parser, [Pretrain]),
         ("labse-train", None): (train.build_parser, [Train]),

@@ -118,7 +118,7 @@ def test_no_module_outside_the_floor_defines_a_lock_a_marker_or_require_complete
 
 
 PACKAGES = ("pipelines", "vocab", "labse_model", "recipes")
-STAGES = ("clean", "main_content", "index", "mine", "score", "tfrecords", "distill")
+STAGES = ("clean", "main_content", "vectors", "index", "mine", "score", "tfrecords", "distill")
 LAYERS = {"pipelines.io": 0, "pipelines.text": 1, "pipelines.accounting": 2, "pipelines.stage": 2, "pipelines.progress": 2,
           "pipelines.report": 5,
           "pipelines.stage_options": 2,

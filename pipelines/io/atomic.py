@@ -118,3 +118,20 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 def write_json_atomic(path: str | os.PathLike, payload: Any, indent: int = 2) -> None:
     write_text_atomic(path, json.dumps(payload, indent=indent, ensure_ascii=False) + "\n")
+
+
+@contextmanager
+def published_file(path: str | os.PathLike) -> Iterator[str]:
+    """A local file for the block to write that becomes `path` when the block succeeds: renamed into
+    place beside it (`atomic_path`), or for an object store uploaded whole (an object appears only
+    when its upload completes). A failed block leaves nothing at `path`."""
+    if not _is_remote(path):
+        with atomic_path(path) as tmp:
+            yield tmp
+        return
+    from pipelines.io import storage
+
+    with tempfile.TemporaryDirectory(prefix="labse-publish-") as folder:
+        local = os.path.join(folder, str(path).rstrip("/").rsplit("/", 1)[-1])
+        yield local
+        storage.upload(Path(local), str(path))

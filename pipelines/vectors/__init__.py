@@ -1,0 +1,1 @@
+"""labse-embed: sentences embedded once per language into saved vectors (`vectors:DIR`)."""
