@@ -9,7 +9,8 @@ that no embedder here produces. `DIR` holds pairs of files with the same stem:
   lookup table: a uint64 `[3, n]` array, row 0 the 64-bit hashes of the sentences sorted, row 1
   each one's row, row 2 the byte offset of its line in NAME.txt.
 
-Every pair must have the same `dim`. A sentence is looked up by its text with runs of whitespace
+A folder holding no pair but sub-folders that do (labse-embed's output: `DIR/LANG/LANG-*.npy`)
+serves the pairs of all of them. Every pair must have the same `dim`. A sentence is looked up by its text with runs of whitespace
 collapsed to one space (labse-mine's own normalisation, so its key is the sentence it mines); the
 first occurrence of a repeated text wins. The lookup is a binary search of the hash in the keys
 table, and the candidate's line is read back from NAME.txt and compared, so a hash collision never
@@ -110,12 +111,16 @@ def read_matrix_header(stream, path) -> tuple[tuple[int, ...], np.dtype, int]:
 
 
 def vector_files(directory: Path) -> list[tuple[Path, Path]]:
-    """The (NAME.npy, NAME.txt) pairs in `directory`; raises SavedVectorsError when there are none
-    or an .npy has no .txt beside it."""
+    """The (NAME.npy, NAME.txt) pairs in `directory`, or where it holds none, in its sub-folders (a
+    labse-embed output, one folder per language); raises SavedVectorsError when there are none or an
+    .npy has no .txt beside it."""
     if not directory.is_dir():
         raise SavedVectorsError(f"saved vectors directory not found: {directory}")
     pairs = []
-    for matrix in sorted(m for m in directory.glob("*.npy") if not m.name.endswith(KEYS_SUFFIX)):
+    matrices = sorted(m for m in directory.glob("*.npy") if not m.name.endswith(KEYS_SUFFIX))
+    if not matrices:  # a labse-embed output: one folder per language, each language's shards in it
+        matrices = sorted(m for m in directory.glob("*/*.npy") if not m.name.endswith(KEYS_SUFFIX))
+    for matrix in matrices:
         texts = matrix.with_suffix(".txt")
         if not texts.is_file():
             raise SavedVectorsError(f"{matrix} has no {texts.name} beside it (one sentence a line, row i = line i)")
