@@ -422,6 +422,7 @@ def _every_input_option(labse_data, tmp_path, monkeypatch):
     from pipelines.index import cli as index_cli
     from pipelines.main_content.cli import main as main_content_main
     from pipelines.mine import index_search
+    from pipelines.vectors import cli as embed_cli
     from pipelines.mine.cli import main as mine_main
     from pipelines.score import scorer
     from pipelines.score.cli import main as score_main
@@ -479,13 +480,14 @@ def _every_input_option(labse_data, tmp_path, monkeypatch):
         "tfrecords --parallel-text": ("labse-tfrecords", tfrecords_main, tfrecords(src=de_in), de_in),
         "index --vectors": ("labse-index", index_cli.main, ["--vectors", f"vectors:{out / 'vectors'}", "--lang", "de"],
                             out / "vectors"),
+        "embed --input": ("labse-embed", embed_cli.main, ["--input", f"de={de_in}"], de_in),
     }, out
 
 
 INPUT_OPTIONS = ["clean --input", "build-data --input", "vocab --input", "vocab --input-text", "mine --src",
                  "mine --tgt", "mine --src-index", "mine --tgt-index", "score --pairs", "score --model",
                  "score --labelled", "tfrecords --pairs", "tfrecords --vocab", "tfrecords --parallel-text",
-                 "index --vectors"]
+                 "index --vectors", "embed --input"]
 
 
 @pytest.mark.parametrize("option", INPUT_OPTIONS)
