@@ -92,6 +92,16 @@ def test_the_folders_serve_vectors_dir_labse_index_and_global_mining(embedded, c
     for lang in ("de", "en"):
         assert index_cli.main(["--vectors", str(out / lang), "--lang", lang, "--output", str(root / f"index_{lang}"),
                                *ONE_WORKER]) == 0
+    # an interrupted labse-embed output (its lock left beside it, no _SUCCESS) is refused by labse-index
+    import shutil
+
+    shutil.copytree(out, root / "partial")
+    (root / "partial" / "_SUCCESS").unlink()
+    (root / "partial.lock").write_text("{}", encoding="utf-8")
+    capsys.readouterr()
+    assert index_cli.main(["--vectors", str(root / "partial" / "de"), "--lang", "de", "--output",
+                           str(root / "index_partial")]) == 2
+    assert "not a complete stage output" in capsys.readouterr().err
     pairs = root / "pairs"
     assert mine_cli.main(["--src", str(root / "de"), "--tgt", str(root / "en.txt"), "--src-lang", "de", "--tgt-lang",
                           "en", "--embedder", f"vectors:{out}", "--src-index", str(root / "index_de"), "--tgt-index",

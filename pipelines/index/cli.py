@@ -23,7 +23,7 @@ from pipelines.index.transforms import BuildIndex
 from pipelines.index.vector_files import list_matrix_files
 from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
-from pipelines.io.completion import read_output_stats
+from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.embed.saved_vectors import SavedVectorsError
 from pipelines.stage import run_stage
 from pipelines.stage_options import replace_help, stage_parser, usage_error
@@ -92,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return run_stage("labse-index", output, overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[args.vectors.removeprefix("vectors:")],
+                     # a labse-embed output is read only once complete (plain folders of vectors are welcome)
+                     check_inputs=lambda: require_stage_output(args.vectors.removeprefix("vectors:"), "--vectors",
+                                                               plain_allowed=True),
                      wire=lambda pipeline: pipeline | "Index" >> BuildIndex(files, plans, factory, sample, config, output),
                      finish=stats_and_log)
 
