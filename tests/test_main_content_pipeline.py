@@ -127,9 +127,10 @@ def test_evaluate_prints_the_same_metrics_for_any_warc(built, tmp_path, labse_da
 
 
 def test_demo_step_trains_a_model_and_reports_held_out_quality(built, labse_data, tmp_path, monkeypatch):
-    """The demo's build-data is the README's command on the same WARCs (in one process rather than two
-    workers, which write the same files: tests/test_portable_workers.py): its output is copied from
-    the docs test's run rather than labelled again; train, and the held-out measure, run for real."""
+    """The demo's build-data is the README's command on the same WARCs, run in one process rather than
+    two workers (the runner does not change what build-data writes: tests/test_portable_workers.py):
+    its output is copied from the docs test's run rather than labelled again; the demo's train and
+    held-out measure run for real."""
     import recipes.demo_text as demo_text
 
     pattern, readme_data = built
