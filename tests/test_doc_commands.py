@@ -45,8 +45,9 @@ ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=(\S+)$")
 INDENTED_COMMAND = re.compile(r"^(?: {4}|\t)(?:labse-[a-z-]+|python3?|\S*/python|make|torchrun|gsutil|pip)(?= ).* -")
 # Smaller sizes for the test, per document; each name must be a variable the document assigns.
 SCALE = {
-    "README.md": {"PER_LANGUAGE": "2000", "PT_STEPS": "15", "STEPS": "10"},
-    "docs/guides/embedders.md": {"N": "150"},
+    "README.md": {"MAX_PAIRS": "2000", "CALIBRATION_ROWS": "1000", "PER_LANGUAGE": "2000", "PT_STEPS": "15",
+                  "STEPS": "10"},
+    "docs/guides/embedders.md": {"N": "150", "ROWS": "500"},
     "docs/guides/new-language-pair.md": {"N": "200", "ROWS": "1500", "PAIRS": "600"},
     "docs/guides/re-mining.md": {"N": "60", "ROWS": "800", "PAIRS": "240", "STEPS": "10"},
 }

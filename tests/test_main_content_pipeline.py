@@ -1,5 +1,6 @@
 """build-data (Beam, 2 worker processes) -> train -> evaluate on the real Common Crawl samples."""
 import json
+import shutil
 from collections import Counter
 
 import pytest
@@ -125,11 +126,30 @@ def test_evaluate_prints_the_same_metrics_for_any_warc(built, tmp_path, labse_da
     assert "agreement" in printed and summary["pages"] == 16 and 0 < summary["f1"] <= 1
 
 
-def test_demo_step_trains_a_model_and_reports_held_out_quality(labse_data, tmp_path):
-    artifacts: dict = {}
-    from recipes.demo_text import main_content_step
+def test_demo_step_trains_a_model_and_reports_held_out_quality(built, labse_data, tmp_path, monkeypatch):
+    """The demo's build-data is the README's command on the same WARCs, run in one process rather than
+    two workers (the runner does not change what build-data writes: tests/test_portable_workers.py):
+    its output is copied from the docs test's run rather than labelled again; the demo's train and
+    held-out measure run for real."""
+    import recipes.demo_text as demo_text
 
-    lines = main_content_step(labse_data, tmp_path, artifacts)
+    pattern, readme_data = built
+    real_main = demo_text.main_content_main
+    built_by_demo = []
+
+    def main_content(argv):
+        if argv[0] != "build-data":
+            return real_main(argv)
+        args, beam_args = cli.build_data_parser().parse_known_args(argv[1:])  # the demo's options exist
+        assert (args.input, beam_args) == (pattern, []) and args.overwrite, argv
+        shutil.copytree(readme_data, args.output)
+        built_by_demo.append(args.output)
+        return 0
+
+    monkeypatch.setattr(demo_text, "main_content_main", main_content)
+    artifacts: dict = {}
+    lines = demo_text.main_content_step(labse_data, tmp_path, artifacts)
+    assert built_by_demo == [str(tmp_path / "main_content" / "data")]
     model = artifacts["main_content_model"]
     assert model == str(tmp_path / "main_content" / "model.bin")
     from pipelines.main_content.model import MainContentModel

