@@ -11,6 +11,12 @@ import pytest
 # that leaves the process's OpenMP (torch, FAISS) thread count changed fails (tests/thread_guard.py).
 pytest_plugins = ["gcs_emulator", "cloud_chain", "thread_guard"]
 
+# gcsfs chooses its filesystem class once, when it is first imported: with this variable unset it is the
+# class that asks each bucket's type over gRPC, which the emulator does not serve (every new bucket then
+# waits ~40 s). Whichever test imports gcsfs first, before or after the `gcs` fixture starts, the
+# session must get the plain class (the fixture checks it did).
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

@@ -148,6 +148,16 @@ def _start_emulator(root: Path, log: Path) -> tuple[str, subprocess.Popen]:
     raise RuntimeError("gcp-storage-emulator did not answer within 60 s")
 
 
+def _require_plain_gcsfs() -> None:
+    """gcsfs reads GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT once, at import: imported before the variable was
+    set, it probes every bucket over gRPC and each emulator test waits out the probe's timeouts."""
+    gcsfs = sys.modules.get("gcsfs")
+    if gcsfs is not None and gcsfs.GCSFileSystem is not gcsfs.core.GCSFileSystem:
+        pytest.fail("gcsfs was imported with GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT unset, so it probes buckets over "
+                    "gRPC, which the emulator does not serve: set the variable before gcsfs is imported "
+                    "(tests/conftest.py does)", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def gcs(tmp_path_factory) -> GcsEmulator:
     """The emulator for the whole session; its variables are set in os.environ (so subprocesses
@@ -172,6 +182,7 @@ def gcs(tmp_path_factory) -> GcsEmulator:
     saved = {name: os.environ.get(name) for name in env}
     try:
         os.environ.update(env)
+        _require_plain_gcsfs()
         yield GcsEmulator(endpoint=endpoint, env=env)
     finally:
         for name, value in saved.items():
