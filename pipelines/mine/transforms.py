@@ -42,6 +42,7 @@ from pipelines.mine.cascade import centred
 from pipelines.mine.config import MineConfig
 from pipelines.mine.margin import greedy_unique, margin_scores
 from pipelines.mine.search import SearchConfig, knn
+from pipelines.embed.saved_vectors import is_saved_vectors_spec
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, stable_hash, write_empty_shard
 
 logger = logging.getLogger(__name__)
@@ -451,6 +452,12 @@ def _top_key(entry):
     return (sim, other[2])  # ties broken by text, so every runner merges identically
 
 
+def top_hits(keyed, k: int, key=_top_key):
+    """(item, all its hits) -> (item, its k largest by `key`, largest first): Top.PerKey's result."""
+    item, hits = keyed
+    return item, sorted(hits, key=key, reverse=True)[:k]
+
+
 def _mean_and_candidates(keyed):
     """(item, top-k list) -> messages for the margin join."""
     item, top = keyed
@@ -581,14 +588,22 @@ class ToCells(beam.PTransform):
 
 class BestCandidates(beam.PTransform):
     """Hits (item, (cosine, other item)) -> {"top": each item's k best hits, "bests": each item's
-    best-margin candidate (pair records)}: the kNN means and margins of steps 4-5."""
+    best-margin candidate (pair records)}: the kNN means and margins of steps 4-5.
 
-    def __init__(self, k: int, margin_kind: str):
+    `lifted`: merge the hits with Top.PerKey, which first combines them in the worker that made
+    them (it holds up to 100,000 sentences' lists there: its share of the input, up to that); the
+    global layout merges after a GroupByKey instead, as a query's hits come from one element per
+    index shard and combining them early saves nothing."""
+
+    def __init__(self, k: int, margin_kind: str, lifted: bool = True):
         super().__init__()
-        self.k, self.margin_kind = k, margin_kind
+        self.k, self.margin_kind, self.lifted = k, margin_kind, lifted
 
     def expand(self, hits):
-        top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(self.k, key=_top_key)
+        if self.lifted:
+            top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(self.k, key=_top_key)
+        else:
+            top = hits | "GroupHits" >> beam.GroupByKey() | "MergeTopK" >> beam.Map(top_hits, self.k)
         bests = (
             top
             | "MeansToCandidates" >> beam.FlatMap(_mean_and_candidates)
@@ -614,13 +629,16 @@ class Neighbours(beam.PTransform):
 
             search = (c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
                       load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
-            hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search) if c.backward_search == "all"
-                                                  else CandidatesBackwardLists(c.strategy, _top_key, *search))
-        else:
-            hits = (embedded
-                    | "Cells" >> ToCells(c)
-                    | "GroupCells" >> beam.GroupByKey()
-                    | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
+            store = c.embedder if is_saved_vectors_spec(c.embedder) else None  # LocateSaved's references
+            hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search, store=store)
+                                                  if c.backward_search == "all"
+                                                  else CandidatesBackwardLists(c.strategy, _top_key, *search,
+                                                                               store=store))
+            return hits | "Candidates" >> BestCandidates(c.k, c.margin_kind, lifted=False)
+        hits = (embedded
+                | "Cells" >> ToCells(c)
+                | "GroupCells" >> beam.GroupByKey()
+                | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
         return hits | "Candidates" >> BestCandidates(c.k, c.margin_kind)
 
 
@@ -860,6 +878,15 @@ class MineBitext(beam.PTransform):
             if neighbours["spared"] is not None:
                 cascade_tallies.append(neighbours["spared"] | "CountSpared" >> CountByName(
                     lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{SPARED}"))
+        elif c.resolved_layout == "global" and is_saved_vectors_spec(c.embedder):
+            # the vectors the indexes were built from: references travel, the search reads the rows
+            from pipelines.mine.index_search import LocateSaved, RestoreProvenance, searchable
+
+            located = (items
+                       | "Searchable" >> beam.Map(searchable)
+                       | "LocateSaved" >> LocateSaved(c.embedder))
+            embedded, non_finite = located.located, located.dropped
+            neighbours = embedded | "Neighbours" >> Neighbours(c)
         else:
             checked = (items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
                        | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
