@@ -428,3 +428,57 @@ def test_an_index_manifest_names_only_files_inside_its_folder_and_real_counts(tm
     section["shards"] = [{"name": "shard-00000.faiss", "sentences": 3}]
     (index / "_stats.json").write_text(json.dumps({"index": section}))
     assert load_manifest(str(index), "--tgt-index").sentences == 3
+
+
+def test_saved_sentences_travel_as_row_references_in_batches_of_one_row_range(tmp_path):
+    """The global layout's query side without Beam: `locate` finds each sentence's (file, row) (the
+    first file that has it), `read_located` gives encode's vectors back, and `row_range_key` puts a
+    sentence in the batch of its side, file and row range, so no batch holds more than query_batch."""
+    from pipelines.embed.saved_vectors import SavedVectorsEmbedder, SavedVectorsError
+    from pipelines.mine.index_search import row_range_key
+
+    rng = np.random.default_rng(0)
+    texts = {"a": [f"s{i}" for i in range(50)], "b": [f"t{i}" for i in range(30)] + ["s3"]}
+    for name, lines in texts.items():
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(len(lines), 8)).astype(np.float32))
+        (tmp_path / f"{name}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+    store = SavedVectorsEmbedder(tmp_path)
+    asked = ["t29", "s3", " s49 ", "s0", "t0"]
+    located = store.locate(asked)
+    assert located.tolist() == [[1, 29], [0, 3], [0, 49], [0, 0], [1, 0]]
+    np.testing.assert_array_equal(store.read_located(located), store.encode(asked))
+    with pytest.raises(SavedVectorsError, match="1 of 2 sentences have no saved vector"):
+        store.locate(["s1", "nowhere"])
+    batches: dict = {}
+    for text, reference in zip(texts["a"], store.locate(texts["a"]).tolist()):
+        key, element = row_range_key((("s", "", text, "", ""), tuple(reference)), 16)
+        batches.setdefault(key, []).append(element[1][1])
+    assert sorted(batches) == [("s", 0, 0), ("s", 0, 1), ("s", 0, 2), ("s", 0, 3)]
+    assert all(rows == list(range(16 * b, min(50, 16 * b + 16))) for (_, _, b), rows in batches.items())
+
+
+def test_max_over_packed_columns_keeps_greedy_uniques_pairs_ties_included():
+    """`max` on a whole language pair runs on Arrow columns (`greedy_unique_columns`, Beam's
+    `_greedy_packed`); ties in margin are broken by the texts, as the tuple version breaks them."""
+    import random
+
+    import pyarrow as pa
+
+    from pipelines.mine.margin import greedy_unique, greedy_unique_columns
+    from pipelines.mine.transforms import _greedy_packed, top_hits
+
+    chooser = random.Random(7)
+    for _ in range(100):
+        rows = {(chooser.choice("abcdéz"), chooser.choice("xyzä")): chooser.choice([0.5, 1.0, 1.25, chooser.random()])
+                for _ in range(chooser.randint(0, 30))}
+        candidates = [(margin, src, tgt) for (src, tgt), margin in rows.items()]
+        expected = {(src, tgt) for _, src, tgt in greedy_unique(candidates)}
+        kept = greedy_unique_columns([c[0] for c in candidates], [c[1] for c in candidates], [c[2] for c in candidates])
+        assert {candidates[i][1:] for i in np.flatnonzero(kept)} == expected
+        halves = [pa.record_batch([pa.array([c[0] for c in part], pa.float64()), pa.array([c[1] for c in part], pa.string()),
+                                   pa.array([c[2] for c in part], pa.string())], names=["margin", "src", "tgt"])
+                  for part in (candidates[:len(candidates) // 2], candidates[len(candidates) // 2:])]
+        out = list(_greedy_packed(("g", halves)))
+        assert {key[1:] for key, _ in out[:len(expected)]} == expected and len(out) == len(candidates)
+    hits = [(0.5, ("t", "", "b", "", "")), (0.9, ("t", "", "a", "", "")), (0.5, ("t", "", "c", "", ""))]
+    assert top_hits(("q", hits), 2) == ("q", [hits[1], hits[2]])

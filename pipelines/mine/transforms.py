@@ -40,7 +40,7 @@ from pipelines.io.parquet import iter_parquet_rows
 from pipelines.io.completion import finish_output
 from pipelines.mine.cascade import centred
 from pipelines.mine.config import MineConfig
-from pipelines.mine.margin import greedy_unique, margin_scores
+from pipelines.mine.margin import greedy_unique_columns, margin_scores
 from pipelines.mine.search import SearchConfig, knn
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, stable_hash, write_empty_shard
@@ -542,15 +542,62 @@ class _DecideCandidate(beam.DoFn):
         yield beam.pvalue.TaggedOutput("dropped", NOT_SELECTED)
 
 
-def _greedy_group(keyed):
-    """LASER's `max` over one group's distinct candidate pairs; the rest are `not_selected`."""
-    group, candidates = keyed
-    by_pair = {(c["src"], c["tgt"]): c for c in candidates}
-    kept = greedy_unique((c["margin"], c["src"], c["tgt"]) for c in by_pair.values())
-    for _, src, tgt in kept:
-        yield by_pair[(src, tgt)]
-    for _ in range(len(by_pair) - len(kept)):
+PACK_ROWS = 65_536  # candidates a packed batch holds at most (`_PackCandidates`)
+
+
+class _PackCandidates(beam.DoFn):
+    """(group, (margin, source text, target text)) -> (group, Arrow record batch of them): `max`'s
+    input at ~40 bytes a candidate plus its texts (a pair record costs ~500 bytes in Python), so
+    the worker that selects a whole language pair holds what the greedy needs and no more. A
+    bundle's buffers are flushed every PACK_ROWS candidates (all groups together) and at its end."""
+
+    def start_bundle(self):
+        self._buffers: dict = {}
+        self._rows = 0
+
+    def process(self, element):
+        group, candidate = element
+        self._buffers.setdefault(group, []).append(candidate)
+        self._rows += 1
+        if self._rows >= PACK_ROWS:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindow
+        from apache_beam.utils.windowed_value import WindowedValue
+
+        for packed in self._flush():
+            yield WindowedValue(packed, GlobalWindow().max_timestamp(), [GlobalWindow()])
+
+    def _flush(self):
+        for group, rows in self._buffers.items():
+            margins, sources, targets = zip(*rows)
+            yield group, pa.record_batch([pa.array(margins, pa.float64()), pa.array(sources, pa.string()),
+                                          pa.array(targets, pa.string())], names=["margin", "src", "tgt"])
+        self._buffers, self._rows = {}, 0
+
+
+def _greedy_packed(keyed):
+    """LASER's `max` over one group's packed candidates -> ((group, source text, target text), True)
+    for each pair kept; the rest are `not_selected`. Within a group a text names one sentence a side."""
+    group, batches = keyed
+    table = pa.Table.from_batches(list(batches))
+    kept = greedy_unique_columns(table["margin"], table["src"], table["tgt"])
+    sources, targets = table["src"], table["tgt"]
+    for row in np.flatnonzero(kept).tolist():
+        yield (group, sources[row].as_py(), targets[row].as_py()), True
+    for _ in range(len(kept) - int(kept.sum())):
         yield beam.pvalue.TaggedOutput("dropped", NOT_SELECTED)
+
+
+def _kept_pairs(joined):
+    _key, grouped = joined
+    if any(grouped["kept"]):
+        yield from grouped["pair"]
+
+
+def _in_group_key(best: dict) -> tuple:
+    return best["src"][1], best["src"][2], best["tgt"][2]
 
 
 def _at_least(pair: dict, threshold: float):
@@ -789,11 +836,15 @@ class SelectPairs(beam.PTransform):
         if self.strategy == "max":
             greedy = (
                 pairs
-                | "KeyGroup" >> beam.Map(lambda b: (b["src"][1], b))
+                | "KeyGroup" >> beam.Map(lambda b: (b["src"][1], (b["margin"], b["src"][2], b["tgt"][2])))
+                | "Pack" >> beam.ParDo(_PackCandidates())
                 | "GroupSite" >> beam.GroupByKey()
-                | "Greedy" >> beam.FlatMap(_greedy_group).with_outputs("dropped", main="pairs")
+                | "Greedy" >> beam.FlatMap(_greedy_packed).with_outputs("dropped", main="kept")
             )
-            pairs = greedy.pairs
+            pairs = ({"pair": pairs | "KeyPairInGroup" >> beam.Map(lambda b: (_in_group_key(b), b)),
+                      "kept": greedy.kept}
+                     | "JoinKept" >> beam.CoGroupByKey()
+                     | "KeptPairs" >> beam.FlatMap(_kept_pairs))
             dropped.append(greedy.dropped)
         if self.min_margin is not None:
             above = pairs | "MinMargin" >> beam.FlatMap(_at_least, self.min_margin).with_outputs(
