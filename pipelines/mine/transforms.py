@@ -16,7 +16,8 @@ Distributed layout (no worker ever holds all target vectors):
    each sentence keeps its best candidate (forward for sources, backward for targets);
 6. the best candidates are grouped into distinct candidate pairs, and the strategy (`fwd`, `bwd`,
    `intersect`, `max`) selects among them; `max` is LASER's greedy one-to-one selection per
-   group, on one worker per group (it holds only (score, src, tgt)). Every candidate pair ends
+   group, on one worker per group (it holds the group's candidates packed as Arrow columns:
+   margin and the two texts, `_PackCandidates`). Every candidate pair ends
    selected or dropped by reason (`_stats.json`'s accounting, README contract 11).
 
 Items are tuples `(side, group, text, url, doc_id)`; after deduplication, (side, group, text) is
@@ -898,7 +899,7 @@ class MineBitext(beam.PTransform):
     (row dicts, the columns of `PAIR_SCHEMA`), `tally` (one dict of counts: per side read,
     dropped by reason, unique, kept (= embedded), with candidates; best per direction; candidate
     pairs read and dropped by reason; pairs selected) and `embedded` (the (item, vector) pairs,
-    for tests). The candidate pairs kept are counted where they are written (`write_pairs`).
+    or in the global layout with `vectors:DIR` the (item, (file, row)) references, for tests). The candidate pairs kept are counted where they are written (`write_pairs`).
 
     Example::
 
