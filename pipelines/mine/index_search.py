@@ -134,6 +134,29 @@ class ShardLabels:
 
 
 LOCATE_BATCH = 4_096  # sentences looked up in the keyed store together (their rows read once to check them)
+MMAP_THRESHOLD = 1 << 17  # glibc's default threshold, kept fixed (`return_freed_memory`)
+
+
+def return_freed_memory() -> None:
+    """Have glibc give freed blocks of 128 KiB and more back to the system in this worker process.
+
+    By default glibc raises its mmap threshold to the largest block freed (up to 32 MB), so after
+    the first batch the search's and the margin steps' arrays and buffers (MBs each) come from the
+    heap, where freed memory stays in the process: the worker grew by hundreds of MB over a 100x
+    run (BENCHMARKS.md, "labse-mine's global layout without vectors in its elements"). A fixed
+    threshold (mallopt, as MALLOC_MMAP_THRESHOLD_ would set it) keeps those blocks mapped and
+    returned when freed. A no-op where the C library is not glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    mallopt(m_mmap_threshold, MMAP_THRESHOLD)
+    mallopt(m_trim_threshold, MMAP_THRESHOLD)
 
 
 class _LocateBatch(beam.DoFn):
@@ -151,6 +174,7 @@ class _LocateBatch(beam.DoFn):
     def setup(self):
         from pipelines.mine.transforms import held_embedder
 
+        return_freed_memory()
         self._held = held_embedder(self._shared, self.spec, 1)
 
     def process(self, batch):
@@ -205,6 +229,7 @@ class _SearchShard(beam.DoFn):
         self._shared = Shared()
 
     def setup(self):
+        return_freed_memory()
         if self.store is not None:
             from pipelines.mine.transforms import held_embedder
 
