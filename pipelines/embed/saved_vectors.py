@@ -233,28 +233,39 @@ class SavedVectorsEmbedder:
         for keyed in getattr(self, "_files", []):
             keyed.close()
 
-    def encode(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+    def locate(self, texts: Sequence[str]) -> np.ndarray:
+        """Where each sentence's vector is: an int64 `[n, 2]` array of (file number, row), the first
+        file that has the sentence serving it (lookups vectorised over the whole batch); raises
+        SavedVectorsError naming a sentence that has none. labse-mine's global layout carries
+        these references instead of the vectors and reads the rows where it searches them."""
         keys = [normalised_key(text) for text in texts]
         hashes = np.array([key_hash(key) for key in keys], dtype=np.uint64)
-        files = np.full(len(texts), -1, np.int64)
-        rows = np.full(len(texts), -1, np.int64)
-        for number, keyed in enumerate(self._files):  # the first file that has a sentence serves it
-            open_ = np.flatnonzero(files < 0)
+        located = np.full((len(texts), 2), -1, np.int64)
+        for number, keyed in enumerate(self._files):
+            open_ = np.flatnonzero(located[:, 0] < 0)
             if not len(open_):
                 break
             found = keyed.find([keys[i] for i in open_], hashes[open_])
             hit = found >= 0
-            files[open_[hit]], rows[open_[hit]] = number, found[hit]
-        missing = [text for text, number in zip(texts, files) if number < 0]
+            located[open_[hit], 0], located[open_[hit], 1] = number, found[hit]
+        missing = [text for text, number in zip(texts, located[:, 0]) if number < 0]
         if missing:
             raise SavedVectorsError(f"{len(missing):,} of {len(texts):,} sentences have no saved vector in "
                                     f"{self.name[len(PREFIX):]}, e.g. {missing[0][:80]!r}: save a vector for every "
                                     "sentence mined")
-        out = np.zeros((len(texts), self.dim), np.float32)
-        for number in np.unique(files):
-            on_file = np.flatnonzero(files == number)
-            out[on_file] = self._files[number].read(rows[on_file])
+        return located
+
+    def read_located(self, located: np.ndarray) -> np.ndarray:
+        """The L2-normalised float32 rows of `locate`'s (file number, row) references, in their order."""
+        located = np.asarray(located, dtype=np.int64).reshape(-1, 2)
+        out = np.zeros((len(located), self.dim), np.float32)
+        for number in np.unique(located[:, 0]):
+            on_file = np.flatnonzero(located[:, 0] == number)
+            out[on_file] = self._files[number].read(located[on_file, 1])
         return l2_normalise(out)
+
+    def encode(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+        return self.read_located(self.locate(texts))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -239,7 +239,7 @@ class IndexManifest:
                                           "bytes_per_sentence", "shared_bytes_per_shard")}, rerank_vectors=bool(data.get("rerank_vectors")))
 
 
-RERANK_BATCH = 2048  # queries re-ranked together: 2048 x depth x dim float32 at a time
+RERANK_BATCH = 256  # queries re-ranked together: 256 x depth x dim float32 at a time (2048 held 134 MB at depth 64)
 
 
 def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,

@@ -15,6 +15,13 @@ at most k times the smaller side's sentences per language pair, not in full once
 The index knows sentences by their text only, so global mining keys sentences by (side, text)
 (items with group and provenance left blank, `searchable`) and `RestoreProvenance` puts each
 selected pair's url and doc_id back from the input.
+
+With `--embedder vectors:DIR` (the vectors the indexes were built from) no element carries a
+vector: `LocateSaved` turns each sentence into a reference (file number, row) of the keyed store,
+a query batch is the input's sentences among one row range of one file (`query_batch` rows), and
+the search reads those rows where it searches them. A worker then holds a query batch and the
+index shard it searches, whatever the input's size (the DirectRunner hands a worker its whole
+share of a stage at once, so 1 KB vectors in the elements made its memory grow with the input).
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, faiss_threads, 
 from pipelines.io.config_options import UsageError
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
 from pipelines.mine.margin import side_searched_in_full as full_side
+from pipelines.mine.transforms import top_hits
 from pipelines.stage import stable_hash
 
 SRC, TGT = "s", "t"
@@ -125,15 +133,107 @@ class ShardLabels:
         return (self.side, "", self.text[self.starts[i]:self.ends[i]].decode("utf-8"), "", "")
 
 
-class _SearchShard(beam.DoFn):
-    """(index side, shard name, query items, query matrix) -> (query item, (similarity, hit item))
-    for the query's top-k in that shard, re-ranked by exact cosine from the shard's float16 rows
-    when `rerank` > k and the index has them. The worker keeps the last shard it loaded."""
+LOCATE_BATCH = 4_096  # sentences looked up in the keyed store together (their rows read once to check them)
+MMAP_THRESHOLD = 1 << 17  # glibc's default threshold, kept fixed (`return_freed_memory`)
 
-    def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict):
-        self.index_dirs, self.nprobes, self.k, self.rerank = index_dirs, nprobes, k, rerank
+
+def return_freed_memory() -> None:
+    """Have glibc give freed blocks of 128 KiB and more back to the system in this worker process.
+
+    By default glibc raises its mmap threshold to the largest block freed (up to 32 MB), so after
+    the first batch the search's and the margin steps' arrays and buffers (MBs each) come from the
+    heap, where freed memory stays in the process: the worker grew by hundreds of MB over a 100x
+    run (BENCHMARKS.md, "labse-mine's global layout without vectors in its elements"). A fixed
+    threshold (mallopt, as MALLOC_MMAP_THRESHOLD_ would set it) keeps those blocks mapped and
+    returned when freed. A no-op where the C library is not glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
+    mallopt(m_mmap_threshold, MMAP_THRESHOLD)
+    mallopt(m_trim_threshold, MMAP_THRESHOLD)
+
+
+class _LocateBatch(beam.DoFn):
+    """A batch of searchable items -> (item, (file number, row)) of its vector in `vectors:DIR`, or
+    the item on `dropped` when that row is not finite (NaN or inf: `non_finite_vector`, counted as
+    the embedding step counts it). The rows are read here only to check them."""
+
+    def __init__(self, spec: str):
+        from apache_beam.utils.shared import Shared
+
+        self.spec = spec
+        self._shared = Shared()
+        self.located = beam.metrics.Metrics.counter("mine", "embedded")
+
+    def setup(self):
+        from pipelines.mine.transforms import held_embedder
+
+        return_freed_memory()
+        self._held = held_embedder(self._shared, self.spec, 1)
+
+    def process(self, batch):
+        from pipelines.progress import worker_tracker
+
+        store = self._held.embedder
+        located = store.locate([item[2] for item in batch])
+        finite = np.isfinite(store.read_located(located)).all(axis=1)
+        self.located.inc(len(batch))
+        worker_tracker("sentences").advance(len(batch))
+        for item, reference, ok in zip(batch, located.tolist(), finite.tolist()):
+            if ok:
+                yield item, tuple(reference)
+            else:
+                yield beam.pvalue.TaggedOutput("dropped", item)
+
+
+class LocateSaved(beam.PTransform):
+    """Searchable items -> {"located": (item, (file number, row)) in the `vectors:DIR` store `spec`,
+    "dropped": items whose saved row is not finite}; looked up `LOCATE_BATCH` at a time."""
+
+    def __init__(self, spec: str):
+        super().__init__()
+        self.spec = spec
+
+    def expand(self, items):
+        return (items
+                | "Batch" >> beam.BatchElements(min_batch_size=LOCATE_BATCH, max_batch_size=LOCATE_BATCH)
+                | "Locate" >> beam.ParDo(_LocateBatch(self.spec)).with_outputs("dropped", main="located"))
+
+
+def row_range_key(element, query_batch: int):
+    """(item, (file number, row)) -> its query batch: the side's sentences among rows
+    [b * query_batch, (b + 1) * query_batch) of one file, so a batch holds at most `query_batch`
+    and its rows are read in runs."""
+    item, (number, row) = element
+    return (item[0], number, row // query_batch), element
+
+
+class _SearchShard(beam.DoFn):
+    """(index side, shard name, query items, query matrix or (file number, row) references into the
+    `store`) -> (query item, (similarity, hit item)) for the query's top-k in that shard, re-ranked
+    by exact cosine from the shard's float16 rows when `rerank` > k and the index has them. The
+    worker keeps the last shard it loaded."""
+
+    def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str | None = None):
+        from apache_beam.utils.shared import Shared
+
+        self.index_dirs, self.nprobes, self.k, self.rerank, self.store = index_dirs, nprobes, k, rerank, store
         self.searched = beam.metrics.Metrics.counter("mine", "index.queries_searched")
         self._loaded = None
+        self._shared = Shared()
+
+    def setup(self):
+        return_freed_memory()
+        if self.store is not None:
+            from pipelines.mine.transforms import held_embedder
+
+            self._held = held_embedder(self._shared, self.store, 1)
 
     def _shard(self, side: str, name: str):
         if self._loaded is None or self._loaded[0] != (side, name):
@@ -149,6 +249,8 @@ class _SearchShard(beam.DoFn):
 
     def process(self, element):
         side, name, items, matrix = element
+        if matrix.dtype.kind == "i":  # references: the rows are read here, a batch at a time
+            matrix = self._held.embedder.read_located(matrix)
         index, labels, rows = self._shard(side, name)
         if matrix.shape[1] != index.d:
             raise ValueError(f"the embedder gives {matrix.shape[1]}-dimensional vectors but the index "
@@ -163,11 +265,15 @@ class _SearchShard(beam.DoFn):
 
 
 def _to_shards(keyed, shard_names: dict):
-    """A batch of one side's queries -> one element per shard of the OTHER side's index."""
-    (side, _batch), members = keyed
+    """A batch of one side's queries -> one element per shard of the OTHER side's index (the
+    queries' vectors, or their (file number, row) references when the batch is a row range)."""
+    (side, *_batch), members = keyed
     members = sorted(members, key=lambda m: m[0])  # the rows in item order, whatever the runner's
     items = [m[0] for m in members]
-    matrix = np.stack([m[1] for m in members]).astype(np.float32)
+    if isinstance(members[0][1], tuple):
+        matrix = np.array([m[1] for m in members], dtype=np.int64)
+    else:
+        matrix = np.stack([m[1] for m in members]).astype(np.float32)
     other = TGT if side == SRC else SRC
     for name in shard_names[other]:
         yield other, name, items, matrix
@@ -175,11 +281,14 @@ def _to_shards(keyed, shard_names: dict):
 
 class IndexNeighbourLists(beam.PTransform):
     """(searchable item, unit vector) of both sides -> (item, [(similarity, other item)] hits from
-    every shard of the other side's index), to be merged per item into the top k."""
+    every shard of the other side's index), to be merged per item into the top k. With `store` (a
+    `vectors:DIR` spec) the values are `LocateSaved`'s (file number, row) references instead of
+    vectors, and a query batch is a row range (`row_range_key`)."""
 
     def __init__(self, src_index: str, tgt_index: str, src: IndexManifest, tgt: IndexManifest, k: int,
-                 nprobe: int | None, query_batch: int, rerank: int = 0):
+                 nprobe: int | None, query_batch: int, rerank: int = 0, store: str | None = None):
         super().__init__()
+        self.store = store
         self.dirs = {SRC: src_index.rstrip("/"), TGT: tgt_index.rstrip("/")}
         self.shards = {SRC: [s["name"] for s in src.shards if s["sentences"]],
                        TGT: [s["name"] for s in tgt.shards if s["sentences"]]}
@@ -190,17 +299,20 @@ class IndexNeighbourLists(beam.PTransform):
 
     def expand(self, embedded):
         query_batch = self.query_batch
-        counts = (embedded
-                  | "Sides" >> beam.Map(lambda e: e[0][0])
-                  | "CountSides" >> beam.combiners.Count.PerElement()
-                  | "Batches" >> beam.Map(lambda kv: (kv[0], max(1, -(-kv[1] // query_batch)))))
-        return (embedded
-                | "KeyBatch" >> beam.Map(lambda e, n: ((e[0][0], stable_hash(e[0][2]) % n[e[0][0]]), e),
-                                         beam.pvalue.AsDict(counts))
+        if self.store is not None:
+            keyed = embedded | "KeyRowRange" >> beam.Map(row_range_key, query_batch)
+        else:
+            counts = (embedded
+                      | "Sides" >> beam.Map(lambda e: e[0][0])
+                      | "CountSides" >> beam.combiners.Count.PerElement()
+                      | "Batches" >> beam.Map(lambda kv: (kv[0], max(1, -(-kv[1] // query_batch)))))
+            keyed = embedded | "KeyBatch" >> beam.Map(lambda e, n: ((e[0][0], stable_hash(e[0][2]) % n[e[0][0]]), e),
+                                                      beam.pvalue.AsDict(counts))
+        return (keyed
                 | "GroupBatch" >> beam.GroupByKey()
                 | "ToShards" >> beam.FlatMap(_to_shards, self.shards)
                 | "Spread" >> beam.Reshuffle()
-                | "SearchShards" >> beam.ParDo(_SearchShard(self.dirs, self.nprobes, self.k, self.rerank)))
+                | "SearchShards" >> beam.ParDo(_SearchShard(self.dirs, self.nprobes, self.k, self.rerank, self.store)))
 
 
 class RestoreProvenance(beam.PTransform):
@@ -284,7 +396,8 @@ class CandidatesBackwardLists(beam.PTransform):
         other = embedded | "OtherSide" >> beam.Filter(_on_side, sides, self.strategy, False)
         forward = (full
                    | "SearchFull" >> self.first
-                   | "MergeFull" >> beam.combiners.Top.PerKey(self.first.k, key=self.merge_key)
+                   | "GroupFull" >> beam.GroupByKey()  # not Top.PerKey: see BestCandidates' `lifted`
+                   | "MergeFull" >> beam.Map(top_hits, self.first.k, self.merge_key)
                    | "AskTargets" >> beam.FlatMap(_ask_targets).with_outputs("asked", main="hits"))
         wanted = ({"vector": other, "asked": forward.asked}
                   | "JoinAsked" >> beam.CoGroupByKey()

@@ -16,7 +16,8 @@ Distributed layout (no worker ever holds all target vectors):
    each sentence keeps its best candidate (forward for sources, backward for targets);
 6. the best candidates are grouped into distinct candidate pairs, and the strategy (`fwd`, `bwd`,
    `intersect`, `max`) selects among them; `max` is LASER's greedy one-to-one selection per
-   group, on one worker per group (it holds only (score, src, tgt)). Every candidate pair ends
+   group, on one worker per group (it holds the group's candidates packed as Arrow columns:
+   margin and the two texts, `_PackCandidates`). Every candidate pair ends
    selected or dropped by reason (`_stats.json`'s accounting, README contract 11).
 
 Items are tuples `(side, group, text, url, doc_id)`; after deduplication, (side, group, text) is
@@ -40,8 +41,9 @@ from pipelines.io.parquet import iter_parquet_rows
 from pipelines.io.completion import finish_output
 from pipelines.mine.cascade import centred
 from pipelines.mine.config import MineConfig
-from pipelines.mine.margin import greedy_unique, margin_scores
+from pipelines.mine.margin import greedy_unique_columns, margin_scores
 from pipelines.mine.search import SearchConfig, knn
+from pipelines.embed.saved_vectors import is_saved_vectors_spec
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, stable_hash, write_empty_shard
 
 logger = logging.getLogger(__name__)
@@ -451,6 +453,12 @@ def _top_key(entry):
     return (sim, other[2])  # ties broken by text, so every runner merges identically
 
 
+def top_hits(keyed, k: int, key=_top_key):
+    """(item, all its hits) -> (item, its k largest by `key`, largest first): Top.PerKey's result."""
+    item, hits = keyed
+    return item, sorted(hits, key=key, reverse=True)[:k]
+
+
 def _mean_and_candidates(keyed):
     """(item, top-k list) -> messages for the margin join."""
     item, top = keyed
@@ -535,15 +543,62 @@ class _DecideCandidate(beam.DoFn):
         yield beam.pvalue.TaggedOutput("dropped", NOT_SELECTED)
 
 
-def _greedy_group(keyed):
-    """LASER's `max` over one group's distinct candidate pairs; the rest are `not_selected`."""
-    group, candidates = keyed
-    by_pair = {(c["src"], c["tgt"]): c for c in candidates}
-    kept = greedy_unique((c["margin"], c["src"], c["tgt"]) for c in by_pair.values())
-    for _, src, tgt in kept:
-        yield by_pair[(src, tgt)]
-    for _ in range(len(by_pair) - len(kept)):
+PACK_ROWS = 65_536  # candidates a packed batch holds at most (`_PackCandidates`)
+
+
+class _PackCandidates(beam.DoFn):
+    """(group, (margin, source text, target text)) -> (group, Arrow record batch of them): `max`'s
+    input at ~40 bytes a candidate plus its texts (a pair record costs ~500 bytes in Python), so
+    the worker that selects a whole language pair holds what the greedy needs and no more. A
+    bundle's buffers are flushed every PACK_ROWS candidates (all groups together) and at its end."""
+
+    def start_bundle(self):
+        self._buffers: dict = {}
+        self._rows = 0
+
+    def process(self, element):
+        group, candidate = element
+        self._buffers.setdefault(group, []).append(candidate)
+        self._rows += 1
+        if self._rows >= PACK_ROWS:
+            yield from self._flush()
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindow
+        from apache_beam.utils.windowed_value import WindowedValue
+
+        for packed in self._flush():
+            yield WindowedValue(packed, GlobalWindow().max_timestamp(), [GlobalWindow()])
+
+    def _flush(self):
+        for group, rows in self._buffers.items():
+            margins, sources, targets = zip(*rows)
+            yield group, pa.record_batch([pa.array(margins, pa.float64()), pa.array(sources, pa.string()),
+                                          pa.array(targets, pa.string())], names=["margin", "src", "tgt"])
+        self._buffers, self._rows = {}, 0
+
+
+def _greedy_packed(keyed):
+    """LASER's `max` over one group's packed candidates -> ((group, source text, target text), True)
+    for each pair kept; the rest are `not_selected`. Within a group a text names one sentence a side."""
+    group, batches = keyed
+    table = pa.Table.from_batches(list(batches))
+    kept = greedy_unique_columns(table["margin"], table["src"], table["tgt"])
+    sources, targets = table["src"], table["tgt"]
+    for row in np.flatnonzero(kept).tolist():
+        yield (group, sources[row].as_py(), targets[row].as_py()), True
+    for _ in range(len(kept) - int(kept.sum())):
         yield beam.pvalue.TaggedOutput("dropped", NOT_SELECTED)
+
+
+def _kept_pairs(joined):
+    _key, grouped = joined
+    if any(grouped["kept"]):
+        yield from grouped["pair"]
+
+
+def _in_group_key(best: dict) -> tuple:
+    return best["src"][1], best["src"][2], best["tgt"][2]
 
 
 def _at_least(pair: dict, threshold: float):
@@ -581,14 +636,22 @@ class ToCells(beam.PTransform):
 
 class BestCandidates(beam.PTransform):
     """Hits (item, (cosine, other item)) -> {"top": each item's k best hits, "bests": each item's
-    best-margin candidate (pair records)}: the kNN means and margins of steps 4-5."""
+    best-margin candidate (pair records)}: the kNN means and margins of steps 4-5.
 
-    def __init__(self, k: int, margin_kind: str):
+    `lifted`: merge the hits with Top.PerKey, which first combines them in the worker that made
+    them (it holds up to 100,000 sentences' lists there: its share of the input, up to that); the
+    global layout merges after a GroupByKey instead, as a query's hits come from one element per
+    index shard and combining them early saves nothing."""
+
+    def __init__(self, k: int, margin_kind: str, lifted: bool = True):
         super().__init__()
-        self.k, self.margin_kind = k, margin_kind
+        self.k, self.margin_kind, self.lifted = k, margin_kind, lifted
 
     def expand(self, hits):
-        top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(self.k, key=_top_key)
+        if self.lifted:
+            top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(self.k, key=_top_key)
+        else:
+            top = hits | "GroupHits" >> beam.GroupByKey() | "MergeTopK" >> beam.Map(top_hits, self.k)
         bests = (
             top
             | "MeansToCandidates" >> beam.FlatMap(_mean_and_candidates)
@@ -614,13 +677,16 @@ class Neighbours(beam.PTransform):
 
             search = (c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
                       load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
-            hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search) if c.backward_search == "all"
-                                                  else CandidatesBackwardLists(c.strategy, _top_key, *search))
-        else:
-            hits = (embedded
-                    | "Cells" >> ToCells(c)
-                    | "GroupCells" >> beam.GroupByKey()
-                    | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
+            store = c.embedder if is_saved_vectors_spec(c.embedder) else None  # LocateSaved's references
+            hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search, store=store)
+                                                  if c.backward_search == "all"
+                                                  else CandidatesBackwardLists(c.strategy, _top_key, *search,
+                                                                               store=store))
+            return hits | "Candidates" >> BestCandidates(c.k, c.margin_kind, lifted=False)
+        hits = (embedded
+                | "Cells" >> ToCells(c)
+                | "GroupCells" >> beam.GroupByKey()
+                | "SearchCells" >> beam.ParDo(_CellNeighbours(c.k, c.search)))
         return hits | "Candidates" >> BestCandidates(c.k, c.margin_kind)
 
 
@@ -771,11 +837,15 @@ class SelectPairs(beam.PTransform):
         if self.strategy == "max":
             greedy = (
                 pairs
-                | "KeyGroup" >> beam.Map(lambda b: (b["src"][1], b))
+                | "KeyGroup" >> beam.Map(lambda b: (b["src"][1], (b["margin"], b["src"][2], b["tgt"][2])))
+                | "Pack" >> beam.ParDo(_PackCandidates())
                 | "GroupSite" >> beam.GroupByKey()
-                | "Greedy" >> beam.FlatMap(_greedy_group).with_outputs("dropped", main="pairs")
+                | "Greedy" >> beam.FlatMap(_greedy_packed).with_outputs("dropped", main="kept")
             )
-            pairs = greedy.pairs
+            pairs = ({"pair": pairs | "KeyPairInGroup" >> beam.Map(lambda b: (_in_group_key(b), b)),
+                      "kept": greedy.kept}
+                     | "JoinKept" >> beam.CoGroupByKey()
+                     | "KeptPairs" >> beam.FlatMap(_kept_pairs))
             dropped.append(greedy.dropped)
         if self.min_margin is not None:
             above = pairs | "MinMargin" >> beam.FlatMap(_at_least, self.min_margin).with_outputs(
@@ -829,7 +899,7 @@ class MineBitext(beam.PTransform):
     (row dicts, the columns of `PAIR_SCHEMA`), `tally` (one dict of counts: per side read,
     dropped by reason, unique, kept (= embedded), with candidates; best per direction; candidate
     pairs read and dropped by reason; pairs selected) and `embedded` (the (item, vector) pairs,
-    for tests). The candidate pairs kept are counted where they are written (`write_pairs`).
+    or in the global layout with `vectors:DIR` the (item, (file, row)) references, for tests). The candidate pairs kept are counted where they are written (`write_pairs`).
 
     Example::
 
@@ -860,6 +930,15 @@ class MineBitext(beam.PTransform):
             if neighbours["spared"] is not None:
                 cascade_tallies.append(neighbours["spared"] | "CountSpared" >> CountByName(
                     lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{SPARED}"))
+        elif c.resolved_layout == "global" and is_saved_vectors_spec(c.embedder):
+            # the vectors the indexes were built from: references travel, the search reads the rows
+            from pipelines.mine.index_search import LocateSaved, RestoreProvenance, searchable
+
+            located = (items
+                       | "Searchable" >> beam.Map(searchable)
+                       | "LocateSaved" >> LocateSaved(c.embedder))
+            embedded, non_finite = located.located, located.dropped
+            neighbours = embedded | "Neighbours" >> Neighbours(c)
         else:
             checked = (items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
                        | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
