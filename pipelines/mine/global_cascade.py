@@ -35,7 +35,8 @@ from pipelines.io.completion import finish_output
 from pipelines.io.config_options import UsageError
 from pipelines.mine.cascade import SURVIVOR_MARGIN
 from pipelines.mine.config import MineConfig
-from pipelines.mine.index_search import searchable
+from pipelines.embed.saved_vectors import is_saved_vectors_spec
+from pipelines.mine.index_search import LocateSaved, searchable
 from pipelines.mine.transforms import (FILES, NON_FINITE_VECTOR, SIDE_UNIT, SPARED, SRC, TGT, Embed, Neighbours,
                                        PrepareSide, ReadSentences, _keep_finite, _survivor_marks)
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
@@ -122,10 +123,15 @@ class CheapPass(beam.PTransform):
         src = src_records | "PrepareSrc" >> PrepareSide(SRC, False)
         tgt = tgt_records | "PrepareTgt" >> PrepareSide(TGT, False)
         items = (src["items"], tgt["items"]) | "BothSides" >> beam.Flatten()
-        checked = (items
-                   | "EmbedCheap" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
-                   | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
-        searched = checked.embedded | "Searchable" >> beam.Map(lambda e: (searchable(e[0]), e[1]))
+        if is_saved_vectors_spec(c.embedder):  # as labse-mine's global layout: references, rows read in the search
+            located = items | "Searchable" >> beam.Map(searchable) | "LocateCheap" >> LocateSaved(c.embedder)
+            searched, non_finite = located.located, located.dropped
+        else:
+            checked = (items
+                       | "EmbedCheap" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
+                       | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
+            searched = checked.embedded | "Searchable" >> beam.Map(lambda e: (searchable(e[0]), e[1]))
+            non_finite = checked.dropped
         neighbours = searched | "Neighbours" >> Neighbours(c)
         marks = neighbours["bests"] | "MarkSurvivors" >> beam.FlatMap(_survivor_marks, c.loose_margin)
         split = ({"item": items | "KeyItems" >> beam.Map(lambda i: (searchable(i), i)),
@@ -140,7 +146,7 @@ class CheapPass(beam.PTransform):
             src["dropped"] | "CountSrcDropped" >> CountByName(lambda r: f"{src_unit}.dropped.{r}"),
             tgt["dropped"] | "CountTgtDropped" >> CountByName(lambda r: f"{tgt_unit}.dropped.{r}"),
             items | "CountUnique" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.unique"),
-            checked.dropped | "CountNonFinite" >> CountByName(
+            non_finite | "CountNonFinite" >> CountByName(
                 lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{NON_FINITE_VECTOR}"),
             neighbours["top"] | "CountWithNeighbours" >> CountByName(lambda t: f"{SIDE_UNIT[t[0][0]]}.with_candidates"),
             split.spared | "CountSpared" >> CountByName(lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{SPARED}"),

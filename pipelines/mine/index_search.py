@@ -32,7 +32,7 @@ from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, faiss_threads, 
 from pipelines.io.config_options import UsageError
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
 from pipelines.mine.margin import side_searched_in_full as full_side
-from pipelines.mine.transforms import top_hits
+from pipelines.mine.search import top_hits
 from pipelines.stage import stable_hash
 
 SRC, TGT = "s", "t"
@@ -172,7 +172,7 @@ class _LocateBatch(beam.DoFn):
         self.located = beam.metrics.Metrics.counter("mine", "embedded")
 
     def setup(self):
-        from pipelines.mine.transforms import held_embedder
+        from pipelines.embed.embedders import held_embedder
 
         return_freed_memory()
         self._held = held_embedder(self._shared, self.spec, 1)
@@ -231,7 +231,7 @@ class _SearchShard(beam.DoFn):
     def setup(self):
         return_freed_memory()
         if self.store is not None:
-            from pipelines.mine.transforms import held_embedder
+            from pipelines.embed.embedders import held_embedder
 
             self._held = held_embedder(self._shared, self.store, 1)
 

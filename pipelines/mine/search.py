@@ -124,3 +124,15 @@ def recall_at_1(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
     if len(exact_ids) == 0:
         return 1.0
     return float((approx_ids[:, 0] == exact_ids[:, 0]).mean())
+
+
+def top_key(entry):
+    """A hit (cosine, other item)'s rank: ties broken by text, so every runner merges identically."""
+    sim, other = entry
+    return (sim, other[2])
+
+
+def top_hits(keyed, k: int, key=top_key):
+    """(item, all its hits) -> (item, its k largest by `key`, largest first): Top.PerKey's result."""
+    item, hits = keyed
+    return item, sorted(hits, key=key, reverse=True)[:k]

@@ -42,7 +42,8 @@ from pipelines.io.completion import finish_output
 from pipelines.mine.cascade import centred
 from pipelines.mine.config import MineConfig
 from pipelines.mine.margin import greedy_unique_columns, margin_scores
-from pipelines.mine.search import SearchConfig, knn
+from pipelines.mine.search import SearchConfig, knn, top_hits, top_key
+from pipelines.embed.embedders import held_embedder
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, stable_hash, write_empty_shard
 
@@ -282,21 +283,6 @@ def _keep_finite(embedded):
         yield beam.pvalue.TaggedOutput("dropped", item)
 
 
-class _SharedEmbedder:
-    """A holder `Shared` can keep a weak reference to (whatever class the embedder is)."""
-
-    def __init__(self, embedder):
-        self.embedder = embedder
-
-
-def held_embedder(shared, spec: str, threads: int) -> _SharedEmbedder:
-    """The worker process's embedder for `spec`, loaded once and shared by its threads (`shared`:
-    an `apache_beam.utils.shared.Shared`)."""
-    from pipelines.embed.embedders import load_embedder
-
-    return shared.acquire(lambda: _SharedEmbedder(load_embedder(spec, threads=threads)), tag=f"{spec}|{threads}")
-
-
 class Embed(beam.PTransform):
     """Items -> (item, float32 unit vector), in batches that the items themselves decide.
 
@@ -446,17 +432,6 @@ class _CellNeighbours(beam.DoFn):
                 for sim, j in zip(sims[row], ids[row]):
                     if j >= 0 and np.isfinite(sim):
                         yield item, (float(sim), b_items[j][0])
-
-
-def _top_key(entry):
-    sim, other = entry
-    return (sim, other[2])  # ties broken by text, so every runner merges identically
-
-
-def top_hits(keyed, k: int, key=_top_key):
-    """(item, all its hits) -> (item, its k largest by `key`, largest first): Top.PerKey's result."""
-    item, hits = keyed
-    return item, sorted(hits, key=key, reverse=True)[:k]
 
 
 def _mean_and_candidates(keyed):
@@ -649,7 +624,7 @@ class BestCandidates(beam.PTransform):
 
     def expand(self, hits):
         if self.lifted:
-            top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(self.k, key=_top_key)
+            top = hits | "MergeTopK" >> beam.combiners.Top.PerKey(self.k, key=top_key)
         else:
             top = hits | "GroupHits" >> beam.GroupByKey() | "MergeTopK" >> beam.Map(top_hits, self.k)
         bests = (
@@ -680,7 +655,7 @@ class Neighbours(beam.PTransform):
             store = c.embedder if is_saved_vectors_spec(c.embedder) else None  # LocateSaved's references
             hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search, store=store)
                                                   if c.backward_search == "all"
-                                                  else CandidatesBackwardLists(c.strategy, _top_key, *search,
+                                                  else CandidatesBackwardLists(c.strategy, top_key, *search,
                                                                                store=store))
             return hits | "Candidates" >> BestCandidates(c.k, c.margin_kind, lifted=False)
         hits = (embedded
@@ -792,7 +767,7 @@ class Cascade(beam.PTransform):
                | "SurvivorCells" >> ToCells(c)
                | "GroupSurvivorCells" >> beam.GroupByKey()
                | "CheapCandidates" >> beam.ParDo(_CellNeighbours(c.cascade_candidates, c.search, c.cascade_center))
-               | "MergeCandidates" >> beam.combiners.Top.PerKey(c.cascade_candidates, key=_top_key))
+               | "MergeCandidates" >> beam.combiners.Top.PerKey(c.cascade_candidates, key=top_key))
         strong_checked = (survivors
                           | "SurvivorItems" >> beam.Map(lambda e: e[0])
                           | "EmbedStrong" >> Embed(c.embedder, c.batch_size, c.embedder_threads)

@@ -22,7 +22,8 @@ import apache_beam as beam
 
 from pipelines.accounting import CountByName, MergeTallies
 from pipelines.io.completion import finish_output
-from pipelines.mine.transforms import ReadSentences, held_embedder
+from pipelines.embed.embedders import held_embedder
+from pipelines.mine.transforms import ReadSentences
 from pipelines.progress import worker_tracker
 from pipelines.stage import MAX_LISTED_ERRORS
 from pipelines.vectors.config import EmbedConfig
