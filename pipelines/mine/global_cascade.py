@@ -58,7 +58,7 @@ def check_index_matches(embedder, index_dir: str, manifest, option: str, lang: s
     """UsageError (one line) unless the index at `index_dir` is of `lang` and holds `embedder`'s
     vectors: its first sentences, embedded again, must give its own saved rows (or, for an index
     without them, the same width)."""
-    from pipelines.embed.base import EmbedderError
+    from pipelines.embed.base import EmbedderError, l2_normalise
     from pipelines.index.shards import RERANK_SUFFIX
     from pipelines.index.vector_files import MatrixFile, _header, _open
 
@@ -84,7 +84,7 @@ def check_index_matches(embedder, index_dir: str, manifest, option: str, lang: s
     (count, dim), dtype, offset = _header(f"{base}{RERANK_SUFFIX}")
     rows = MatrixFile(f"{base}{RERANK_SUFFIX}", f"{base}.txt", count, dim, dtype.str, offset).read_rows(
         0, min(len(texts), count))  # one ranged read of the first rows
-    rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    rows = l2_normalise(rows)
     agreement = float(np.median(np.sum(rows * vectors, axis=1)))
     if agreement < SAME_VECTOR:
         raise UsageError(f"{option} {index_dir} was not built from --embedder's vectors (its first sentences, "
