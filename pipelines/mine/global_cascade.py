@@ -38,7 +38,7 @@ from pipelines.mine.config import MineConfig
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
 from pipelines.mine.index_search import LocateSaved, searchable
 from pipelines.mine.transforms import (FILES, NON_FINITE_VECTOR, SIDE_UNIT, SPARED, SRC, TGT, Embed, Neighbours,
-                                       PrepareSide, ReadSentences, _keep_finite, _survivor_marks)
+                                       PrepareSide, _keep_finite, _survivor_marks, read_sides)
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
 
 SURVIVOR_SCHEMA = pa.schema([("text", pa.string()), ("url", pa.string()), ("doc_id", pa.string()),
@@ -210,8 +210,7 @@ def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig):
 def build_survivors_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
     """Wire read -> CheapPass -> OUTPUT/lang=XX per side -> _stats.json into `pipeline`."""
     output = output.rstrip("/")
-    src_read = pipeline | "ReadSrc" >> ReadSentences(src, config.src_lang, "src")
-    tgt_read = pipeline | "ReadTgt" >> ReadSentences(tgt, config.tgt_lang, "tgt")
+    src_read, tgt_read, errors = read_sides(pipeline, src, tgt, config)
     passed = (src_read["records"], tgt_read["records"]) | "CheapPass" >> CheapPass(config)
     written = []
     for side, lang in ((SRC, config.src_lang), (TGT, config.tgt_lang)):
@@ -219,7 +218,6 @@ def build_survivors_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output
                        | f"Side{side}" >> beam.Filter(lambda item, s=side: item[0] == s)
                        | f"Rows{side}" >> beam.Map(survivor_row, lang)
                        | f"Write{side}" >> write_survivors(survivors_folder(output, lang), side))
-    errors = (src_read["errors"], tgt_read["errors"]) | "Errors" >> beam.Flatten()
     tally = (passed["tally"], *written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
     return (pipeline
             | "Once" >> beam.Create([None])

@@ -1026,14 +1026,20 @@ def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, sch
     yield stats
 
 
+def read_sides(pipeline: beam.Pipeline, src: str, tgt: str, config: MineConfig):
+    """(source read, target read, their unreadable files as one PCollection): what every labse-mine
+    pipeline starts from."""
+    src_read = pipeline | "ReadSrc" >> ReadSentences(src, config.src_lang, "src")
+    tgt_read = pipeline | "ReadTgt" >> ReadSentences(tgt, config.tgt_lang, "tgt")
+    return src_read, tgt_read, (src_read["errors"], tgt_read["errors"]) | "Errors" >> beam.Flatten()
+
+
 def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
     """Wire read -> MineBitext -> write -> stats.json into `pipeline`."""
     output = output.rstrip("/")
-    src_read = pipeline | "ReadSrc" >> ReadSentences(src, config.src_lang, "src")
-    tgt_read = pipeline | "ReadTgt" >> ReadSentences(tgt, config.tgt_lang, "tgt")
+    src_read, tgt_read, errors = read_sides(pipeline, src, tgt, config)
     mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
     written = mined["pairs"] | "Write" >> write_pairs(output)
-    errors = (src_read["errors"], tgt_read["errors"]) | "Errors" >> beam.Flatten()
     tally = (mined["tally"], written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
     return (pipeline
             | "Once" >> beam.Create([None])
