@@ -71,11 +71,12 @@ def benchmark_script(name: str):
     (its siblings import each other by name). Left on sys.path, `benchmarks/vocab.py` would shadow
     the `vocab` package for every test collected later."""
     folder = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    saved = list(sys.path)
     sys.path.insert(0, folder)
     try:
         return importlib.import_module(name)
     finally:
-        sys.path.remove(folder)
+        sys.path[:] = saved  # the script may have put its folder there again itself (scripts run alone need it)
 
 
 # `make test` runs two pytest-xdist workers (`-n 2`), and this file's scheduler hands each worker whole
