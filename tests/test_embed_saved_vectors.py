@@ -50,6 +50,15 @@ def test_saved_vectors_are_looked_up_by_sentence(saved):
         embedder.encode([de[1], "Ein Satz, der nie eingebettet wurde."])
 
 
+def test_saved_vectors_name_sentences_by_position(saved):
+    """find marks a missing sentence instead of refusing; a position gives its sentence back."""
+    root, de, en, _vectors = saved
+    embedder = load_embedder(f"vectors:{root / 'vectors'}")
+    located = embedder.find([en[7], "Ein Satz, der nie eingebettet wurde.", " " + de[2] + "  "])
+    assert located[1].tolist() == [-1, -1] and (located[[0, 2]] >= 0).all()
+    assert embedder.sentences(located[[2, 0]]) == [" ".join(de[2].split()), " ".join(en[7].split())]
+
+
 @pytest.mark.slow
 def test_labse_mine_with_saved_vectors_equals_mining_the_vectors(saved, tmp_path):
     root, de, en, vectors = saved

@@ -154,6 +154,7 @@ class _KeyedFile:
             self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.rows else b""
         self._fd = os.open(matrix_path, os.O_RDONLY)
         self._lookups = 0
+        self._line_starts: np.ndarray | None = None  # by row, built on the first `lines` call
 
     def find(self, keys: Sequence[str], hashes: np.ndarray) -> np.ndarray:
         """The row of each key (-1 where absent): binary search, then the line read back and compared
@@ -180,6 +181,14 @@ class _KeyedFile:
             self._lookups = 0
             self.release()
         return found
+
+    def lines(self, rows: np.ndarray) -> list[str]:
+        """The sentences of `rows` (normalised, as they are looked up)."""
+        if self._line_starts is None:
+            starts = np.empty(self.rows, np.uint64)
+            starts[np.asarray(self.keys[1], dtype=np.int64)] = np.asarray(self.keys[2])
+            self._line_starts = starts
+        return [self._line(int(offset)) for offset in self._line_starts[np.asarray(rows, dtype=np.int64)]]
 
     def _line(self, offset: int) -> str:
         end = self.text.find(b"\n", offset)
@@ -233,11 +242,8 @@ class SavedVectorsEmbedder:
         for keyed in getattr(self, "_files", []):
             keyed.close()
 
-    def locate(self, texts: Sequence[str]) -> np.ndarray:
-        """Where each sentence's vector is: an int64 `[n, 2]` array of (file number, row), the first
-        file that has the sentence serving it (lookups vectorised over the whole batch); raises
-        SavedVectorsError naming a sentence that has none. labse-mine's global layout carries
-        these references instead of the vectors and reads the rows where it searches them."""
+    def find(self, texts: Sequence[str]) -> np.ndarray:
+        """`locate` without the error: (file number, row), or (-1, -1) for a sentence with no vector."""
         keys = [normalised_key(text) for text in texts]
         hashes = np.array([key_hash(key) for key in keys], dtype=np.uint64)
         located = np.full((len(texts), 2), -1, np.int64)
@@ -248,6 +254,14 @@ class SavedVectorsEmbedder:
             found = keyed.find([keys[i] for i in open_], hashes[open_])
             hit = found >= 0
             located[open_[hit], 0], located[open_[hit], 1] = number, found[hit]
+        return located
+
+    def locate(self, texts: Sequence[str]) -> np.ndarray:
+        """Where each sentence's vector is: an int64 `[n, 2]` array of (file number, row), the first
+        file that has the sentence serving it (lookups vectorised over the whole batch); raises
+        SavedVectorsError naming a sentence that has none. labse-mine's global layout carries
+        these references instead of the vectors and reads the rows where it searches them."""
+        located = self.find(texts)
         missing = [text for text, number in zip(texts, located[:, 0]) if number < 0]
         if missing:
             raise SavedVectorsError(f"{len(missing):,} of {len(texts):,} sentences have no saved vector in "
@@ -263,6 +277,16 @@ class SavedVectorsEmbedder:
             on_file = np.flatnonzero(located[:, 0] == number)
             out[on_file] = self._files[number].read(located[on_file, 1])
         return l2_normalise(out)
+
+    def sentences(self, located: np.ndarray) -> list[str]:
+        """The sentences (normalised) of (file number, row) references, in their order."""
+        located = np.asarray(located, dtype=np.int64).reshape(-1, 2)
+        out: list[str] = [""] * len(located)
+        for number in np.unique(located[:, 0]):
+            on_file = np.flatnonzero(located[:, 0] == number)
+            for i, line in zip(on_file.tolist(), self._files[number].lines(located[on_file, 1])):
+                out[i] = line
+        return out
 
     def encode(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
         return self.read_located(self.locate(texts))
