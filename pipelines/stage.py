@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from pipelines.accounting import identity_violations
 from pipelines.io.atomic import write_bytes_atomic
-from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic
+from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic, write_table_atomic
 from pipelines.io.config_options import UsageError
 from pipelines.io.locks import output_lock
 from pipelines.io.overlap import (OUTPUT_REFUSED, check_output_apart, check_output_place, prepare_output,
@@ -528,3 +528,52 @@ class WriteParquetShards(beam.PTransform):
                 | "GroupShard" >> beam.GroupByKey()
                 | "WriteShard" >> beam.ParDo(_WriteParquetShard(self.output, self.schema, self.sort_key,
                                                                 self.tally_of)))
+
+
+def _shard_batches(batch: pa.RecordBatch, n: int, per_file: int, key_columns: Sequence[str]):
+    """A record batch -> ((shard, number of shards), its rows of that shard) for each shard present;
+    a row's shard is `stable_hash` of its key columns joined by tabs, as `WriteParquetShards` files it."""
+    num_shards = max(1, math.ceil(n / per_file))
+    keys = zip(*(batch.column(name).to_pylist() for name in key_columns))
+    shards = [stable_hash("\t".join(key)) % num_shards for key in keys]
+    rows: dict = {}
+    for row, shard in enumerate(shards):
+        rows.setdefault(shard, []).append(row)
+    for shard, taken in rows.items():
+        yield (shard, num_shards), batch.take(pa.array(taken, pa.int64()))
+
+
+class _WriteBatchShard(beam.DoFn):
+    def __init__(self, output: str, schema: pa.Schema, sort_columns: Sequence[str], tally_of: Callable[[pa.Table], dict]):
+        self.output, self.schema, self.sort_columns, self.tally_of = output, schema, sort_columns, tally_of
+
+    def process(self, keyed):
+        (shard, num_shards), batches = keyed
+        table = pa.Table.from_batches(list(batches), schema=self.schema)
+        table = table.sort_by([(name, "ascending") for name in self.sort_columns])
+        write_table_atomic(table, shard_path(self.output, shard, num_shards))
+        yield self.tally_of(table)
+
+
+class WriteParquetBatches(beam.PTransform):
+    """`WriteParquetShards` for Arrow record batches of `schema`: the same files (a row's file by the
+    tab-joined `key_columns`, the rows of a file sorted by `sort_columns`), while a file's rows stay
+    columns until they are written (a Python dict a row is ~1 KB; columns are their bytes). One tally
+    per file written, `tally_of(its table)`."""
+
+    def __init__(self, output: str, schema: pa.Schema, *, key_columns: Sequence[str], sort_columns: Sequence[str],
+                 tally_of: Callable[[pa.Table], dict], rows_per_file: int = DEFAULT_ROWS_PER_FILE):
+        super().__init__()
+        self.output, self.schema, self.rows_per_file = output.rstrip("/"), schema, rows_per_file
+        self.key_columns, self.sort_columns, self.tally_of = tuple(key_columns), tuple(sort_columns), tally_of
+
+    def expand(self, batches):
+        total = (batches
+                 | "BatchRows" >> beam.Map(lambda batch: batch.num_rows)
+                 | "CountRows" >> beam.CombineGlobally(sum))
+        return (batches
+                | "KeyShard" >> beam.FlatMap(_shard_batches, beam.pvalue.AsSingleton(total), self.rows_per_file,
+                                             self.key_columns)
+                | "GroupShard" >> beam.GroupByKey()
+                | "WriteShard" >> beam.ParDo(_WriteBatchShard(self.output, self.schema, self.sort_columns,
+                                                              self.tally_of)))

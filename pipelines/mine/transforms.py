@@ -45,7 +45,7 @@ from pipelines.mine.margin import greedy_unique_columns, margin_scores
 from pipelines.mine.search import SearchConfig, knn, top_hits, top_key
 from pipelines.embed.embedders import held_embedder
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
-from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, stable_hash, write_empty_shard
+from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetBatches, WriteParquetShards, stable_hash, write_empty_shard
 
 logger = logging.getLogger(__name__)
 SRC, TGT = "s", "t"
@@ -1016,6 +1016,16 @@ def write_pairs(output: str) -> WriteParquetShards:
                               tally_of=_pairs_written)
 
 
+def _pair_batches_written(table: pa.Table) -> dict:
+    return {"files.written": 1, f"{CANDIDATES}.kept": table.num_rows}
+
+
+def write_pair_batches(output: str) -> WriteParquetBatches:
+    """`write_pairs` for Arrow record batches of pair rows (the packed global layout): the same files."""
+    return WriteParquetBatches(output, PAIR_SCHEMA, key_columns=("src", "tgt"), sort_columns=("src", "tgt"),
+                               tally_of=_pair_batches_written)
+
+
 def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, schema: pa.Schema):
     stats = finish_stats(tally, config)
     stats["errors"] = errors[:MAX_LISTED_ERRORS]
@@ -1037,9 +1047,15 @@ def read_sides(pipeline: beam.Pipeline, src: str, tgt: str, config: MineConfig):
 def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
     """Wire read -> MineBitext -> write -> stats.json into `pipeline`."""
     output = output.rstrip("/")
+    from pipelines.mine.packed_mining import PackedGlobalMining, packed_mining
+
     src_read, tgt_read, errors = read_sides(pipeline, src, tgt, config)
-    mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
-    written = mined["pairs"] | "Write" >> write_pairs(output)
+    if packed_mining(config):
+        mined = (src_read["records"], tgt_read["records"]) | "Mine" >> PackedGlobalMining(config)
+        written = mined["batches"] | "Write" >> write_pair_batches(output)
+    else:
+        mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
+        written = mined["pairs"] | "Write" >> write_pairs(output)
     tally = (mined["tally"], written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
     return (pipeline
             | "Once" >> beam.Create([None])

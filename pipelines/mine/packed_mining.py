@@ -1,0 +1,74 @@
+"""labse-mine's global layout over `vectors:DIR` in packed elements (`pipelines.mine.packed`), end to end.
+
+    records of each side --PackedSentences--> query batches (store ids by range key) + provenance
+    query batches --PackedNeighbours--> best candidates (the index searches, kNN means, margins)
+    best candidates --PackedSelect--> selected pairs (the strategy, then --min-margin)
+    selected pairs + provenance --PackedPairRows--> Arrow batches of the pair rows --> part-*.parquet
+
+Every step's elements are columns for one range key (or the run's candidates for `max`), so a worker
+holds a query batch, an index shard and a range's columns, not a share of the input's sentences.
+The counts are the same as `MineBitext`'s (README contract 11).
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from pipelines.accounting import CountByName, MergeTallies
+from pipelines.mine.config import MineConfig
+from pipelines.mine.packed import SRC, TGT
+from pipelines.mine.packed_io import PackedPairRows, PackedSentences, kept_tally
+from pipelines.mine.packed_search import PackedNeighbours, PackedSelect
+
+
+def packed_mining(config: MineConfig) -> bool:
+    """Whether labse-mine runs this path: the global layout with the vectors the indexes were built from."""
+    from pipelines.embed.saved_vectors import is_saved_vectors_spec
+
+    return config.resolved_layout == "global" and is_saved_vectors_spec(config.embedder)
+
+
+class PackedSides(beam.PTransform):
+    """(source records, target records) -> {"batches", "provenance", "tally"} of both sides
+    (`PackedSentences`), with the records read and the sentences kept counted."""
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, sides):
+        from pipelines.mine.transforms import SIDE_UNIT
+
+        c = self.config
+        outputs = {"batches": [], "provenance": [], "tally": []}
+        for side, records in zip((SRC, TGT), sides):
+            name = "Src" if side == SRC else "Tgt"
+            packed = records | f"Packed{name}" >> PackedSentences(side, c.embedder, c.query_batch)
+            for output in outputs:
+                outputs[output].append(packed[output])
+            outputs["tally"].append(records | f"Count{name}Read" >> CountByName(lambda _, u=SIDE_UNIT[side]: f"{u}.read"))
+        batches = tuple(outputs["batches"]) | "BothBatches" >> beam.Flatten()
+        kept = batches | "CountKept" >> beam.Map(kept_tally)
+        return {"batches": batches,
+                "provenance": tuple(outputs["provenance"]) | "BothProvenance" >> beam.Flatten(),
+                "tally": (*outputs["tally"], kept) | "SidesTally" >> MergeTallies()}
+
+
+class PackedGlobalMining(beam.PTransform):
+    """(source records, target records) -> {"batches": Arrow record batches of the pair rows
+    (`PAIR_SCHEMA`), "tally": the counts}: `MineBitext` for the global layout over `vectors:DIR`."""
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        self.config = config
+
+    def expand(self, sides):
+        from pipelines.mine.transforms import PAIR_SCHEMA
+
+        c = self.config
+        read = sides | "Sides" >> PackedSides(c)
+        found = read["batches"] | "Neighbours" >> PackedNeighbours(c)
+        selected = found["bests"] | "Select" >> PackedSelect(c.strategy, c.min_margin)
+        rows = ((selected["pairs"], read["provenance"])
+                | "Rows" >> PackedPairRows(c.embedder, c.src_lang, c.tgt_lang, c.query_batch, PAIR_SCHEMA))
+        tally = (read["tally"], found["tally"], selected["tally"]) | "Total" >> MergeTallies()
+        return {"batches": rows, "tally": tally}
