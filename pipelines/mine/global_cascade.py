@@ -36,10 +36,10 @@ from pipelines.io.config_options import UsageError
 from pipelines.mine.cascade import SURVIVOR_MARGIN
 from pipelines.mine.config import MineConfig
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
-from pipelines.mine.index_search import LocateSaved, searchable
+from pipelines.mine.index_search import searchable
 from pipelines.mine.transforms import (FILES, NON_FINITE_VECTOR, SIDE_UNIT, SPARED, SRC, TGT, Embed, Neighbours,
                                        PrepareSide, _keep_finite, _survivor_marks, read_sides)
-from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, write_empty_shard
+from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetBatches, WriteParquetShards, write_empty_shard
 
 SURVIVOR_SCHEMA = pa.schema([("text", pa.string()), ("url", pa.string()), ("doc_id", pa.string()),
                              ("lang", pa.string())])
@@ -110,7 +110,8 @@ def _survivor_or_spared(joined):
 class CheapPass(beam.PTransform):
     """(source records, target records) -> {"survivors": items `(side, group, text, url, doc_id)` in a
     best-candidate pair at the loose margin, "tally": the counts}. `config.embedder` is the cheap
-    embedder and its indexes are `config.src_index` / `config.tgt_index` (global layout)."""
+    embedder (a model; its saved vectors go through `PackedCheapPass`) and its indexes are
+    `config.src_index` / `config.tgt_index` (global layout)."""
 
     def __init__(self, config: MineConfig):
         super().__init__()
@@ -123,15 +124,11 @@ class CheapPass(beam.PTransform):
         src = src_records | "PrepareSrc" >> PrepareSide(SRC, False)
         tgt = tgt_records | "PrepareTgt" >> PrepareSide(TGT, False)
         items = (src["items"], tgt["items"]) | "BothSides" >> beam.Flatten()
-        if is_saved_vectors_spec(c.embedder):  # as labse-mine's global layout: references, rows read in the search
-            located = items | "Searchable" >> beam.Map(searchable) | "LocateCheap" >> LocateSaved(c.embedder)
-            searched, non_finite = located.located, located.dropped
-        else:
-            checked = (items
-                       | "EmbedCheap" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
-                       | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
-            searched = checked.embedded | "Searchable" >> beam.Map(lambda e: (searchable(e[0]), e[1]))
-            non_finite = checked.dropped
+        checked = (items
+                   | "EmbedCheap" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
+                   | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
+        searched = checked.embedded | "Searchable" >> beam.Map(lambda e: (searchable(e[0]), e[1]))
+        non_finite = checked.dropped
         neighbours = searched | "Neighbours" >> Neighbours(c)
         marks = neighbours["bests"] | "MarkSurvivors" >> beam.FlatMap(_survivor_marks, c.loose_margin)
         split = ({"item": items | "KeyItems" >> beam.Map(lambda i: (searchable(i), i)),
@@ -207,17 +204,55 @@ def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig):
     yield stats
 
 
+class PackedCheapPass(beam.PTransform):
+    """`CheapPass` over the cheap embedder's saved vectors (`vectors:DIR`), in packed elements as
+    labse-mine's global layout runs (`pipelines.mine.packed_mining`): {"rows": (side, Arrow batch of
+    survivor rows), "tally": the counts}."""
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        self.config = dataclasses.replace(config, margin_kind=SURVIVOR_MARGIN)
+
+    def expand(self, sides):
+        from pipelines.mine.packed_io import PackedSurvivors
+        from pipelines.mine.packed_mining import PackedSides
+        from pipelines.mine.packed_search import PackedNeighbours
+
+        c = self.config
+        read = sides | "Sides" >> PackedSides(c)
+        found = read["batches"] | "Neighbours" >> PackedNeighbours(c)
+        survivors = ((found["bests"], read["provenance"])
+                     | "Survivors" >> PackedSurvivors(c.embedder, c.loose_margin, c.query_batch,
+                                                      {SRC: c.src_lang, TGT: c.tgt_lang}, SURVIVOR_SCHEMA))
+        tally = (read["tally"], found["tally"], survivors["tally"]) | "Total" >> MergeTallies()
+        return {"rows": survivors["rows"], "tally": tally}
+
+
+def _survivor_batches_written(side: str, table: pa.Table) -> dict:
+    return {f"files.written.{side}": 1, f"{SIDE_UNIT[side]}.kept": table.num_rows}
+
+
 def build_survivors_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
     """Wire read -> CheapPass -> OUTPUT/lang=XX per side -> _stats.json into `pipeline`."""
     output = output.rstrip("/")
     src_read, tgt_read, errors = read_sides(pipeline, src, tgt, config)
-    passed = (src_read["records"], tgt_read["records"]) | "CheapPass" >> CheapPass(config)
+    records = (src_read["records"], tgt_read["records"])
     written = []
-    for side, lang in ((SRC, config.src_lang), (TGT, config.tgt_lang)):
-        written.append(passed["survivors"]
-                       | f"Side{side}" >> beam.Filter(lambda item, s=side: item[0] == s)
-                       | f"Rows{side}" >> beam.Map(survivor_row, lang)
-                       | f"Write{side}" >> write_survivors(survivors_folder(output, lang), side))
+    if is_saved_vectors_spec(config.embedder):
+        passed = records | "CheapPass" >> PackedCheapPass(config)
+        for side, lang in ((SRC, config.src_lang), (TGT, config.tgt_lang)):
+            written.append(passed["rows"]
+                           | f"Side{side}" >> beam.FlatMap(lambda kv, s=side: [kv[1]] if kv[0] == s else [])
+                           | f"Write{side}" >> WriteParquetBatches(
+                               survivors_folder(output, lang), SURVIVOR_SCHEMA, key_columns=("text",),
+                               sort_columns=("text",), tally_of=functools.partial(_survivor_batches_written, side)))
+    else:
+        passed = records | "CheapPass" >> CheapPass(config)
+        for side, lang in ((SRC, config.src_lang), (TGT, config.tgt_lang)):
+            written.append(passed["survivors"]
+                           | f"Side{side}" >> beam.Filter(lambda item, s=side: item[0] == s)
+                           | f"Rows{side}" >> beam.Map(survivor_row, lang)
+                           | f"Write{side}" >> write_survivors(survivors_folder(output, lang), side))
     tally = (passed["tally"], *written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
     return (pipeline
             | "Once" >> beam.Create([None])

@@ -83,7 +83,7 @@ class _LocateRecords(_HeldStore):
         for element in self._flush():
             yield _windowed(element)
         if self._empty:
-            yield _windowed(beam.pvalue.TaggedOutput("tally", {f"{SIDE_UNIT[self.side]}.dropped.{EMPTY_TEXT}": self._empty}))
+            yield beam.pvalue.TaggedOutput("tally", _windowed({f"{SIDE_UNIT[self.side]}.dropped.{EMPTY_TEXT}": self._empty}))
             self._empty = 0
 
     def _flush(self):

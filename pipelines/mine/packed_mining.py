@@ -29,7 +29,7 @@ def packed_mining(config: MineConfig) -> bool:
 
 class PackedSides(beam.PTransform):
     """(source records, target records) -> {"batches", "provenance", "tally"} of both sides
-    (`PackedSentences`), with the records read and the sentences kept counted."""
+    (`PackedSentences`), with the records read counted."""
 
     def __init__(self, config: MineConfig):
         super().__init__()
@@ -46,11 +46,9 @@ class PackedSides(beam.PTransform):
             for output in outputs:
                 outputs[output].append(packed[output])
             outputs["tally"].append(records | f"Count{name}Read" >> CountByName(lambda _, u=SIDE_UNIT[side]: f"{u}.read"))
-        batches = tuple(outputs["batches"]) | "BothBatches" >> beam.Flatten()
-        kept = batches | "CountKept" >> beam.Map(kept_tally)
-        return {"batches": batches,
+        return {"batches": tuple(outputs["batches"]) | "BothBatches" >> beam.Flatten(),
                 "provenance": tuple(outputs["provenance"]) | "BothProvenance" >> beam.Flatten(),
-                "tally": (*outputs["tally"], kept) | "SidesTally" >> MergeTallies()}
+                "tally": tuple(outputs["tally"]) | "SidesTally" >> MergeTallies()}
 
 
 class PackedGlobalMining(beam.PTransform):
@@ -66,9 +64,10 @@ class PackedGlobalMining(beam.PTransform):
 
         c = self.config
         read = sides | "Sides" >> PackedSides(c)
+        kept = read["batches"] | "CountKept" >> beam.Map(kept_tally)
         found = read["batches"] | "Neighbours" >> PackedNeighbours(c)
         selected = found["bests"] | "Select" >> PackedSelect(c.strategy, c.min_margin)
         rows = ((selected["pairs"], read["provenance"])
                 | "Rows" >> PackedPairRows(c.embedder, c.src_lang, c.tgt_lang, c.query_batch, PAIR_SCHEMA))
-        tally = (read["tally"], found["tally"], selected["tally"]) | "Total" >> MergeTallies()
+        tally = (read["tally"], kept, found["tally"], selected["tally"]) | "Total" >> MergeTallies()
         return {"batches": rows, "tally": tally}
