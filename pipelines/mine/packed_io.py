@@ -209,8 +209,10 @@ class PackedPairRows(beam.PTransform):
         pairs, provenance = pcolls
         qb = self.query_batch
         for side, column in ((SRC, "src"), (TGT, "tgt")):
+            # each side's provenance goes to one join only: it is the largest input of both
+            own = provenance | f"{column}Provenance" >> beam.Filter(lambda keyed, s=side: keyed[0][0] == s)
             pairs = ({"pairs": pairs | f"By{column}Range" >> beam.FlatMap(_by_range, side, column, qb),
-                      "provenance": provenance}
+                      "provenance": own}
                      | f"Join{column}" >> beam.CoGroupByKey()
                      | f"Put{column}" >> beam.FlatMap(_join_side, side, column))
         return pairs | "Rows" >> beam.ParDo(_PairRows(self.spec, self.src_lang, self.tgt_lang, self.schema))
