@@ -130,6 +130,22 @@ def vector_files(directory: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def refuse_unfinished_output(directory: Path) -> None:
+    """SavedVectorsError (one line) when `directory` is a labse-embed output, or a language folder of
+    one, that the stage has not finished: no `_SUCCESS` but the stage kit's traces
+    (`unfinished_traces`). A hand-made folder of pairs (no traces) is served as it is."""
+    from pipelines.io.completion import SUCCESS_MARKER, marker_path_of, unfinished_traces
+
+    for folder in (directory, directory.parent):
+        if os.path.isfile(marker_path_of(folder)):
+            return
+        # above a language folder only the output's own files count: its siblings may be mid-write
+        traces = unfinished_traces(folder, temporary_files=folder == directory)
+        if traces:
+            raise SavedVectorsError(f"{directory} is a stage's output without {SUCCESS_MARKER} (found {traces[0]}): the "
+                                    "run that writes it was interrupted or is still running: rerun labse-embed")
+
+
 class _KeyedFile:
     """One NAME.npy + NAME.txt pair: rows looked up by sentence through its keys table."""
 
@@ -228,6 +244,7 @@ class SavedVectorsEmbedder:
     def __init__(self, directory: str | Path) -> None:
         directory = Path(directory)
         self.name = f"{PREFIX}{directory}"
+        refuse_unfinished_output(directory)
         self._files = [_KeyedFile(matrix, texts) for matrix, texts in vector_files(directory)]
         dims = sorted({f.dim for f in self._files})
         if len(dims) > 1:
