@@ -10,7 +10,8 @@ that no embedder here produces. `DIR` holds pairs of files with the same stem:
   each one's row, row 2 the byte offset of its line in NAME.txt.
 
 A folder holding no pair but sub-folders that do (labse-embed's output: `DIR/LANG/LANG-*.npy`)
-serves the pairs of all of them. Every pair must have the same `dim`. A sentence is looked up by its text with runs of whitespace
+serves the pairs of all of them; such an output its run has not finished (no `_SUCCESS`, but its
+stats, its lock or a half-written file: `refuse_unfinished_output`) is refused. Every pair must have the same `dim`. A sentence is looked up by its text with runs of whitespace
 collapsed to one space (labse-mine's own normalisation, so its key is the sentence it mines); the
 first occurrence of a repeated text wins. The lookup is a binary search of the hash in the keys
 table, and the candidate's line is read back from NAME.txt and compared, so a hash collision never
