@@ -30,6 +30,7 @@ import hashlib
 import mmap
 import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -170,6 +171,8 @@ class _KeyedFile:
         with open(texts_path, "rb") as handle:
             self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.rows else b""
         self._fd = os.open(matrix_path, os.O_RDONLY)
+        # closed once: by `close`, when the file is collected, or at exit before modules are torn down
+        self._closer = weakref.finalize(self, os.close, self._fd)
         self._lookups = 0
         self._line_starts: np.ndarray | None = None  # by row, built on the first `lines` call
 
@@ -236,7 +239,7 @@ class _KeyedFile:
                 mapping.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
-        os.close(self._fd)
+        self._closer()
 
 
 class SavedVectorsEmbedder:
@@ -256,8 +259,9 @@ class SavedVectorsEmbedder:
         """Distinct sentences (by their 64-bit keys)."""
         return len(np.unique(np.concatenate([np.asarray(f.hashes) for f in self._files])))
 
-    def __del__(self) -> None:
-        for keyed in getattr(self, "_files", []):
+    def close(self) -> None:
+        """Close the vector files now (otherwise they close when the embedder is collected or at exit)."""
+        for keyed in self._files:
             keyed.close()
 
     def find(self, texts: Sequence[str]) -> np.ndarray:
