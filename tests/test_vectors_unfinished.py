@@ -95,3 +95,35 @@ def test_a_hand_made_folder_without_markers_is_served(embedded, tmp_path):
     embedder = load_embedder(f"vectors:{hand_made}")
     check_embedder_spec(f"vectors:{hand_made}")
     assert np.allclose(embedder.encode(sentences["de"][:2]), load_embedder(f"vectors:{output}").encode(sentences["de"][:2]))
+
+
+@pytest.mark.parametrize("trace", ["stats", "lock"])
+def test_labse_index_refuses_an_unfinished_output_too(embedded, tmp_path, capsys, trace):
+    """Its --vectors reads the same folders (a lock beside the output was refused before; stats left
+    without `_SUCCESS` was not)."""
+    from pipelines.index import cli as index_cli
+
+    output, _, _ = embedded
+    copy = _interrupted(output, tmp_path, trace)
+    capsys.readouterr()
+    assert index_cli.main(["--vectors", f"vectors:{copy / 'de'}", "--lang", "de",
+                           "--output", str(tmp_path / "index")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("labse-index: error: --vectors") and len(error.splitlines()) == 1, error
+    assert "_SUCCESS" in error and "interrupted or is still running" in error, error
+    assert not (tmp_path / "index").exists()
+
+
+def test_on_cloud_storage_an_unfinished_output_is_refused_and_a_complete_one_served(embedded, gcs, tmp_path):
+    """labse-index reads --vectors from gs:// too: the same check through the object store."""
+    from pipelines.embed.saved_vectors import refuse_unfinished_output
+
+    output, _, _ = embedded
+    url = f"gs://{gcs.new_bucket()}"
+    gcs.upload_tree(output, f"{url}/complete")
+    gcs.upload_tree(_interrupted(output, tmp_path, "stats"), f"{url}/unfinished")
+    for folder in (f"{url}/complete", f"{url}/complete/de"):
+        refuse_unfinished_output(folder)
+    for folder in (f"{url}/unfinished", f"{url}/unfinished/de"):
+        with pytest.raises(SavedVectorsError, match="without _SUCCESS"):
+            refuse_unfinished_output(folder)

@@ -132,17 +132,19 @@ def vector_files(directory: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def refuse_unfinished_output(directory: Path) -> None:
-    """SavedVectorsError (one line) when `directory` is a labse-embed output, or a language folder of
-    one, that the stage has not finished: no `_SUCCESS` but the stage kit's traces
-    (`unfinished_traces`). A hand-made folder of pairs (no traces) is served as it is."""
+def refuse_unfinished_output(directory: str | Path) -> None:
+    """SavedVectorsError (one line) when `directory` (local or gs://) is a labse-embed output, or a
+    language folder of one, that the stage has not finished: no `_SUCCESS` but the stage kit's
+    traces (`unfinished_traces`). A hand-made folder of pairs (no traces) is served as it is."""
+    from pipelines.io import storage
     from pipelines.io.completion import SUCCESS_MARKER, marker_path_of, unfinished_traces
 
-    for folder in (directory, directory.parent):
-        if os.path.isfile(marker_path_of(folder)):
+    folder = storage.strip(str(directory)) if storage.is_remote(str(directory)) else os.path.abspath(directory)
+    for place in (folder, storage.parent(folder)):
+        if place is None or storage.exists(marker_path_of(place)):
             return
         # above a language folder only the output's own files count: its siblings may be mid-write
-        traces = unfinished_traces(folder, temporary_files=folder == directory)
+        traces = unfinished_traces(place, temporary_files=place == folder)
         if traces:
             raise SavedVectorsError(f"{directory} is a stage's output without {SUCCESS_MARKER} (found {traces[0]}): the "
                                     "run that writes it was interrupted or is still running: rerun labse-embed")
