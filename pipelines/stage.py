@@ -221,8 +221,9 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
 def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
     """A Beam pipeline for `beam_args`, every option checked that can be before it runs: the files
     a run stages exist (`check_staged_files`), the runner is one Beam knows and Beam's own
-    validators pass (Dataflow: --project, --region, gs:// --temp_location ...). Raises UsageError,
-    one line, naming what is wrong; nothing has been touched."""
+    validators pass (Dataflow: --project, --region, gs:// --temp_location ...); a local run gets
+    `local_runner` (no download). Raises UsageError, one line, naming what is wrong; nothing has
+    been touched."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     options = PipelineOptions(list(beam_args))
