@@ -18,6 +18,15 @@ from pipelines.io.completion import finish_output, read_completion, read_output_
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "", None)
 
 
+@pytest.fixture(autouse=True)
+def beams_own_default(monkeypatch):
+    """conftest skips Prism for every test's own `beam.Pipeline()`; these tests prove the stage kit
+    skips it by itself, so they run with Beam's own default back."""
+    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+
+    monkeypatch.setattr(SwitchingDirectRunner, "_is_interactive", False)
+
+
 @pytest.fixture
 def network_attempts(monkeypatch) -> list[str]:
     """Every attempt to reach a host other than this machine (name lookup, connection, URL),
