@@ -32,7 +32,8 @@ BEAM = ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"
 
 def run_pipeline(rows: int, variant: str) -> None:
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.stage import beam_pipeline  # the DirectRunner as every stage runs it (no Prism attempt)
 
     per_file = rows // FILES
 
@@ -41,7 +42,7 @@ def run_pipeline(rows: int, variant: str) -> None:
             text = (f"file {file} sentence {i} " * 12)[:300]
             yield hashlib.blake2b(text.encode(), digest_size=16).digest(), (f"file-{file}", i, text)
 
-    with beam.Pipeline(options=PipelineOptions(BEAM)) as pipeline:
+    with beam_pipeline(BEAM) as pipeline:
         emitted = pipeline | beam.Create(range(FILES)) | beam.Reshuffle() | beam.FlatMap(emit)
         if variant == "drop":
             emitted = emitted | beam.Filter(lambda _: False)

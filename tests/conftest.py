@@ -17,6 +17,19 @@ pytest_plugins = ["gcs_emulator", "cloud_chain", "thread_guard"]
 # session must get the plain class (the fixture checks it did).
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
+
+def _direct_runner_without_prism() -> None:
+    """Tests that build `beam.Pipeline()` themselves get what the stage kit gives every local run
+    (`pipelines.stage.local_runner`): the DirectRunner without its first attempt, the PrismRunner,
+    which downloads a binary from GitHub (tests never use the network). tests/test_local_runner.py
+    undoes this for its own tests, which prove that the stage kit does it by itself."""
+    from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
+
+    SwitchingDirectRunner._is_interactive = True
+
+
+_direct_runner_without_prism()
+
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

@@ -67,6 +67,7 @@ def test_the_line_gives_a_rate_and_an_estimate_only_when_it_can():
 def test_only_the_direct_runner_runs_locally():
     assert runs_locally(PipelineOptions([]))
     assert runs_locally(PipelineOptions(["--runner", "DirectRunner"]))
+    assert runs_locally(PipelineOptions(["--runner", "BundleBasedDirectRunner"]))
     assert not runs_locally(PipelineOptions(["--runner", "DataflowRunner"]))
     assert not runs_locally(PipelineOptions(["--runner", "PortableRunner"]))
 

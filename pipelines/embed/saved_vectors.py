@@ -10,7 +10,8 @@ that no embedder here produces. `DIR` holds pairs of files with the same stem:
   each one's row, row 2 the byte offset of its line in NAME.txt.
 
 A folder holding no pair but sub-folders that do (labse-embed's output: `DIR/LANG/LANG-*.npy`)
-serves the pairs of all of them. Every pair must have the same `dim`. A sentence is looked up by its text with runs of whitespace
+serves the pairs of all of them; such an output its run has not finished (no `_SUCCESS`, but its
+stats, its lock or a half-written file: `refuse_unfinished_output`) is refused. Every pair must have the same `dim`. A sentence is looked up by its text with runs of whitespace
 collapsed to one space (labse-mine's own normalisation, so its key is the sentence it mines); the
 first occurrence of a repeated text wins. The lookup is a binary search of the hash in the keys
 table, and the candidate's line is read back from NAME.txt and compared, so a hash collision never
@@ -29,6 +30,7 @@ import hashlib
 import mmap
 import os
 import sys
+import weakref
 from pathlib import Path
 from typing import Sequence
 
@@ -130,6 +132,24 @@ def vector_files(directory: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def refuse_unfinished_output(directory: str | Path) -> None:
+    """SavedVectorsError (one line) when `directory` (local or gs://) is a labse-embed output, or a
+    language folder of one, that the stage has not finished: no `_SUCCESS` but the stage kit's
+    traces (`unfinished_traces`). A hand-made folder of pairs (no traces) is served as it is."""
+    from pipelines.io import storage
+    from pipelines.io.completion import SUCCESS_MARKER, marker_path_of, unfinished_traces
+
+    folder = storage.strip(str(directory)) if storage.is_remote(str(directory)) else os.path.abspath(directory)
+    for place in (folder, storage.parent(folder)):
+        if place is None or storage.exists(marker_path_of(place)):
+            return
+        # above a language folder only the output's own files count: its siblings may be mid-write
+        traces = unfinished_traces(place, temporary_files=place == folder)
+        if traces:
+            raise SavedVectorsError(f"{directory} is a stage's output without {SUCCESS_MARKER} (found {traces[0]}): the "
+                                    "run that writes it was interrupted or is still running: rerun labse-embed")
+
+
 class _KeyedFile:
     """One NAME.npy + NAME.txt pair: rows looked up by sentence through its keys table."""
 
@@ -153,6 +173,8 @@ class _KeyedFile:
         with open(texts_path, "rb") as handle:
             self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.rows else b""
         self._fd = os.open(matrix_path, os.O_RDONLY)
+        # closed once: by `close`, when the file is collected, or at exit before modules are torn down
+        self._closer = weakref.finalize(self, os.close, self._fd)
         self._lookups = 0
         self._line_starts: np.ndarray | None = None  # by row, built on the first `lines` call
 
@@ -219,7 +241,7 @@ class _KeyedFile:
                 mapping.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
-        os.close(self._fd)
+        self._closer()
 
 
 class SavedVectorsEmbedder:
@@ -228,6 +250,7 @@ class SavedVectorsEmbedder:
     def __init__(self, directory: str | Path) -> None:
         directory = Path(directory)
         self.name = f"{PREFIX}{directory}"
+        refuse_unfinished_output(directory)
         self._files = [_KeyedFile(matrix, texts) for matrix, texts in vector_files(directory)]
         dims = sorted({f.dim for f in self._files})
         if len(dims) > 1:
@@ -238,8 +261,9 @@ class SavedVectorsEmbedder:
         """Distinct sentences (by their 64-bit keys)."""
         return len(np.unique(np.concatenate([np.asarray(f.hashes) for f in self._files])))
 
-    def __del__(self) -> None:
-        for keyed in getattr(self, "_files", []):
+    def close(self) -> None:
+        """Close the vector files now (otherwise they close when the embedder is collected or at exit)."""
+        for keyed in self._files:
             keyed.close()
 
     def find(self, texts: Sequence[str]) -> np.ndarray:

@@ -24,7 +24,7 @@ from pipelines.index.vector_files import list_matrix_files
 from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
-from pipelines.embed.saved_vectors import SavedVectorsError
+from pipelines.embed.saved_vectors import SavedVectorsError, refuse_unfinished_output
 from pipelines.stage import run_stage
 from pipelines.stage_options import replace_help, stage_parser, usage_error
 
@@ -67,6 +67,16 @@ def plan(vectors: str, config: IndexConfig):
     return files, plan_shards(files, config.shard_sentences), factory, sample
 
 
+def check_vectors(vectors: str) -> None:
+    """--vectors is complete when it lies in a stage output (`require_stage_output`) and is no
+    labse-embed output its run left unfinished (`refuse_unfinished_output`); UsageError, one line."""
+    require_stage_output(vectors, "--vectors", plain_allowed=True)
+    try:
+        refuse_unfinished_output(vectors)
+    except SavedVectorsError as error:
+        raise UsageError(f"--vectors: {error}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     args, beam_args = build_parser().parse_known_args(argv)
@@ -93,8 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_stage("labse-index", output, overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[args.vectors.removeprefix("vectors:")],
                      # a labse-embed output is read only once complete (plain folders of vectors are welcome)
-                     check_inputs=lambda: require_stage_output(args.vectors.removeprefix("vectors:"), "--vectors",
-                                                               plain_allowed=True),
+                     check_inputs=lambda: check_vectors(args.vectors.removeprefix("vectors:")),
                      wire=lambda pipeline: pipeline | "Index" >> BuildIndex(files, plans, factory, sample, config, output),
                      finish=stats_and_log)
 

@@ -20,7 +20,9 @@ def _filesystems():
     return FileSystems
 
 
-def _open(path: str):
+def open_file(path: str):
+    """A file (local or gs://) opened for binary reading through Beam's FileSystems, uncompressed
+    whatever its name: seekable, so a worker reads only the byte range it needs."""
     from apache_beam.io.filesystem import CompressionTypes
 
     return _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -41,7 +43,7 @@ class MatrixFile:
         """Rows [start, stop) as float32, one ranged read."""
         dtype = np.dtype(self.dtype)
         row_bytes = dtype.itemsize * self.dim
-        with _open(self.matrix) as handle:
+        with open_file(self.matrix) as handle:
             handle.seek(self.data_offset + start * row_bytes)
             raw = handle.read((stop - start) * row_bytes)
         if len(raw) != (stop - start) * row_bytes:
@@ -53,7 +55,7 @@ class MatrixFile:
         holds one chunk, not its whole range; the text file is read through once."""
         import io
 
-        with _open(self.texts) as handle:
+        with open_file(self.texts) as handle:
             lines = io.TextIOWrapper(handle, encoding="utf-8", newline="\n")
             for _ in itertools.islice(lines, start):
                 pass
@@ -65,12 +67,19 @@ class MatrixFile:
                 yield self.read_rows(lo, hi), texts
 
 
-def _header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
+def matrix_header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, data offset) of the .npy matrix at `path` (local or gs://), from its first
+    64 KB; SavedVectorsError unless it is a 2-D float matrix in C order (`read_matrix_header`)."""
     import io
 
-    with _open(path) as handle:
+    with open_file(path) as handle:
         head = handle.read(1 << 16)
     return read_matrix_header(io.BytesIO(head), path)
+
+
+# The former private names, still imported by pipelines/mine/global_cascade.py: drop them once it
+# imports `open_file` and `matrix_header`.
+_open, _header = open_file, matrix_header
 
 
 def list_matrix_files(directory: str) -> list[MatrixFile]:
@@ -91,7 +100,7 @@ def list_matrix_files(directory: str) -> list[MatrixFile]:
         if not filesystems.exists(texts):
             raise SavedVectorsError(f"{matrix} has no {texts.rsplit('/', 1)[-1]} beside it (one sentence a line, "
                                     "row i = line i)")
-        shape, dtype, offset = _header(matrix)
+        shape, dtype, offset = matrix_header(matrix)
         found.append(MatrixFile(matrix, texts, shape[0], shape[1], dtype.str, offset))
     if not found:
         raise SavedVectorsError(f"{directory} holds no NAME.npy + NAME.txt pairs of saved vectors")

@@ -165,6 +165,28 @@ def stage_output_root(path_or_pattern: str | os.PathLike) -> str | None:
     return None
 
 
+def unfinished_traces(folder: str | os.PathLike, *, temporary_files: bool = True) -> list[str]:
+    """What the stage kit leaves of an output it has not finished, for a reader whose input may also
+    be a hand-made folder (saved vectors, text files): its stats file without `_SUCCESS` (the stats
+    are written just before the marker, so the marker was lost or removed), its lock beside it (a
+    run is writing it, or one was killed), the temporary files of atomic writes (`.NAME.*.tmp`, a
+    write that was killed) in it or its sub-folders (with `temporary_files`). Empty for a complete
+    output and for a folder no stage wrote (temporary files are looked for on local disk only: an
+    object store gets whole objects)."""
+    folder = storage.strip(folder)
+    if storage.exists(marker_path_of(folder)):
+        return []
+    traces = [f"{folder}/{name}" for name in (STATS_FILE, STATS_BESIDE_SHARDS) if storage.exists(f"{folder}/{name}")]
+    lockable = not storage.is_remote(folder) or storage.parent(folder) is not None
+    if lockable and storage.exists(lock_path_of(folder)):
+        traces.append(lock_path_of(folder))
+    if temporary_files and not storage.is_remote(folder) and os.path.isdir(folder):
+        for place in [folder] + [entry.path for entry in os.scandir(folder) if entry.is_dir()]:
+            partial = sorted(name for name in os.listdir(place) if name.startswith(".") and name.endswith(".tmp"))
+            traces.extend(os.path.join(place, name) for name in partial[:1])
+    return traces
+
+
 def require_stage_output(path_or_pattern: str | os.PathLike, what: str | None = None, *,
                          plain_allowed: bool = False) -> dict[str, Any] | None:
     """Every reader's check of its input: find the stage output `path_or_pattern` reads from

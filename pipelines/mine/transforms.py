@@ -322,7 +322,7 @@ def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256
     import os
     import tempfile
 
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from pipelines.stage import beam_pipeline
 
     if not texts:
         return np.zeros((0, 0), np.float32)
@@ -345,7 +345,7 @@ def embed_texts_with_beam(texts: Sequence[str], spec: str, batch_size: int = 256
                 np.savez(name, rows=np.array(self.rows), vectors=np.stack(self.vectors))
 
     with tempfile.TemporaryDirectory() as directory:
-        with beam.Pipeline(options=PipelineOptions(["--direct_num_workers", "1"])) as pipeline:
+        with beam_pipeline(["--direct_num_workers", "1"]) as pipeline:
             (pipeline
              | beam.Create([(i, None, text) for i, text in enumerate(texts)])
              | Embed(spec, batch_size)
