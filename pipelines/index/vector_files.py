@@ -77,11 +77,6 @@ def matrix_header(path: str) -> tuple[tuple[int, ...], np.dtype, int]:
     return read_matrix_header(io.BytesIO(head), path)
 
 
-# The former private names, still imported by pipelines/mine/global_cascade.py: drop them once it
-# imports `open_file` and `matrix_header`.
-_open, _header = open_file, matrix_header
-
-
 def list_matrix_files(directory: str) -> list[MatrixFile]:
     """Every NAME.npy + NAME.txt of `directory`, checked (2-D float, not Fortran order, one width),
     in name order. Raises SavedVectorsError (a one-line usage error) when they cannot serve."""

@@ -60,7 +60,7 @@ def check_index_matches(embedder, index_dir: str, manifest, option: str, lang: s
     without them, the same width)."""
     from pipelines.embed.base import EmbedderError, l2_normalise
     from pipelines.index.shards import RERANK_SUFFIX
-    from pipelines.index.vector_files import MatrixFile, _header, _open
+    from pipelines.index.vector_files import MatrixFile, matrix_header, open_file
 
     if manifest.lang != lang:
         raise UsageError(f"{option} {index_dir} indexes language {manifest.lang!r}, not {lang!r}: give that "
@@ -69,7 +69,7 @@ def check_index_matches(embedder, index_dir: str, manifest, option: str, lang: s
     if shard is None:
         return
     base = f"{index_dir.rstrip('/')}/{shard['name']}"
-    with _open(f"{base}.txt") as handle:  # the first lines only, local or gs://
+    with open_file(f"{base}.txt") as handle:  # the first lines only, local or gs://
         texts = [line.decode("utf-8").rstrip("\n") for _, line in zip(range(CHECKED_ROWS), handle)]
     try:
         vectors = np.asarray(embedder.encode(texts), np.float32)
@@ -81,7 +81,7 @@ def check_index_matches(embedder, index_dir: str, manifest, option: str, lang: s
                          f"{vectors.shape[1]}: build the cheap pass's indexes from the cheap embedder's vectors")
     if not manifest.rerank_vectors:
         return
-    (count, dim), dtype, offset = _header(f"{base}{RERANK_SUFFIX}")
+    (count, dim), dtype, offset = matrix_header(f"{base}{RERANK_SUFFIX}")
     rows = MatrixFile(f"{base}{RERANK_SUFFIX}", f"{base}.txt", count, dim, dtype.str, offset).read_rows(
         0, min(len(texts), count))  # one ranged read of the first rows
     rows = l2_normalise(rows)
