@@ -219,8 +219,9 @@ class PackedPairRows(beam.PTransform):
 
 
 # ------------------------------------------------------------------------------------ survivors
-def _survivor_marks(bests: Packed, loose_margin: float, query_batch: int):
-    """Best candidates -> (range key, {"ids"}) of both sentences of each one at the loose margin."""
+def _survivor_marks(keyed, loose_margin: float, query_batch: int):
+    """(range key, best candidates) -> (range key, {"ids"}) of both sentences of each one at the loose margin."""
+    _key, bests = keyed
     if not bests or not len(bests["margin"]):
         return
     above = bests["margin"] >= loose_margin
@@ -255,7 +256,7 @@ class _SurvivorRows(_HeldStore):
 
 
 class PackedSurvivors(beam.PTransform):
-    """(best candidates, provenance by range key) -> {"rows": (side, Arrow batch of survivor rows),
+    """(best candidates keyed by range key, provenance by range key) -> {"rows": (side, Arrow batch of survivor rows),
     "tally": the sentences spared by side}: the survivors are both sentences of every best candidate
     pair whose margin reaches `loose_margin` (`pipelines.mine.cascade.survivors`' rule)."""
 
