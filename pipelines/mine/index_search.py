@@ -25,6 +25,8 @@ share of a stage at once, so 1 KB vectors in the elements made its memory grow w
 """
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 import apache_beam as beam
 import numpy as np
 
@@ -262,7 +264,8 @@ class _SearchShard(beam.DoFn):
         release_pages(rows, labels.text)
         return labels, found
 
-    def process(self, element):
+    def process(self, element) -> Iterator[Any]:  # Any: flattened with `_ask_targets`' hits, an inferred
+        # type would carry its TaggedOutput into the GroupByKey's type check
         side, name, items, matrix = element
         _labels, found = self._searched(side, name, matrix, search_shard)
         for item, hits in zip(items, found):

@@ -199,6 +199,11 @@ def _to_shards(keyed, shard_names: dict):
         yield other, name, key, batch["ids"]
 
 
+def _merge_shards(keyed, k: int):
+    key, parts = keyed
+    return key, merge_top(list(parts), k)
+
+
 class _SearchBatches(beam.PTransform):
     """(range key, `{ids}`) query batches -> (range key, its top k `{ids, sims, hits}`) from every
     shard of the other side's index (batches with no hit anywhere give nothing)."""
@@ -214,7 +219,7 @@ class _SearchBatches(beam.PTransform):
                 | "Spread" >> beam.Reshuffle()
                 | "SearchShards" >> beam.ParDo(_SearchPackedShard(dirs, nprobes, self.k, rerank, self.store))
                 | "GroupShards" >> beam.GroupByKey()
-                | "MergeShards" >> beam.MapTuple(lambda key, parts, k: (key, merge_top(list(parts), k)), self.k))
+                | "MergeShards" >> beam.Map(_merge_shards, self.k))
 
 
 def _split_full_side(keyed, counts: dict, strategy: str):
