@@ -35,7 +35,7 @@ from pipelines.accounting import MergeTallies
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
 from pipelines.index.shards import search_shard_arrays
 from pipelines.mine.config import MineConfig
-from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest
+from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
 from pipelines.mine.packed import SRC, TGT, Packed, concat, references, rows_of, split_by_range, store_ids, take
 
@@ -113,7 +113,7 @@ def score_candidates(asks: Packed, means: Packed, margin_kind: str) -> tuple[Pac
     known, known_means = means["ids"][order], means["mean"][order]
     at = np.minimum(np.searchsorted(known, asks["ids"]), max(len(known) - 1, 0))
     found = (known[at] == asks["ids"]) if len(known) else np.zeros(len(asks["ids"]), bool)
-    sims = asks["sim"][found].astype(np.float64)
+    sims = asks["sim"][found]
     margins = margin_scores(sims, asks["asker_mean"][found], known_means[at[found]], margin_kind)
     scored = {"ids": asks["asker"][found], "other": asks["ids"][found], "margin": np.asarray(margins, np.float64),
               "sim": sims}
@@ -132,7 +132,7 @@ def as_pairs(side: str, best: Packed) -> Packed:
     """An asker side's best candidates -> pair columns `{src, tgt, margin, cosine, fwd}`."""
     forward = side == SRC
     return {"src": best["ids"] if forward else best["other"], "tgt": best["other"] if forward else best["ids"],
-            "margin": best["margin"], "cosine": best["sim"], "fwd": np.full(rows_of(best), forward)}
+            "margin": best["margin"], "cosine": best["sim"].astype(np.float64), "fwd": np.full(rows_of(best), forward)}
 
 
 def decide_pairs(bests: Packed, strategy: str) -> tuple[Packed, int]:
@@ -165,8 +165,8 @@ def decide_pairs(bests: Packed, strategy: str) -> tuple[Packed, int]:
 class _SearchPackedShard(_SearchShard):
     """(index side, shard name, range key, query store ids) -> (range key, `{ids, sims [n, k], hits
     [n, k]}`): the queries' top k in that shard, each hit the other side's store id (-1 where the
-    store lacks its text). The worker keeps the last shard it loaded and its hits' store ids (8
-    bytes a shard sentence, filled as hits come)."""
+    store lacks its text). The worker keeps the last shard it loaded and the store ids of its
+    sentences hit so far (at most 8 bytes a shard sentence)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -181,14 +181,19 @@ class _SearchPackedShard(_SearchShard):
         yield key, {"ids": ids, "sims": sims, "hits": hits}
 
     def _store_ids(self, labels, positions: np.ndarray) -> np.ndarray:
+        # store id + 2 by shard position, 0 where not looked up yet: zeros from calloc, so only the
+        # pages of positions hit become resident
         if self._hit_ids is None or self._hit_ids[0] != self._loaded[0]:
-            self._hit_ids = (self._loaded[0], np.full(len(labels), -2, np.int64))  # -2: not looked up yet
+            self._hit_ids = (self._loaded[0], np.zeros(len(labels), np.int64))
         cache = self._hit_ids[1]
         wanted = np.unique(positions[positions >= 0])
-        unknown = wanted[cache[wanted] == -2]
+        unknown = wanted[cache[wanted] == 0]
         if len(unknown):
-            cache[unknown] = store_ids(self._held.embedder.find([labels[i][2] for i in unknown.tolist()]))
-        return np.where(positions >= 0, cache[np.maximum(positions, 0)], -1)
+            cache[unknown] = store_ids(self._held.embedder.find([labels[i][2] for i in unknown.tolist()])) + 2
+            # the lines read (the shard's and the store's) would stay resident into the later steps
+            release_pages(labels.text)
+            self._held.embedder.release()
+        return np.where(positions >= 0, cache[np.maximum(positions, 0)] - 2, -1)
 
 
 def _to_shards(keyed, shard_names: dict):
@@ -287,14 +292,12 @@ class _ScoreAtCandidate(beam.DoFn):
 
     def process(self, joined):
         key, grouped = joined
-        asks = concat(grouped["asks"])
-        if not asks:
-            return
         means = concat(grouped["means"]) or {"ids": np.zeros(0, np.int64), "mean": np.zeros(0)}
-        scored, outside = score_candidates(asks, means, self.margin_kind)
-        self.outside.inc(outside)
-        ids = scored.pop("ids")
-        yield from split_by_range(OTHER[key[0]], ids, self.query_batch, **scored)
+        for asks in grouped["asks"]:  # one part at a time: a part's margins need only its own rows
+            scored, outside = score_candidates(asks, means, self.margin_kind)
+            self.outside.inc(outside)
+            ids = scored.pop("ids")
+            yield from split_by_range(OTHER[key[0]], ids, self.query_batch, **scored)
 
 
 def _best_pairs(keyed, query_batch: int):
