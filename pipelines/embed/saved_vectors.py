@@ -302,6 +302,11 @@ class SavedVectorsEmbedder:
             out[on_file] = self._files[number].read(located[on_file, 1])
         return l2_normalise(out)
 
+    def release(self) -> None:
+        """Drop the mapped pages lookups touched from this process (`_KeyedFile.release`, every file)."""
+        for keyed in self._files:
+            keyed.release()
+
     def sentences(self, located: np.ndarray) -> list[str]:
         """The sentences (normalised) of (file number, row) references, in their order."""
         located = np.asarray(located, dtype=np.int64).reshape(-1, 2)

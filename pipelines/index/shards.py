@@ -245,13 +245,23 @@ RERANK_BATCH = 256  # queries re-ranked together: 256 x depth x dim float32 at a
 def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
                  depth: int = 0) -> list[list[tuple[float, object]]]:
     """Top-`k` (similarity, label) of every query in one shard, best first; hit i is `labels[i]`.
+    Hits FAISS could not fill are left out (`search_shard_arrays` has the rest)."""
+    sims, ids = search_shard_arrays(index, queries, k, vectors, depth)
+    return [[(float(s), labels[i]) for s, i in zip(srow, irow) if i >= 0] for srow, irow in zip(sims, ids)]
+
+
+def search_shard_arrays(index, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
+                        depth: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Top-`k` of every query in one shard as arrays: float32 similarities and int64 positions in
+    the shard `[n, min(k, ntotal)]`, best first, a hit FAISS could not fill (or not finite) as
+    (-inf, -1).
 
     With the shard's `vectors` (its rows, unit length, e.g. the float16 copy labse-index writes)
     and `depth` > k, the index proposes `depth` hits by its compressed codes and the exact cosine
-    re-ranks them: the similarities returned are exact. Hits FAISS could not fill are left out."""
+    re-ranks them: the similarities returned are exact."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     if index.ntotal == 0 or len(queries) == 0:
-        return [[] for _ in range(len(queries))]
+        return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
     rerank = vectors is not None and depth > k
     sims, ids = index.search(queries, min(depth if rerank else k, index.ntotal))
     if rerank:
@@ -263,5 +273,6 @@ def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: 
         exact[ids < 0] = -np.inf
         order = np.argsort(-exact, axis=1, kind="stable")[:, :k]
         sims, ids = np.take_along_axis(exact, order, axis=1), np.take_along_axis(ids, order, axis=1)
-    return [[(float(s), labels[i]) for s, i in zip(srow, irow) if i >= 0 and np.isfinite(s)]
-            for srow, irow in zip(sims, ids)]
+    missing = (ids < 0) | ~np.isfinite(sims)
+    return (np.where(missing, -np.inf, sims).astype(np.float32),
+            np.where(missing, -1, ids).astype(np.int64))

@@ -25,6 +25,8 @@ share of a stage at once, so 1 KB vectors in the elements made its memory grow w
 """
 from __future__ import annotations
 
+from typing import Any, Iterator
+
 import apache_beam as beam
 import numpy as np
 
@@ -247,18 +249,25 @@ class _SearchShard(beam.DoFn):
             self._loaded = ((side, name), index, labels, rows, keep)
         return self._loaded[1:4]
 
-    def process(self, element):
-        side, name, items, matrix = element
-        if matrix.dtype.kind == "i":  # references: the rows are read here, a batch at a time
+    def _searched(self, side: str, name: str, matrix: np.ndarray, search):
+        """(the shard's labels, `search(index, labels, queries, k, rows, depth)`'s answer) for the
+        queries `matrix` (vectors, or (file number, row) references read here, a batch at a time)."""
+        if matrix.dtype.kind == "i":
             matrix = self._held.embedder.read_located(matrix)
         index, labels, rows = self._shard(side, name)
         if matrix.shape[1] != index.d:
             raise ValueError(f"the embedder gives {matrix.shape[1]}-dimensional vectors but the index "
                              f"{self.index_dirs[side]} holds {index.d}: build the index from the same vectors")
-        self.searched.inc(len(items))
+        self.searched.inc(len(matrix))
         with faiss_threads(1):  # the runner runs one bundle per core; FAISS threads would fight them
-            found = search_shard(index, labels, matrix, self.k, rows, self.rerank[side])
+            found = search(index, labels, matrix, self.k, rows, self.rerank[side])
         release_pages(rows, labels.text)
+        return labels, found
+
+    def process(self, element) -> Iterator[Any]:  # Any: flattened with `_ask_targets`' hits, an inferred
+        # type would carry its TaggedOutput into the GroupByKey's type check
+        side, name, items, matrix = element
+        _labels, found = self._searched(side, name, matrix, search_shard)
         for item, hits in zip(items, found):
             for sim, other in hits:
                 yield item, (sim, other)
@@ -279,6 +288,19 @@ def _to_shards(keyed, shard_names: dict):
         yield other, name, items, matrix
 
 
+def index_plan(src_index: str, tgt_index: str, src: IndexManifest, tgt: IndexManifest, nprobe: int | None,
+               rerank: int) -> tuple[dict, dict, dict, dict]:
+    """Per side (SRC, TGT): the index folder, its non-empty shards' names, the nprobe and the re-rank
+    depth its searches use."""
+    dirs = {SRC: src_index.rstrip("/"), TGT: tgt_index.rstrip("/")}
+    shards = {SRC: [s["name"] for s in src.shards if s["sentences"]],
+              TGT: [s["name"] for s in tgt.shards if s["sentences"]]}
+    nprobes = {SRC: nprobe or src.nprobe, TGT: nprobe or tgt.nprobe}
+    # re-rank only where the index kept its rows (labse-index writes them; older indexes lack them)
+    reranks = {SRC: rerank if src.rerank_vectors else 0, TGT: rerank if tgt.rerank_vectors else 0}
+    return dirs, shards, nprobes, reranks
+
+
 class IndexNeighbourLists(beam.PTransform):
     """(searchable item, unit vector) of both sides -> (item, [(similarity, other item)] hits from
     every shard of the other side's index), to be merged per item into the top k. With `store` (a
@@ -289,13 +311,8 @@ class IndexNeighbourLists(beam.PTransform):
                  nprobe: int | None, query_batch: int, rerank: int = 0, store: str | None = None):
         super().__init__()
         self.store = store
-        self.dirs = {SRC: src_index.rstrip("/"), TGT: tgt_index.rstrip("/")}
-        self.shards = {SRC: [s["name"] for s in src.shards if s["sentences"]],
-                       TGT: [s["name"] for s in tgt.shards if s["sentences"]]}
-        self.nprobes = {SRC: nprobe or src.nprobe, TGT: nprobe or tgt.nprobe}
+        self.dirs, self.shards, self.nprobes, self.rerank = index_plan(src_index, tgt_index, src, tgt, nprobe, rerank)
         self.k, self.query_batch = k, query_batch
-        # re-rank only where the index kept its rows (labse-index writes them; older indexes lack them)
-        self.rerank = {SRC: rerank if src.rerank_vectors else 0, TGT: rerank if tgt.rerank_vectors else 0}
 
     def expand(self, embedded):
         query_batch = self.query_batch

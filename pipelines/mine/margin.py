@@ -108,16 +108,20 @@ def greedy_unique(candidates: Iterable[tuple[float, K, K]]) -> list[tuple[float,
 
 
 def greedy_unique_columns(margins, sources, targets) -> np.ndarray:
-    """`greedy_unique` over columns (Arrow or numpy: float margins, string keys): a bool mask of the
-    candidates kept, the same choice (the same order: margin descending, then source, then target;
-    Arrow orders strings by their UTF-8 bytes, which is Python's code point order). For labse-mine's
-    `max` over a whole language pair: a candidate costs ~40 bytes plus its two texts here, where a
-    Python tuple of items cost ~500."""
+    """`greedy_unique` over columns (Arrow or numpy: float margins, string keys or numpy integer
+    keys such as store ids): a bool mask of the candidates kept, the same choice (the same order:
+    margin descending, then source, then target; Arrow orders strings by their UTF-8 bytes, which
+    is Python's code point order). For labse-mine's `max` over a whole language pair: a candidate
+    costs ~40 bytes plus its two texts here (24 with integer keys), where a Python tuple of items
+    cost ~500."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     def column(values, kind):
-        return values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, kind)
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            return values
+        integer = isinstance(values, np.ndarray) and values.dtype.kind in "iu"
+        return pa.array(values, pa.int64() if integer else kind)
 
     table = pa.table({"margin": column(margins, pa.float64()), "src": column(sources, pa.string()),
                       "tgt": column(targets, pa.string())})

