@@ -15,8 +15,10 @@ sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id
 3. Margins: each (query a, hit b, cosine, a's kNN mean) goes to b's range key (`margin_requests`),
    where b's own mean gives the margin (`score_candidates`; a b with no mean is no candidate:
    `candidates.not_in_input`), and back to a's key, where a keeps its best (`best_candidates`:
-   largest (margin, cosine, other id)). The best candidates leave keyed by the source's range key,
-   so a pair found from both sides meets its other record in one group.
+   largest (margin, cosine, other id)). These messages name a sentence by its row within its range
+   key (`within`: 2 bytes at the default query batch), 16 bytes a hit each way. The best
+   candidates leave keyed by the source's range key, so a pair found from both sides meets its
+   other record in one group.
 4. `PackedSelect`: per distinct pair the strategy's choice (`decide_pairs`), `max` over every
    candidate of the run in one group (`greedy_unique_columns` on ids: ~32 bytes a candidate), then
    `--min-margin`.
