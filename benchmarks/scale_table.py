@@ -180,20 +180,23 @@ def repeated_pairs(pairs_dir: Path, target: Path, copies: int) -> int:
 
 
 # ----------------------------------------------------------------------------- measuring
-def _peak_rss_kb(pid: int) -> int | None:
-    """The kernel's high-water mark of the process's resident set (VmHWM), in kB."""
+def _memory_kb(pid: int) -> tuple[int, int] | None:
+    """The kernel's high-water mark of the process's resident set (VmHWM) and its anonymous
+    resident memory now (RssAnon: not file pages, which the kernel can drop and read again), in kB."""
+    found = {}
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
+                if line.startswith(("VmHWM:", "RssAnon:")):
+                    found[line.split(":")[0]] = int(line.split()[1])
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    return None
+    return (found["VmHWM"], found.get("RssAnon", 0)) if "VmHWM" in found else None
 
 
 class TreePoller:
-    """Polls a process and all its descendants: per process, the peak RSS (VmHWM) and the CPU
+    """Polls a process and all its descendants: per process, the peak RSS (VmHWM), the largest
+    anonymous resident memory sampled (RssAnon: the memory mapped files' pages left out), the CPU
     seconds (user + system) last seen, and its command line."""
 
     def __init__(self, pid: int, interval: float = POLL_SECONDS):
@@ -202,6 +205,7 @@ class TreePoller:
         self.root = psutil.Process(pid)
         self.interval = interval
         self.peak_kb: dict[int, int] = {}
+        self.anon_kb: dict[int, int] = {}
         self.cpu: dict[int, float] = {}
         self.cmdline: dict[int, str] = {}
         self._stop = threading.Event()
@@ -222,9 +226,10 @@ class TreePoller:
             except psutil.Error:
                 continue
             self.cpu[process.pid] = times.user + times.system
-            peak = _peak_rss_kb(process.pid)
-            if peak is not None:
-                self.peak_kb[process.pid] = max(peak, self.peak_kb.get(process.pid, 0))
+            memory = _memory_kb(process.pid)
+            if memory is not None:
+                self.peak_kb[process.pid] = max(memory[0], self.peak_kb.get(process.pid, 0))
+                self.anon_kb[process.pid] = max(memory[1], self.anon_kb.get(process.pid, 0))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -246,6 +251,8 @@ class TreePoller:
             "worker_peak_mb": max(workers.values()) / 1024 if workers else None,
             "worker_processes": len(workers),
             "worker_peaks_mb": sorted((round(kb / 1024, 1) for kb in workers.values()), reverse=True)[:8],
+            "worker_anon_peak_mb": max((kb for pid, kb in self.anon_kb.items() if pid in workers), default=0) / 1024
+            if workers else None,
             "cpu_polled_s": sum(self.cpu.values()),
             # how the work was shared: a stage that runs on one worker shows one large figure here
             "worker_cpu_s": sorted((round(self.cpu.get(pid, 0.0), 1) for pid in workers), reverse=True)[:8],
@@ -382,7 +389,8 @@ class Table:
         self.cells.append(cell)
         self.json_path.write_text(json.dumps(self.report(), indent=1, default=str), encoding="utf-8")
         print(f"{stage} x{scale}: {cell['status']} {cell.get('wall_s', 0):.1f} s wall, "
-              f"{cell.get('cpu_s', 0):.1f} s CPU, worker {_mb(cell.get('worker_peak_mb'))} MB, "
+              f"{cell.get('cpu_s', 0):.1f} s CPU, worker {_mb(cell.get('worker_peak_mb'))} MB "
+              f"(anonymous {_mb(cell.get('worker_anon_peak_mb'))}), "
               f"main {cell.get('main_peak_mb', 0):.0f} MB; {cell.get('units', cell.get('reason', ''))}", flush=True)
         return cell
 
