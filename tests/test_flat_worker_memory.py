@@ -117,12 +117,12 @@ def test_a_shards_labels_are_read_from_its_text_on_demand(tmp_path):
         ShardLabels("t", str(path), 5)
 
 
-def test_saved_sentences_travel_as_row_references_in_batches_of_one_row_range(tmp_path):
+def test_saved_sentences_travel_as_store_ids_in_batches_of_one_row_range(tmp_path):
     """The global layout's query side without Beam: `locate` finds each sentence's (file, row) (the
-    first file that has it), `read_located` gives encode's vectors back, and `row_range_key` puts a
-    sentence in the batch of its side, file and row range, so no batch holds more than query_batch."""
+    first file that has it), `read_located` gives encode's vectors back, and `split_by_range` puts
+    each store id in the batch of its side, file and row range, so no batch holds more than query_batch."""
     from pipelines.embed.saved_vectors import SavedVectorsError
-    from pipelines.mine.index_search import row_range_key
+    from pipelines.mine.packed import references, split_by_range, store_ids
 
     rng = np.random.default_rng(0)
     texts = {"a": [f"s{i}" for i in range(50)], "b": [f"t{i}" for i in range(30)] + ["s3"]}
@@ -133,26 +133,14 @@ def test_saved_sentences_travel_as_row_references_in_batches_of_one_row_range(tm
     asked = ["t29", "s3", " s49 ", "s0", "t0"]
     located = store.locate(asked)
     assert located.tolist() == [[1, 29], [0, 3], [0, 49], [0, 0], [1, 0]]
+    assert references(store_ids(located)).tolist() == located.tolist()
     np.testing.assert_array_equal(store.read_located(located), store.encode(asked))
     with pytest.raises(SavedVectorsError, match="1 of 2 sentences have no saved vector"):
         store.locate(["s1", "nowhere"])
-    batches: dict = {}
-    for text, reference in zip(texts["a"], store.locate(texts["a"]).tolist()):
-        key, element = row_range_key((("s", "", text, "", ""), tuple(reference)), 16)
-        batches.setdefault(key, []).append(element[1][1])
+    ids = store_ids(store.locate(texts["a"][::-1]))
+    batches = {key: references(packed["ids"])[:, 1].tolist() for key, packed in split_by_range("s", ids, 16)}
     assert sorted(batches) == [("s", 0, 0), ("s", 0, 1), ("s", 0, 2), ("s", 0, 3)]
-    assert all(rows == list(range(16 * b, min(50, 16 * b + 16))) for (_, _, b), rows in batches.items())
-    # a row that is not finite is dropped where the sentence is located (counted as non_finite_vector)
-    from pipelines.mine.index_search import _LocateBatch
-
-    matrix = np.load(tmp_path / "a.npy")
-    matrix[7, 2] = np.nan
-    np.save(tmp_path / "a.npy", matrix)
-    locate = _LocateBatch(f"vectors:{tmp_path}")
-    locate.setup()
-    out = list(locate.process([("s", "", "s7", "", ""), ("t", "", "t1", "", "")]))
-    assert out[0].tag == "dropped" and out[0].value == ("s", "", "s7", "", "")
-    assert out[1] == (("t", "", "t1", "", ""), (1, 1))
+    assert all(sorted(rows) == list(range(16 * b, min(50, 16 * b + 16))) for (_, _, b), rows in batches.items())
 
 
 def test_max_over_packed_columns_keeps_greedy_uniques_pairs_ties_included():

@@ -16,12 +16,9 @@ The index knows sentences by their text only, so global mining keys sentences by
 (items with group and provenance left blank, `searchable`) and `RestoreProvenance` puts each
 selected pair's url and doc_id back from the input.
 
-With `--embedder vectors:DIR` (the vectors the indexes were built from) no element carries a
-vector: `LocateSaved` turns each sentence into a reference (file number, row) of the keyed store,
-a query batch is the input's sentences among one row range of one file (`query_batch` rows), and
-the search reads those rows where it searches them. A worker then holds a query batch and the
-index shard it searches, whatever the input's size (the DirectRunner hands a worker its whole
-share of a stage at once, so 1 KB vectors in the elements made its memory grow with the input).
+With `--embedder vectors:DIR` (the vectors the indexes were built from) labse-mine runs the packed
+path instead (`pipelines.mine.packed_search`), which reuses this module's shard search (`_SearchShard`
+reads a batch's rows by (file number, row) reference where it searches them).
 """
 from __future__ import annotations
 
@@ -135,7 +132,6 @@ class ShardLabels:
         return (self.side, "", self.text[self.starts[i]:self.ends[i]].decode("utf-8"), "", "")
 
 
-LOCATE_BATCH = 4_096  # sentences looked up in the keyed store together (their rows read once to check them)
 MMAP_THRESHOLD = 1 << 17  # glibc's default threshold, kept fixed (`return_freed_memory`)
 
 
@@ -161,64 +157,10 @@ def return_freed_memory() -> None:
     mallopt(m_trim_threshold, MMAP_THRESHOLD)
 
 
-class _LocateBatch(beam.DoFn):
-    """A batch of searchable items -> (item, (file number, row)) of its vector in `vectors:DIR`, or
-    the item on `dropped` when that row is not finite (NaN or inf: `non_finite_vector`, counted as
-    the embedding step counts it). The rows are read here only to check them."""
-
-    def __init__(self, spec: str):
-        from apache_beam.utils.shared import Shared
-
-        self.spec = spec
-        self._shared = Shared()
-        self.located = beam.metrics.Metrics.counter("mine", "embedded")
-
-    def setup(self):
-        from pipelines.embed.embedders import held_embedder
-
-        return_freed_memory()
-        self._held = held_embedder(self._shared, self.spec, 1)
-
-    def process(self, batch):
-        from pipelines.progress import worker_tracker
-
-        store = self._held.embedder
-        located = store.locate([item[2] for item in batch])
-        finite = np.isfinite(store.read_located(located)).all(axis=1)
-        self.located.inc(len(batch))
-        worker_tracker("sentences").advance(len(batch))
-        for item, reference, ok in zip(batch, located.tolist(), finite.tolist()):
-            if ok:
-                yield item, tuple(reference)
-            else:
-                yield beam.pvalue.TaggedOutput("dropped", item)
-
-
-class LocateSaved(beam.PTransform):
-    """Searchable items -> {"located": (item, (file number, row)) in the `vectors:DIR` store `spec`,
-    "dropped": items whose saved row is not finite}; looked up `LOCATE_BATCH` at a time."""
-
-    def __init__(self, spec: str):
-        super().__init__()
-        self.spec = spec
-
-    def expand(self, items):
-        return (items
-                | "Batch" >> beam.BatchElements(min_batch_size=LOCATE_BATCH, max_batch_size=LOCATE_BATCH)
-                | "Locate" >> beam.ParDo(_LocateBatch(self.spec)).with_outputs("dropped", main="located"))
-
-
-def row_range_key(element, query_batch: int):
-    """(item, (file number, row)) -> its query batch: the side's sentences among rows
-    [b * query_batch, (b + 1) * query_batch) of one file, so a batch holds at most `query_batch`
-    and its rows are read in runs."""
-    item, (number, row) = element
-    return (item[0], number, row // query_batch), element
-
-
 class _SearchShard(beam.DoFn):
-    """(index side, shard name, query items, query matrix or (file number, row) references into the
-    `store`) -> (query item, (similarity, hit item)) for the query's top-k in that shard, re-ranked
+    """(index side, shard name, query items, query matrix) -> (query item, (similarity, hit item)) for
+    the query's top-k in that shard (the packed path's subclass passes (file number, row) references
+    into the `store` instead of vectors), re-ranked
     by exact cosine from the shard's float16 rows when `rerank` > k and the index has them. The
     worker keeps the last shard it loaded."""
 
@@ -274,15 +216,11 @@ class _SearchShard(beam.DoFn):
 
 
 def _to_shards(keyed, shard_names: dict):
-    """A batch of one side's queries -> one element per shard of the OTHER side's index (the
-    queries' vectors, or their (file number, row) references when the batch is a row range)."""
+    """A batch of one side's queries -> one element per shard of the OTHER side's index."""
     (side, *_batch), members = keyed
     members = sorted(members, key=lambda m: m[0])  # the rows in item order, whatever the runner's
     items = [m[0] for m in members]
-    if isinstance(members[0][1], tuple):
-        matrix = np.array([m[1] for m in members], dtype=np.int64)
-    else:
-        matrix = np.stack([m[1] for m in members]).astype(np.float32)
+    matrix = np.stack([m[1] for m in members]).astype(np.float32)
     other = TGT if side == SRC else SRC
     for name in shard_names[other]:
         yield other, name, items, matrix
@@ -303,33 +241,27 @@ def index_plan(src_index: str, tgt_index: str, src: IndexManifest, tgt: IndexMan
 
 class IndexNeighbourLists(beam.PTransform):
     """(searchable item, unit vector) of both sides -> (item, [(similarity, other item)] hits from
-    every shard of the other side's index), to be merged per item into the top k. With `store` (a
-    `vectors:DIR` spec) the values are `LocateSaved`'s (file number, row) references instead of
-    vectors, and a query batch is a row range (`row_range_key`)."""
+    every shard of the other side's index), to be merged per item into the top k."""
 
     def __init__(self, src_index: str, tgt_index: str, src: IndexManifest, tgt: IndexManifest, k: int,
-                 nprobe: int | None, query_batch: int, rerank: int = 0, store: str | None = None):
+                 nprobe: int | None, query_batch: int, rerank: int = 0):
         super().__init__()
-        self.store = store
         self.dirs, self.shards, self.nprobes, self.rerank = index_plan(src_index, tgt_index, src, tgt, nprobe, rerank)
         self.k, self.query_batch = k, query_batch
 
     def expand(self, embedded):
         query_batch = self.query_batch
-        if self.store is not None:
-            keyed = embedded | "KeyRowRange" >> beam.Map(row_range_key, query_batch)
-        else:
-            counts = (embedded
-                      | "Sides" >> beam.Map(lambda e: e[0][0])
-                      | "CountSides" >> beam.combiners.Count.PerElement()
-                      | "Batches" >> beam.Map(lambda kv: (kv[0], max(1, -(-kv[1] // query_batch)))))
-            keyed = embedded | "KeyBatch" >> beam.Map(lambda e, n: ((e[0][0], stable_hash(e[0][2]) % n[e[0][0]]), e),
-                                                      beam.pvalue.AsDict(counts))
+        counts = (embedded
+                  | "Sides" >> beam.Map(lambda e: e[0][0])
+                  | "CountSides" >> beam.combiners.Count.PerElement()
+                  | "Batches" >> beam.Map(lambda kv: (kv[0], max(1, -(-kv[1] // query_batch)))))
+        keyed = embedded | "KeyBatch" >> beam.Map(lambda e, n: ((e[0][0], stable_hash(e[0][2]) % n[e[0][0]]), e),
+                                                  beam.pvalue.AsDict(counts))
         return (keyed
                 | "GroupBatch" >> beam.GroupByKey()
                 | "ToShards" >> beam.FlatMap(_to_shards, self.shards)
                 | "Spread" >> beam.Reshuffle()
-                | "SearchShards" >> beam.ParDo(_SearchShard(self.dirs, self.nprobes, self.k, self.rerank, self.store)))
+                | "SearchShards" >> beam.ParDo(_SearchShard(self.dirs, self.nprobes, self.k, self.rerank)))
 
 
 class RestoreProvenance(beam.PTransform):

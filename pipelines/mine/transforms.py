@@ -44,7 +44,6 @@ from pipelines.mine.config import MineConfig
 from pipelines.mine.margin import greedy_unique_columns, margin_scores
 from pipelines.mine.search import SearchConfig, knn, top_hits, top_key
 from pipelines.embed.embedders import held_embedder
-from pipelines.embed.saved_vectors import is_saved_vectors_spec
 from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetBatches, WriteParquetShards, stable_hash, write_empty_shard
 
 logger = logging.getLogger(__name__)
@@ -652,11 +651,8 @@ class Neighbours(beam.PTransform):
 
             search = (c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
                       load_manifest(c.tgt_index, "--tgt-index"), c.k, c.nprobe, c.query_batch, c.rerank)
-            store = c.embedder if is_saved_vectors_spec(c.embedder) else None  # LocateSaved's references
-            hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search, store=store)
-                                                  if c.backward_search == "all"
-                                                  else CandidatesBackwardLists(c.strategy, top_key, *search,
-                                                                               store=store))
+            hits = embedded | "SearchIndexes" >> (IndexNeighbourLists(*search) if c.backward_search == "all"
+                                                  else CandidatesBackwardLists(c.strategy, top_key, *search))
             return hits | "Candidates" >> BestCandidates(c.k, c.margin_kind, lifted=False)
         hits = (embedded
                 | "Cells" >> ToCells(c)
@@ -874,7 +870,9 @@ class MineBitext(beam.PTransform):
     (row dicts, the columns of `PAIR_SCHEMA`), `tally` (one dict of counts: per side read,
     dropped by reason, unique, kept (= embedded), with candidates; best per direction; candidate
     pairs read and dropped by reason; pairs selected) and `embedded` (the (item, vector) pairs,
-    or in the global layout with `vectors:DIR` the (item, (file, row)) references, for tests). The candidate pairs kept are counted where they are written (`write_pairs`).
+    for tests). The candidate pairs kept are counted where they are written (`write_pairs`). The
+    global layout over `vectors:DIR` (the vectors its indexes were built from) runs as
+    `pipelines.mine.packed_mining.PackedGlobalMining` instead (`build_pipeline` chooses).
 
     Example::
 
@@ -905,15 +903,6 @@ class MineBitext(beam.PTransform):
             if neighbours["spared"] is not None:
                 cascade_tallies.append(neighbours["spared"] | "CountSpared" >> CountByName(
                     lambda i: f"{SIDE_UNIT[i[0]]}.dropped.{SPARED}"))
-        elif c.resolved_layout == "global" and is_saved_vectors_spec(c.embedder):
-            # the vectors the indexes were built from: references travel, the search reads the rows
-            from pipelines.mine.index_search import LocateSaved, RestoreProvenance, searchable
-
-            located = (items
-                       | "Searchable" >> beam.Map(searchable)
-                       | "LocateSaved" >> LocateSaved(c.embedder))
-            embedded, non_finite = located.located, located.dropped
-            neighbours = embedded | "Neighbours" >> Neighbours(c)
         else:
             checked = (items | "Embed" >> Embed(c.embedder, c.batch_size, c.embedder_threads)
                        | "KeepFinite" >> beam.FlatMap(_keep_finite).with_outputs("dropped", main="embedded"))
