@@ -111,9 +111,9 @@ class _UniqueInRange(_HeldStore):
         ids = records["ids"][unique]
         finite = np.isfinite(self.store.read_located(references(ids))).all(axis=1)
         unit = SIDE_UNIT[key[0]]
-        yield beam.pvalue.TaggedOutput("tally", {f"{unit}.dropped.{DUPLICATE}": int(len(order) - len(unique)),
-                                                 f"{unit}.unique": int(len(unique)),
-                                                 f"{unit}.dropped.{NON_FINITE_VECTOR}": int((~finite).sum())})
+        counts = {f"{unit}.dropped.{DUPLICATE}": int(len(order) - len(unique)), f"{unit}.unique": int(len(unique)),
+                  f"{unit}.dropped.{NON_FINITE_VECTOR}": int((~finite).sum())}
+        yield beam.pvalue.TaggedOutput("tally", {name: n for name, n in counts.items() if n})  # as CountByName: no zeros
         if finite.any():
             kept = unique[finite]
             yield key, {"ids": records["ids"][kept]}
