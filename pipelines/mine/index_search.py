@@ -34,7 +34,7 @@ from pipelines.mine.margin import side_searched_in_full as full_side
 from pipelines.mine.search import top_hits
 from pipelines.stage import stable_hash
 
-SRC, TGT = "s", "t"
+from pipelines.mine.units import SRC, TGT
 
 
 def load_manifest(index_dir: str, option: str) -> IndexManifest:

@@ -23,7 +23,7 @@ import numpy as np
 ROW_BITS = 32
 Packed = dict  # column name -> 1-D numpy array, all of one length
 
-SRC, TGT = "s", "t"
+from pipelines.mine.units import SRC, TGT  # noqa: F401 (the packed modules take them from here)
 
 
 def store_ids(located: np.ndarray) -> np.ndarray:

@@ -22,10 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.mine.packed import SRC, TGT, Packed, concat, references, split_by_range, store_ids
+from pipelines.mine.units import DUPLICATE, EMPTY_TEXT, NON_FINITE_VECTOR, SIDE_UNIT, SPARED
 
 LOCATE_BATCH = 4_096  # records whose sentences are looked up in the store together
-EMPTY_TEXT, DUPLICATE, NON_FINITE_VECTOR, SPARED = "empty_text", "duplicate", "non_finite_vector", "spared_by_cascade"
-SIDE_UNIT = {SRC: "src_sentences", TGT: "tgt_sentences"}
 
 
 def _windowed(element):

@@ -12,12 +12,16 @@ The counts are the same as `MineBitext`'s (README contract 11).
 from __future__ import annotations
 
 import apache_beam as beam
+import pyarrow as pa
 
 from pipelines.accounting import CountByName, MergeTallies
 from pipelines.mine.config import MineConfig
 from pipelines.mine.packed import SRC, TGT
 from pipelines.mine.packed_io import PackedPairRows, PackedSentences, kept_tally
 from pipelines.mine.packed_search import PackedNeighbours, PackedSelect
+from pipelines.mine.transforms import PAIR_SCHEMA, finish_pipeline, read_sides
+from pipelines.mine.units import CANDIDATES, SIDE_UNIT
+from pipelines.stage import WriteParquetBatches
 
 
 def packed_mining(config: MineConfig) -> bool:
@@ -36,8 +40,6 @@ class PackedSides(beam.PTransform):
         self.config = config
 
     def expand(self, sides):
-        from pipelines.mine.transforms import SIDE_UNIT
-
         c = self.config
         outputs = {"batches": [], "provenance": [], "tally": []}
         for side, records in zip((SRC, TGT), sides):
@@ -60,8 +62,6 @@ class PackedGlobalMining(beam.PTransform):
         self.config = config
 
     def expand(self, sides):
-        from pipelines.mine.transforms import PAIR_SCHEMA
-
         c = self.config
         read = sides | "Sides" >> PackedSides(c)
         kept = read["batches"] | "CountKept" >> beam.Map(kept_tally)
@@ -71,3 +71,24 @@ class PackedGlobalMining(beam.PTransform):
                 | "Rows" >> PackedPairRows(c.embedder, c.src_lang, c.tgt_lang, c.query_batch, PAIR_SCHEMA))
         tally = (read["tally"], kept, found["tally"], selected["tally"]) | "Total" >> MergeTallies()
         return {"batches": rows, "tally": tally}
+
+
+def _pair_batches_written(table: pa.Table) -> dict:
+    return {"files.written": 1, f"{CANDIDATES}.kept": table.num_rows}
+
+
+def write_pair_batches(output: str) -> WriteParquetBatches:
+    """`transforms.write_pairs` for Arrow record batches of pair rows: the same files; one tally per file."""
+    return WriteParquetBatches(output, PAIR_SCHEMA, key_columns=("src", "tgt"), sort_columns=("src", "tgt"),
+                               tally_of=_pair_batches_written)
+
+
+def build_packed_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
+    """`transforms.build_pipeline` for the global layout over `vectors:DIR`: read -> PackedGlobalMining
+    -> write -> stats.json."""
+    output = output.rstrip("/")
+    src_read, tgt_read, errors = read_sides(pipeline, src, tgt, config)
+    mined = (src_read["records"], tgt_read["records"]) | "Mine" >> PackedGlobalMining(config)
+    written = mined["batches"] | "Write" >> write_pair_batches(output)
+    return finish_pipeline(pipeline, (mined["tally"], written, src_read["tally"], tgt_read["tally"]), errors, output,
+                           config)

@@ -39,6 +39,7 @@ from pipelines.index.shards import search_shard_arrays
 from pipelines.mine.config import MineConfig
 from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
+from pipelines.mine.units import SIDE_UNIT
 from pipelines.mine.packed import (ROW_BITS, SRC, TGT, Packed, concat, references, rows_of, split_by_range,
                                    store_ids, take)
 
@@ -48,8 +49,6 @@ RangeKey = tuple  # (side, file number, block)
 
 
 def _side_unit(side: str) -> str:
-    from pipelines.mine.transforms import SIDE_UNIT
-
     return SIDE_UNIT[side]
 
 

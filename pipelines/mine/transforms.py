@@ -43,11 +43,11 @@ from pipelines.mine.cascade import centred
 from pipelines.mine.config import MineConfig
 from pipelines.mine.margin import greedy_unique_columns, margin_scores
 from pipelines.mine.search import SearchConfig, knn, top_hits, top_key
+from pipelines.mine.units import CANDIDATES, DUPLICATE, EMPTY_TEXT, FILES, NON_FINITE_VECTOR, SIDE_UNIT, SPARED, SRC, TGT
 from pipelines.embed.embedders import held_embedder
-from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetBatches, WriteParquetShards, stable_hash, write_empty_shard
+from pipelines.stage import MAX_LISTED_ERRORS, WriteParquetShards, stable_hash, write_empty_shard
 
 logger = logging.getLogger(__name__)
-SRC, TGT = "s", "t"
 COUNTER_NAMESPACE = "mine"  # Beam counters: one namespace per stage, its name
 
 
@@ -90,9 +90,6 @@ def _records_from_text(handle, path: str, lang: str) -> Iterator[dict]:
 
 # The units labse-mine's _stats.json accounts for (pipelines.accounting): each side's sentences,
 # the distinct candidate pairs, and the input files of both sides.
-SIDE_UNIT = {SRC: "src_sentences", TGT: "tgt_sentences"}
-CANDIDATES = "candidate_pairs"
-FILES = "input_files"
 
 
 class _ReadSentenceFile(beam.DoFn):
@@ -189,7 +186,7 @@ class _Prepare(beam.DoFn):
         text = record.get("text")
         if not isinstance(text, str) or not text.strip():
             self._inc("dropped.empty_text")
-            yield beam.pvalue.TaggedOutput("dropped", "empty_text")
+            yield beam.pvalue.TaggedOutput("dropped", EMPTY_TEXT)
             return
         text = " ".join(text.split())
         group = ""
@@ -211,7 +208,7 @@ class _FirstProvenance(beam.DoFn):
         provenances = list(provenances)
         url, doc_id = min(provenances)
         for _ in range(len(provenances) - 1):
-            yield beam.pvalue.TaggedOutput("dropped", "duplicate")
+            yield beam.pvalue.TaggedOutput("dropped", DUPLICATE)
         yield group, text, url, doc_id
 
 
@@ -269,7 +266,6 @@ class _EmbedBatch(beam.DoFn):
             yield item, np.asarray(vector, dtype=np.float32)
 
 
-NON_FINITE_VECTOR = "non_finite_vector"
 
 
 def _keep_finite(embedded):
@@ -677,7 +673,6 @@ class Neighbours(beam.PTransform):
 #    each survivor's `--cascade-candidates` nearest survivors of the other side;
 # 4. `--embedder` embeds the survivors only; each candidate pair meets both sentences' strong vectors,
 #    and its strong cosine is the hit that labse-mine's margins and selection go on with.
-SPARED = "spared_by_cascade"
 
 
 def _survivor_marks(best: dict, loose_margin: float):
@@ -872,7 +867,7 @@ class MineBitext(beam.PTransform):
     pairs read and dropped by reason; pairs selected) and `embedded` (the (item, vector) pairs,
     for tests). The candidate pairs kept are counted where they are written (`write_pairs`). The
     global layout over `vectors:DIR` (the vectors its indexes were built from) runs as
-    `pipelines.mine.packed_mining.PackedGlobalMining` instead (`build_pipeline` chooses).
+    `pipelines.mine.packed_mining.PackedGlobalMining` instead (labse-mine's CLI chooses).
 
     Example::
 
@@ -1005,16 +1000,6 @@ def write_pairs(output: str) -> WriteParquetShards:
                               tally_of=_pairs_written)
 
 
-def _pair_batches_written(table: pa.Table) -> dict:
-    return {"files.written": 1, f"{CANDIDATES}.kept": table.num_rows}
-
-
-def write_pair_batches(output: str) -> WriteParquetBatches:
-    """`write_pairs` for Arrow record batches of pair rows (the packed global layout): the same files."""
-    return WriteParquetBatches(output, PAIR_SCHEMA, key_columns=("src", "tgt"), sort_columns=("src", "tgt"),
-                               tally_of=_pair_batches_written)
-
-
 def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig, schema: pa.Schema):
     stats = finish_stats(tally, config)
     stats["errors"] = errors[:MAX_LISTED_ERRORS]
@@ -1034,18 +1019,19 @@ def read_sides(pipeline: beam.Pipeline, src: str, tgt: str, config: MineConfig):
 
 
 def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
-    """Wire read -> MineBitext -> write -> stats.json into `pipeline`."""
+    """Wire read -> MineBitext -> write -> stats.json into `pipeline` (the global layout over
+    `vectors:DIR`: `pipelines.mine.packed_mining.build_packed_pipeline`)."""
     output = output.rstrip("/")
-    from pipelines.mine.packed_mining import PackedGlobalMining, packed_mining
-
     src_read, tgt_read, errors = read_sides(pipeline, src, tgt, config)
-    if packed_mining(config):
-        mined = (src_read["records"], tgt_read["records"]) | "Mine" >> PackedGlobalMining(config)
-        written = mined["batches"] | "Write" >> write_pair_batches(output)
-    else:
-        mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
-        written = mined["pairs"] | "Write" >> write_pairs(output)
-    tally = (mined["tally"], written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
+    mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
+    written = mined["pairs"] | "Write" >> write_pairs(output)
+    return finish_pipeline(pipeline, (mined["tally"], written, src_read["tally"], tgt_read["tally"]), errors, output,
+                           config)
+
+
+def finish_pipeline(pipeline: beam.Pipeline, tallies: Sequence, errors, output: str, config: MineConfig):
+    """A labse-mine pipeline's counts summed -> `_stats.json` and `_SUCCESS`, the last writes (`_finalise`)."""
+    tally = tuple(tallies) | "Tally" >> MergeTallies()
     return (pipeline
             | "Once" >> beam.Create([None])
             | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally), beam.pvalue.AsList(errors),
