@@ -19,7 +19,7 @@ from pipelines.mine.config import MineConfig
 from pipelines.mine.packed import SRC, TGT
 from pipelines.mine.packed_io import PackedPairRows, PackedSentences, kept_tally
 from pipelines.mine.packed_search import PackedNeighbours, PackedSelect
-from pipelines.mine.transforms import PAIR_SCHEMA, finish_pipeline, read_sides
+from pipelines.mine.transforms import PAIR_SCHEMA, wire_mining
 from pipelines.mine.units import CANDIDATES, SIDE_UNIT
 from pipelines.stage import WriteParquetBatches
 
@@ -54,7 +54,7 @@ class PackedSides(beam.PTransform):
 
 
 class PackedGlobalMining(beam.PTransform):
-    """(source records, target records) -> {"batches": Arrow record batches of the pair rows
+    """(source records, target records) -> {"pairs": Arrow record batches of the pair rows
     (`PAIR_SCHEMA`), "tally": the counts}: `MineBitext` for the global layout over `vectors:DIR`."""
 
     def __init__(self, config: MineConfig):
@@ -70,7 +70,7 @@ class PackedGlobalMining(beam.PTransform):
         rows = ((selected["pairs"], read["provenance"])
                 | "Rows" >> PackedPairRows(c.embedder, c.src_lang, c.tgt_lang, c.query_batch, PAIR_SCHEMA))
         tally = (read["tally"], kept, found["tally"], selected["tally"]) | "Total" >> MergeTallies()
-        return {"batches": rows, "tally": tally}
+        return {"pairs": rows, "tally": tally}
 
 
 def _pair_batches_written(table: pa.Table) -> dict:
@@ -86,9 +86,5 @@ def write_pair_batches(output: str) -> WriteParquetBatches:
 def build_packed_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
     """`transforms.build_pipeline` for the global layout over `vectors:DIR`: read -> PackedGlobalMining
     -> write -> stats.json."""
-    output = output.rstrip("/")
-    src_read, tgt_read, errors = read_sides(pipeline, src, tgt, config)
-    mined = (src_read["records"], tgt_read["records"]) | "Mine" >> PackedGlobalMining(config)
-    written = mined["batches"] | "Write" >> write_pair_batches(output)
-    return finish_pipeline(pipeline, (mined["tally"], written, src_read["tally"], tgt_read["tally"]), errors, output,
-                           config)
+    return wire_mining(pipeline, src, tgt, output, config, PackedGlobalMining(config),
+                       write_pair_batches(output.rstrip("/")))

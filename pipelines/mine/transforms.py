@@ -1021,17 +1021,18 @@ def read_sides(pipeline: beam.Pipeline, src: str, tgt: str, config: MineConfig):
 def build_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):
     """Wire read -> MineBitext -> write -> stats.json into `pipeline` (the global layout over
     `vectors:DIR`: `pipelines.mine.packed_mining.build_packed_pipeline`)."""
+    return wire_mining(pipeline, src, tgt, output, config, MineBitext(config), write_pairs(output.rstrip("/")))
+
+
+def wire_mining(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig,
+                mine: beam.PTransform, write: beam.PTransform):
+    """read -> `mine` (records of both sides -> {"pairs", "tally"}) -> `write` (pairs -> a tally per
+    file) -> `_stats.json` and `_SUCCESS`, the last writes (`_finalise`): every labse-mine pipeline."""
     output = output.rstrip("/")
     src_read, tgt_read, errors = read_sides(pipeline, src, tgt, config)
-    mined = (src_read["records"], tgt_read["records"]) | "Mine" >> MineBitext(config)
-    written = mined["pairs"] | "Write" >> write_pairs(output)
-    return finish_pipeline(pipeline, (mined["tally"], written, src_read["tally"], tgt_read["tally"]), errors, output,
-                           config)
-
-
-def finish_pipeline(pipeline: beam.Pipeline, tallies: Sequence, errors, output: str, config: MineConfig):
-    """A labse-mine pipeline's counts summed -> `_stats.json` and `_SUCCESS`, the last writes (`_finalise`)."""
-    tally = tuple(tallies) | "Tally" >> MergeTallies()
+    mined = (src_read["records"], tgt_read["records"]) | "Mine" >> mine
+    written = mined["pairs"] | "Write" >> write
+    tally = (mined["tally"], written, src_read["tally"], tgt_read["tally"]) | "Tally" >> MergeTallies()
     return (pipeline
             | "Once" >> beam.Create([None])
             | "Stats" >> beam.FlatMap(_finalise, beam.pvalue.AsSingleton(tally), beam.pvalue.AsList(errors),
