@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterable, Mapping, Sequence
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 
 from pipelines.accounting import identity_violations
@@ -560,12 +561,9 @@ def _shard_batches(batch: pa.RecordBatch, n: int, per_file: int, key_columns: Se
     a row's shard is `stable_hash` of its key columns joined by tabs, as `WriteParquetShards` files it."""
     num_shards = max(1, math.ceil(n / per_file))
     keys = zip(*(batch.column(name).to_pylist() for name in key_columns))
-    shards = [stable_hash("\t".join(key)) % num_shards for key in keys]
-    rows: dict = {}
-    for row, shard in enumerate(shards):
-        rows.setdefault(shard, []).append(row)
-    for shard, taken in rows.items():
-        yield (shard, num_shards), batch.take(pa.array(taken, pa.int64()))
+    shards = np.fromiter((stable_hash("\t".join(key)) % num_shards for key in keys), np.int64, batch.num_rows)
+    for shard in np.unique(shards).tolist():
+        yield (shard, num_shards), batch.take(pa.array(np.flatnonzero(shards == shard)))
 
 
 class _WriteBatchShard(beam.DoFn):

@@ -70,6 +70,11 @@ def concat(parts: Iterable[Packed]) -> Packed:
     return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
+def among(ids: np.ndarray, packed: Packed) -> np.ndarray:
+    """Whether each of `ids` is among `packed`'s ids (none are when `packed` is empty: {})."""
+    return np.isin(ids, packed["ids"]) if packed else np.zeros(len(ids), bool)
+
+
 def rows_of(packed: Packed) -> int:
     return len(next(iter(packed.values()))) if packed else 0
 

@@ -21,7 +21,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines.mine.packed import SRC, TGT, Packed, concat, references, split_by_range, store_ids
+from pipelines.mine.packed import SRC, TGT, Packed, among, concat, references, split_by_range, store_ids
 from pipelines.mine.units import DUPLICATE, EMPTY_TEXT, NON_FINITE_VECTOR, SIDE_UNIT, SPARED
 
 LOCATE_BATCH = 4_096  # records whose sentences are looked up in the store together
@@ -72,7 +72,7 @@ class _LocateRecords(_HeldStore):
         if not isinstance(text, str) or not text.strip():
             self._empty += 1
             return
-        self._texts.append(" ".join(text.split()))
+        self._texts.append(text)  # `locate` files it under its normalised key
         self._urls.append(str(record.get("url") or ""))
         self._docs.append(str(record.get("doc_id") or ""))
         if len(self._texts) >= LOCATE_BATCH:
@@ -101,9 +101,7 @@ class _UniqueInRange(_HeldStore):
     def process(self, keyed):
         key, parts = keyed
         records = concat(parts)
-        order = sorted(range(len(records["ids"])),
-                       key=lambda i: (records["ids"][i], records["url"][i], records["doc_id"][i]))
-        order = np.array(order, dtype=np.int64)
+        order = np.lexsort((records["doc_id"], records["url"], records["ids"]))  # by id, then (url, doc_id)
         ids = records["ids"][order]
         first = np.concatenate([[True], ids[1:] != ids[:-1]])
         unique = order[first]
@@ -241,8 +239,7 @@ class _SurvivorRows(_HeldStore):
         provenance = concat(grouped["provenance"])
         if not provenance:
             return
-        marked = concat(grouped["marks"])
-        survives = np.isin(provenance["ids"], marked["ids"]) if marked else np.zeros(len(provenance["ids"]), bool)
+        survives = among(provenance["ids"], concat(grouped["marks"]))
         spared = int((~survives).sum())
         if spared:
             yield beam.pvalue.TaggedOutput("tally", {f"{SIDE_UNIT[key[0]]}.dropped.{SPARED}": spared})

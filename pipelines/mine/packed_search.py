@@ -40,7 +40,7 @@ from pipelines.mine.config import MineConfig
 from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
 from pipelines.mine.units import SIDE_UNIT
-from pipelines.mine.packed import (ROW_BITS, SRC, TGT, Packed, concat, references, rows_of, split_by_range,
+from pipelines.mine.packed import (ROW_BITS, SRC, TGT, Packed, among, concat, references, rows_of, split_by_range,
                                    store_ids, take)
 
 COUNTER_NAMESPACE = "mine"  # the text-keyed path's counters, the same names
@@ -279,8 +279,7 @@ class _AskedOnly(beam.DoFn):
         batch = concat(grouped["batch"])
         if not batch:
             return
-        asked = concat(grouped["asked"])
-        wanted = np.isin(batch["ids"], asked["ids"]) if asked else np.zeros(rows_of(batch), bool)
+        wanted = among(batch["ids"], concat(grouped["asked"]))
         self.asked.inc(int(wanted.sum()))
         self.skipped.inc(int((~wanted).sum()))
         if wanted.any():
