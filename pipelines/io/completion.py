@@ -11,6 +11,10 @@ or sub-folder inside it, a symlink): it finds OUT and requires its marker.
   `--overwrite` the old marker is removed FIRST, so an interrupted replacement is never complete.
 - The stats file is `stats.json`, or `_stats.json` where Parquet shards sit directly in the output
   (a `stats.json` there breaks `pyarrow.dataset.dataset(OUT)`); `read_output_stats` finds either.
+- While a run writes OUT, `OUT/_STARTED` says so (`mark_started`, right after the output is
+  prepared; `mark_complete` removes it just before `_SUCCESS`). A run that failed leaves it beside
+  what it wrote, so a reader that also takes hand-made folders (`vectors:DIR`) can tell an
+  unfinished output from one (`unfinished_traces`); the kit's own readers need `_SUCCESS` anyway.
 - Non-finite numbers in stats are written as JSON `null` (a warning names each key): JSON has no
   NaN or Infinity, and an infinite value can be legitimate (an infinite threshold keeps nothing).
 """
@@ -32,6 +36,7 @@ from pipelines.io.locks import json_object, lock_path_of
 logger = logging.getLogger(__name__)
 
 SUCCESS_MARKER = "_SUCCESS"
+STARTED_MARKER = "_STARTED"
 STATS_FILE = "stats.json"
 # A stage whose Parquet shards sit directly in its output (labse-mine, labse-score) cannot put a
 # `stats.json` beside them: `pyarrow.dataset.dataset(DIR)`, the documented read, would take it for
@@ -99,10 +104,25 @@ def finish_output(output: str | os.PathLike, stats: Mapping[str, Any], *, stage:
 
 
 # --------------------------------------------------------------------------- the marker
+def started_path_of(path: str | os.PathLike) -> str:
+    return f"{storage.strip(path)}/{STARTED_MARKER}"
+
+
+def mark_started(path: str | os.PathLike, *, stage: str) -> None:
+    """Write `path/_STARTED` (strict JSON: stage, start time) as a run begins writing `path`: until
+    `mark_complete`, the output is one a run has not finished, whatever it holds."""
+    payload = {"stage": stage,
+               "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    write_bytes_atomic(started_path_of(path), (strict_json(payload) + "\n").encode("utf-8"))
+
+
 def mark_complete(path: str | os.PathLike, stats: Mapping[str, Any], *, stage: str | None = None) -> None:
-    """Write `path/_SUCCESS` (strict JSON: stage, completion time, the stats), atomically.
+    """Write `path/_SUCCESS` (strict JSON: stage, completion time, the stats), atomically, after
+    removing `path/_STARTED`.
 
     The LAST write of a stage: everything a reader needs must exist before it."""
+    if storage.exists(started_path_of(path)):
+        storage.remove(started_path_of(path))
     payload = {
         "complete": True,
         "stage": stage or os.path.basename(sys.argv[0] or "") or "unknown",
@@ -167,7 +187,8 @@ def stage_output_root(path_or_pattern: str | os.PathLike) -> str | None:
 
 def unfinished_traces(folder: str | os.PathLike, *, temporary_files: bool = True) -> list[str]:
     """What the stage kit leaves of an output it has not finished, for a reader whose input may also
-    be a hand-made folder (saved vectors, text files): its stats file without `_SUCCESS` (the stats
+    be a hand-made folder (saved vectors, text files): its `_STARTED` (a run began and did not
+    finish: it failed, or still runs), its stats file without `_SUCCESS` (the stats
     are written just before the marker, so the marker was lost or removed), its lock beside it (a
     run is writing it, or one was killed), the temporary files of atomic writes (`.NAME.*.tmp`, a
     write that was killed) in it or its sub-folders (with `temporary_files`). Empty for a complete
@@ -176,7 +197,8 @@ def unfinished_traces(folder: str | os.PathLike, *, temporary_files: bool = True
     folder = storage.strip(folder)
     if storage.exists(marker_path_of(folder)):
         return []
-    traces = [f"{folder}/{name}" for name in (STATS_FILE, STATS_BESIDE_SHARDS) if storage.exists(f"{folder}/{name}")]
+    traces = [f"{folder}/{name}" for name in (STARTED_MARKER, STATS_FILE, STATS_BESIDE_SHARDS)
+              if storage.exists(f"{folder}/{name}")]
     lockable = not storage.is_remote(folder) or storage.parent(folder) is not None
     if lockable and storage.exists(lock_path_of(folder)):
         traces.append(lock_path_of(folder))

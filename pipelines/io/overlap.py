@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 from pipelines.io import storage
-from pipelines.io.completion import marker_path_of
+from pipelines.io.completion import STARTED_MARKER, marker_path_of
 from pipelines.io.locks import OutputLockedError, output_lock
 
 logger = logging.getLogger(__name__)
@@ -151,6 +151,8 @@ def prepare_output(path: str | os.PathLike, *, overwrite: bool, inputs: Sequence
     if not storage.is_remote(path) and os.path.lexists(path) and not os.path.isdir(path):
         raise OutputExistsError(f"{path} is an existing file, not a directory: choose a directory for --output")
     entries = _entries(path)
+    if entries and all(entry.rsplit("/", 1)[-1] == STARTED_MARKER for entry in entries):
+        entries = []  # a run that failed before it wrote anything: nothing to keep (its marker is rewritten)
     if entries and not overwrite:
         raise _refusal(path, entries)
     if entries:
