@@ -85,7 +85,9 @@ def test_inputs_then_pipeline_then_lock_and_removal_then_run_then_stats(monkeypa
     _old_output(output)
     assert stage.run_stage("fake", str(output), **_plan(events, output), summarise=lambda s: "summary") == 0
     assert events == ["check_inputs", "wire", "lock", "prepare", "run", "finish", "unlock"]
-    assert list(output.iterdir()) == []  # --overwrite removed the old output, after everything was checked
+    # --overwrite removed the old output, after everything was checked; the run (faked here) would
+    # have removed the marker it started with when it wrote _SUCCESS
+    assert list(output.iterdir()) == [output / "_STARTED"]
     assert capsys.readouterr().out.strip() == "summary"
 
 
@@ -98,7 +100,7 @@ def test_a_stage_whose_beam_work_is_done_is_locked_and_prepared_then_finished_wi
     plan = _plan(events, output, wire=lambda pipeline: events.append("wire") or stage.NOTHING_TO_RUN)
     assert stage.run_stage("fake", str(output), **plan) == 0
     assert events == ["check_inputs", "wire", "lock", "prepare", "finish", "unlock"]  # no run
-    assert list(output.iterdir()) == []
+    assert list(output.iterdir()) == [output / "_STARTED"]
     events.clear()  # a dry run on Dataflow: nothing built, nothing finished
     monkeypatch.setattr(stage, "builds_only", lambda pipeline: True)
     assert stage.execute_stage("fake", str(output), **plan) is None
