@@ -212,7 +212,7 @@ def test_killed_run_is_not_complete_and_a_rerun_succeeds(chains, gcs):
                            stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while not objects(gcs, output):  # Beam has started writing into the output
+        while not set(objects(gcs, output)) - {"_STARTED"}:  # Beam has started writing into the output
             assert run.poll() is None, "the run ended before anything was written: nothing to kill"
             assert time.monotonic() < deadline
             time.sleep(0.1)
@@ -220,7 +220,7 @@ def test_killed_run_is_not_complete_and_a_rerun_succeeds(chains, gcs):
         os.killpg(run.pid, signal.SIGKILL)
         run.wait()
     left = objects(gcs, output)
-    assert "_SUCCESS" not in left
+    assert "_SUCCESS" not in left and "_STARTED" in left
     assert "clean.lock" in objects(gcs, f"gs://{chains.bucket}/killed")  # the dead run's lock stays
 
     # the next stage refuses it as input (exit 2, one line)
