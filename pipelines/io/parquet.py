@@ -51,6 +51,16 @@ DEFAULT_ROWS_PER_FILE = 200_000
 NO_SENTENCES_FILE = "no-sentences.parquet"
 
 
+def release_arrow_memory() -> None:
+    """Give the memory Arrow's default pool freed back to the system.
+
+    pyarrow's wheels allocate from mimalloc, which keeps freed pages for reuse: a worker that built
+    and wrote an output file's columns (tens of MB) kept them after the file was written, which
+    added to every later step's peak (~40 MB at a 113,783-row file of pair rows, measured). Call it
+    after a batch or file of Arrow work, not per row."""
+    pa.default_memory_pool().release_unused()
+
+
 def sentence_order(row: dict) -> tuple:
     """The deterministic order of sentences: input file, record offset, document id, position.
 

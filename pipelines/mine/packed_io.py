@@ -21,6 +21,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
+from pipelines.io.parquet import release_arrow_memory
 from pipelines.mine.packed import SRC, TGT, Packed, among, concat, references, split_by_range, store_ids
 from pipelines.mine.units import DUPLICATE, EMPTY_TEXT, NON_FINITE_VECTOR, SIDE_UNIT, SPARED
 
@@ -193,6 +194,9 @@ class _PairRows(_HeldStore):
                    "tgt_url": pairs["tgt_url"].tolist(), "tgt_doc_id": pairs["tgt_doc_id"].tolist()}
         yield pa.record_batch([pa.array(columns[f.name], f.type) for f in self.schema], schema=self.schema)
 
+    def finish_bundle(self):
+        release_arrow_memory()
+
 
 class PackedPairRows(beam.PTransform):
     """(selected pairs: Packed {src, tgt, margin, cosine}, provenance by range key) -> Arrow record
@@ -249,6 +253,9 @@ class _SurvivorRows(_HeldStore):
             columns = {"text": self.store.sentences(references(ids)), "url": provenance["url"][survives].tolist(),
                        "doc_id": provenance["doc_id"][survives].tolist(), "lang": [self.langs[key[0]]] * n}
             yield key[0], pa.record_batch([pa.array(columns[f.name], f.type) for f in self.schema], schema=self.schema)
+
+    def finish_bundle(self):
+        release_arrow_memory()
 
 
 class PackedSurvivors(beam.PTransform):
