@@ -561,6 +561,9 @@ def _shard_batches(batch: pa.RecordBatch, n: int, per_file: int, key_columns: Se
     """A record batch -> ((shard, number of shards), its rows of that shard) for each shard present;
     a row's shard is `stable_hash` of its key columns joined by tabs, as `WriteParquetShards` files it."""
     num_shards = max(1, math.ceil(n / per_file))
+    if num_shards == 1 and batch.num_rows:  # every row's file: the batch as it is, no hashing, no copy
+        yield (0, 1), batch
+        return
     keys = zip(*(batch.column(name).to_pylist() for name in key_columns))
     shards = np.fromiter((stable_hash("\t".join(key)) % num_shards for key in keys), np.int64, batch.num_rows)
     for shard in np.unique(shards).tolist():
