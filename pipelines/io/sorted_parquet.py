@@ -20,7 +20,11 @@ one-pass order.
 Merge step: every live run has a slice in memory; the smallest of the slices' last rows bounds what
 is final: every row not yet read from any run sorts after it (a run's unread rows sort after its
 slice's last row, which sorts at or after the bound), so the slices' rows up to and including the
-bound row are written, the rest stay, and the run whose slice ran out reads its next slice.
+bound row are written, the rest stay, and the run whose slice ran out reads its next slice. Rows
+whose first sort column is greater than the bound's (Arrow's `greater`: byte order for strings;
+never true for NaN or null, so those are always ordered) cannot be written yet and are not ordered
+again: a step sorts about the rows it writes, not every slice (with k runs that would be k/2 times
+the work).
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ from pipelines.io.parquet import write_table_atomic
 # RUN_BYTES (ample for Parquet's compression and readers; 200,000 pair rows are ~8 runs).
 RUN_BYTES = 16 << 20
 RUN_SLICES = 16
-_RUN, _POSITION, _LAST = "__run", "__position", "__last"
+_RUN, _POSITION = "__run", "__position"
 
 
 def sort_keys(schema: pa.Schema, sort_columns: Sequence[str]) -> list[tuple[str, str]]:
@@ -104,6 +108,7 @@ def _merged(paths: list[str], keys, schema: pa.Schema) -> Iterator[pa.Table]:
         slices: dict[int, pa.RecordBatch] = {}
         read = [0] * len(paths)  # rows of each run written so far
         merge_keys = [*keys, (_RUN, "ascending"), (_POSITION, "ascending")]
+        first = keys[0][0]
         while True:
             for run in range(len(paths)):
                 if readers[run] is not None and (run not in slices or not slices[run].num_rows):
@@ -114,18 +119,23 @@ def _merged(paths: list[str], keys, schema: pa.Schema) -> Iterator[pa.Table]:
                         readers[run] = None
             if len(slices) <= 1:
                 break
+            # the bound: the smallest of the slices' last rows (Arrow orders the k rows)
+            lasts = pa.Table.from_batches([_numbered(batch.slice(batch.num_rows - 1), run, read[run] + batch.num_rows - 1)
+                                           for run, batch in slices.items()])
+            at = pc.sort_indices(lasts, sort_keys=merge_keys)[0].as_py()
+            bound_key, bound_run, bound_position = (lasts.column(name)[at] for name in (first, _RUN, _POSITION))
+            # a slice's rows whose first sort column is greater than the bound's sort after it: only the
+            # rest (the rows to write, and those equal on the first column) are ordered by Arrow
             parts = []
             for run, batch in slices.items():
-                rows = batch.num_rows
-                last = np.zeros(rows, dtype=bool)
-                last[-1] = True
-                parts.append(batch.append_column(_RUN, pa.array(np.full(rows, run, dtype=np.int32)))
-                             .append_column(_POSITION, pa.array(np.arange(read[run], read[run] + rows)))
-                             .append_column(_LAST, pa.array(last)))
+                after = pc.greater(batch.column(first), bound_key).fill_null(False).to_numpy(zero_copy_only=False)
+                candidates = np.flatnonzero(~after)
+                if len(candidates):
+                    parts.append(_numbered(batch.slice(0, int(candidates[-1]) + 1), run, read[run]))
             pool = pa.Table.from_batches(parts)
             order = pc.sort_indices(pool, sort_keys=merge_keys)
-            final = order[:int(np.argmax(pool.column(_LAST).take(order).to_numpy())) + 1]
-            out = pool.take(final)
+            is_bound = pc.and_(pc.equal(pool.column(_RUN), bound_run), pc.equal(pool.column(_POSITION), bound_position))
+            out = pool.take(order[:int(np.argmax(is_bound.take(order).to_numpy())) + 1])
             taken = np.bincount(out.column(_RUN).to_numpy(), minlength=len(paths))
             for run in slices:
                 slices[run] = slices[run].slice(int(taken[run]))
@@ -138,6 +148,12 @@ def _merged(paths: list[str], keys, schema: pa.Schema) -> Iterator[pa.Table]:
     finally:
         for handle in files:
             handle.close()
+
+
+def _numbered(batch: pa.RecordBatch, run: int, start: int) -> pa.RecordBatch:
+    """`batch` with its run and its rows' positions in the run (the merge's last sort keys)."""
+    return (batch.append_column(_RUN, pa.array(np.full(batch.num_rows, run, dtype=np.int32)))
+            .append_column(_POSITION, pa.array(np.arange(start, start + batch.num_rows))))
 
 
 def _row_groups(tables: Iterator[pa.Table], group_bytes: int) -> Iterator[pa.Table]:
