@@ -28,11 +28,12 @@ import pyarrow as pa
 from pipelines.accounting import identity_violations
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.completion import mark_started
-from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, write_parquet_atomic, write_table_atomic
+from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, release_arrow_memory, write_parquet_atomic
 from pipelines.io.config_options import UsageError
 from pipelines.io.locks import output_lock
 from pipelines.io.overlap import (OUTPUT_REFUSED, check_output_apart, check_output_place, prepare_output,
                                    prepare_output_files, remove_output)
+from pipelines.io.sorted_parquet import RUN_BYTES, write_sorted_parquet
 from pipelines.progress import ProgressBoard, runs_locally
 from pipelines.stage_options import usage_error
 
@@ -564,6 +565,9 @@ def _shard_batches(batch: pa.RecordBatch, n: int, per_file: int, key_columns: Se
     """A record batch -> ((shard, number of shards), its rows of that shard) for each shard present;
     a row's shard is `stable_hash` of its key columns joined by tabs, as `WriteParquetShards` files it."""
     num_shards = max(1, math.ceil(n / per_file))
+    if num_shards == 1 and batch.num_rows:  # every row's file: the batch as it is, no hashing, no copy
+        yield (0, 1), batch
+        return
     keys = zip(*(batch.column(name).to_pylist() for name in key_columns))
     shards = np.fromiter((stable_hash("\t".join(key)) % num_shards for key in keys), np.int64, batch.num_rows)
     for shard in np.unique(shards).tolist():
@@ -571,28 +575,34 @@ def _shard_batches(batch: pa.RecordBatch, n: int, per_file: int, key_columns: Se
 
 
 class _WriteBatchShard(beam.DoFn):
-    def __init__(self, output: str, schema: pa.Schema, sort_columns: Sequence[str], tally_of: Callable[[pa.Table], dict]):
+    def __init__(self, output: str, schema: pa.Schema, sort_columns: Sequence[str], tally_of: Callable[[int], dict],
+                 run_bytes: int):
         self.output, self.schema, self.sort_columns, self.tally_of = output, schema, sort_columns, tally_of
+        self.run_bytes = run_bytes
 
     def process(self, keyed):
         (shard, num_shards), batches = keyed
-        table = pa.Table.from_batches(list(batches), schema=self.schema)
-        table = table.sort_by([(name, "ascending") for name in self.sort_columns])
-        write_table_atomic(table, shard_path(self.output, shard, num_shards))
-        yield self.tally_of(table)
+        rows = write_sorted_parquet(batches, shard_path(self.output, shard, num_shards), self.schema,
+                                    self.sort_columns, run_bytes=self.run_bytes)
+        release_arrow_memory()
+        yield self.tally_of(rows)
 
 
 class WriteParquetBatches(beam.PTransform):
     """`WriteParquetShards` for Arrow record batches of `schema`: the same files (a row's file by the
-    tab-joined `key_columns`, the rows of a file sorted by `sort_columns`), while a file's rows stay
-    columns until they are written (a Python dict a row is ~1 KB; columns are their bytes). One tally
-    per file written, `tally_of(its table)`."""
+    tab-joined `key_columns`, the rows of a file sorted by `sort_columns`, ties by the other columns),
+    while a file's rows stay columns until they are written (a Python dict a row is ~1 KB; columns
+    are their bytes) and a worker holds about `run_bytes` of a file's rows at a time however large
+    the file (`write_sorted_parquet`: an external merge sort). One tally per file written,
+    `tally_of(its number of rows)`."""
 
     def __init__(self, output: str, schema: pa.Schema, *, key_columns: Sequence[str], sort_columns: Sequence[str],
-                 tally_of: Callable[[pa.Table], dict], rows_per_file: int = DEFAULT_ROWS_PER_FILE):
+                 tally_of: Callable[[int], dict], rows_per_file: int = DEFAULT_ROWS_PER_FILE,
+                 run_bytes: int = RUN_BYTES):
         super().__init__()
         self.output, self.schema, self.rows_per_file = output.rstrip("/"), schema, rows_per_file
         self.key_columns, self.sort_columns, self.tally_of = tuple(key_columns), tuple(sort_columns), tally_of
+        self.run_bytes = run_bytes
 
     def expand(self, batches):
         total = (batches
@@ -603,4 +613,4 @@ class WriteParquetBatches(beam.PTransform):
                                              self.key_columns)
                 | "GroupShard" >> beam.GroupByKey()
                 | "WriteShard" >> beam.ParDo(_WriteBatchShard(self.output, self.schema, self.sort_columns,
-                                                              self.tally_of)))
+                                                              self.tally_of, self.run_bytes)))

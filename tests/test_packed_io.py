@@ -7,6 +7,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.embed.saved_vectors import SavedVectorsEmbedder
@@ -110,7 +111,8 @@ def test_selected_pairs_get_their_sentences_and_provenance_back(saved, tmp_path)
         assert_that(rows, equal_to(expected))
 
 
-def test_the_batch_writer_files_rows_as_the_row_writer(tmp_path):
+@pytest.mark.parametrize("spilled", [False, True])
+def test_the_batch_writer_files_rows_as_the_row_writer(tmp_path, spilled):
     rows = [{"src": f"Satz {i}", "tgt": f"sentence {i % 7}", "src_lang": "de", "tgt_lang": "en", "cosine": 0.5,
              "margin": 1.0 + i / 100, "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": ""}
             for i in range(250)]
@@ -118,7 +120,10 @@ def test_the_batch_writer_files_rows_as_the_row_writer(tmp_path):
     with beam.Pipeline() as p:
         _ = p | "Rows" >> beam.Create(rows) | "ByRows" >> _small(write_pairs(str(tmp_path / "rows")))
         batches = table.to_batches(max_chunksize=37)
-        _ = p | "Batches" >> beam.Create(batches) | "ByBatches" >> _small(write_pair_batches(str(tmp_path / "batches")))
+        by_batches = _small(write_pair_batches(str(tmp_path / "batches")))
+        if spilled:  # a file's rows sorted in runs of ~20 rows and merged
+            by_batches.run_bytes = 2048
+        _ = p | "Batches" >> beam.Create(batches) | "ByBatches" >> by_batches
     by_rows = sorted(f.name for f in (tmp_path / "rows").iterdir())
     assert by_rows == sorted(f.name for f in (tmp_path / "batches").iterdir())
     for name in by_rows:

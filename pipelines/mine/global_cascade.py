@@ -228,8 +228,8 @@ class PackedCheapPass(beam.PTransform):
         return {"rows": survivors["rows"], "tally": tally}
 
 
-def _survivor_batches_written(side: str, table: pa.Table) -> dict:
-    return {f"files.written.{side}": 1, f"{SIDE_UNIT[side]}.kept": table.num_rows}
+def _survivor_batches_written(side: str, rows: int) -> dict:
+    return {f"files.written.{side}": 1, f"{SIDE_UNIT[side]}.kept": rows}
 
 
 def build_survivors_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output: str, config: MineConfig):

@@ -12,7 +12,6 @@ The counts are the same as `MineBitext`'s (README contract 11).
 from __future__ import annotations
 
 import apache_beam as beam
-import pyarrow as pa
 
 from pipelines.accounting import CountByName, MergeTallies
 from pipelines.mine.config import MineConfig
@@ -73,8 +72,8 @@ class PackedGlobalMining(beam.PTransform):
         return {"pairs": rows, "tally": tally}
 
 
-def _pair_batches_written(table: pa.Table) -> dict:
-    return {"files.written": 1, f"{CANDIDATES}.kept": table.num_rows}
+def _pair_batches_written(rows: int) -> dict:
+    return {"files.written": 1, f"{CANDIDATES}.kept": rows}
 
 
 def write_pair_batches(output: str) -> WriteParquetBatches:
