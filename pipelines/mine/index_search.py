@@ -27,7 +27,8 @@ from typing import Any, Iterator
 import apache_beam as beam
 import numpy as np
 
-from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, search_shard, set_nprobe
+from pipelines.index.shards import (RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, release_pages, search_shard,
+                                    set_nprobe)
 from pipelines.io.config_options import UsageError
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
 from pipelines.mine.margin import side_searched_in_full as full_side
@@ -90,18 +91,6 @@ def _local_file(path: str, keep: list) -> str:
 def _local_rows(path: str, keep: list) -> np.ndarray:
     """A shard's float16 rows memory-mapped (from a local copy when `path` is remote)."""
     return np.load(_local_file(path, keep), mmap_mode="r", allow_pickle=False)
-
-
-def release_pages(*mapped) -> None:
-    """Drop the memory-mapped pages a search touched (numpy memmaps, mmap objects) from this process
-    (they stay in the page cache): the rows and lines a worker read would otherwise stay in its
-    resident memory, growing with the shard."""
-    import mmap
-
-    for item in mapped:
-        mapping = item if isinstance(item, mmap.mmap) else getattr(item, "_mmap", None)
-        if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
-            mapping.madvise(mmap.MADV_DONTNEED)
 
 
 class ShardLabels:
