@@ -255,6 +255,32 @@ def test_re_ranking_reads_a_shards_rows_a_window_at_a_time_with_the_same_numbers
         assert len(releases) == len(np.unique(ids[ids >= 0] // window_rows))
 
 
+def test_a_worker_holds_the_shards_its_running_bundles_search_and_the_last_one_only():
+    """A finished bundle's shard is kept for the next bundle, and dropped when another shard is
+    loaded (the runner keeps the forward search's DoFn for reuse while the backward search runs);
+    bundles searching the same shard share one load."""
+    import gc
+    import weakref
+
+    from pipelines.mine.index_search import HeldShards, LoadedShard
+
+    held, loads = HeldShards(), []
+
+    def load(key):
+        loads.append(key)
+        return LoadedShard(key, None, None, None, [])
+
+    forward = held.get("en", lambda: load("en"))
+    assert held.get("en", lambda: load("en")) is forward and loads == ["en"]  # a second running bundle
+    held.keep(forward)
+    gone = weakref.ref(forward)
+    del forward
+    assert held.get("en", lambda: load("en")) is gone() and loads == ["en"]  # the next bundle: no reload
+    backward = held.get("de", lambda: load("de"))
+    gc.collect()
+    assert gone() is None and loads == ["en", "de"] and backward.key == "de"
+
+
 def test_fast_scan_codes_with_an_hnsw_quantiser_are_searched_deep_and_re_ranked_exactly():
     """The size table's large-language index type (4-bit fast-scan PQ, HNSW coarse quantiser): it
     trains, its quantiser gets labse-mine's candidate count, it costs 64 + 8 bytes a sentence, and
