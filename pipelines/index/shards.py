@@ -274,11 +274,17 @@ def exact_similarities(queries: np.ndarray, ids: np.ndarray, vectors: np.ndarray
     order = np.argsort(windows, kind="stable")  # by window, each window's pairs in query order (a radix sort)
     pairs, windows = pairs[order], windows[order]
     bounds = [0, *(np.flatnonzero(np.diff(windows)) + 1).tolist(), len(pairs)]  # the pairs of each window
+    # the chunk's buffers, reused: a fresh one a chunk would be mapped and faulted in a page at a time
+    size = min(chunk, len(pairs))
+    stored, rows, asking = np.empty((size, dim), vectors.dtype), np.empty((size, dim), np.float32), np.empty((size, dim), np.float32)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         for start in range(lo, hi, chunk):
             part = pairs[start:min(hi, start + chunk)]
-            gathered = np.asarray(vectors[hits[part]], dtype=np.float32)
-            exact[part] = np.einsum("nd,nd->n", queries[part // ids.shape[1]], gathered)
+            n = len(part)
+            np.take(vectors, hits[part], axis=0, out=stored[:n], mode="clip")  # clip: no buffered copy
+            np.copyto(rows[:n], stored[:n])
+            np.take(queries, part // ids.shape[1], axis=0, out=asking[:n], mode="clip")
+            exact[part] = np.einsum("nd,nd->n", asking[:n], rows[:n])
         release_pages(vectors)
     return exact.reshape(ids.shape)
 
