@@ -230,6 +230,57 @@ def test_re_ranking_returns_exact_cosines_of_the_proposed_hits():
         assert [s for s, _ in row] == sorted((s for s, _ in row), reverse=True)
 
 
+def test_re_ranking_reads_a_shards_rows_a_window_at_a_time_with_the_same_numbers(tmp_path, monkeypatch):
+    """The exact cosines are the gathered rows' `einsum` bit for bit (missing hits -inf) however small
+    the window of mapped rows and the chunk of gathered pairs, and the mapped pages are dropped after
+    each window the hits reach, not once a batch."""
+    from pipelines.index import shards
+
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((300, 16)).astype(np.float16)
+    np.save(tmp_path / "rows.npy", rows)
+    mapped = np.load(tmp_path / "rows.npy", mmap_mode="r")
+    queries = rng.standard_normal((40, 16)).astype(np.float32)
+    ids = rng.integers(0, 300, (40, 7))
+    ids[3, 5:] = ids[9, 0] = -1
+    reference = np.einsum("qd,qkd->qk", queries, rows[np.maximum(ids, 0)].astype(np.float32))
+    reference[ids < 0] = -np.inf
+    releases = []
+    monkeypatch.setattr(shards, "release_pages", lambda *mapped: releases.append(mapped))
+    for window_rows, chunk_pairs in ((10, 3), (300, 1000)):
+        monkeypatch.setattr(shards, "RERANK_WINDOW", window_rows * 16 * 2)
+        monkeypatch.setattr(shards, "RERANK_CHUNK", chunk_pairs * 16 * 4)
+        releases.clear()
+        np.testing.assert_array_equal(shards.exact_similarities(queries, ids, mapped), reference)
+        assert len(releases) == len(np.unique(ids[ids >= 0] // window_rows))
+
+
+def test_a_worker_holds_the_shards_its_running_bundles_search_and_the_last_one_only():
+    """A finished bundle's shard is kept for the next bundle, and dropped when another shard is
+    loaded (the runner keeps the forward search's DoFn for reuse while the backward search runs);
+    bundles searching the same shard share one load."""
+    import gc
+    import weakref
+
+    from pipelines.mine.index_search import HeldShards, LoadedShard
+
+    held, loads = HeldShards(), []
+
+    def load(key):
+        loads.append(key)
+        return LoadedShard(key, None, None, None, [])
+
+    forward = held.get("en", lambda: load("en"))
+    assert held.get("en", lambda: load("en")) is forward and loads == ["en"]  # a second running bundle
+    held.keep(forward)
+    gone = weakref.ref(forward)
+    del forward
+    assert held.get("en", lambda: load("en")) is gone() and loads == ["en"]  # the next bundle: no reload
+    backward = held.get("de", lambda: load("de"))
+    gc.collect()
+    assert gone() is None and loads == ["en", "de"] and backward.key == "de"
+
+
 def test_fast_scan_codes_with_an_hnsw_quantiser_are_searched_deep_and_re_ranked_exactly():
     """The size table's large-language index type (4-bit fast-scan PQ, HNSW coarse quantiser): it
     trains, its quantiser gets labse-mine's candidate count, it costs 64 + 8 bytes a sentence, and

@@ -239,7 +239,54 @@ class IndexManifest:
                                           "bytes_per_sentence", "shared_bytes_per_shard")}, rerank_vectors=bool(data.get("rerank_vectors")))
 
 
-RERANK_BATCH = 256  # queries re-ranked together: 256 x depth x dim float32 at a time (2048 held 134 MB at depth 64)
+RERANK_WINDOW = 16 << 20  # bytes of a shard's rows mapped at a time while re-ranking (then dropped)
+RERANK_CHUNK = 8 << 20  # bytes of float32 rows gathered at a time: 8,192 (query, hit) pairs at dim 256
+
+
+def release_pages(*mapped) -> None:
+    """Drop the memory-mapped pages a search touched (numpy memmaps, mmap objects) from this process
+    (they stay in the page cache): the rows and lines a worker read would otherwise stay in its
+    resident memory, growing with the shard."""
+    import mmap
+
+    for item in mapped:
+        mapping = item if isinstance(item, mmap.mmap) else getattr(item, "_mmap", None)
+        if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+            mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def exact_similarities(queries: np.ndarray, ids: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """[n, depth] dot products of each query with the rows `vectors[ids]` of its hits (-inf where an
+    id is < 0), in float32, equal to `einsum("qd,qkd->qk")` of the gathered rows.
+
+    The (query, hit) pairs are visited in row order, RERANK_WINDOW bytes of `vectors` at a time,
+    and a window's mapped pages are dropped before the next: a batch's hits reach nearly every page
+    of a shard's rows (the kernel maps 64 KB around each row read), which would otherwise stay in
+    the worker's resident memory until the batch ends, as large as the shard. Each page is still
+    read once a batch, so this costs no more page faults than one release a batch."""
+    exact = np.full(ids.size, -np.inf, np.float32)
+    hits = ids.ravel()
+    pairs = np.flatnonzero(hits >= 0)
+    dim = vectors.shape[1]
+    window = max(1, RERANK_WINDOW // (dim * vectors.dtype.itemsize))
+    chunk = max(1, RERANK_CHUNK // (dim * 4))
+    windows = (hits[pairs] // window).astype(np.uint16 if len(vectors) // window < 1 << 16 else np.int64)
+    order = np.argsort(windows, kind="stable")  # by window, each window's pairs in query order (a radix sort)
+    pairs, windows = pairs[order], windows[order]
+    bounds = [0, *(np.flatnonzero(np.diff(windows)) + 1).tolist(), len(pairs)]  # the pairs of each window
+    # the chunk's buffers, reused: a fresh one a chunk would be mapped and faulted in a page at a time
+    size = min(chunk, len(pairs))
+    stored, rows, asking = np.empty((size, dim), vectors.dtype), np.empty((size, dim), np.float32), np.empty((size, dim), np.float32)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        for start in range(lo, hi, chunk):
+            part = pairs[start:min(hi, start + chunk)]
+            n = len(part)
+            np.take(vectors, hits[part], axis=0, out=stored[:n], mode="clip")  # clip: no buffered copy
+            np.copyto(rows[:n], stored[:n])
+            np.take(queries, part // ids.shape[1], axis=0, out=asking[:n], mode="clip")
+            exact[part] = np.einsum("nd,nd->n", asking[:n], rows[:n])
+        release_pages(vectors)
+    return exact.reshape(ids.shape)
 
 
 def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
@@ -265,12 +312,7 @@ def search_shard_arrays(index, queries: np.ndarray, k: int, vectors: np.ndarray 
     rerank = vectors is not None and depth > k
     sims, ids = index.search(queries, min(depth if rerank else k, index.ntotal))
     if rerank:
-        exact = np.empty_like(sims)
-        for lo in range(0, len(queries), RERANK_BATCH):
-            part = ids[lo:lo + RERANK_BATCH]
-            rows = np.asarray(vectors[np.maximum(part, 0).ravel()], dtype=np.float32).reshape(*part.shape, -1)
-            exact[lo:lo + RERANK_BATCH] = np.einsum("qd,qkd->qk", queries[lo:lo + RERANK_BATCH], rows)
-        exact[ids < 0] = -np.inf
+        exact = exact_similarities(queries, ids, vectors)
         order = np.argsort(-exact, axis=1, kind="stable")[:, :k]
         sims, ids = np.take_along_axis(exact, order, axis=1), np.take_along_axis(ids, order, axis=1)
     missing = (ids < 0) | ~np.isfinite(sims)

@@ -27,7 +27,8 @@ from typing import Any, Iterator
 import apache_beam as beam
 import numpy as np
 
-from pipelines.index.shards import RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, search_shard, set_nprobe
+from pipelines.index.shards import (RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, release_pages, search_shard,
+                                    set_nprobe)
 from pipelines.io.config_options import UsageError
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
 from pipelines.mine.margin import side_searched_in_full as full_side
@@ -92,18 +93,6 @@ def _local_rows(path: str, keep: list) -> np.ndarray:
     return np.load(_local_file(path, keep), mmap_mode="r", allow_pickle=False)
 
 
-def release_pages(*mapped) -> None:
-    """Drop the memory-mapped pages a search touched (numpy memmaps, mmap objects) from this process
-    (they stay in the page cache): the rows and lines a worker read would otherwise stay in its
-    resident memory, growing with the shard."""
-    import mmap
-
-    for item in mapped:
-        mapping = item if isinstance(item, mmap.mmap) else getattr(item, "_mmap", None)
-        if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
-            mapping.madvise(mmap.MADV_DONTNEED)
-
-
 class ShardLabels:
     """A shard's sentence labels (side, "", text, "", "") by id, read from its memory-mapped .txt
     on demand: a worker holds the line offsets (8 bytes a sentence), no Python object a sentence."""
@@ -121,15 +110,15 @@ class ShardLabels:
         ends = np.concatenate(ends) if ends else np.zeros(0, np.int64)
         if len(ends) < count:
             raise ValueError(f"{path} holds {len(ends):,} lines but its index {count:,} vectors")
-        self.starts = np.concatenate([[0], ends[:count - 1] + 1]).astype(np.int64)
-        self.ends = ends[:count].astype(np.int64)
+        # line i is text[bounds[i]:bounds[i + 1] - 1] (its newline left out)
+        self.bounds = np.concatenate([[0], ends[:count] + 1]).astype(np.int64)
         release_pages(self.text)
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self.bounds) - 1
 
     def __getitem__(self, i) -> tuple:
-        return (self.side, "", self.text[self.starts[i]:self.ends[i]].decode("utf-8"), "", "")
+        return (self.side, "", self.text[self.bounds[i]:self.bounds[i + 1] - 1].decode("utf-8"), "", "")
 
 
 MMAP_THRESHOLD = 1 << 17  # glibc's default threshold, kept fixed (`return_freed_memory`)
@@ -157,12 +146,55 @@ def return_freed_memory() -> None:
     mallopt(m_trim_threshold, MMAP_THRESHOLD)
 
 
+class LoadedShard:
+    """One index shard as a worker searches it: the FAISS index (its codes), the sentence labels, the
+    float16 rows memory-mapped for re-ranking (or None), the local copies they are read from, and
+    `hit_ids` (the packed path's store ids of its sentences hit so far, `_SearchPackedShard`)."""
+
+    def __init__(self, key: tuple, index, labels: ShardLabels, rows, keep: list):
+        self.key, self.index, self.labels, self.rows, self.keep = key, index, labels, rows, keep
+        self.hit_ids: np.ndarray | None = None
+
+
+class HeldShards:
+    """The index shards a worker process holds: the one each running bundle searches, and the one the
+    last finished bundle searched (kept for the next bundle, dropped as soon as another shard is
+    loaded). A runner keeps a finished stage's DoFn instances for reuse, and the forward and the
+    backward searches are two stages: a shard held by its DoFn stayed in the worker through the
+    later stages (at 100x, the first direction's index beside the second's)."""
+
+    def __init__(self):
+        import threading
+        import weakref
+
+        self._lock = threading.Lock()
+        self._live: "weakref.WeakValueDictionary[tuple, LoadedShard]" = weakref.WeakValueDictionary()
+        self._kept: LoadedShard | None = None
+
+    def get(self, key: tuple, load) -> LoadedShard:
+        """The shard of `key`, loaded by `load()` unless a bundle holds it (one load at a time: the
+        bundles running on a worker's threads share it)."""
+        with self._lock:
+            shard = self._live.get(key)
+            if shard is None:
+                self._kept = None  # the last bundle's shard, unless a running bundle still holds it
+                shard = self._live[key] = load()
+            return shard
+
+    def keep(self, shard: LoadedShard) -> None:
+        with self._lock:
+            self._kept = shard
+
+
+HELD_SHARDS = HeldShards()  # per worker process, as Beam's `Shared` objects are
+
+
 class _SearchShard(beam.DoFn):
     """(index side, shard name, query items, query matrix) -> (query item, (similarity, hit item)) for
     the query's top-k in that shard (the packed path's subclass passes (file number, row) references
     into the `store` instead of vectors), re-ranked
-    by exact cosine from the shard's float16 rows when `rerank` > k and the index has them. The
-    worker keeps the last shard it loaded."""
+    by exact cosine from the shard's float16 rows when `rerank` > k and the index has them. A
+    bundle holds the shard it searches; the worker keeps the last one (`HeldShards`)."""
 
     def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str | None = None):
         from apache_beam.utils.shared import Shared
@@ -179,32 +211,42 @@ class _SearchShard(beam.DoFn):
 
             self._held = held_embedder(self._shared, self.store, 1)
 
-    def _shard(self, side: str, name: str):
-        if self._loaded is None or self._loaded[0] != (side, name):
+    def finish_bundle(self):
+        if self._loaded is not None:
+            HELD_SHARDS.keep(self._loaded)
+            self._loaded = None
+
+    def _shard(self, side: str, name: str) -> LoadedShard:
+        key = (side, self.index_dirs[side], name, self.nprobes[side], self.rerank[side] > self.k, self.store)
+        if self._loaded is None or self._loaded.key != key:
             self._loaded = None  # free the last shard before reading the next
-            base = f"{self.index_dirs[side]}/{name}"
-            index = from_bytes(_read_object(f"{base}.faiss"))
-            set_nprobe(index, self.nprobes[side])
-            keep: list = []
-            labels = ShardLabels(side, _local_file(f"{base}.txt", keep), index.ntotal)
-            rows = _local_rows(f"{base}{RERANK_SUFFIX}", keep) if self.rerank[side] > self.k else None
-            self._loaded = ((side, name), index, labels, rows, keep)
-        return self._loaded[1:4]
+            self._loaded = HELD_SHARDS.get(key, lambda: self._load(key))
+        return self._loaded
+
+    def _load(self, key: tuple) -> LoadedShard:
+        side, _dir, name, nprobe, rerank, _store = key
+        base = f"{self.index_dirs[side]}/{name}"
+        index = from_bytes(_read_object(f"{base}.faiss"))
+        set_nprobe(index, nprobe)
+        keep: list = []
+        labels = ShardLabels(side, _local_file(f"{base}.txt", keep), index.ntotal)
+        rows = _local_rows(f"{base}{RERANK_SUFFIX}", keep) if rerank else None
+        return LoadedShard(key, index, labels, rows, keep)
 
     def _searched(self, side: str, name: str, matrix: np.ndarray, search):
         """(the shard's labels, `search(index, labels, queries, k, rows, depth)`'s answer) for the
         queries `matrix` (vectors, or (file number, row) references read here, a batch at a time)."""
         if matrix.dtype.kind == "i":
             matrix = self._held.embedder.read_located(matrix)
-        index, labels, rows = self._shard(side, name)
-        if matrix.shape[1] != index.d:
+        shard = self._shard(side, name)
+        if matrix.shape[1] != shard.index.d:
             raise ValueError(f"the embedder gives {matrix.shape[1]}-dimensional vectors but the index "
-                             f"{self.index_dirs[side]} holds {index.d}: build the index from the same vectors")
+                             f"{self.index_dirs[side]} holds {shard.index.d}: build the index from the same vectors")
         self.searched.inc(len(matrix))
         with faiss_threads(1):  # the runner runs one bundle per core; FAISS threads would fight them
-            found = search(index, labels, matrix, self.k, rows, self.rerank[side])
-        release_pages(rows, labels.text)
-        return labels, found
+            found = search(shard.index, shard.labels, matrix, self.k, shard.rows, self.rerank[side])
+        release_pages(shard.labels.text)  # the rows' pages are dropped as they are read (`exact_similarities`)
+        return shard.labels, found
 
     def process(self, element) -> Iterator[Any]:  # Any: flattened with `_ask_targets`' hits, an inferred
         # type would carry its TaggedOutput into the GroupByKey's type check

@@ -187,12 +187,8 @@ def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
 class _SearchPackedShard(_SearchShard):
     """(index side, shard name, range key, query store ids) -> (range key, `{ids, sims [n, k], hits
     [n, k]}`): the queries' top k in that shard, each hit the other side's store id (-1 where the
-    store lacks its text). The worker keeps the last shard it loaded and the store ids of its
-    sentences hit so far (at most 8 bytes a shard sentence)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._hit_ids = None
+    store lacks its text). The shard (`HeldShards`) keeps the store ids of its sentences hit so far
+    (at most 8 bytes a shard sentence)."""
 
     def process(self, element):
         side, name, key, ids = element
@@ -205,9 +201,9 @@ class _SearchPackedShard(_SearchShard):
     def _store_ids(self, labels, positions: np.ndarray) -> np.ndarray:
         # store id + 2 by shard position, 0 where not looked up yet: zeros from calloc, so only the
         # pages of positions hit become resident
-        if self._hit_ids is None or self._hit_ids[0] != self._loaded[0]:
-            self._hit_ids = (self._loaded[0], np.zeros(len(labels), np.int64))
-        cache = self._hit_ids[1]
+        if self._loaded.hit_ids is None:
+            self._loaded.hit_ids = np.zeros(len(labels), np.int64)
+        cache = self._loaded.hit_ids
         wanted = np.unique(positions[positions >= 0])
         unknown = wanted[cache[wanted] == 0]
         if len(unknown):
