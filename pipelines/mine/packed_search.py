@@ -426,6 +426,16 @@ def split_by_column(side: str, packed: Packed, column: str, query_batch: int):
         yield key, part
 
 
+def _of_free_sources(grouped: dict) -> tuple[Packed, int]:
+    """At a source range key {"edges": its candidates, "matched": sources a dominant candidate took}:
+    (the candidates of the other sources, how many were dropped)."""
+    edges = concat(grouped["edges"])
+    if not edges:
+        return {}, 0
+    free = ~among(edges["src"], concat(grouped["matched"]))
+    return take(edges, np.flatnonzero(free)), int((~free).sum())
+
+
 class _GreedyAtSources(beam.DoFn):
     """One round of `max`, at a source range key: (key, {"edges": its candidates, "matched": sources
     a dominant candidate took}) -> the candidates of unmatched sources, each marked whether it is
@@ -435,15 +445,11 @@ class _GreedyAtSources(beam.DoFn):
         self.query_batch = query_batch
 
     def process(self, joined):
-        _key, grouped = joined
-        edges = concat(grouped["edges"])
-        if not edges:
-            return
-        free = ~among(edges["src"], concat(grouped["matched"]))
-        yield _tally({NOT_SELECTED: (~free).sum()})
-        edges = take(edges, np.flatnonzero(free))
-        edges["best_at_src"] = best_of_each(edges["src"], edges["margin"], edges["tgt"])
-        yield from split_by_column(TGT, edges, "tgt", self.query_batch)
+        edges, dropped = _of_free_sources(joined[1])
+        yield _tally({NOT_SELECTED: dropped})
+        if rows_of(edges):
+            edges["best_at_src"] = best_of_each(edges["src"], edges["margin"], edges["tgt"])
+            yield from split_by_column(TGT, edges, "tgt", self.query_batch)
 
 
 class _GreedyAtTargets(beam.DoFn):
@@ -472,14 +478,10 @@ class _GreedyAtTargets(beam.DoFn):
 
 def _free_of_matched(joined) -> Iterator:
     """After the last round, at a source range key: the candidates of sources no round matched."""
-    _key, grouped = joined
-    edges = concat(grouped["edges"])
-    if not edges:
-        return
-    free = ~among(edges["src"], concat(grouped["matched"]))
-    yield _tally({NOT_SELECTED: (~free).sum()})
-    if free.any():
-        yield take(edges, np.flatnonzero(free))
+    edges, dropped = _of_free_sources(joined[1])
+    yield _tally({NOT_SELECTED: dropped})
+    if rows_of(edges):
+        yield edges
 
 
 def _greedy(keyed) -> Iterator:
