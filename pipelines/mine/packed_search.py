@@ -515,23 +515,21 @@ class GreedyMax(beam.PTransform):
 
     def expand(self, candidates):
         pairs, tallies = [], []
-        edges = candidates | "Round1" >> beam.MapTuple(lambda key, packed: (key, {"edges": [packed], "matched": []}))
+        # at each source range key: {"edges": its candidates, "matched": its sources already taken}
+        joined = candidates | "AtSources" >> beam.MapTuple(lambda key, packed: (key, {"edges": [packed], "matched": []}))
         for round_number in range(1, self.rounds + 1):
             name = f"Round{round_number}"
-            if round_number > 1:
-                edges = {"edges": edges, "matched": matched} | f"{name}JoinAtSources" >> beam.CoGroupByKey()
-            at_sources = edges | f"{name}AtSources" >> beam.ParDo(_GreedyAtSources(self.query_batch)).with_outputs(
+            at_sources = joined | f"{name}AtSources" >> beam.ParDo(_GreedyAtSources(self.query_batch)).with_outputs(
                 "tally", main="edges")
             decided = (at_sources.edges
                        | f"{name}GroupAtTargets" >> beam.GroupByKey()
                        | f"{name}AtTargets" >> beam.ParDo(_GreedyAtTargets(self.query_batch)).with_outputs(
                            "pairs", "matched", "tally", main="edges"))
-            edges, matched = decided.edges, decided.matched
+            joined = ({"edges": decided.edges, "matched": decided.matched}
+                      | f"{name}JoinAtSources" >> beam.CoGroupByKey())
             pairs.append(decided.pairs)
             tallies += [at_sources.tally, decided.tally]
-        rest = ({"edges": edges, "matched": matched}
-                | "RestJoinAtSources" >> beam.CoGroupByKey()
-                | "RestFree" >> beam.FlatMap(_free_of_matched).with_outputs("tally", main="edges"))
+        rest = joined | "RestFree" >> beam.FlatMap(_free_of_matched).with_outputs("tally", main="edges")
         greedy = (rest.edges
                   | "OneGroup" >> beam.Map(lambda packed: (None, packed))
                   | "GroupRest" >> beam.GroupByKey()
