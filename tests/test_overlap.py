@@ -123,3 +123,22 @@ def test_a_symlinked_output_inside_a_globs_folder_is_judged_by_its_real_path(tmp
     (tmp_path / "crawl" / "clean").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "crawl" / "clean")
     check_output_apart(tmp_path / "link", [f"{tmp_path}/crawl/*.warc.gz"])  # beside, under another name
+
+
+def test_a_run_marked_started_is_unfinished_until_complete_and_alone_blocks_no_retry(tmp_path):
+    """`_STARTED` is a trace of an unfinished output until `mark_complete` removes it; an output
+    holding nothing else (a run that failed before writing) is prepared again without --overwrite,
+    one holding a shard beside it is refused."""
+    from pipelines.io.completion import mark_started, unfinished_traces
+
+    out = tmp_path / "out"
+    out.mkdir()
+    mark_started(out, stage="labse-embed")
+    assert unfinished_traces(out) == [f"{out}/_STARTED"]
+    prepare_output(out, overwrite=False)  # only the marker: nothing to keep
+    mark_started(out, stage="labse-embed")
+    (out / "de-00000-of-00001.npy").write_bytes(b"partial")
+    with pytest.raises(OutputExistsError, match="_STARTED"):
+        prepare_output(out, overwrite=False)
+    mark_complete(out, {}, stage="labse-embed")
+    assert not (out / "_STARTED").exists() and unfinished_traces(out) == []

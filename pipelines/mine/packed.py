@@ -62,6 +62,18 @@ def split_by_range(side: str, ids: np.ndarray, query_batch: int, **columns: np.n
                {"ids": ids[rows], **{name: np.asarray(column)[rows] for name, column in columns.items()}})
 
 
+def split_by_column(packed: Packed, side: str, column: str, query_batch: int
+                    ) -> Iterator[tuple[tuple[str, int, int], Packed]]:
+    """`packed` -> one (range key of its `column`'s store ids on `side`, its rows there) per range key
+    present, the columns keeping their names (nothing for an empty `packed`)."""
+    if not packed or not len(packed[column]):
+        return
+    rest = {name: values for name, values in packed.items() if name != column}
+    for key, part in split_by_range(side, packed[column], query_batch, **rest):
+        part[column] = part.pop("ids")
+        yield key, part
+
+
 def concat(parts: Iterable[Packed]) -> Packed:
     """Packed elements of the same columns -> one (rows in the given order); {} when there are none."""
     parts = [part for part in parts if part]

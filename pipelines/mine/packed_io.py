@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.io.parquet import release_arrow_memory
-from pipelines.mine.packed import SRC, TGT, Packed, among, concat, references, split_by_range, store_ids
+from pipelines.mine.packed import (SRC, TGT, Packed, among, concat, references, split_by_column, split_by_range,
+                                   store_ids)
 from pipelines.mine.units import DUPLICATE, EMPTY_TEXT, NON_FINITE_VECTOR, SIDE_UNIT, SPARED
 
 LOCATE_BATCH = 4_096  # records whose sentences are looked up in the store together
@@ -145,16 +146,6 @@ def kept_tally(keyed) -> dict:
 
 
 # ------------------------------------------------------------------------------------ provenance
-def _by_range(packed: Packed, side: str, column: str, query_batch: int):
-    """Pairs -> (the range key of their `column` sentence on `side`, the pairs there)."""
-    if not packed or not len(packed[column]):
-        return
-    others = {name: values for name, values in packed.items() if name != column}
-    for key, part in split_by_range(side, packed[column], query_batch, **others):
-        part[column] = part.pop("ids")
-        yield key, part
-
-
 def _provenance_of(ids: np.ndarray, provenance: Packed, key) -> tuple[np.ndarray, np.ndarray]:
     """url and doc_id of `ids` (all among `provenance`'s, which are sorted)."""
     at = np.searchsorted(provenance["ids"], ids)
@@ -212,7 +203,7 @@ class PackedPairRows(beam.PTransform):
         for side, column in ((SRC, "src"), (TGT, "tgt")):
             # each side's provenance goes to one join only: it is the largest input of both
             own = provenance | f"{column}Provenance" >> beam.Filter(lambda keyed, s=side: keyed[0][0] == s)
-            pairs = ({"pairs": pairs | f"By{column}Range" >> beam.FlatMap(_by_range, side, column, qb),
+            pairs = ({"pairs": pairs | f"By{column}Range" >> beam.FlatMap(split_by_column, side, column, qb),
                       "provenance": own}
                      | f"Join{column}" >> beam.CoGroupByKey()
                      | f"Put{column}" >> beam.FlatMap(_join_side, side, column))

@@ -40,8 +40,8 @@ from pipelines.mine.config import MineConfig
 from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
 from pipelines.mine.units import SIDE_UNIT
-from pipelines.mine.packed import (ROW_BITS, SRC, TGT, Packed, among, concat, references, rows_of, split_by_range,
-                                   store_ids, take)
+from pipelines.mine.packed import (ROW_BITS, SRC, TGT, Packed, among, concat, references, rows_of, split_by_column,
+                                   split_by_range, store_ids, take)
 
 COUNTER_NAMESPACE = "mine"  # the text-keyed path's counters, the same names
 OTHER = {SRC: TGT, TGT: SRC}
@@ -332,10 +332,7 @@ def _best_pairs(keyed, query_batch: int):
     if key[0] == SRC:
         yield key, pairs
     else:
-        sources = pairs.pop("src")
-        for src_key, part in split_by_range(SRC, sources, query_batch, **pairs):
-            part["src"] = part.pop("ids")
-            yield src_key, part
+        yield from split_by_column(pairs, SRC, "src", query_batch)
 
 
 class PackedNeighbours(beam.PTransform):
@@ -418,14 +415,6 @@ def dominant_at_targets(edges: Packed) -> np.ndarray:
     return edges["best_at_src"] & best_of_each(edges["tgt"], edges["margin"], edges["src"])
 
 
-def split_by_column(side: str, packed: Packed, column: str, query_batch: int):
-    """`packed` -> one (range key of `column`'s ids on `side`, rows) per range key present, columns unchanged."""
-    rest = {name: values for name, values in packed.items() if name != column}
-    for key, part in split_by_range(side, packed[column], query_batch, **rest):
-        part[column] = part.pop("ids")
-        yield key, part
-
-
 def _of_free_sources(grouped: dict) -> tuple[Packed, int]:
     """At a source range key {"edges": its candidates, "matched": sources a dominant candidate took}:
     (the candidates of the other sources, how many were dropped)."""
@@ -449,7 +438,7 @@ class _GreedyAtSources(beam.DoFn):
         yield _tally({NOT_SELECTED: dropped})
         if rows_of(edges):
             edges["best_at_src"] = best_of_each(edges["src"], edges["margin"], edges["tgt"])
-            yield from split_by_column(TGT, edges, "tgt", self.query_batch)
+            yield from split_by_column(edges, TGT, "tgt", self.query_batch)
 
 
 class _GreedyAtTargets(beam.DoFn):
@@ -473,7 +462,7 @@ class _GreedyAtTargets(beam.DoFn):
             for key, part in split_by_range(SRC, edges["src"][dominant], self.query_batch):
                 yield beam.pvalue.TaggedOutput("matched", (key, part))
         if left.any():
-            yield from split_by_column(SRC, take(edges, np.flatnonzero(left)), "src", self.query_batch)
+            yield from split_by_column(take(edges, np.flatnonzero(left)), SRC, "src", self.query_batch)
 
 
 def _free_of_matched(joined) -> Iterator:
