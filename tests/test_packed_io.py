@@ -99,7 +99,11 @@ def test_selected_pairs_get_their_sentences_and_provenance_back(saved, tmp_path)
         for name in part:
             part[name] = part[name][order]
     with beam.Pipeline() as p:
-        batches = ((p | "Pairs" >> beam.Create([pairs]), p | "Provenance" >> beam.Create(provenance))
+        # each side's provenance on its own: the source's join never sees the target's (no key of a
+        # pair would find its provenance if the sides were swapped)
+        by_side = {side: p | f"Provenance{side}" >> beam.Create([kv for kv in provenance if kv[0][0] == side])
+                   for side in (SRC, TGT)}
+        batches = ((p | "Pairs" >> beam.Create([pairs]), by_side)
                    | PackedPairRows(spec, "de", "en", QUERY_BATCH, PAIR_SCHEMA))
         rows = batches | beam.FlatMap(lambda b: [tuple(sorted(r.items())) for r in b.to_pylist()])
         expected = []

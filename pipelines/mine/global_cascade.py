@@ -206,8 +206,8 @@ def _finalise(_, tally: dict, errors: list, output: str, config: MineConfig):
 
 class PackedCheapPass(beam.PTransform):
     """`CheapPass` over the cheap embedder's saved vectors (`vectors:DIR`), in packed elements as
-    labse-mine's global layout runs (`pipelines.mine.packed_mining`): {"rows": (side, Arrow batch of
-    survivor rows), "tally": the counts}."""
+    labse-mine's global layout runs (`pipelines.mine.packed_mining`): {"rows": {side: Arrow batches
+    of its survivor rows}, "tally": the counts}."""
 
     def __init__(self, config: MineConfig):
         super().__init__()
@@ -241,8 +241,7 @@ def build_survivors_pipeline(pipeline: beam.Pipeline, src: str, tgt: str, output
     if is_saved_vectors_spec(config.embedder):
         passed = records | "CheapPass" >> PackedCheapPass(config)
         for side, lang in ((SRC, config.src_lang), (TGT, config.tgt_lang)):
-            written.append(passed["rows"]
-                           | f"Side{side}" >> beam.FlatMap(lambda kv, s=side: [kv[1]] if kv[0] == s else [])
+            written.append(passed["rows"][side]
                            | f"Write{side}" >> WriteParquetBatches(
                                survivors_folder(output, lang), SURVIVOR_SCHEMA, key_columns=("text",),
                                sort_columns=("text",), tally_of=functools.partial(_survivor_batches_written, side)))

@@ -10,7 +10,9 @@ provenance (ids, url, doc_id), which stays by range key until a pair or a surviv
 
 `PackedPairRows`: selected pairs (store ids) -> joined with the source side's provenance by the
 source's range key, then with the target's by the target's -> Arrow record batches of labse-mine's
-rows, the texts read from the store (each sentence's normalised text: the mined key).
+rows, the texts read from the store (each sentence's normalised text: the mined key). Each side's
+provenance is its own PCollection from `PackedSentences` to its join (and the cascade's): no
+Flatten of both sides writes it to the runner again, and no join reads the other side's.
 
 `PackedSurvivors` (the global cascade's cheap pass): the best candidates at the loose margin ->
 survivor rows per side, the other sentences counted `spared_by_cascade`.
@@ -190,8 +192,9 @@ class _PairRows(_HeldStore):
 
 
 class PackedPairRows(beam.PTransform):
-    """(selected pairs: Packed {src, tgt, margin, cosine}, provenance by range key) -> Arrow record
-    batches of `schema` (labse-mine's pair rows)."""
+    """(selected pairs: Packed {src, tgt, margin, cosine}, {SRC: the source side's provenance by
+    range key, TGT: the target's}) -> Arrow record batches of `schema` (labse-mine's pair rows).
+    Each side's provenance goes to its own join only: it is the largest input of both."""
 
     def __init__(self, spec: str, src_lang: str, tgt_lang: str, query_batch: int, schema: pa.Schema):
         super().__init__()
@@ -201,33 +204,31 @@ class PackedPairRows(beam.PTransform):
         pairs, provenance = pcolls
         qb = self.query_batch
         for side, column in ((SRC, "src"), (TGT, "tgt")):
-            # each side's provenance goes to one join only: it is the largest input of both
-            own = provenance | f"{column}Provenance" >> beam.Filter(lambda keyed, s=side: keyed[0][0] == s)
             pairs = ({"pairs": pairs | f"By{column}Range" >> beam.FlatMap(split_by_column, side, column, qb),
-                      "provenance": own}
+                      "provenance": provenance[side]}
                      | f"Join{column}" >> beam.CoGroupByKey()
                      | f"Put{column}" >> beam.FlatMap(_join_side, side, column))
         return pairs | "Rows" >> beam.ParDo(_PairRows(self.spec, self.src_lang, self.tgt_lang, self.schema))
 
 
 # ------------------------------------------------------------------------------------ survivors
-def _survivor_marks(keyed, loose_margin: float, query_batch: int):
-    """(range key, best candidates) -> (range key, {"ids"}) of both sentences of each one at the loose margin."""
+def _survivor_marks(keyed, side: str, loose_margin: float, query_batch: int):
+    """(range key, best candidates) -> (range key on `side`, {"ids"}) of `side`'s sentence of each
+    one at the loose margin."""
     _key, bests = keyed
     if not bests or not len(bests["margin"]):
         return
-    above = bests["margin"] >= loose_margin
-    for side, column in ((SRC, "src"), (TGT, "tgt")):
-        yield from split_by_range(side, bests[column][above], query_batch)
+    column = "src" if side == SRC else "tgt"
+    yield from split_by_range(side, bests[column][bests["margin"] >= loose_margin], query_batch)
 
 
 class _SurvivorRows(_HeldStore):
-    """(range key, {"provenance", "marks"}) -> the range's survivors as an Arrow record batch of
-    (text, url, doc_id, lang) on the main output tagged by side; the count spared on `tally`."""
+    """(range key of one side, {"provenance", "marks"}) -> the range's survivors as an Arrow record
+    batch of (text, url, doc_id, lang) on the main output; the count spared on `tally`."""
 
-    def __init__(self, spec: str, langs: dict, schema: pa.Schema):
+    def __init__(self, spec: str, lang: str, schema: pa.Schema):
         super().__init__(spec)
-        self.langs, self.schema = langs, schema
+        self.lang, self.schema = lang, schema
 
     def process(self, joined):
         key, grouped = joined
@@ -240,19 +241,20 @@ class _SurvivorRows(_HeldStore):
             yield beam.pvalue.TaggedOutput("tally", {f"{SIDE_UNIT[key[0]]}.dropped.{SPARED}": spared})
         if survives.any():
             ids = provenance["ids"][survives]
-            n = len(ids)
             columns = {"text": self.store.sentences(references(ids)), "url": provenance["url"][survives].tolist(),
-                       "doc_id": provenance["doc_id"][survives].tolist(), "lang": [self.langs[key[0]]] * n}
-            yield key[0], pa.record_batch([pa.array(columns[f.name], f.type) for f in self.schema], schema=self.schema)
+                       "doc_id": provenance["doc_id"][survives].tolist(), "lang": [self.lang] * len(ids)}
+            yield pa.record_batch([pa.array(columns[f.name], f.type) for f in self.schema], schema=self.schema)
 
     def finish_bundle(self):
         release_arrow_memory()
 
 
 class PackedSurvivors(beam.PTransform):
-    """(best candidates keyed by range key, provenance by range key) -> {"rows": (side, Arrow batch of survivor rows),
-    "tally": the sentences spared by side}: the survivors are both sentences of every best candidate
-    pair whose margin reaches `loose_margin` (`pipelines.mine.cascade.survivors`' rule)."""
+    """(best candidates keyed by range key, {SRC: the source side's provenance by range key, TGT: the
+    target's}) -> {"rows": {side: Arrow batches of its survivor rows}, "tally": the sentences spared
+    by side}: the survivors are both sentences of every best candidate pair whose margin reaches
+    `loose_margin` (`pipelines.mine.cascade.survivors`' rule). Each side is joined and written on
+    its own: its provenance and its rows are never flattened with the other side's."""
 
     def __init__(self, spec: str, loose_margin: float, query_batch: int, langs: dict, schema: pa.Schema):
         super().__init__()
@@ -260,9 +262,14 @@ class PackedSurvivors(beam.PTransform):
 
     def expand(self, pcolls):
         bests, provenance = pcolls
-        marks = bests | "Marks" >> beam.FlatMap(_survivor_marks, self.loose_margin, self.query_batch)
-        split = ({"provenance": provenance, "marks": marks}
-                 | "JoinMarks" >> beam.CoGroupByKey()
-                 | "Survivors" >> beam.ParDo(_SurvivorRows(self.spec, self.langs, self.schema)).with_outputs(
-                     "tally", main="rows"))
-        return {"rows": split.rows, "tally": split.tally}
+        rows, tallies = {}, []
+        for side in (SRC, TGT):
+            name = "Src" if side == SRC else "Tgt"
+            marks = bests | f"Marks{name}" >> beam.FlatMap(_survivor_marks, side, self.loose_margin, self.query_batch)
+            split = ({"provenance": provenance[side], "marks": marks}
+                     | f"JoinMarks{name}" >> beam.CoGroupByKey()
+                     | f"Survivors{name}" >> beam.ParDo(_SurvivorRows(self.spec, self.langs[side], self.schema)).with_outputs(
+                         "tally", main="rows"))
+            rows[side] = split.rows
+            tallies.append(split.tally)
+        return {"rows": rows, "tally": tuple(tallies) | "Tallies" >> beam.Flatten()}

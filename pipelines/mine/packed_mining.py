@@ -1,13 +1,17 @@
 """labse-mine's global layout over `vectors:DIR` in packed elements (`pipelines.mine.packed`), end to end.
 
-    records of each side --PackedSentences--> query batches (store ids by range key) + provenance
+    records of each side --PackedSentences--> query batches (store ids by range key) + the side's provenance
     query batches --PackedNeighbours--> best candidates (the index searches, kNN means, margins)
     best candidates --PackedSelect--> selected pairs (the strategy, then --min-margin)
-    selected pairs + provenance --PackedPairRows--> Arrow batches of the pair rows --> part-*.parquet
+    selected pairs + each side's provenance --PackedPairRows--> Arrow batches of the pair rows --> part-*.parquet
 
 Every step's elements are columns for one range key (or the run's candidates for `max`), so a worker
 holds a query batch, an index shard and a range's columns, not a share of the input's sentences.
 The counts are the same as `MineBitext`'s (README contract 11).
+
+Each side's provenance (ids, url, doc_id: the largest columns) stays its own PCollection up to the
+one join that reads it: a Flatten of both sides would be one more write of it to the runner (the
+DirectRunner materialises every Flatten), and each join would read both sides to keep one.
 """
 from __future__ import annotations
 
@@ -31,8 +35,8 @@ def packed_mining(config: MineConfig) -> bool:
 
 
 class PackedSides(beam.PTransform):
-    """(source records, target records) -> {"batches", "provenance", "tally"} of both sides
-    (`PackedSentences`), with the records read counted."""
+    """(source records, target records) -> {"batches": both sides' query batches, "provenance":
+    {SRC: the source's, TGT: the target's}, "tally"} (`PackedSentences`), with the records read counted."""
 
     def __init__(self, config: MineConfig):
         super().__init__()
@@ -40,16 +44,16 @@ class PackedSides(beam.PTransform):
 
     def expand(self, sides):
         c = self.config
-        outputs = {"batches": [], "provenance": [], "tally": []}
+        batches, provenance, tallies = [], {}, []
         for side, records in zip((SRC, TGT), sides):
             name = "Src" if side == SRC else "Tgt"
             packed = records | f"Packed{name}" >> PackedSentences(side, c.embedder, c.query_batch)
-            for output in outputs:
-                outputs[output].append(packed[output])
-            outputs["tally"].append(records | f"Count{name}Read" >> CountByName(lambda _, u=SIDE_UNIT[side]: f"{u}.read"))
-        return {"batches": tuple(outputs["batches"]) | "BothBatches" >> beam.Flatten(),
-                "provenance": tuple(outputs["provenance"]) | "BothProvenance" >> beam.Flatten(),
-                "tally": tuple(outputs["tally"]) | "SidesTally" >> MergeTallies()}
+            batches.append(packed["batches"])
+            provenance[side] = packed["provenance"]
+            tallies += [packed["tally"],
+                        records | f"Count{name}Read" >> CountByName(lambda _, u=SIDE_UNIT[side]: f"{u}.read")]
+        return {"batches": tuple(batches) | "BothBatches" >> beam.Flatten(), "provenance": provenance,
+                "tally": tuple(tallies) | "SidesTally" >> MergeTallies()}
 
 
 class PackedGlobalMining(beam.PTransform):
