@@ -268,8 +268,8 @@ class PackedSurvivors(beam.PTransform):
             marks = bests | f"Marks{name}" >> beam.FlatMap(_survivor_marks, side, self.loose_margin, self.query_batch)
             split = ({"provenance": provenance[side], "marks": marks}
                      | f"JoinMarks{name}" >> beam.CoGroupByKey()
-                     | f"Survivors{name}" >> beam.ParDo(_SurvivorRows(self.spec, self.langs[side], self.schema)).with_outputs(
-                         "tally", main="rows"))
+                     | f"Survivors{name}" >> beam.ParDo(
+                         _SurvivorRows(self.spec, self.langs[side], self.schema)).with_outputs("tally", main="rows"))
             rows[side] = split.rows
             tallies.append(split.tally)
         return {"rows": rows, "tally": tuple(tallies) | "Tallies" >> beam.Flatten()}

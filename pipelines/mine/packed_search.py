@@ -28,6 +28,7 @@ instead of texts, which only changes a choice between candidates of exactly equa
 """
 from __future__ import annotations
 
+import itertools
 from typing import Iterator, Optional
 
 import apache_beam as beam
@@ -301,10 +302,15 @@ class _MarginRequests(beam.DoFn):
             yield other_key, (key, within(ask, {"ids": other_key, "asker": key}, self.query_batch))
 
 
+def _joined(grouped: dict, tag: str) -> Iterator:
+    """A join's values of `tag` from every search direction (tags `tag` or `tag.<direction>`)."""
+    return itertools.chain.from_iterable(values for name, values in grouped.items() if name.partition(".")[0] == tag)
+
+
 class _ScoreAtCandidate(beam.DoFn):
-    """(b's range key, {"means": its kNN means, "asks": margin requests}) -> (a's range key, (b's
-    range key, `{ids: a, other: b, margin, sim}`)) for every request whose b has a mean (ids
-    `within` their keys); the rest are counted."""
+    """(b's range key, {"means": its kNN means, "asks": margin requests}, each tag possibly per
+    direction: `means.Full`...) -> (a's range key, (b's range key, `{ids: a, other: b, margin,
+    sim}`)) for every request whose b has a mean (ids `within` their keys); the rest are counted."""
 
     def __init__(self, margin_kind: str, query_batch: int):
         self.margin_kind, self.query_batch = margin_kind, query_batch
@@ -312,9 +318,9 @@ class _ScoreAtCandidate(beam.DoFn):
 
     def process(self, joined):
         key, grouped = joined
-        means = concat(grouped["means"]) or {"ids": np.zeros(0, np.uint32), "mean": np.zeros(0)}
+        means = concat(_joined(grouped, "means")) or {"ids": np.zeros(0, np.uint32), "mean": np.zeros(0)}
         means = restored(means, {"ids": key}, self.query_batch)
-        for asker_key, asks in grouped["asks"]:  # one part at a time: a part's margins need only its own rows
+        for asker_key, asks in _joined(grouped, "asks"):  # one part at a time: a part's margins need only its own rows
             asks = restored(asks, {"ids": key, "asker": asker_key}, self.query_batch)
             scored, outside = score_candidates(asks, means, self.margin_kind)
             self.outside.inc(outside)
@@ -354,7 +360,7 @@ class PackedNeighbours(beam.PTransform):
         plan = index_plan(c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
                           load_manifest(c.tgt_index, "--tgt-index"), c.nprobe, c.rerank)
         if c.backward_search == "all":
-            tops = batches | "Search" >> _SearchBatches(plan, c.k, c.embedder)
+            tops = {"": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder)}
         else:
             counts = (batches
                       | "SideSizes" >> beam.MapTuple(lambda key, batch: (key[0], rows_of(batch)))
@@ -368,16 +374,22 @@ class PackedNeighbours(beam.PTransform):
                       | "JoinAsked" >> beam.CoGroupByKey()
                       | "AskedOnly" >> beam.ParDo(_AskedOnly()))
             backward = wanted | "SearchAsked" >> _SearchBatches(plan, c.k, c.embedder)
-            tops = (forward, backward) | "BothDirections" >> beam.Flatten()
-        requests = tops | "MarginRequests" >> beam.ParDo(_MarginRequests(c.query_batch)).with_outputs(
-            "means", "tally", main="asks")
-        scored = ({"means": requests.means, "asks": requests.asks}
+            tops = {".Full": forward, ".Asked": backward}
+        # each direction's requests enter the join on their own: a Flatten of both directions' top k
+        # lists would write them to the runner once more (the DirectRunner materialises a Flatten)
+        to_join, tallies = {}, []
+        for direction, top in tops.items():
+            requests = top | f"MarginRequests{direction}" >> beam.ParDo(_MarginRequests(c.query_batch)).with_outputs(
+                "means", "tally", main="asks")
+            to_join.update({f"means{direction}": requests.means, f"asks{direction}": requests.asks})
+            tallies.append(requests.tally)
+        scored = (to_join
                   | "JoinAtCandidate" >> beam.CoGroupByKey()
                   | "Margins" >> beam.ParDo(_ScoreAtCandidate(c.margin_kind, c.query_batch)))
         bests = (scored
                  | "GroupByAsker" >> beam.GroupByKey()
                  | "Best" >> beam.FlatMap(_best_pairs, c.query_batch).with_outputs("tally", main="bests"))
-        tally = (requests.tally, bests.tally) | "Tally" >> MergeTallies()
+        tally = (*tallies, bests.tally) | "Tally" >> MergeTallies()
         return {"bests": bests.bests, "tally": tally}
 
 
