@@ -51,7 +51,8 @@ def downloads(monkeypatch, tmp_path):
     return copied
 
 
-def test_a_bucket_store_serves_the_local_lookups_and_copies_only_tables_and_text_once(store, gcs, downloads):
+def test_a_bucket_store_serves_the_local_lookups_and_copies_only_tables_and_text_once(store, gcs, downloads,
+                                                                                     monkeypatch):
     root, texts = store
     url = f"gs://{gcs.new_bucket()}/vectors"
     gcs.upload_tree(root, url)
@@ -65,6 +66,13 @@ def test_a_bucket_store_serves_the_local_lookups_and_copies_only_tables_and_text
     np.testing.assert_array_equal(remote.read_located(located), local.read_located(located))
     assert remote.sentences(located) == asked
     assert sorted(downloads) == ["de.keys.npy", "de.txt", "en.keys.npy", "en.txt"]  # never a .npy of vectors
+
+    requests = []
+    read_range = storage.read_range
+    monkeypatch.setattr(storage, "read_range", lambda *a: requests.append(a) or read_range(*a))
+    every_third = np.stack([np.ones(67, np.int64), np.arange(199, -1, -3)], axis=1)  # one file, rows apart
+    np.testing.assert_array_equal(remote.read_located(every_third), local.read_located(every_third))
+    assert len(requests) == 1  # rows this close come in one ranged request
 
     again = SavedVectorsEmbedder(url)  # another worker process on the same host
     assert np.array_equal(again.locate(asked), located) and len(downloads) == 4

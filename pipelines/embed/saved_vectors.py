@@ -60,6 +60,7 @@ def normalised_key(text: str) -> str:
 
 
 KEYS_SUFFIX = ".keys.npy"
+REMOTE_GAP_BYTES = 1 << 20  # rows of a remote file this close are fetched in one ranged request
 HEADER_BYTES = 1 << 16  # read from the start of each NAME.npy: its header is shorter
 RELEASE_EVERY = 65_536  # lookups after which the mapped pages they touched are dropped from the process
 
@@ -296,20 +297,22 @@ class _KeyedFile:
         return normalised_key(self.text[offset:end if end >= 0 else len(self.text)].decode("utf-8"))
 
     def read(self, rows: np.ndarray) -> np.ndarray:
-        """float32 rows by offset, consecutive rows in one read."""
+        """float32 rows by offset: consecutive rows in one read, and on object storage also rows
+        apart by up to `REMOTE_GAP_BYTES` (a request costs more than the bytes it skips)."""
         row_bytes = self.dtype.itemsize * self.dim
         out = np.empty((len(rows), self.dim), np.float32)
         order = np.argsort(rows, kind="stable")
         sorted_rows = rows[order]
-        breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
+        gap_rows = REMOTE_GAP_BYTES // row_bytes if self.remote else 0
+        breaks = np.flatnonzero(np.diff(sorted_rows) > 1 + gap_rows) + 1
         for run in np.split(np.arange(len(rows)), breaks):
             if not len(run):
                 continue
-            first, count = int(sorted_rows[run[0]]), len(run)
+            first, count = int(sorted_rows[run[0]]), int(sorted_rows[run[-1]] - sorted_rows[run[0]]) + 1
             raw = self._read_at(self.data_offset + first * row_bytes, count * row_bytes)
             if len(raw) != count * row_bytes:
                 raise SavedVectorsError(f"{self.matrix_path} ends before row {first + count:,}: the file is truncated")
-            out[order[run]] = np.frombuffer(raw, dtype=self.dtype).reshape(count, self.dim)
+            out[order[run]] = np.frombuffer(raw, dtype=self.dtype).reshape(count, self.dim)[sorted_rows[run] - first]
         return out
 
     def _read_at(self, offset: int, length: int) -> bytes:
