@@ -295,6 +295,16 @@ def runs_on_dataflow(options) -> bool:
     return name.lower() in ("dataflowrunner", "dataflow", "testdataflowrunner")
 
 
+def require_remote_on_dataflow(options, option: str, path: str) -> None:
+    """UsageError (one line) for a local `path` (given as `option`) that a Dataflow job's workers read:
+    they see no local path, and the job would fail only once they start."""
+    from pipelines.io import storage
+
+    if runs_on_dataflow(options) and not storage.is_remote(path):
+        raise UsageError(f"{option} {path}: Dataflow's workers read it and see no local path: put it on Cloud "
+                         "Storage (gs://BUCKET/...) and pass that")
+
+
 def check_worker_pool(options, timeout: float = 5.0) -> str | None:
     """With `--environment_type EXTERNAL` the work goes to an SDK worker pool already running at
     `--environment_config HOST:PORT` (or `--environment_option external_service_address=...`):

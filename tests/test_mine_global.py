@@ -335,22 +335,33 @@ def test_unusable_vectors_and_factories_are_one_line_errors(saved, tmp_path, cap
 
 
 @pytest.mark.slow
-def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs(saved, gcs, capsys):
-    """Where users run them: every input and output on a bucket (the GCS emulator), then both jobs
-    built offline for Dataflow (a dry run writes nothing into its output)."""
+def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs(saved, gcs, capsys, tmp_path,
+                                                                                 monkeypatch):
+    """Where users run them: every input and output on a bucket (the GCS emulator), the saved vectors
+    included (`vectors:gs://...`), then both jobs built offline for Dataflow (a dry run writes
+    nothing into its output); saved vectors on local disk are refused for Dataflow in one line."""
+    import shutil
+
     from cloud_chain import DATAFLOW_OPTIONS, SETUP_FILE, WORKER_REQUIREMENTS
     from gcs_emulator import PROJECT
 
+    from pipelines.embed.saved_vectors import write_keys
+
+    monkeypatch.setenv("LABSE_CACHE", str(tmp_path / "cache"))  # the workers' copies of the store's text
     root, de, en, vectors = saved
     bucket = gcs.new_bucket()
     url = f"gs://{bucket}"
-    for folder in ("vectors_de", "vectors_en", "vectors", "de", "en"):
+    for folder in ("vectors_de", "vectors_en", "de", "en"):
         gcs.upload_tree(root / folder, f"{url}/{folder}")
+    store = tmp_path / "vectors"
+    shutil.copytree(root / "vectors", store)
+    write_keys(store)  # labse-embed writes them; on a bucket the lookups need them
+    gcs.upload_tree(store, f"{url}/vectors")
     for lang in ("de", "en"):
         assert index_cli.main(["--vectors", f"{url}/vectors_{lang}", "--lang", lang, "--output", f"{url}/index/{lang}",
                                "--factory", "Flat", "--shard-sentences", "100"]) == 0
     assert mine_cli.main(["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en",
-                          "--embedder", f"vectors:{root / 'vectors'}", "--src-index", f"{url}/index/de",
+                          "--embedder", f"vectors:{url}/vectors", "--src-index", f"{url}/index/de",
                           "--tgt-index", f"{url}/index/en", "--output", f"{url}/pairs"]) == 0
     written = gcs.list(f"{url}/pairs")
     assert any(name.endswith("_SUCCESS") for name in written)
@@ -366,13 +377,19 @@ def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs
     dataflow = [o.replace("gs://BUCKET", url).replace("PROJECT", PROJECT) for o in DATAFLOW_OPTIONS]
     packaging = [o.replace(WORKER_REQUIREMENTS, str(ROOT / WORKER_REQUIREMENTS)).replace("./setup.py", str(ROOT / "setup.py"))
                  for o in SETUP_FILE]
+    mine_on_dataflow = ["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en",
+                        "--src-index", f"{url}/index/de", "--tgt-index", f"{url}/index/en", "--output", f"{url}/pairs2",
+                        *dataflow, *packaging, "--dry_run", "True", "--no_auth"]
     capsys.readouterr()
-    assert index_cli.main(["--vectors", f"{url}/vectors_de", "--lang", "de", "--output", f"{url}/index2",
-                           *dataflow, *packaging, "--dry_run", "True", "--no_auth"]) == 0
-    assert mine_cli.main(["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en",
-                          "--embedder", f"vectors:{root / 'vectors'}", "--src-index", f"{url}/index/de",
-                          "--tgt-index", f"{url}/index/en", "--output", f"{url}/pairs2",
-                          *dataflow, *packaging, "--dry_run", "True", "--no_auth"]) == 0
+    assert mine_cli.main([*mine_on_dataflow, "--embedder", f"vectors:{store}"]) == 2
+    refused = capsys.readouterr().err.strip()
+    assert "Dataflow's workers read it and see no local path" in refused and len(refused.splitlines()) == 1, refused
+    index_on_dataflow = ["--lang", "de", "--output", f"{url}/index2", *dataflow, *packaging, "--dry_run", "True",
+                         "--no_auth"]
+    assert index_cli.main(["--vectors", str(root / "vectors_de"), *index_on_dataflow]) == 2
+    assert "--vectors" in capsys.readouterr().err
+    assert index_cli.main(["--vectors", f"{url}/vectors_de", *index_on_dataflow]) == 0
+    assert mine_cli.main([*mine_on_dataflow, "--embedder", f"vectors:{url}/vectors"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
     assert [line.split(":")[0] for line in lines] == ["labse-index", "labse-mine"]
     assert all("workflow.tar.gz" in line for line in lines), lines

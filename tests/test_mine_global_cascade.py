@@ -170,22 +170,32 @@ def test_snapshot_cost_charges_the_global_cascade_as_a_cheap_pass_over_all_and_a
 
 
 @pytest.mark.slow
-def test_the_cheap_pass_runs_on_cloud_storage_and_builds_as_a_dataflow_job(cheap_pass, gcs, capsys):
-    """Where users run it: the sentences, the indexes and the survivors on a bucket (the GCS
-    emulator; the index check reads the first lines and rows from there), then the job built
-    offline for Dataflow (a dry run writes nothing into its output); labse-embed the same way."""
+def test_the_cheap_pass_runs_on_cloud_storage_and_builds_as_a_dataflow_job(cheap_pass, gcs, capsys, tmp_path,
+                                                                           monkeypatch):
+    """Where users run it: the sentences, the centred vectors, the indexes and the survivors on a
+    bucket (the GCS emulator; the index check reads the first lines and rows from there), then the
+    job built offline for Dataflow (a dry run writes nothing into its output); labse-embed the same way."""
+    import shutil
+
     from cloud_chain import DATAFLOW_OPTIONS, SETUP_FILE, WORKER_REQUIREMENTS
     from gcs_emulator import PROJECT
 
+    from pipelines.embed.saved_vectors import write_keys
+
+    monkeypatch.setenv("LABSE_CACHE", str(tmp_path / "cache"))
     root, texts, raw, _ = cheap_pass
     url = f"gs://{gcs.new_bucket()}"
     for folder in ("centred_de", "centred_en", "de", "en"):
         gcs.upload_tree(root / folder, f"{url}/{folder}")
+    centred = tmp_path / "centred"
+    shutil.copytree(root / "centred", centred)  # the links' files
+    write_keys(centred)
+    gcs.upload_tree(centred, f"{url}/centred")
     for lang in ("de", "en"):
         assert index_cli.main(["--vectors", f"{url}/centred_{lang}", "--lang", lang, "--output",
                                f"{url}/index/{lang}"]) == 0
     common = ["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en", "--embedder",
-              f"vectors:{root / 'centred'}", "--src-index", f"{url}/index/de", "--tgt-index", f"{url}/index/en",
+              f"vectors:{url}/centred", "--src-index", f"{url}/index/de", "--tgt-index", f"{url}/index/en",
               "--cascade-survivors"]
     assert mine_cli.main([*common, "--output", f"{url}/survivors"]) == 0
     written = gcs.list(f"{url}/survivors")
@@ -232,7 +242,9 @@ def _builds_offline(run, stage: str, argv: list, output: str, gcs, capsys) -> No
 
 def test_centred_vectors_are_the_cascade_s_centring_of_the_whole_folder(tmp_path, capsys):
     """Every file of a language's folder centred on the mean of all of them (the library's `centred`
-    over the whole side), float16 kept float16, and the input folder never overwritten."""
+    over the whole side), float16 kept float16, a keys table copied with its text (the same
+    sentences), and the input folder never overwritten."""
+    from pipelines.embed.saved_vectors import write_keys
     from pipelines.mine.cascade import centred
 
     rng = np.random.default_rng(0)
@@ -240,12 +252,14 @@ def test_centred_vectors_are_the_cascade_s_centring_of_the_whole_folder(tmp_path
     for number, part in enumerate(parts):
         _save(tmp_path / "in", f"part-{number}", [f"sentence {number} {i}" for i in range(len(part))],
               part.astype(np.float16 if number else np.float32))
+    write_keys(tmp_path / "in")
     assert centred_vectors.main([str(tmp_path / "in"), f"vectors:{tmp_path / 'out'}"]) == 0
     unit = [p / np.linalg.norm(p, axis=1, keepdims=True) for p in (parts[0], parts[1].astype(np.float16))]
     expected = centred(np.vstack(unit))
     written = [np.load(tmp_path / "out" / f"part-{n}.npy") for n in (0, 1)]
     assert written[0].dtype == np.float32 and written[1].dtype == np.float16
     np.testing.assert_allclose(np.vstack(written).astype(np.float32), expected, atol=2e-3)
-    assert (tmp_path / "out" / "part-1.txt").read_text() == (tmp_path / "in" / "part-1.txt").read_text()
+    for name in ("part-1.txt", "part-0.keys.npy", "part-1.keys.npy"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "in" / name).read_bytes()
     assert centred_vectors.main([str(tmp_path / "in"), str(tmp_path / "in")]) == 2
     assert "is the input folder" in capsys.readouterr().err

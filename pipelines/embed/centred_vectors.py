@@ -7,7 +7,7 @@ BENCHMARKS.md). In the global layout the cheap vectors are searched in an index 
 vectors, so the centring happens once, on the saved vectors of a language: every row made unit
 length, the folder's mean row taken away, unit length again (`pipelines.mine.cascade.centred` over the
 whole language). OUT_DIR gets the same NAME.npy + NAME.txt pairs (float32, or float16 where the input
-was) and serves labse-index and labse-mine's `vectors:OUT_DIR` as the input did. Rows are read and
+was; NAME.keys.npy copied where there is one) and serves labse-index and labse-mine's `vectors:OUT_DIR` as the input did. Rows are read and
 written in chunks, so memory does not grow with the language.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from pipelines.embed.base import l2_normalise
-from pipelines.embed.saved_vectors import PREFIX, SavedVectorsError, vector_files
+from pipelines.embed.saved_vectors import PREFIX, SavedVectorsError, keys_path, vector_files
 
 CHUNK = 65_536  # rows held at a time
 
@@ -54,6 +54,8 @@ def write_centred(source: str | Path, target: str | Path) -> int:
     for (matrix_path, texts_path), matrix in zip(pairs, matrices):
         dtype = np.float16 if matrix.dtype == np.float16 else np.float32
         shutil.copyfile(texts_path, target / texts_path.name)
+        if keys_path(texts_path).is_file():  # the same sentences: the same lookup table
+            shutil.copyfile(keys_path(texts_path), target / keys_path(texts_path).name)
         with atomic_path(str(target / matrix_path.name)) as tmp:
             out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=matrix.shape)
             for start in range(0, len(matrix), CHUNK):

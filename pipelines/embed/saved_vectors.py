@@ -20,6 +20,11 @@ worker holds no per-sentence Python object whatever the language's size; without
 built when the embedder loads (24 bytes a sentence in numpy arrays, a pass over NAME.txt).
 Vector rows are read by offset (`os.pread`), not through a mapping, so the rows a worker has
 served do not stay in its memory; they are L2-normalised when read.
+`DIR` may be on object storage (`vectors:gs://BUCKET/vectors/de`, labse-embed's output there): a
+worker copies a file's keys table and text to its host's cache (`storage.cached_copy`: once per
+host, under `$LABSE_CACHE`, ~24 bytes a sentence plus the text) the first time it looks a sentence
+up in it, and reads vector rows by ranged requests, so the vectors themselves are never copied. On
+object storage every NAME.txt needs its NAME.keys.npy (labse-embed writes it).
 A sentence with no saved vector is a one-line `EmbedderError` naming it: the vectors do not match
 the sentences given, which only the user can fix. A row that is not finite (NaN or inf) is served as
 it is: labse-mine drops such a sentence with the counted reason `non_finite_vector`.
@@ -27,6 +32,7 @@ it is: labse-mine drops such a sentence with the counted reason `non_finite_vect
 from __future__ import annotations
 
 import hashlib
+import io
 import mmap
 import os
 import sys
@@ -54,6 +60,8 @@ def normalised_key(text: str) -> str:
 
 
 KEYS_SUFFIX = ".keys.npy"
+REMOTE_GAP_BYTES = 1 << 20  # rows of a remote file this close are fetched in one ranged request
+HEADER_BYTES = 1 << 16  # read from the start of each NAME.npy: its header is shorter
 RELEASE_EVERY = 65_536  # lookups after which the mapped pages they touched are dropped from the process
 
 
@@ -132,6 +140,42 @@ def vector_files(directory: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def store_files(directory: str) -> list[tuple[str, str]]:
+    """`vector_files` for a folder on local disk or object storage: its (NAME.npy, NAME.txt) pairs, or
+    its sub-folders' where it holds none. On object storage each NAME.txt needs its NAME.keys.npy:
+    a lookup reads it, never the text in full."""
+    from pipelines.io import storage
+
+    if not storage.is_remote(directory):
+        return [(str(matrix), str(texts)) for matrix, texts in vector_files(Path(directory))]
+    directory = directory.rstrip("/")
+    listed = storage.glob_files(f"{directory}/*")
+    if not any(_is_matrix(name) for name in listed):  # a labse-embed output: one folder per language
+        listed = storage.glob_files(f"{directory}/*/*")
+    names = set(listed)
+    pairs = []
+    for matrix in sorted(name for name in listed if _is_matrix(name)):
+        texts = matrix[:-len(".npy")] + ".txt"
+        if texts not in names:
+            raise SavedVectorsError(f"{matrix} has no {texts.rsplit('/', 1)[-1]} beside it (one sentence a line, "
+                                    "row i = line i)")
+        if texts[:-len(".txt")] + KEYS_SUFFIX not in names:
+            raise SavedVectorsError(f"{texts} has no {KEYS_SUFFIX[1:]} table beside it: saved vectors on object "
+                                    "storage are looked up through it (labse-embed writes it; for a folder made by "
+                                    "hand run python -m pipelines.embed.saved_vectors keys on a local copy and "
+                                    "upload the .keys.npy files)")
+        pairs.append((matrix, texts))
+    if not pairs:
+        if not storage.isdir(directory):
+            raise SavedVectorsError(f"saved vectors directory not found: {directory}")
+        raise SavedVectorsError(f"{directory} holds no NAME.npy + NAME.txt pairs of saved vectors")
+    return pairs
+
+
+def _is_matrix(name: str) -> bool:
+    return name.endswith(".npy") and not name.endswith(KEYS_SUFFIX)
+
+
 def refuse_unfinished_output(directory: str | Path) -> None:
     """SavedVectorsError (one line) when `directory` (local or gs://) is a labse-embed output, or a
     language folder of one, that the stage has not finished: no `_SUCCESS` but the stage kit's
@@ -151,32 +195,66 @@ def refuse_unfinished_output(directory: str | Path) -> None:
 
 
 class _KeyedFile:
-    """One NAME.npy + NAME.txt pair: rows looked up by sentence through its keys table."""
+    """One NAME.npy + NAME.txt pair: rows looked up by sentence through its keys table. `head` is
+    the start of NAME.npy (its header); a remote pair's table and text are copied to the host's
+    cache on the first lookup, its rows read by ranged requests."""
 
-    def __init__(self, matrix_path: Path, texts_path: Path):
-        with open(matrix_path, "rb") as handle:
-            (self.rows, self.dim), self.dtype, self.data_offset = read_matrix_header(handle, matrix_path)
-        self.matrix_path = matrix_path
-        saved_keys = keys_path(texts_path)
-        if saved_keys.is_file():
-            self.keys = np.load(saved_keys, mmap_mode="r", allow_pickle=False)
-            if self.keys.shape != (3, self.rows) or self.keys.dtype != np.uint64:
-                raise SavedVectorsError(f"{saved_keys} is {self.keys.dtype} {self.keys.shape}, not the keys of "
-                                        f"{self.rows:,} rows: rebuild it (python -m pipelines.embed.saved_vectors keys "
-                                        f"{matrix_path.parent})")
-        else:
-            self.keys = build_keys(texts_path)
-            if self.keys.shape[1] != self.rows:
-                raise SavedVectorsError(f"{texts_path} has {self.keys.shape[1]:,} lines but {matrix_path.name} has "
-                                        f"{self.rows:,} rows: they must match one to one")
-        self.hashes = self.keys[0]  # a contiguous row: searchsorted reads it in place
-        with open(texts_path, "rb") as handle:
-            self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.rows else b""
+    def __init__(self, matrix_path: str, texts_path: str, head: bytes):
+        from pipelines.io import storage
+
+        (self.rows, self.dim), self.dtype, self.data_offset = read_matrix_header(io.BytesIO(head), matrix_path)
+        self.matrix_path, self.texts_path = matrix_path, texts_path
+        self.keys_path = texts_path[:-len(".txt")] + KEYS_SUFFIX
+        self.remote = storage.is_remote(matrix_path)
+        self._lookups = 0
+        self._line_starts: np.ndarray | None = None  # by row, built on the first `lines` call
+        if self.remote:
+            self.keys = self.hashes = self.text = None  # loaded by `_lookup_tables` on the first lookup
+            return
+        self._open_tables(Path(self.keys_path), Path(texts_path))
         self._fd = os.open(matrix_path, os.O_RDONLY)
         # closed once: by `close`, when the file is collected, or at exit before modules are torn down
         self._closer = weakref.finalize(self, os.close, self._fd)
-        self._lookups = 0
-        self._line_starts: np.ndarray | None = None  # by row, built on the first `lines` call
+
+    def check_keys_head(self, head: bytes) -> None:
+        """SavedVectorsError unless `head` (the start of NAME.keys.npy) is the keys of this pair's rows:
+        a remote table is checked where the run starts, not when a worker first needs it."""
+        try:
+            stream = io.BytesIO(head)
+            version = np.lib.format.read_magic(stream)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _fortran, dtype = read(stream)
+        except (ValueError, OSError) as error:
+            raise SavedVectorsError(f"{self.keys_path} is not a readable .npy table ({error})") from None
+        self._check_keys(shape, dtype)
+
+    def _check_keys(self, shape: tuple, dtype: np.dtype) -> None:
+        if shape != (3, self.rows) or dtype != np.uint64:
+            raise SavedVectorsError(f"{self.keys_path} is {dtype} {shape}, not the keys of {self.rows:,} rows: "
+                                    "rebuild it (python -m pipelines.embed.saved_vectors keys "
+                                    f"{self.matrix_path.rsplit('/', 1)[0]})")
+
+    def _open_tables(self, saved_keys: Path, texts_path: Path) -> None:
+        """The keys table (memory-mapped, or built from the text when there is none) and the text."""
+        if saved_keys.is_file():
+            self.keys = np.load(saved_keys, mmap_mode="r", allow_pickle=False)
+            self._check_keys(self.keys.shape, self.keys.dtype)
+        else:
+            self.keys = build_keys(texts_path)
+            if self.keys.shape[1] != self.rows:
+                raise SavedVectorsError(f"{self.texts_path} has {self.keys.shape[1]:,} lines but "
+                                        f"{self.matrix_path.rsplit('/', 1)[-1]} has {self.rows:,} rows: they must "
+                                        "match one to one")
+        self.hashes = self.keys[0]  # a contiguous row: searchsorted reads it in place
+        with open(texts_path, "rb") as handle:
+            self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.rows else b""
+
+    def _lookup_tables(self) -> None:
+        """A remote pair's keys table and text, from the host's cache (copied there the first time)."""
+        if self.keys is None:
+            from pipelines.io import storage
+
+            self._open_tables(storage.cached_copy(self.keys_path), storage.cached_copy(self.texts_path))
 
     def find(self, keys: Sequence[str], hashes: np.ndarray) -> np.ndarray:
         """The row of each key (-1 where absent): binary search, then the line read back and compared
@@ -184,6 +262,7 @@ class _KeyedFile:
         found = np.full(len(keys), -1, np.int64)
         if not self.rows:
             return found
+        self._lookup_tables()
         starts = np.searchsorted(self.hashes, hashes, side="left")
         at = np.minimum(starts, self.rows - 1)
         candidates = np.flatnonzero((starts < self.rows) & (np.asarray(self.hashes[at]) == hashes))
@@ -207,6 +286,7 @@ class _KeyedFile:
     def lines(self, rows: np.ndarray) -> list[str]:
         """The sentences of `rows` (normalised, as they are looked up)."""
         if self._line_starts is None:
+            self._lookup_tables()
             starts = np.empty(self.rows, np.uint64)
             starts[np.asarray(self.keys[1], dtype=np.int64)] = np.asarray(self.keys[2])
             self._line_starts = starts
@@ -217,21 +297,30 @@ class _KeyedFile:
         return normalised_key(self.text[offset:end if end >= 0 else len(self.text)].decode("utf-8"))
 
     def read(self, rows: np.ndarray) -> np.ndarray:
-        """float32 rows by offset, consecutive rows in one read."""
+        """float32 rows by offset: consecutive rows in one read, and on object storage also rows
+        apart by up to `REMOTE_GAP_BYTES` (a request costs more than the bytes it skips)."""
         row_bytes = self.dtype.itemsize * self.dim
         out = np.empty((len(rows), self.dim), np.float32)
         order = np.argsort(rows, kind="stable")
         sorted_rows = rows[order]
-        breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
+        gap_rows = REMOTE_GAP_BYTES // row_bytes if self.remote else 0
+        breaks = np.flatnonzero(np.diff(sorted_rows) > 1 + gap_rows) + 1
         for run in np.split(np.arange(len(rows)), breaks):
             if not len(run):
                 continue
-            first, count = int(sorted_rows[run[0]]), len(run)
-            raw = os.pread(self._fd, count * row_bytes, self.data_offset + first * row_bytes)
+            first, count = int(sorted_rows[run[0]]), int(sorted_rows[run[-1]] - sorted_rows[run[0]]) + 1
+            raw = self._read_at(self.data_offset + first * row_bytes, count * row_bytes)
             if len(raw) != count * row_bytes:
                 raise SavedVectorsError(f"{self.matrix_path} ends before row {first + count:,}: the file is truncated")
-            out[order[run]] = np.frombuffer(raw, dtype=self.dtype).reshape(count, self.dim)
+            out[order[run]] = np.frombuffer(raw, dtype=self.dtype).reshape(count, self.dim)[sorted_rows[run] - first]
         return out
+
+    def _read_at(self, offset: int, length: int) -> bytes:
+        if self.remote:
+            from pipelines.io import storage
+
+            return storage.read_range(self.matrix_path, offset, length)
+        return os.pread(self._fd, length, offset)
 
     def release(self) -> None:
         """Drop the mapped pages a lookup touched from this process (the page cache keeps them), so a
@@ -241,17 +330,25 @@ class _KeyedFile:
                 mapping.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
-        self._closer()
+        if not self.remote:
+            self._closer()
 
 
 class SavedVectorsEmbedder:
     """Vectors looked up by sentence text in `vectors:DIR` (see the module docstring)."""
 
     def __init__(self, directory: str | Path) -> None:
-        directory = Path(directory)
+        from pipelines.io import storage
+
+        directory = str(directory) if storage.is_remote(directory) else str(Path(directory))
         self.name = f"{PREFIX}{directory}"
         refuse_unfinished_output(directory)
-        self._files = [_KeyedFile(matrix, texts) for matrix, texts in vector_files(directory)]
+        pairs = store_files(directory)
+        heads = storage.read_heads([matrix for matrix, _ in pairs], HEADER_BYTES)
+        self._files = [_KeyedFile(matrix, texts, head) for (matrix, texts), head in zip(pairs, heads)]
+        remote = [keyed for keyed in self._files if keyed.remote]
+        for keyed, head in zip(remote, storage.read_heads([keyed.keys_path for keyed in remote], HEADER_BYTES)):
+            keyed.check_keys_head(head)
         dims = sorted({f.dim for f in self._files})
         if len(dims) > 1:
             raise SavedVectorsError(f"the .npy files in {directory} have different widths {dims}")
@@ -259,6 +356,8 @@ class SavedVectorsEmbedder:
 
     def __len__(self) -> int:
         """Distinct sentences (by their 64-bit keys)."""
+        for keyed in self._files:
+            keyed._lookup_tables()
         return len(np.unique(np.concatenate([np.asarray(f.hashes) for f in self._files])))
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ from pipelines.io.console import start_logging
 from pipelines.io.config_options import UsageError, add_config_options, config_from_args
 from pipelines.io.completion import read_output_stats, require_stage_output
 from pipelines.embed.saved_vectors import SavedVectorsError, refuse_unfinished_output
-from pipelines.stage import run_stage
+from pipelines.stage import require_remote_on_dataflow, run_stage
 from pipelines.stage_options import replace_help, stage_parser, usage_error
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,11 @@ def check_vectors(vectors: str) -> None:
         raise UsageError(f"--vectors: {error}") from None
 
 
+def wire(pipeline, vectors: str, files, plans, factory: str, sample: int, config: IndexConfig, output: str):
+    require_remote_on_dataflow(pipeline.options, "--vectors", vectors)
+    return pipeline | "Index" >> BuildIndex(files, plans, factory, sample, config, output)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = start_logging(argv, "%(asctime)s %(name)s %(message)s")
     args, beam_args = build_parser().parse_known_args(argv)
@@ -104,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      inputs=[args.vectors.removeprefix("vectors:")],
                      # a labse-embed output is read only once complete (plain folders of vectors are welcome)
                      check_inputs=lambda: check_vectors(args.vectors.removeprefix("vectors:")),
-                     wire=lambda pipeline: pipeline | "Index" >> BuildIndex(files, plans, factory, sample, config, output),
+                     wire=lambda pipeline: wire(pipeline, args.vectors.removeprefix("vectors:"), files, plans, factory,
+                                                sample, config, output),
                      finish=stats_and_log)
 
 if __name__ == "__main__":

@@ -296,6 +296,61 @@ def size(path: str | os.PathLike) -> int:
     return int(fs.size(stripped))
 
 
+def read_range(path: str | os.PathLike, start: int, length: int) -> bytes:
+    """`length` bytes of a file or object from byte `start` (fewer at its end): one ranged request
+    on object storage, so a reader takes the rows it needs from a large object, never the object."""
+    if not is_remote(path):
+        with open(path, "rb") as handle:
+            return os.pread(handle.fileno(), length, start)
+    fs, stripped = filesystem(str(path))
+    return fs.cat_file(stripped, start=start, end=start + length)
+
+
+def read_heads(paths: list[str], length: int) -> list[bytes]:
+    """The first `length` bytes of each file or object (for their headers): on object storage the
+    requests run concurrently, so a folder of a thousand shards is not a thousand round trips."""
+    remote = [path for path in paths if is_remote(path)]
+    heads = {path: read_range(path, 0, length) for path in paths if not is_remote(path)}
+    if remote:
+        fs, _ = filesystem(remote[0])
+        stripped = [filesystem(path)[1] for path in remote]
+        heads.update(zip(remote, fs.cat_ranges(stripped, [0] * len(remote), [length] * len(remote),
+                                               on_error="raise")))
+    return [heads[path] for path in paths]
+
+
+def object_version(path: str | os.PathLike) -> str:
+    """A token that changes when the file or object at `path` is rewritten: its size and its
+    generation (gs://; else its ETag or update time) or, locally, its modification time."""
+    if not is_remote(path):
+        stat = os.stat(path)
+        return f"{stat.st_size}-{stat.st_mtime_ns}"
+    fs, stripped = filesystem(str(path))
+    info = fs.info(stripped)
+    tag = next((info[key] for key in ("generation", "etag", "ETag", "updated", "mtime", "LastModified")
+                if info.get(key)), "")
+    return f"{info.get('size')}-{tag}"
+
+
+def cached_copy(url: str) -> Path:
+    """A local copy of the object `url` on this host (`cache_dir("objects", ...)`, one folder per
+    object and version), downloaded the first time a process asks for it; processes of one host
+    that ask at the same time wait for one download (a file lock) instead of each fetching it."""
+    import fcntl
+
+    version = hashlib.sha256(object_version(url).encode()).hexdigest()[:12]
+    folder = cache_dir("objects", url_key(url), version)
+    local = folder / url.rstrip("/").rsplit("/", 1)[-1]
+    if local.is_file():
+        return local
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not local.is_file():
+            download(url, local)
+    return local
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
     if not is_remote(path):
         return Path(path).read_bytes()

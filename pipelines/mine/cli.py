@@ -158,11 +158,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                             else "(--no-cascade-spare)"))
         return summary_text("labse-mine", stats, "candidate_pairs", lines)
 
+    def wire(pipeline):
+        refuse_local_store_on_dataflow(config.embedder, pipeline.options)
+        return (build_packed_pipeline if packed_mining(config) else build_pipeline)(pipeline, args.src, args.tgt,
+                                                                                     output, config)
+
     return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
-                     inputs=[args.src, args.tgt, *(p for p in (config.src_index, config.tgt_index) if p)],
-                     wire=lambda pipeline: (build_packed_pipeline if packed_mining(config) else build_pipeline)(
-                         pipeline, args.src, args.tgt, output, config),
-                     finish=lambda: read_output_stats(output), summarise=summarise)
+                     inputs=[args.src, args.tgt, *(p for p in (config.src_index, config.tgt_index) if p),
+                             *store_of(config.embedder)],
+                     wire=wire, finish=lambda: read_output_stats(output), summarise=summarise)
+
+
+def store_of(spec: str) -> list[str]:
+    """The folder of a `vectors:DIR` embedder (an input the output must stay apart from), else none."""
+    from pipelines.embed.saved_vectors import PREFIX, is_saved_vectors_spec
+
+    return [spec[len(PREFIX):]] if is_saved_vectors_spec(spec) else []
+
+
+def refuse_local_store_on_dataflow(spec: str, options) -> None:
+    """`vectors:DIR` on local disk in a Dataflow job: UsageError, one line (`require_remote_on_dataflow`)."""
+    from pipelines.stage import require_remote_on_dataflow
+
+    for store in store_of(spec):
+        require_remote_on_dataflow(options, "--embedder vectors:", store)
 
 
 def cheap_pass(args, config: MineConfig, manifests: list, output: str, beam_args: Sequence[str]) -> int:
@@ -183,9 +202,13 @@ def cheap_pass(args, config: MineConfig, manifests: list, output: str, beam_args
                 "lang=%s", args.src, args.tgt, config.embedder, config.loose_margin, output, config.src_lang,
                 config.tgt_lang)
     started = time.perf_counter()
+    def wire(pipeline):
+        refuse_local_store_on_dataflow(config.embedder, pipeline.options)
+        return build_survivors_pipeline(pipeline, args.src, args.tgt, output, config)
+
     return run_stage("labse-mine", output, progress_unit="sentences", overwrite=args.overwrite, beam_args=beam_args,
-                     inputs=[args.src, args.tgt, config.src_index, config.tgt_index],
-                     wire=lambda pipeline: build_survivors_pipeline(pipeline, args.src, args.tgt, output, config),
+                     inputs=[args.src, args.tgt, config.src_index, config.tgt_index, *store_of(config.embedder)],
+                     wire=wire,
                      finish=lambda: read_output_stats(output),
                      summarise=lambda stats: summary_text("labse-mine", stats, "src_sentences",
                                                           survivors_summary(stats, time.perf_counter() - started)))
