@@ -615,9 +615,15 @@ class WriteParquetBatches(beam.PTransform):
         self.run_bytes = run_bytes
 
     def expand(self, batches):
-        total = (batches
-                 | "BatchRows" >> beam.Map(lambda batch: batch.num_rows)
-                 | "CountRows" >> beam.CombineGlobally(sum))
+        """`batches` (record batches), or {"batches": them, "rows": their number of rows, one element
+        counted upstream from something smaller}: the files' number comes from it, a side input of
+        the keying, so counting the batches themselves makes the runner store them once more first."""
+        if isinstance(batches, dict):
+            batches, total = batches["batches"], batches["rows"]
+        else:
+            total = (batches
+                     | "BatchRows" >> beam.Map(lambda batch: batch.num_rows)
+                     | "CountRows" >> beam.CombineGlobally(sum))
         return (batches
                 | "KeyShard" >> beam.FlatMap(_shard_batches, beam.pvalue.AsSingleton(total), self.rows_per_file,
                                              self.key_columns)

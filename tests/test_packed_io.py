@@ -115,8 +115,8 @@ def test_selected_pairs_get_their_sentences_and_provenance_back(saved, tmp_path)
         assert_that(rows, equal_to(expected))
 
 
-@pytest.mark.parametrize("spilled", [False, True])
-def test_the_batch_writer_files_rows_as_the_row_writer(tmp_path, spilled):
+@pytest.mark.parametrize("spilled, counted_upstream", [(False, False), (True, False), (False, True)])
+def test_the_batch_writer_files_rows_as_the_row_writer(tmp_path, spilled, counted_upstream):
     rows = [{"src": f"Satz {i}", "tgt": f"sentence {i % 7}", "src_lang": "de", "tgt_lang": "en", "cosine": 0.5,
              "margin": 1.0 + i / 100, "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": ""}
             for i in range(250)]
@@ -127,7 +127,10 @@ def test_the_batch_writer_files_rows_as_the_row_writer(tmp_path, spilled):
         by_batches = _small(write_pair_batches(str(tmp_path / "batches")))
         if spilled:  # a file's rows sorted in runs of ~20 rows and merged
             by_batches.run_bytes = 2048
-        _ = p | "Batches" >> beam.Create(batches) | "ByBatches" >> by_batches
+        written = p | "Batches" >> beam.Create(batches)
+        if counted_upstream:  # the number of rows from elsewhere (labse-mine counts the selected pairs)
+            written = {"batches": written, "rows": p | "Rows250" >> beam.Create([len(rows)])}
+        _ = written | "ByBatches" >> by_batches
     by_rows = sorted(f.name for f in (tmp_path / "rows").iterdir())
     assert by_rows == sorted(f.name for f in (tmp_path / "batches").iterdir())
     for name in by_rows:

@@ -19,7 +19,7 @@ import apache_beam as beam
 
 from pipelines.accounting import CountByName, MergeTallies
 from pipelines.mine.config import MineConfig
-from pipelines.mine.packed import SRC, TGT
+from pipelines.mine.packed import SRC, TGT, rows_of
 from pipelines.mine.packed_io import PackedPairRows, PackedSentences, kept_tally
 from pipelines.mine.packed_search import PackedNeighbours, PackedSelect
 from pipelines.mine.transforms import PAIR_SCHEMA, wire_mining
@@ -57,8 +57,9 @@ class PackedSides(beam.PTransform):
 
 
 class PackedGlobalMining(beam.PTransform):
-    """(source records, target records) -> {"pairs": Arrow record batches of the pair rows
-    (`PAIR_SCHEMA`), "tally": the counts}: `MineBitext` for the global layout over `vectors:DIR`."""
+    """(source records, target records) -> {"pairs": {"batches": Arrow record batches of the pair
+    rows (`PAIR_SCHEMA`), "rows": their number}, "tally": the counts}: `MineBitext` for the global
+    layout over `vectors:DIR` (`WriteParquetBatches` takes "pairs" as it is)."""
 
     def __init__(self, config: MineConfig):
         super().__init__()
@@ -72,8 +73,12 @@ class PackedGlobalMining(beam.PTransform):
         selected = found["bests"] | "Select" >> PackedSelect(c.strategy, c.min_margin, query_batch=c.query_batch)
         rows = ((selected["pairs"], read["provenance"])
                 | "Rows" >> PackedPairRows(c.embedder, c.src_lang, c.tgt_lang, c.query_batch, PAIR_SCHEMA))
+        # one row a selected pair: counted here, the rows (their texts) go straight to the writer's files
+        count = (selected["pairs"]
+                 | "PairsInBatch" >> beam.Map(rows_of)
+                 | "CountPairs" >> beam.CombineGlobally(sum))
         tally = (read["tally"], kept, found["tally"], selected["tally"]) | "Total" >> MergeTallies()
-        return {"pairs": rows, "tally": tally}
+        return {"pairs": {"batches": rows, "rows": count}, "tally": tally}
 
 
 def _pair_batches_written(rows: int) -> dict:
