@@ -151,6 +151,9 @@ def environment_fault(error: BaseException) -> str | None:
     lost = str(error).partition(f"{WORKERS_LOST}: ")[2]  # failed in the job's thread, sent as text
     if lost:
         return f"{lost.splitlines()[0]}; nothing was completed: restart the worker pool and rerun"
+    if "StartWorker" in str(error) and "StatusCode.UNAVAILABLE" in str(error):  # the pool died as it started one
+        return (f"{WORKERS_LOST_LINE}: it stopped answering as it started a worker; nothing was completed: restart "
+                "the worker pool and rerun")
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
@@ -409,7 +412,7 @@ def watching_worker_pool(address: str | None, every: float = 2.0):
         silences = 0
         while not done.wait(every):
             silences = silences + 1 if silences >= 2 or not pool_answers(address, every) else 0
-            if silences >= 2:
+            if silences >= 2 and not done.is_set():  # a run that has ended is not failed after the fact
                 for connection in list(_CONNECTIONS):
                     fail_pending_work(connection, f"{address} stopped answering")
 

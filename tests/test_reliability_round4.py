@@ -562,7 +562,10 @@ def test_a_silent_worker_pool_aborts_the_work_it_was_asked_for():
     from pipelines.stage import fail_when_workers_are_lost, watching_worker_pool
 
     fail_when_workers_are_lost()
-    pending = ControlConnection().push(beam_fn_api_pb2.InstructionRequest())  # never connected
+    # held, as the runner's worker handler holds it: the watch finds connections through weak
+    # references, and a dropped one went when the garbage collector happened to run (a flaky test)
+    connection = ControlConnection()  # never connected
+    pending = connection.push(beam_fn_api_pb2.InstructionRequest())
     with socket.socket() as probe:  # bound, never listened on: the pool is gone
         probe.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{probe.getsockname()[1]}"
@@ -623,6 +626,21 @@ def test_a_worker_pool_that_dies_mid_run_is_one_line(tmp_path, capsys, caplog, w
     assert len(err) == 1 and err[0].startswith("labse-test: error: the SDK workers stopped during the run"), err
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage()[:200] for r in caplog.records]
     assert not (tmp_path / "out.lock").exists() and not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_a_pool_that_dies_as_it_starts_a_worker_is_the_same_one_line():
+    """The pool killed while the runner's StartWorker call is under way (the race in the test above
+    at 0 s): the job fails with gRPC's UNAVAILABLE from that call, not through a control connection."""
+    from pipelines.stage import WORKERS_LOST_LINE, environment_fault
+
+    failed = RuntimeError("Pipeline job-1 failed in state FAILED: Error running pipeline.\nTraceback (most recent "
+                          "call last):\n  ...\n    response = stub.StartWorker(\n  ...\ngrpc._channel._InactiveRpcError: "
+                          "<_InactiveRpcError of RPC that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n\t"
+                          "details = \"Stream removed (Socket closed)\"\n>")
+    line = environment_fault(failed)
+    assert line is not None and line.startswith(WORKERS_LOST_LINE) and "\n" not in line
+    other = RuntimeError("Pipeline job-1 failed in state FAILED: ... stub.StartWorker( ... StatusCode.INVALID_ARGUMENT")
+    assert environment_fault(other) is None  # a refused request is a bug or a usage error, with its traceback
 
 
 @pytest.mark.parametrize("temp", [[], ["--temp_location", "/tmp/local"]])
