@@ -112,3 +112,27 @@ def test_a_bucket_store_without_fitting_keys_tables_is_refused_in_one_line(store
         SavedVectorsEmbedder(f"gs://{bucket}/short")
     with pytest.raises(SavedVectorsError, match="saved vectors directory not found"):
         SavedVectorsEmbedder(f"gs://{bucket}/absent")
+
+
+def test_an_unsafe_object_name_never_becomes_a_cached_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABSE_CACHE", str(tmp_path / "cache"))
+    for url in ("gs://bucket/vectors/..", "gs://bucket/vectors/"):
+        with pytest.raises(storage.UnsafeNameError):
+            storage.cached_copy(url)
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*"))
+
+
+def test_a_dataflow_job_refuses_local_saved_vectors_in_one_line(tmp_path):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.io.config_options import UsageError
+    from pipelines.mine.cli import refuse_local_store_on_dataflow, store_of
+
+    dataflow = PipelineOptions(["--runner", "DataflowRunner"])
+    assert store_of("vectors:gs://b/v") == ["gs://b/v"] and store_of("usem3") == []
+    with pytest.raises(UsageError, match="Dataflow's workers read it and see no local path") as refused:
+        refuse_local_store_on_dataflow(f"vectors:{tmp_path}", dataflow)
+    assert "\n" not in str(refused.value)
+    refuse_local_store_on_dataflow("vectors:gs://b/v", dataflow)  # a bucket: workers read it
+    refuse_local_store_on_dataflow(f"vectors:{tmp_path}", PipelineOptions([]))  # a local run reads local disk
+    refuse_local_store_on_dataflow("usem3", dataflow)

@@ -209,7 +209,7 @@ class _KeyedFile:
         self._lookups = 0
         self._line_starts: np.ndarray | None = None  # by row, built on the first `lines` call
         if self.remote:
-            self.keys = self.hashes = self.text = None  # loaded by `_lookup_tables` on the first lookup
+            self.keys = self.hashes = self.text = None  # loaded by `load_tables` on the first lookup
             return
         self._open_tables(Path(self.keys_path), Path(texts_path))
         self._fd = os.open(matrix_path, os.O_RDONLY)
@@ -249,8 +249,9 @@ class _KeyedFile:
         with open(texts_path, "rb") as handle:
             self.text = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if self.rows else b""
 
-    def _lookup_tables(self) -> None:
-        """A remote pair's keys table and text, from the host's cache (copied there the first time)."""
+    def load_tables(self) -> None:
+        """A remote pair's keys table and text, from the host's cache (copied there the first time);
+        a local pair's are open from the start."""
         if self.keys is None:
             from pipelines.io import storage
 
@@ -262,7 +263,7 @@ class _KeyedFile:
         found = np.full(len(keys), -1, np.int64)
         if not self.rows:
             return found
-        self._lookup_tables()
+        self.load_tables()
         starts = np.searchsorted(self.hashes, hashes, side="left")
         at = np.minimum(starts, self.rows - 1)
         candidates = np.flatnonzero((starts < self.rows) & (np.asarray(self.hashes[at]) == hashes))
@@ -286,7 +287,7 @@ class _KeyedFile:
     def lines(self, rows: np.ndarray) -> list[str]:
         """The sentences of `rows` (normalised, as they are looked up)."""
         if self._line_starts is None:
-            self._lookup_tables()
+            self.load_tables()
             starts = np.empty(self.rows, np.uint64)
             starts[np.asarray(self.keys[1], dtype=np.int64)] = np.asarray(self.keys[2])
             self._line_starts = starts
@@ -357,7 +358,7 @@ class SavedVectorsEmbedder:
     def __len__(self) -> int:
         """Distinct sentences (by their 64-bit keys)."""
         for keyed in self._files:
-            keyed._lookup_tables()
+            keyed.load_tables()
         return len(np.unique(np.concatenate([np.asarray(f.hashes) for f in self._files])))
 
     def close(self) -> None:

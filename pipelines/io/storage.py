@@ -338,9 +338,11 @@ def cached_copy(url: str) -> Path:
     that ask at the same time wait for one download (a file lock) instead of each fetching it."""
     import fcntl
 
+    name = url.rsplit("/", 1)[-1]
+    local_child(cache_dir("objects"), name, source=url)  # a name from a bucket: checked before any request
     version = hashlib.sha256(object_version(url).encode()).hexdigest()[:12]
     folder = cache_dir("objects", url_key(url), version)
-    local = folder / url.rstrip("/").rsplit("/", 1)[-1]
+    local = folder / name
     if local.is_file():
         return local
     folder.mkdir(parents=True, exist_ok=True)

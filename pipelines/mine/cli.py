@@ -202,6 +202,7 @@ def cheap_pass(args, config: MineConfig, manifests: list, output: str, beam_args
                 "lang=%s", args.src, args.tgt, config.embedder, config.loose_margin, output, config.src_lang,
                 config.tgt_lang)
     started = time.perf_counter()
+
     def wire(pipeline):
         refuse_local_store_on_dataflow(config.embedder, pipeline.options)
         return build_survivors_pipeline(pipeline, args.src, args.tgt, output, config)

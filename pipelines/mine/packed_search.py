@@ -303,13 +303,13 @@ class _MarginRequests(beam.DoFn):
 
 
 def _joined(grouped: dict, tag: str) -> Iterator:
-    """A join's values of `tag` from every search direction (tags `tag` or `tag.<direction>`)."""
+    """A join's values of `tag` from every search direction (tags `tag.<direction>`)."""
     return itertools.chain.from_iterable(values for name, values in grouped.items() if name.partition(".")[0] == tag)
 
 
 class _ScoreAtCandidate(beam.DoFn):
-    """(b's range key, {"means": its kNN means, "asks": margin requests}, each tag possibly per
-    direction: `means.Full`...) -> (a's range key, (b's range key, `{ids: a, other: b, margin,
+    """(b's range key, {"means.D": its kNN means, "asks.D": margin requests} for each search
+    direction D) -> (a's range key, (b's range key, `{ids: a, other: b, margin,
     sim}`)) for every request whose b has a mean (ids `within` their keys); the rest are counted."""
 
     def __init__(self, margin_kind: str, query_batch: int):
@@ -360,7 +360,7 @@ class PackedNeighbours(beam.PTransform):
         plan = index_plan(c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
                           load_manifest(c.tgt_index, "--tgt-index"), c.nprobe, c.rerank)
         if c.backward_search == "all":
-            tops = {"": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder)}
+            tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder)}
         else:
             counts = (batches
                       | "SideSizes" >> beam.MapTuple(lambda key, batch: (key[0], rows_of(batch)))
@@ -374,14 +374,14 @@ class PackedNeighbours(beam.PTransform):
                       | "JoinAsked" >> beam.CoGroupByKey()
                       | "AskedOnly" >> beam.ParDo(_AskedOnly()))
             backward = wanted | "SearchAsked" >> _SearchBatches(plan, c.k, c.embedder)
-            tops = {".Full": forward, ".Asked": backward}
+            tops = {"Full": forward, "Asked": backward}
         # each direction's requests enter the join on their own: a Flatten of both directions' top k
         # lists would write them to the runner once more (the DirectRunner materialises a Flatten)
         to_join, tallies = {}, []
         for direction, top in tops.items():
             requests = top | f"MarginRequests{direction}" >> beam.ParDo(_MarginRequests(c.query_batch)).with_outputs(
                 "means", "tally", main="asks")
-            to_join.update({f"means{direction}": requests.means, f"asks{direction}": requests.asks})
+            to_join.update({f"means.{direction}": requests.means, f"asks.{direction}": requests.asks})
             tallies.append(requests.tally)
         scored = (to_join
                   | "JoinAtCandidate" >> beam.CoGroupByKey()
