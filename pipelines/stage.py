@@ -231,11 +231,16 @@ def beam_pipeline(beam_args: Sequence[str]) -> beam.Pipeline:
     """A Beam pipeline for `beam_args`, every option checked that can be before it runs: the files
     a run stages exist (`check_staged_files`), the runner is one Beam knows and Beam's own
     validators pass (Dataflow: --project, --region, gs:// --temp_location ...); a local run gets
-    `local_runner` (no download). Raises UsageError, one line, naming what is wrong; nothing has
-    been touched."""
-    from apache_beam.options.pipeline_options import PipelineOptions
+    `local_runner` (no download). Every SDK worker of the run, and this process, bound the memory
+    of their outputs to the runner (`pipelines.beam_worker`, a Beam plugin). Raises UsageError, one
+    line, naming what is wrong; nothing has been touched."""
+    from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
+
+    from pipelines import beam_worker
 
     options = PipelineOptions(list(beam_args))
+    setup = options.view_as(SetupOptions)
+    setup.beam_plugins = [*(setup.beam_plugins or ()), beam_worker.__name__]
     check_staged_files(options)
     if check_worker_pool(options):
         fail_when_workers_are_lost()
