@@ -4,7 +4,7 @@ Layers, bottom to top (a module imports only its own layer or lower ones):
 
     pipelines.io                      the storage floor: Beam-free paths, lock, _SUCCESS, formats
     pipelines.text                    pure text functions (never the readers, nor anything above)
-    pipelines.accounting, .stage      counting and the stage kit (Beam)
+    pipelines.accounting, .stage      counting and the stage kit (Beam; .beam_worker: its SDK workers)
     pipelines.read                    the readers (may use pipelines.text)
     pipelines.embed                   the embedders and `auto` (imports no stage; the stages use it)
     pipelines.<stage>                 clean, main_content, index, mine, score, tfrecords, distill
@@ -121,7 +121,7 @@ PACKAGES = ("pipelines", "vocab", "labse_model", "recipes")
 STAGES = ("clean", "main_content", "vectors", "index", "mine", "score", "tfrecords", "distill")
 LAYERS = {"pipelines.io": 0, "pipelines.text": 1, "pipelines.accounting": 2, "pipelines.stage": 2, "pipelines.progress": 2,
           "pipelines.report": 5,
-          "pipelines.stage_options": 2,
+          "pipelines.stage_options": 2, "pipelines.beam_worker": 2,
           "pipelines.read": 3, "pipelines.embed": 4, **{f"pipelines.{stage}": 5 for stage in STAGES}, "vocab": 6,
           "labse_model": 7, "recipes": 8}
 
