@@ -15,7 +15,7 @@ import pytest
 from pipelines.embed.saved_vectors import SavedVectorsEmbedder
 from pipelines.mine import packed
 from pipelines.mine.config import MineConfig
-from pipelines.mine.packed_search import (PackedNeighbours, PackedSelect, best_candidates, decide_pairs,
+from pipelines.mine.packed_search import (OTHER, PackedNeighbours, PackedSelect, best_candidates, decide_pairs,
                                            dominant_at_targets, knn_means,
                                           margin_requests, merge_top, restored, score_candidates, within)
 from pipelines.mine.transforms import MineBitext
@@ -289,3 +289,59 @@ def test_max_over_integer_ids_is_greedy_uniques_choice_ties_included():
     kept = greedy_unique_columns(margins, sources, targets)
     expected = greedy_unique(zip(margins.tolist(), sources.tolist(), targets.tolist()))
     assert sorted(zip(margins[kept].tolist(), sources[kept].tolist(), targets[kept].tolist())) == sorted(expected)
+
+
+# ------------------------------------------------------------------------------------ shard loads
+def _best_rows(element) -> list:
+    key, best = element
+    return [json.dumps([list(key), *row]) for row in zip(*(best[c].tolist() for c in sorted(best)))]
+
+
+def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candidates(saved, hub_indexes, tmp_path):  # noqa: F811
+    """--batches-per-load 4 on the hub indexes (German 2 shards, English 3): the batches of a file
+    meet each shard four at a time, and a worker loads the shard once a group (at most 9 loads for
+    the 31 searches of a batch in a shard); the best candidates equal those of one batch a load."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    root, de, _en, _vectors = saved
+    store = SavedVectorsEmbedder(root / "vectors")
+    english = (root / "en_hub" / "part.txt").read_text(encoding="utf-8").splitlines()
+    batches = _batches(store, packed.SRC, de) + _batches(store, packed.TGT, english)
+    shards = {packed.SRC: 2, packed.TGT: 3}
+    searches = sum(shards[OTHER[key[0]]] for key, _ in batches)
+    groups = sum(shards[OTHER[side]] for side, _file, _group in
+                 {(key[0], key[1], key[2] // 4) for key, _ in batches})
+    assert (searches, groups) == (31, 9)
+    pipeline = beam.Pipeline()
+    for per_load in (1, 4):
+        config = MineConfig(src_lang="de", tgt_lang="en", embedder=f"vectors:{root / 'vectors'}",
+                            src_index=str(hub_indexes / "de"), tgt_index=str(hub_indexes / "en"),
+                            backward_search="all", query_batch=QUERY_BATCH, batches_per_load=per_load)
+        (pipeline
+         | f"batches{per_load}" >> beam.Create(batches)
+         | f"per_load{per_load}" >> PackedNeighbours(config)
+         )["bests"] | f"rows{per_load}" >> beam.FlatMap(_best_rows) | f"save{per_load}" >> beam.ParDo(
+            _Save(str(tmp_path / str(per_load))))
+        (tmp_path / str(per_load)).mkdir()
+    result = pipeline.run()
+    result.wait_until_finish()
+    loads = {per_load: sum(c.committed for c in result.metrics().query(MetricsFilter())["counters"]
+                           if c.key.metric.name == "index.shard_loads" and c.key.step.startswith(f"per_load{per_load}"))
+             for per_load in (1, 4)}
+    assert 0 < loads[4] <= groups < loads[1] <= searches, loads
+    best = {per_load: sorted(_saved(tmp_path / str(per_load))) for per_load in (1, 4)}
+    assert best[1] and best[1] == best[4]
+
+
+def test_batches_per_load_follow_the_largest_shard_unless_given():
+    from pipelines.index.shards import IndexManifest
+    from pipelines.mine.packed_search import SENTENCES_PER_QUERY_AT_LOAD, batches_per_load
+
+    def manifest(*sizes):
+        return IndexManifest(lang="en", factory="Flat", dim=256, nprobe=1, trained_on=0,
+                             shards=[{"name": f"s{i}", "sentences": n, "bytes": 0} for i, n in enumerate(sizes)])
+
+    assert batches_per_load(manifest(20_000_000, 3), 8_192) == -(-20_000_000 // (SENTENCES_PER_QUERY_AT_LOAD * 8_192)) == 77
+    assert batches_per_load(manifest(262_144), 8_192) == batches_per_load(manifest(), 8_192) == 1
+    assert batches_per_load(manifest(262_145), 8_192) == 2
+    assert batches_per_load(manifest(20_000_000), 8_192, given=3) == 3

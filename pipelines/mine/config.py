@@ -62,6 +62,9 @@ class MineConfig:
                                   "no one proposed, which `max` may select)", choices=BACKWARD_SEARCHES)
     query_batch: int = option(8_192, "sentences searched together against one index shard (global layout): a "
                               "worker's query memory, whatever the input's size")
+    batches_per_load: int = option(0, "global layout: query batches a worker searches in an index shard each time "
+                                   "it loads one (0: from the shard's size, enough queries that loading it costs "
+                                   "about a tenth of searching them: one query per 32 of its sentences)")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
                                            "every sentence and finds each one's --cascade-candidates nearest in the "
                                            "cells; --embedder embeds only the survivors (--cascade-loose-margin) and "
@@ -120,6 +123,9 @@ class MineConfig:
                             f"{self.cascade_loose_margin} (--no-cascade-spare gives every sentence to --embedder)")
         if self.layout == "cells" and indexes:
             problems.append("--src-index / --tgt-index are for the global layout, not --layout cells")
+        if not 0 <= self.batches_per_load <= 1_000_000:
+            problems.append(f"batches_per_load (--batches-per-load) must be between 0 (from the shard's size) and "
+                            f"1,000,000, got {self.batches_per_load}")
         if not 0 <= self.rerank <= 10_000:
             problems.append(f"rerank (--rerank) must be between 0 and 10,000, got {self.rerank}")
         if self.nprobe is not None and not 1 <= self.nprobe <= 1 << 20:

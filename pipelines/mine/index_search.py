@@ -201,6 +201,7 @@ class _SearchShard(beam.DoFn):
 
         self.index_dirs, self.nprobes, self.k, self.rerank, self.store = index_dirs, nprobes, k, rerank, store
         self.searched = beam.metrics.Metrics.counter("mine", "index.queries_searched")
+        self.loads = beam.metrics.Metrics.counter("mine", "index.shard_loads")
         self._loaded = None
         self._shared = Shared()
 
@@ -225,6 +226,7 @@ class _SearchShard(beam.DoFn):
 
     def _load(self, key: tuple) -> LoadedShard:
         side, _dir, name, nprobe, rerank, _store = key
+        self.loads.inc()
         base = f"{self.index_dirs[side]}/{name}"
         index = from_bytes(_read_object(f"{base}.faiss"))
         set_nprobe(index, nprobe)

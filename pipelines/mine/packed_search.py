@@ -6,10 +6,12 @@ with `--embedder vectors:DIR`, with the same numbers, but every element a `Packe
 sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id, 4 or 8 a number).
 
 1. Search (`_SearchBatches`): a query batch (the run's sentences of one range key) goes to each shard
-   of the OTHER side's index; the rows are read where they are searched, and a hit, which the index
-   names by its text, becomes the other side's store id (`SavedVectorsEmbedder.find`; -1 where the
-   store lacks the text). Per (batch, shard) one Packed `{ids [n], sims [n, k], hits [n, k]}`
-   (missing hits: -inf, -1); grouped per batch and merged into its top k (`merge_top`).
+   of the OTHER side's index, with the next batches of its file (`batches_per_load`: a worker loads
+   a shard once for them all, not once a batch); the rows are read where they are searched, and a
+   hit, which the index names by its text, becomes the other side's store id
+   (`SavedVectorsEmbedder.find`; -1 where the store lacks the text). Per (batch, shard) one Packed
+   `{ids [n], sims [n, k], hits [n, k]}` (missing hits: -inf, -1); grouped per batch and merged
+   into its top k (`merge_top`).
 2. `--backward-search candidates`: the side `side_searched_in_full` is searched in full, of the other
    only the sentences in this run's input among those top-k lists (`_AskedOnly`); `all`: both sides.
 3. Margins: each (query a, hit b, cosine, a's kNN mean) goes to b's range key (`margin_requests`),
@@ -29,6 +31,7 @@ instead of texts, which only changes a choice between candidates of exactly equa
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Iterator, Optional
 
 import apache_beam as beam
@@ -36,7 +39,7 @@ import numpy as np
 
 from pipelines.accounting import MergeTallies
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
-from pipelines.index.shards import search_shard_arrays
+from pipelines.index.shards import IndexManifest, search_shard_arrays
 from pipelines.mine.config import MineConfig
 from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
@@ -185,19 +188,38 @@ def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
 
 
 # ------------------------------------------------------------------------------------ Beam steps
+# A shard is loaded for at least one query per this many of its sentences. Loading reads its codes,
+# float16 rows and text (~700 bytes a sentence at 256 dimensions: ~3 us at ~250 MB/s from a bucket)
+# and a query costs ~0.9 ms to search (half the 1.79 ms a mined sentence of BENCHMARKS.md's cost
+# row, which searches both directions), so the load stays ~10% of the search it serves.
+SENTENCES_PER_QUERY_AT_LOAD = 32
+
+
+def batches_per_load(manifest: IndexManifest, query_batch: int, given: int = 0) -> int:
+    """How many query batches of a file are searched in one of `manifest`'s shards for one load of
+    it: `given`, or where 0, enough for one query per SENTENCES_PER_QUERY_AT_LOAD sentences of its
+    largest shard (1 for shards of up to 262,144 sentences at the default batch of 8,192)."""
+    if given:
+        return given
+    largest = max((shard["sentences"] for shard in manifest.shards), default=0)
+    return max(1, math.ceil(largest / (SENTENCES_PER_QUERY_AT_LOAD * query_batch)))
+
+
 class _SearchPackedShard(_SearchShard):
-    """(index side, shard name, range key, query store ids) -> (range key, `{ids, sims [n, k], hits
-    [n, k]}`): the queries' top k in that shard, each hit the other side's store id (-1 where the
-    store lacks its text). The shard (`HeldShards`) keeps the store ids of its sentences hit so far
-    (at most 8 bytes a shard sentence)."""
+    """((index side, shard name, file, group), [(range key, query store ids)]) -> (range key, `{ids,
+    sims [n, k], hits [n, k]}`) for each batch of the group: its queries' top k in that shard, each
+    hit the other side's store id (-1 where the store lacks its text). The group's batches share one
+    load of the shard (`HeldShards`), which keeps the store ids of its sentences hit so far (at most
+    8 bytes a shard sentence)."""
 
     def process(self, element):
-        side, name, key, ids = element
-        labels, (sims, positions) = self._searched(
-            side, name, references(ids),
-            lambda index, _labels, queries, k, rows, depth: search_shard_arrays(index, queries, k, rows, depth))
-        sims, hits = pad_hits(sims, self._store_ids(labels, positions), self.k)
-        yield key, {"ids": ids, "sims": sims, "hits": hits}
+        (side, name, *_group), batches = element
+        for key, ids in batches:
+            labels, (sims, positions) = self._searched(
+                side, name, references(ids),
+                lambda index, _labels, queries, k, rows, depth: search_shard_arrays(index, queries, k, rows, depth))
+            sims, hits = pad_hits(sims, self._store_ids(labels, positions), self.k)
+            yield key, {"ids": ids, "sims": sims, "hits": hits}
 
     def _store_ids(self, labels, positions: np.ndarray) -> np.ndarray:
         # store id + 2 by shard position, 0 where not looked up yet: zeros from calloc, so only the
@@ -215,12 +237,14 @@ class _SearchPackedShard(_SearchShard):
         return np.where(positions >= 0, cache[np.maximum(positions, 0)] - 2, -1)
 
 
-def _to_shards(keyed, shard_names: dict):
-    """A query batch -> one element per shard of the other side's index."""
+def _to_shards(keyed, shard_names: dict, per_load: dict):
+    """A query batch -> ((shard's side, shard name, file, group), (range key, ids)) for each shard of
+    the other side's index: a group is `per_load[that side]` consecutive batches of one file."""
     key, batch = keyed
-    other = OTHER[key[0]]
+    side, file, block = key
+    other = OTHER[side]
     for name in shard_names[other]:
-        yield other, name, key, batch["ids"]
+        yield (other, name, file, block // per_load[other]), (key, batch["ids"])
 
 
 def _merge_shards(keyed, k: int):
@@ -230,17 +254,19 @@ def _merge_shards(keyed, k: int):
 
 class _SearchBatches(beam.PTransform):
     """(range key, `{ids}`) query batches -> (range key, its top k `{ids, sims, hits}`) from every
-    shard of the other side's index (batches with no hit anywhere give nothing)."""
+    shard of the other side's index (batches with no hit anywhere give nothing). A worker searches
+    a group of `per_load[side]` batches in a shard of `side` for each load of it (with one batch an
+    element, in the order a runner hands elements out, it would load a shard about once a batch)."""
 
-    def __init__(self, plan: tuple, k: int, store: str):
+    def __init__(self, plan: tuple, k: int, store: str, per_load: dict):
         super().__init__()
-        self.plan, self.k, self.store = plan, k, store
+        self.plan, self.k, self.store, self.per_load = plan, k, store, per_load
 
     def expand(self, batches):
         dirs, shards, nprobes, rerank = self.plan
         return (batches
-                | "ToShards" >> beam.FlatMap(_to_shards, shards)
-                | "Spread" >> beam.Reshuffle()
+                | "ToShards" >> beam.FlatMap(_to_shards, shards, self.per_load)
+                | "GroupByShardLoad" >> beam.GroupByKey()
                 | "SearchShards" >> beam.ParDo(_SearchPackedShard(dirs, nprobes, self.k, rerank, self.store))
                 | "GroupShards" >> beam.GroupByKey()
                 | "MergeShards" >> beam.Map(_merge_shards, self.k))
@@ -357,10 +383,12 @@ class PackedNeighbours(beam.PTransform):
 
     def expand(self, batches):
         c = self.config
-        plan = index_plan(c.src_index, c.tgt_index, load_manifest(c.src_index, "--src-index"),
-                          load_manifest(c.tgt_index, "--tgt-index"), c.nprobe, c.rerank)
+        manifests = {SRC: load_manifest(c.src_index, "--src-index"), TGT: load_manifest(c.tgt_index, "--tgt-index")}
+        plan = index_plan(c.src_index, c.tgt_index, manifests[SRC], manifests[TGT], c.nprobe, c.rerank)
+        per_load = {side: batches_per_load(manifest, c.query_batch, c.batches_per_load)
+                    for side, manifest in manifests.items()}
         if c.backward_search == "all":
-            tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder)}
+            tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder, per_load)}
         else:
             counts = (batches
                       | "SideSizes" >> beam.MapTuple(lambda key, batch: (key[0], rows_of(batch)))
@@ -368,12 +396,12 @@ class PackedNeighbours(beam.PTransform):
                       | "CountsDict" >> beam.combiners.ToDict())
             split = batches | "FullSide" >> beam.FlatMap(
                 _split_full_side, beam.pvalue.AsSingleton(counts), c.strategy).with_outputs("other", main="full")
-            forward = split.full | "SearchFull" >> _SearchBatches(plan, c.k, c.embedder)
+            forward = split.full | "SearchFull" >> _SearchBatches(plan, c.k, c.embedder, per_load)
             asked = forward | "AskOtherSide" >> beam.FlatMap(_asked, c.query_batch)
             wanted = ({"batch": split.other, "asked": asked}
                       | "JoinAsked" >> beam.CoGroupByKey()
                       | "AskedOnly" >> beam.ParDo(_AskedOnly()))
-            backward = wanted | "SearchAsked" >> _SearchBatches(plan, c.k, c.embedder)
+            backward = wanted | "SearchAsked" >> _SearchBatches(plan, c.k, c.embedder, per_load)
             tops = {"Full": forward, "Asked": backward}
         # each direction's requests enter the join on their own: a Flatten of both directions' top k
         # lists would write them to the runner once more (the DirectRunner materialises a Flatten)
