@@ -64,7 +64,7 @@ class MineConfig:
                               "worker's query memory, whatever the input's size")
     batches_per_load: int = option(0, "global layout: query batches a worker searches in an index shard each time "
                                    "it loads one (0: from the shard's size, enough queries that loading it costs "
-                                   "about a tenth of searching them: one query per 32 of its sentences)")
+                                   "a fifth of searching them or less: one query per 32 of its sentences)")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
                                            "every sentence and finds each one's --cascade-candidates nearest in the "
                                            "cells; --embedder embeds only the survivors (--cascade-loose-margin) and "

@@ -189,9 +189,10 @@ def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
 
 # ------------------------------------------------------------------------------------ Beam steps
 # A shard is loaded for at least one query per this many of its sentences. Loading reads its codes,
-# float16 rows and text (~700 bytes a sentence at 256 dimensions: ~3 us at ~250 MB/s from a bucket)
-# and a query costs ~0.9 ms to search (half the 1.79 ms a mined sentence of BENCHMARKS.md's cost
-# row, which searches both directions), so the load stays ~10% of the search it serves.
+# float16 rows and text (~700 bytes a sentence at 256 dimensions: ~2.8 us at ~250 MB/s from a
+# bucket), 90 us a query at 32; searching a query in a shard costs at least its coarse quantiser
+# (each shard holds its own: 0.41 ms with HNSW at 262,144 lists, measured) and its re-ranking
+# (0.06 ms), so the load stays under ~20% of the search it serves (BENCHMARKS.md).
 SENTENCES_PER_QUERY_AT_LOAD = 32
 
 
