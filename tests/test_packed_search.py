@@ -345,3 +345,5 @@ def test_batches_per_load_follow_the_largest_shard_unless_given():
     assert batches_per_load(manifest(262_144), 8_192) == batches_per_load(manifest(), 8_192) == 1
     assert batches_per_load(manifest(262_145), 8_192) == 2
     assert batches_per_load(manifest(20_000_000), 8_192, given=3) == 3
+    with pytest.raises(ValueError, match="batches_per_load"):
+        MineConfig(src_lang="de", tgt_lang="en", batches_per_load=-1)

@@ -206,6 +206,11 @@ def batches_per_load(manifest: IndexManifest, query_batch: int, given: int = 0) 
     return max(1, math.ceil(largest / (SENTENCES_PER_QUERY_AT_LOAD * query_batch)))
 
 
+def _search_arrays(index, _labels, queries, k, rows, depth):
+    """`_SearchShard._searched`'s search, answering in arrays (shard positions, not labels)."""
+    return search_shard_arrays(index, queries, k, rows, depth)
+
+
 class _SearchPackedShard(_SearchShard):
     """((index side, shard name, file, group), [(range key, query store ids)]) -> (range key, `{ids,
     sims [n, k], hits [n, k]}`) for each batch of the group: its queries' top k in that shard, each
@@ -216,9 +221,7 @@ class _SearchPackedShard(_SearchShard):
     def process(self, element):
         (side, name, *_group), batches = element
         for key, ids in batches:
-            labels, (sims, positions) = self._searched(
-                side, name, references(ids),
-                lambda index, _labels, queries, k, rows, depth: search_shard_arrays(index, queries, k, rows, depth))
+            labels, (sims, positions) = self._searched(side, name, references(ids), _search_arrays)
             sims, hits = pad_hits(sims, self._store_ids(labels, positions), self.k)
             yield key, {"ids": ids, "sims": sims, "hits": hits}
 
