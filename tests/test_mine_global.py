@@ -310,6 +310,43 @@ def test_fast_scan_codes_with_an_hnsw_quantiser_are_searched_deep_and_re_ranked_
     assert [row[0][1] for row in hits] == list(range(30))
 
 
+@pytest.mark.parametrize("factory", ["IVF16,Flat", "IVF16_HNSW32,PQ16x4fs", "OPQ16,IVF16,PQ16x4", "Flat"])
+def test_one_coarse_assignment_searches_every_shard_as_its_own_quantiser_would(factory):
+    """Three shards filled from one trained index (labse-index's way): the lists a query is assigned
+    by one shard's quantiser give, in each shard, the hits and similarities of that shard's plain
+    search (OPQ rotations and fast-scan codes included); an index without lists has no assignment."""
+    from pipelines.index.shards import coarse_assignment, from_bytes, search_shard_arrays, set_nprobe, to_bytes, train_index
+
+    rng = np.random.default_rng(2)
+    base = rng.standard_normal((3000, 32)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    queries = base[::100] + 0.2 * rng.standard_normal((30, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    trained = to_bytes(train_index(base, factory))
+    shards = []
+    for part in np.array_split(base, 3):
+        shard = from_bytes(trained)
+        shard.add(part)
+        set_nprobe(shard, 4)
+        shards.append(shard)
+    assigned = coarse_assignment(shards[1], queries)
+    if factory == "Flat":
+        assert assigned is None
+        return
+    lists, similarities = assigned
+    assert lists.shape == similarities.shape == (30, 4) and lists.dtype == np.int32
+    for shard, rows in zip(shards, np.array_split(base, 3)):
+        plain = search_shard_arrays(shard, queries, 5, rows.astype(np.float16), depth=20)
+        preassigned = search_shard_arrays(shard, queries, 5, rows.astype(np.float16), depth=20, assigned=assigned)
+        np.testing.assert_array_equal(preassigned[1], plain[1])
+        np.testing.assert_array_equal(preassigned[0], plain[0])
+        assert (plain[1] >= 0).sum() > 100
+    elsewhere = search_shard_arrays(shards[0], queries, 5, assigned=((lists + 8) % 16, similarities))
+    assert not np.array_equal(elsewhere[1], search_shard_arrays(shards[0], queries, 5)[1])  # the lists are used
+    with pytest.raises(ValueError, match="visits 4"):
+        search_shard_arrays(shards[0], queries, 5, assigned=(lists[:, :2], similarities[:, :2]))
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--src-index", "X"], "give both --src-index and --tgt-index"),
     (["--layout", "global"], "--layout global searches labse-index outputs"),

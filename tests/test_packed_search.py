@@ -25,7 +25,8 @@ QUERY_BATCH = 128  # English: 3 blocks of its first file, 8 of the second
 COUNTS = ("src_sentences.with_candidates", "tgt_sentences.with_candidates", "best.fwd", "best.bwd",
           "candidate_pairs.read", "candidate_pairs.dropped.not_selected", "candidate_pairs.dropped.below_min_margin",
           "pairs.selected")
-METRICS = ("index.queries_searched", "index.backward_searched", "index.backward_skipped", "candidates.not_in_input")
+METRICS = ("index.queries_searched", "index.backward_searched", "index.backward_skipped", "candidates.not_in_input",
+           "index.queries_assigned")
 # name: (strategy, backward search, min margin, English input, store, indexes)
 RUNS = {
     "max_candidates": ("max", "candidates", None, "en_hub", "all", "flat"),
@@ -37,7 +38,10 @@ RUNS = {
     "max_candidates_outside": ("max", "candidates", 1.1, "en", "de_en", "flat"),
     # compressed codes searched in one list of four, 16 hits re-ranked by exact cosine
     "max_candidates_compressed": ("max", "candidates", None, "en", "de_en", "compressed"),
+    # the size table's kind: fast-scan codes behind an HNSW quantiser, 2 lists of 8
+    "max_all_fast_scan": ("max", "all", None, "en", "de_en", "fast_scan"),
 }
+SEARCHED = {"compressed": {"nprobe": 1, "rerank": 16}, "fast_scan": {"nprobe": 2, "rerank": 16}}
 
 
 class _Save(beam.DoFn):
@@ -78,13 +82,15 @@ def runs(saved, hub_indexes, tmp_path_factory):  # noqa: F811
             (stores["de_en"] / f"{name}{suffix}").write_bytes((root / "vectors" / f"{name}{suffix}").read_bytes())
     english = {"en_hub": (root / "en_hub" / "part.txt").read_text(encoding="utf-8").splitlines(), "en": en}
     opened = {name: SavedVectorsEmbedder(folder) for name, folder in stores.items()}
-    indexes = {"flat": hub_indexes, "compressed": out / "compressed"}
+    indexes = {"flat": hub_indexes, "compressed": out / "compressed", "fast_scan": out / "fast_scan"}
     for lang in ("de", "en"):
         assert build_index(root, lang, indexes["compressed"] / lang, "--factory", "IVF4,PQ64",
                            "--shard-sentences", "150") == 0
+        assert build_index(root, lang, indexes["fast_scan"] / lang, "--factory", "IVF8_HNSW32,PQ16x4fs",
+                           "--shard-sentences", "150") == 0
     pipeline = beam.Pipeline()
     for name, (strategy, backward, min_margin, tgt, store, index) in RUNS.items():
-        searched = {"nprobe": 1, "rerank": 16} if index == "compressed" else {}
+        searched = SEARCHED.get(index, {})
         config = MineConfig(src_lang="de", tgt_lang="en", embedder=f"vectors:{stores[store]}",
                             src_index=str(indexes[index] / "de"), tgt_index=str(indexes[index] / "en"),
                             strategy=strategy, backward_search=backward, min_margin=min_margin,
@@ -136,8 +142,13 @@ def test_packed_elements_select_the_text_keyed_paths_pairs_margins_and_counts(ru
     for pair, (margin, cosine) in old_pairs.items():  # the old rows hold float32
         assert new_pairs[pair] == pytest.approx((margin, cosine), rel=1e-6)
     assert {c: new_tally.get(c, 0) for c in COUNTS} == {c: old_tally.get(c, 0) for c in COUNTS}
-    assert new_metrics == old_metrics
+    assigned = new_metrics.pop("index.queries_assigned")  # the text-keyed path runs the quantiser in every shard
+    assert new_metrics == {metric: n for metric, n in old_metrics.items() if metric != "index.queries_assigned"}
     _strategy, backward, min_margin, tgt, _store, index = RUNS[name]
+    if index == "flat":
+        assert assigned == 0
+    else:  # every index has 2 shards: a query's lists are assigned once for both
+        assert assigned > 0 and 2 * assigned == new_metrics["index.queries_searched"]
     if min_margin is not None:
         assert new_tally["candidate_pairs.dropped.below_min_margin"] > 0
     if backward == "candidates":
@@ -335,15 +346,19 @@ def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candid
 
 def test_batches_per_load_follow_the_largest_shard_unless_given():
     from pipelines.index.shards import IndexManifest
-    from pipelines.mine.packed_search import SENTENCES_PER_QUERY_AT_LOAD, batches_per_load
+    from pipelines.mine.packed_search import ASSIGNMENT_BYTES, SENTENCES_PER_QUERY_AT_LOAD, batches_per_load
 
     def manifest(*sizes):
         return IndexManifest(lang="en", factory="Flat", dim=256, nprobe=1, trained_on=0,
                              shards=[{"name": f"s{i}", "sentences": n, "bytes": 0} for i, n in enumerate(sizes)])
 
-    assert batches_per_load(manifest(20_000_000, 3), 8_192) == -(-20_000_000 // (SENTENCES_PER_QUERY_AT_LOAD * 8_192)) == 77
-    assert batches_per_load(manifest(262_144), 8_192) == batches_per_load(manifest(), 8_192) == 1
-    assert batches_per_load(manifest(262_145), 8_192) == 2
-    assert batches_per_load(manifest(20_000_000), 8_192, given=3) == 3
+    assert batches_per_load(manifest(2_000_000, 3), 8_192, 32) == -(-2_000_000 // (SENTENCES_PER_QUERY_AT_LOAD * 8_192)) == 31
+    assert batches_per_load(manifest(65_536), 8_192, 32) == batches_per_load(manifest(), 8_192, 32) == 1
+    assert batches_per_load(manifest(65_537), 8_192, 32) == 2
+    # a group's coarse assignments (8 bytes a list a query) stay within ASSIGNMENT_BYTES
+    assert batches_per_load(manifest(20_000_000), 8_192, 32) == ASSIGNMENT_BYTES // (8_192 * 32 * 8) == 128
+    assert batches_per_load(manifest(20_000_000), 8_192, 128) == 32
+    assert batches_per_load(manifest(20_000_000), 8_192, 1 << 20) == 1
+    assert batches_per_load(manifest(20_000_000), 8_192, 32, given=300) == 300
     with pytest.raises(ValueError, match="batches_per_load"):
         MineConfig(src_lang="de", tgt_lang="en", batches_per_load=-1)

@@ -7,7 +7,8 @@ whitespace-normalised: labse-mine's sentence key), `_stats.json` and `_SUCCESS` 
 manifest (`IndexManifest`) is the `index` section of the stats.
 
 Every shard shares the trained quantiser, so a query visits the same `nprobe` lists in each
-shard: its cost is nprobe x (sentences / nlist) codes however many shards the language has.
+shard: its cost is nprobe x (sentences / nlist) codes however many shards the language has, plus
+the quantiser, which labse-mine runs once a query for all shards (`coarse_assignment`).
 """
 from __future__ import annotations
 
@@ -289,6 +290,46 @@ def exact_similarities(queries: np.ndarray, ids: np.ndarray, vectors: np.ndarray
     return exact.reshape(ids.shape)
 
 
+def _searched_ivf(index):
+    """The IVF index whose lists a search of `index` scans when a coarse assignment can be handed to
+    it: `index` itself, or the one behind its pre-transforms (OPQ, PCA); None for any other index
+    (flat, or a refinement layer, whose search does more than scan the lists)."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexPreTransform):
+        index = faiss.downcast_index(index.index)
+    return index if isinstance(index, faiss.IndexIVF) else None
+
+
+def _transformed(index, queries: np.ndarray) -> np.ndarray:
+    """`queries` through `index`'s pre-transforms (none: as they are)."""
+    import faiss
+
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexPreTransform):
+        for step in range(index.chain.size()):
+            queries = index.chain.at(step).apply(queries)
+    return queries
+
+
+def coarse_assignment(index, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The `nprobe` inverted lists each query visits in `index` and its similarities to their
+    centroids: ([n, nprobe] int32 list numbers, [n, nprobe] float32), 8 bytes a list a query; None
+    where `index` has no lists to assign (`_searched_ivf`).
+
+    Every shard of an index is a copy of one trained index (`trained.faiss`) with its own vectors
+    added, so all share the coarse quantiser and one assignment serves a query in each of them
+    (`search_shard_arrays(assigned=...)`): the quantiser (0.41 ms a query with HNSW at 262,144 lists)
+    runs once a query, not once a shard."""
+    ivf = _searched_ivf(index)
+    if ivf is None:
+        return None
+    queries = _transformed(index, np.ascontiguousarray(queries, dtype=np.float32))
+    similarities, lists = ivf.quantizer.search(queries, ivf.nprobe)
+    return lists.astype(np.int32), similarities
+
+
 def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
                  depth: int = 0) -> list[list[tuple[float, object]]]:
     """Top-`k` (similarity, label) of every query in one shard, best first; hit i is `labels[i]`.
@@ -298,19 +339,32 @@ def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: 
 
 
 def search_shard_arrays(index, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
-                        depth: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                        depth: int = 0, assigned: tuple[np.ndarray, np.ndarray] | None = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """Top-`k` of every query in one shard as arrays: float32 similarities and int64 positions in
     the shard `[n, min(k, ntotal)]`, best first, a hit FAISS could not fill (or not finite) as
     (-inf, -1).
 
     With the shard's `vectors` (its rows, unit length, e.g. the float16 copy labse-index writes)
     and `depth` > k, the index proposes `depth` hits by its compressed codes and the exact cosine
-    re-ranks them: the similarities returned are exact."""
+    re-ranks them: the similarities returned are exact.
+
+    With `assigned`, the queries' `coarse_assignment` from this index or another shard of it, the
+    lists are scanned without running the quantiser again (the same hits as a plain search)."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     if index.ntotal == 0 or len(queries) == 0:
         return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
     rerank = vectors is not None and depth > k
-    sims, ids = index.search(queries, min(depth if rerank else k, index.ntotal))
+    wanted = min(depth if rerank else k, index.ntotal)
+    ivf = _searched_ivf(index) if assigned is not None else None
+    if ivf is not None:
+        lists, similarities = assigned
+        if lists.shape != (len(queries), ivf.nprobe):
+            raise ValueError(f"a coarse assignment of {lists.shape[1]} lists a query for an index that visits "
+                             f"{ivf.nprobe}")
+        sims, ids = ivf.search_preassigned(_transformed(index, queries), wanted, lists, similarities)
+    else:
+        sims, ids = index.search(queries, wanted)
     if rerank:
         exact = exact_similarities(queries, ids, vectors)
         order = np.argsort(-exact, axis=1, kind="stable")[:, :k]

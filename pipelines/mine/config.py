@@ -62,9 +62,10 @@ class MineConfig:
                                   "no one proposed, which `max` may select)", choices=BACKWARD_SEARCHES)
     query_batch: int = option(8_192, "sentences searched together against one index shard (global layout): a "
                               "worker's query memory, whatever the input's size")
-    batches_per_load: int = option(0, "global layout: query batches a worker searches in an index shard each time "
-                                   "it loads one (0: from the shard's size, enough queries that loading it costs "
-                                   "a fifth of searching them or less: one query per 32 of its sentences)")
+    batches_per_load: int = option(0, "global layout: query batches of a file searched together in every shard "
+                                   "of the other side's index, each shard loaded once for them (0: one query per 8 "
+                                   "sentences of the largest shard, as far as their inverted-list assignments fit "
+                                   "in 256 MB; a group holds 8 bytes a list a query)")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
                                            "every sentence and finds each one's --cascade-candidates nearest in the "
                                            "cells; --embedder embeds only the survivors (--cascade-loose-margin) and "

@@ -149,7 +149,7 @@ def return_freed_memory() -> None:
 class LoadedShard:
     """One index shard as a worker searches it: the FAISS index (its codes), the sentence labels, the
     float16 rows memory-mapped for re-ranking (or None), the local copies they are read from, and
-    `hit_ids` (the packed path's store ids of its sentences hit so far, `_SearchPackedShard`)."""
+    `hit_ids` (the packed path's store ids of its sentences hit so far, `_SearchPackedShards`)."""
 
     def __init__(self, key: tuple, index, labels: ShardLabels, rows, keep: list):
         self.key, self.index, self.labels, self.rows, self.keep = key, index, labels, rows, keep

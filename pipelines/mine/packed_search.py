@@ -5,13 +5,14 @@ with `--embedder vectors:DIR`, with the same numbers, but every element a `Packe
 `(side, file, block)`: a sentence is its store id, so no shuffle carries a Python object per
 sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id, 4 or 8 a number).
 
-1. Search (`_SearchBatches`): a query batch (the run's sentences of one range key) goes to each shard
-   of the OTHER side's index, with the next batches of its file (`batches_per_load`: a worker loads
-   a shard once for them all, not once a batch); the rows are read where they are searched, and a
-   hit, which the index names by its text, becomes the other side's store id
-   (`SavedVectorsEmbedder.find`; -1 where the store lacks the text). Per (batch, shard) one Packed
-   `{ids [n], sims [n, k], hits [n, k]}` (missing hits: -inf, -1); grouped per batch and merged
-   into its top k (`merge_top`).
+1. Search (`_SearchBatches`): a query batch (the run's sentences of one range key) goes, with the
+   next batches of its file (`batches_per_load`), through every shard of the OTHER side's index:
+   each query's inverted lists are assigned once (`coarse_assignment`: all shards share the
+   quantiser), each shard is loaded once for the group; the rows are read where they are searched,
+   and a hit, which the index names by its text, becomes the other side's store id
+   (`SavedVectorsEmbedder.find`; -1 where the store lacks the text). The shards' answers are merged
+   as they come into the batch's top k (`merge_top`): one Packed `{ids [n], sims [n, k], hits [n,
+   k]}` a batch (missing hits: -inf, -1).
 2. `--backward-search candidates`: the side `side_searched_in_full` is searched in full, of the other
    only the sentences in this run's input among those top-k lists (`_AskedOnly`); `all`: both sides.
 3. Margins: each (query a, hit b, cosine, a's kNN mean) goes to b's range key (`margin_requests`),
@@ -39,7 +40,7 @@ import numpy as np
 
 from pipelines.accounting import MergeTallies
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
-from pipelines.index.shards import IndexManifest, search_shard_arrays
+from pipelines.index.shards import IndexManifest, coarse_assignment, search_shard_arrays
 from pipelines.mine.config import MineConfig
 from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
@@ -190,40 +191,74 @@ def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
 # ------------------------------------------------------------------------------------ Beam steps
 # A shard is loaded for at least one query per this many of its sentences. Loading reads its codes,
 # float16 rows and text (~700 bytes a sentence at 256 dimensions: ~2.8 us at ~250 MB/s from a
-# bucket), 90 us a query at 32; searching a query in a shard costs at least its coarse quantiser
-# (each shard holds its own: 0.41 ms with HNSW at 262,144 lists, measured) and its re-ranking
-# (0.06 ms), so the load stays under ~20% of the search it serves (BENCHMARKS.md).
-SENTENCES_PER_QUERY_AT_LOAD = 32
+# bucket), 22 us a query at 8; searching a query in a shard, its lists assigned once for all shards
+# (`coarse_assignment`), costs the scan of its lists and the re-ranking (0.06 ms at 64 hits), so a
+# load stays near a fifth of the search it serves (BENCHMARKS.md).
+SENTENCES_PER_QUERY_AT_LOAD = 8
+# The coarse assignments a group holds while it goes through the shards (8 bytes a list a query):
+# 128 batches of 8,192 at nprobe 32; more batches a load cost this memory, in every running bundle.
+ASSIGNMENT_BYTES = 256 << 20
 
 
-def batches_per_load(manifest: IndexManifest, query_batch: int, given: int = 0) -> int:
-    """How many query batches of a file are searched in one of `manifest`'s shards for one load of
-    it: `given`, or where 0, enough for one query per SENTENCES_PER_QUERY_AT_LOAD sentences of its
-    largest shard (1 for shards of up to 262,144 sentences at the default batch of 8,192)."""
+def batches_per_load(manifest: IndexManifest, query_batch: int, nprobe: int, given: int = 0) -> int:
+    """How many query batches of a file are searched together in `manifest`'s shards, each shard
+    loaded once for them: `given`, or where 0, enough for one query per SENTENCES_PER_QUERY_AT_LOAD
+    sentences of its largest shard (1 for shards of up to 65,536 sentences at the default batch of
+    8,192), as far as their coarse assignments fit in ASSIGNMENT_BYTES."""
     if given:
         return given
     largest = max((shard["sentences"] for shard in manifest.shards), default=0)
-    return max(1, math.ceil(largest / (SENTENCES_PER_QUERY_AT_LOAD * query_batch)))
+    wanted = math.ceil(largest / (SENTENCES_PER_QUERY_AT_LOAD * query_batch))
+    held = ASSIGNMENT_BYTES // (query_batch * nprobe * 8)
+    return max(1, min(wanted, held))
 
 
-def _search_arrays(index, _labels, queries, k, rows, depth):
-    """`_SearchShard._searched`'s search, answering in arrays (shard positions, not labels)."""
-    return search_shard_arrays(index, queries, k, rows, depth)
+class _AssignedSearch:
+    """One query batch's search in each shard of an index, its inverted lists assigned once: by the
+    quantiser of the first shard it meets (every shard holds the same), then handed to the others."""
+
+    def __init__(self, assigned_counter):
+        self.assigned_counter = assigned_counter
+        self.assigned = None
+        self.done = False
+
+    def __call__(self, index, _labels, queries, k, rows, depth):
+        if not self.done:
+            self.assigned, self.done = coarse_assignment(index, queries), True
+            if self.assigned is not None:
+                self.assigned_counter.inc(len(queries))
+        return search_shard_arrays(index, queries, k, rows, depth, assigned=self.assigned)
 
 
-class _SearchPackedShard(_SearchShard):
-    """((index side, shard name, file, group), [(range key, query store ids)]) -> (range key, `{ids,
-    sims [n, k], hits [n, k]}`) for each batch of the group: its queries' top k in that shard, each
-    hit the other side's store id (-1 where the store lacks its text). The group's batches share one
-    load of the shard (`HeldShards`), which keeps the store ids of its sentences hit so far (at most
-    8 bytes a shard sentence)."""
+class _SearchPackedShards(_SearchShard):
+    """((index side, file, group), [(range key, query store ids)]) -> (range key, `{ids, sims [n, k],
+    hits [n, k]}`) for each batch of the group: its queries' top k in all shards of that side's
+    index, each hit the other side's store id (-1 where the store lacks its text).
+
+    A query's lists are assigned once (`coarse_assignment`, counted as `index.queries_assigned`),
+    not once a shard; the shards are then loaded one after another, each once for the whole group
+    (`HeldShards`, which keeps the store ids of a shard's sentences hit so far: at most 8 bytes a
+    shard sentence), and the group's top k lists merged as they go."""
+
+    def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str, shard_names: dict):
+        super().__init__(index_dirs, nprobes, k, rerank, store)
+        self.shard_names = shard_names
+        self.assigned = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.queries_assigned")
 
     def process(self, element):
-        (side, name, *_group), batches = element
-        for key, ids in batches:
-            labels, (sims, positions) = self._searched(side, name, references(ids), _search_arrays)
-            sims, hits = pad_hits(sims, self._store_ids(labels, positions), self.k)
-            yield key, {"ids": ids, "sims": sims, "hits": hits}
+        (side, *_group), batches = element
+        batches = list(batches)
+        searches = [_AssignedSearch(self.assigned) for _ in batches]
+        tops: list[Optional[Packed]] = [None] * len(batches)
+        for name in self.shard_names[side]:
+            for at, (_key, ids) in enumerate(batches):
+                labels, (sims, positions) = self._searched(side, name, references(ids), searches[at])
+                sims, hits = pad_hits(sims, self._store_ids(labels, positions), self.k)
+                found = {"ids": ids, "sims": sims, "hits": hits}
+                tops[at] = found if tops[at] is None else merge_top([tops[at], found], self.k)
+        for (key, _ids), top in zip(batches, tops):
+            if top is not None:
+                yield key, top
 
     def _store_ids(self, labels, positions: np.ndarray) -> np.ndarray:
         # store id + 2 by shard position, 0 where not looked up yet: zeros from calloc, so only the
@@ -241,26 +276,22 @@ class _SearchPackedShard(_SearchShard):
         return np.where(positions >= 0, cache[np.maximum(positions, 0)] - 2, -1)
 
 
-def _to_shards(keyed, shard_names: dict, per_load: dict):
-    """A query batch -> ((shard's side, shard name, file, group), (range key, ids)) for each shard of
-    the other side's index: a group is `per_load[that side]` consecutive batches of one file."""
+def _to_groups(keyed, per_load: dict):
+    """A query batch -> ((the other side, file, group), (range key, ids)): a group is
+    `per_load[other side]` consecutive batches of one file, searched together in that side's index."""
     key, batch = keyed
     side, file, block = key
     other = OTHER[side]
-    for name in shard_names[other]:
-        yield (other, name, file, block // per_load[other]), (key, batch["ids"])
-
-
-def _merge_shards(keyed, k: int):
-    key, parts = keyed
-    return key, merge_top(list(parts), k)
+    yield (other, file, block // per_load[other]), (key, batch["ids"])
 
 
 class _SearchBatches(beam.PTransform):
     """(range key, `{ids}`) query batches -> (range key, its top k `{ids, sims, hits}`) from every
-    shard of the other side's index (batches with no hit anywhere give nothing). A worker searches
-    a group of `per_load[side]` batches in a shard of `side` for each load of it (with one batch an
-    element, in the order a runner hands elements out, it would load a shard about once a batch)."""
+    shard of the other side's index (nothing where that index has no sentence). Groups of
+    `per_load[side]` batches go through the shards of `side` together: each query's lists are
+    assigned once for all shards, and a worker loads each shard once a group (with one (batch,
+    shard) an element, in the order a runner hands elements out, it would load a shard about once
+    a search, run the quantiser once a shard, and shuffle k hits a query for every shard)."""
 
     def __init__(self, plan: tuple, k: int, store: str, per_load: dict):
         super().__init__()
@@ -269,11 +300,9 @@ class _SearchBatches(beam.PTransform):
     def expand(self, batches):
         dirs, shards, nprobes, rerank = self.plan
         return (batches
-                | "ToShards" >> beam.FlatMap(_to_shards, shards, self.per_load)
-                | "GroupByShardLoad" >> beam.GroupByKey()
-                | "SearchShards" >> beam.ParDo(_SearchPackedShard(dirs, nprobes, self.k, rerank, self.store))
-                | "GroupShards" >> beam.GroupByKey()
-                | "MergeShards" >> beam.Map(_merge_shards, self.k))
+                | "ToGroups" >> beam.FlatMap(_to_groups, self.per_load)
+                | "GroupBatches" >> beam.GroupByKey()
+                | "SearchShards" >> beam.ParDo(_SearchPackedShards(dirs, nprobes, self.k, rerank, self.store, shards)))
 
 
 def _split_full_side(keyed, counts: dict, strategy: str):
@@ -389,7 +418,7 @@ class PackedNeighbours(beam.PTransform):
         c = self.config
         manifests = {SRC: load_manifest(c.src_index, "--src-index"), TGT: load_manifest(c.tgt_index, "--tgt-index")}
         plan = index_plan(c.src_index, c.tgt_index, manifests[SRC], manifests[TGT], c.nprobe, c.rerank)
-        per_load = {side: batches_per_load(manifest, c.query_batch, c.batches_per_load)
+        per_load = {side: batches_per_load(manifest, c.query_batch, plan[2][side], c.batches_per_load)
                     for side, manifest in manifests.items()}
         if c.backward_search == "all":
             tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder, per_load)}
