@@ -347,6 +347,49 @@ def test_one_coarse_assignment_searches_every_shard_as_its_own_quantiser_would(f
         search_shard_arrays(shards[0], queries, 5, assigned=(lists[:, :2], similarities[:, :2]))
 
 
+def test_re_ranking_across_shards_covers_the_whole_indexs_best_by_codes_with_fewer_rows():
+    """An index in 6 shards searched at depth 20: with a `RerankFloor` the hits re-ranked include
+    every one the same index in one shard re-ranks (its 20 best by codes), the top 5 are at least
+    as close as that index's, and far fewer hits are re-ranked than each shard's 20."""
+    from pipelines.index.shards import RerankFloor, from_bytes, search_shard_arrays, set_nprobe, to_bytes, train_index
+
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((6000, 32)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    queries = base[::60] + 0.3 * rng.standard_normal((100, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    trained = to_bytes(train_index(base, "IVF16,PQ8"))
+    whole = from_bytes(trained)
+    whole.add(base)
+    set_nprobe(whole, 4)
+    code_sims, code_ids = whole.search(queries, 20)
+    one_index = search_shard_arrays(whole, queries, 5, base.astype(np.float16), depth=20)
+    floor, offsets, kept, tops = RerankFloor(len(queries), 20), np.arange(0, 6000, 1000), [], []
+    for offset in offsets:
+        shard = from_bytes(trained)
+        shard.add(base[offset:offset + 1000])
+        set_nprobe(shard, 4)
+        sims, ids = shard.search(queries, 20)
+        kept.append(np.where(_copy_floor(floor).apply(sims, ids) >= 0, ids + offset, -1))
+        found = search_shard_arrays(shard, queries, 5, base[offset:offset + 1000].astype(np.float16), depth=20,
+                                    floor=floor)
+        tops.append((found[0], np.where(found[1] >= 0, found[1] + offset, -1)))
+    reranked = np.concatenate(kept, axis=1)
+    for q in range(len(queries)):
+        assert set(code_ids[q].tolist()) <= set(reranked[q].tolist())  # tied code similarities aside
+    assert floor.reranked == (reranked >= 0).sum() < 0.6 * 20 * 6 * len(queries), floor.reranked  # 53%
+    merged = np.sort(np.concatenate([sims for sims, _ in tops], axis=1), axis=1)[:, ::-1][:, :5]
+    assert (merged >= one_index[0] - 1e-6).all()
+
+
+def _copy_floor(floor):
+    from pipelines.index.shards import RerankFloor
+
+    copy = RerankFloor(*floor.best.shape)
+    copy.best = floor.best.copy()
+    return copy
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--src-index", "X"], "give both --src-index and --tgt-index"),
     (["--layout", "global"], "--layout global searches labse-index outputs"),

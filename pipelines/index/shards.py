@@ -330,6 +330,34 @@ def coarse_assignment(index, queries: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return lists.astype(np.int32), similarities
 
 
+class RerankFloor:
+    """The re-ranking of a query's hits across the shards of one index, at the index's depth, not
+    each shard's.
+
+    A shard proposes `depth` hits a query by its codes; of an index in one shard, the `depth` best
+    by code similarity are re-ranked by exact cosine. Per query this keeps the `depth` best code
+    similarities proposed by the shards searched so far (`best`, 4 bytes each): a hit under the
+    last of them cannot be among the whole index's `depth` best by codes, so a later shard
+    re-ranks only its hits at or above it. The hits re-ranked are a superset of those the index in
+    one shard would re-rank, and about depth x (1 + ln shards) a query, where every shard's own
+    would be depth x shards (`reranked` counts them)."""
+
+    def __init__(self, queries: int, depth: int):
+        self.best = np.full((queries, depth), -np.inf, np.float32)
+        self.reranked = 0
+
+    def apply(self, code_sims: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """A shard's proposals ([n, w] code similarities; positions, -1 for none) -> the positions
+        to re-rank (-1 for the rest); `best` then takes in this shard's proposals."""
+        proposed = np.where(ids >= 0, code_sims, -np.inf).astype(np.float32)
+        kept = np.where(proposed >= self.best.min(axis=1, keepdims=True), ids, -1)
+        self.reranked += int((kept >= 0).sum())
+        depth = self.best.shape[1]
+        both = np.concatenate([self.best, proposed], axis=1)
+        self.best = -np.partition(-both, depth - 1, axis=1)[:, :depth]
+        return kept
+
+
 def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
                  depth: int = 0) -> list[list[tuple[float, object]]]:
     """Top-`k` (similarity, label) of every query in one shard, best first; hit i is `labels[i]`.
@@ -339,8 +367,8 @@ def search_shard(index, labels: Sequence, queries: np.ndarray, k: int, vectors: 
 
 
 def search_shard_arrays(index, queries: np.ndarray, k: int, vectors: np.ndarray | None = None,
-                        depth: int = 0, assigned: tuple[np.ndarray, np.ndarray] | None = None
-                        ) -> tuple[np.ndarray, np.ndarray]:
+                        depth: int = 0, assigned: tuple[np.ndarray, np.ndarray] | None = None,
+                        floor: RerankFloor | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-`k` of every query in one shard as arrays: float32 similarities and int64 positions in
     the shard `[n, min(k, ntotal)]`, best first, a hit FAISS could not fill (or not finite) as
     (-inf, -1).
@@ -350,7 +378,9 @@ def search_shard_arrays(index, queries: np.ndarray, k: int, vectors: np.ndarray 
     re-ranks them: the similarities returned are exact.
 
     With `assigned`, the queries' `coarse_assignment` from this index or another shard of it, the
-    lists are scanned without running the quantiser again (the same hits as a plain search)."""
+    lists are scanned without running the quantiser again (the same hits as a plain search). With
+    `floor`, the same queries' `RerankFloor` over the shards searched before this one, only the
+    proposals that can be among the index's `depth` best by codes are re-ranked."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     if index.ntotal == 0 or len(queries) == 0:
         return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
@@ -366,6 +396,8 @@ def search_shard_arrays(index, queries: np.ndarray, k: int, vectors: np.ndarray 
     else:
         sims, ids = index.search(queries, wanted)
     if rerank:
+        if floor is not None:
+            ids = floor.apply(sims, ids)
         exact = exact_similarities(queries, ids, vectors)
         order = np.argsort(-exact, axis=1, kind="stable")[:, :k]
         sims, ids = np.take_along_axis(exact, order, axis=1), np.take_along_axis(ids, order, axis=1)

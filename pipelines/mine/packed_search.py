@@ -27,7 +27,10 @@ sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id
    (`GreedyMax`: no worker holds the run's candidates), then `--min-margin`.
 
 What differs from the text-keyed path: ties (equal cosines, equal margins) are broken by store ids
-instead of texts, which only changes a choice between candidates of exactly equal numbers.
+instead of texts, which only changes a choice between candidates of exactly equal numbers; and
+`--rerank` is the depth of the whole index (`RerankFloor`: a superset of the hits the index in one
+shard would re-rank), where the text-keyed path re-ranks that many hits in every shard, so with
+compressed codes a kNN list, and a margin, can differ in its last members.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ import numpy as np
 
 from pipelines.accounting import MergeTallies
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
-from pipelines.index.shards import IndexManifest, coarse_assignment, search_shard_arrays
+from pipelines.index.shards import IndexManifest, RerankFloor, coarse_assignment, search_shard_arrays
 from pipelines.mine.config import MineConfig
 from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
@@ -213,21 +216,28 @@ def batches_per_load(manifest: IndexManifest, query_batch: int, nprobe: int, giv
     return max(1, min(wanted, held))
 
 
-class _AssignedSearch:
-    """One query batch's search in each shard of an index, its inverted lists assigned once: by the
-    quantiser of the first shard it meets (every shard holds the same), then handed to the others."""
+class _SearchAcrossShards:
+    """One query batch's search in each shard of an index: its inverted lists assigned once, by the
+    quantiser of the first shard it meets (every shard holds the same), then handed to the others;
+    its hits re-ranked at the index's depth, not each shard's (`RerankFloor`)."""
 
-    def __init__(self, assigned_counter):
-        self.assigned_counter = assigned_counter
+    def __init__(self, queries: int, depth: int, assigned_counter, reranked_counter):
+        self.assigned_counter, self.reranked_counter = assigned_counter, reranked_counter
         self.assigned = None
         self.done = False
+        self.floor = RerankFloor(queries, depth) if depth else None
 
     def __call__(self, index, _labels, queries, k, rows, depth):
         if not self.done:
             self.assigned, self.done = coarse_assignment(index, queries), True
             if self.assigned is not None:
                 self.assigned_counter.inc(len(queries))
-        return search_shard_arrays(index, queries, k, rows, depth, assigned=self.assigned)
+        if self.floor is None or rows is None or depth <= k:
+            return search_shard_arrays(index, queries, k, rows, depth, assigned=self.assigned)
+        before = self.floor.reranked
+        found = search_shard_arrays(index, queries, k, rows, depth, assigned=self.assigned, floor=self.floor)
+        self.reranked_counter.inc(self.floor.reranked - before)
+        return found
 
 
 class _SearchPackedShards(_SearchShard):
@@ -238,17 +248,21 @@ class _SearchPackedShards(_SearchShard):
     A query's lists are assigned once (`coarse_assignment`, counted as `index.queries_assigned`),
     not once a shard; the shards are then loaded one after another, each once for the whole group
     (`HeldShards`, which keeps the store ids of a shard's sentences hit so far: at most 8 bytes a
-    shard sentence), and the group's top k lists merged as they go."""
+    shard sentence), and the group's top k lists merged as they go. `--rerank` is the index's
+    depth: a shard re-ranks only the hits that can be among the index's best by codes so far
+    (`RerankFloor`, counted as `index.hits_reranked`)."""
 
     def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str, shard_names: dict):
         super().__init__(index_dirs, nprobes, k, rerank, store)
         self.shard_names = shard_names
         self.assigned = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.queries_assigned")
+        self.reranked = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.hits_reranked")
 
     def process(self, element):
         (side, *_group), batches = element
         batches = list(batches)
-        searches = [_AssignedSearch(self.assigned) for _ in batches]
+        depth = self.rerank[side] if self.rerank[side] > self.k else 0
+        searches = [_SearchAcrossShards(len(ids), depth, self.assigned, self.reranked) for _key, ids in batches]
         tops: list[Optional[Packed]] = [None] * len(batches)
         for name in self.shard_names[side]:
             for at, (_key, ids) in enumerate(batches):
