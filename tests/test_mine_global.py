@@ -412,6 +412,13 @@ def test_unusable_vectors_and_factories_are_one_line_errors(saved, tmp_path, cap
     assert build_index(root, "de", tmp_path / "i", "--factory", "IVF4,PQ7") == 2
     err = capsys.readouterr().err.strip()
     assert "is not a FAISS factory string for 512 dimensions" in err and len(err.splitlines()) == 1
+    # 300 German vectors of 512 dimensions: FAISS's OPQ training crashed the process on them
+    for factory, message in (("OPQ16,IVF8,PQ16x4fs", "at least 512 vectors (the OPQ rotation of 512 dimensions)"),
+                             ("IVF512,Flat", "at least 512 vectors (the IVF lists)"),
+                             ("IVF8,PQ16x10", "at least 1,024 vectors (the PQ codebooks of 1024 centroids)")):
+        assert build_index(root, "de", tmp_path / "i", "--factory", factory) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "the training sample holds 300" in err and len(err.splitlines()) == 1, err
 
 
 @pytest.mark.slow

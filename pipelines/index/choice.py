@@ -74,6 +74,33 @@ def fitted_factory(factory: str, training_vectors: int) -> str:
     return re.sub(r"IVF\d+", f"IVF{fitted}", factory, count=1)
 
 
+def training_points_needed(index) -> tuple[int, str]:
+    """(the fewest training vectors FAISS can train the untrained FAISS `index` on, what needs
+    them): every k-means needs a point a centroid (IVF lists, 2^bits a PQ sub-quantiser), and an
+    OPQ or PCA transform at least as many points as dimensions (FAISS 1.15 crashes the process
+    below that instead of raising)."""
+    import faiss
+
+    needs = [(1, "")]
+    outer = faiss.downcast_index(index)
+    if isinstance(outer, faiss.IndexPreTransform):
+        for step in range(outer.chain.size()):
+            transform = faiss.downcast_VectorTransform(outer.chain.at(step))
+            if isinstance(transform, faiss.OPQMatrix):
+                needs.append((max(transform.d_in, 256), f"the OPQ rotation of {transform.d_in} dimensions"))
+            elif isinstance(transform, faiss.PCAMatrix):
+                needs.append((transform.d_in, f"the PCA of {transform.d_in} dimensions"))
+        outer = faiss.downcast_index(outer.index)
+    try:
+        needs.append((faiss.extract_index_ivf(outer).nlist, "the IVF lists"))
+    except RuntimeError:
+        pass
+    quantiser = getattr(outer, "pq", None)
+    if quantiser is not None:
+        needs.append((quantiser.ksub, f"the PQ codebooks of {quantiser.ksub} centroids"))
+    return max(needs)
+
+
 def bytes_per_sentence(factory: str, dim: int) -> int:
     """What one added sentence costs the index (memory and disk), without the shared quantiser."""
     code = pq_bytes(factory)

@@ -16,7 +16,8 @@ import time
 from typing import Sequence
 
 
-from pipelines.index.choice import bytes_per_sentence, factory_for, fitted_factory, training_sample_size
+from pipelines.index.choice import (bytes_per_sentence, factory_for, fitted_factory, training_points_needed,
+                                   training_sample_size)
 from pipelines.index.config import IndexConfig
 from pipelines.index.shards import plan_shards
 from pipelines.index.transforms import BuildIndex
@@ -60,10 +61,14 @@ def plan(vectors: str, config: IndexConfig):
     try:
         import faiss
 
-        faiss.index_factory(files[0].dim, factory, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(files[0].dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:
         raise UsageError(f"--factory {factory!r} is not a FAISS factory string for {files[0].dim} dimensions: "
                          f"{str(error).strip().splitlines()[-1][:200]}") from None
+    needed, what = training_points_needed(index)
+    if not index.is_trained and sample < needed:
+        raise UsageError(f"--factory {factory!r} trains on at least {needed:,} vectors ({what}) but the training "
+                         f"sample holds {sample:,}: choose a smaller index (or --factory auto)")
     return files, plan_shards(files, config.shard_sentences), factory, sample
 
 
