@@ -354,19 +354,22 @@ def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candid
 
 def test_batches_per_load_follow_the_largest_shard_unless_given():
     from pipelines.index.shards import IndexManifest
-    from pipelines.mine.packed_search import ASSIGNMENT_BYTES, SENTENCES_PER_QUERY_AT_LOAD, batches_per_load
+    from pipelines.mine.packed_search import (GROUP_BYTES, SENTENCES_PER_QUERY_AT_LOAD, batches_per_load,
+                                              group_bytes_per_query)
 
     def manifest(*sizes):
         return IndexManifest(lang="en", factory="Flat", dim=256, nprobe=1, trained_on=0,
                              shards=[{"name": f"s{i}", "sentences": n, "bytes": 0} for i, n in enumerate(sizes)])
 
-    assert batches_per_load(manifest(2_000_000, 3), 8_192, 32) == -(-2_000_000 // (SENTENCES_PER_QUERY_AT_LOAD * 8_192)) == 31
-    assert batches_per_load(manifest(65_536), 8_192, 32) == batches_per_load(manifest(), 8_192, 32) == 1
-    assert batches_per_load(manifest(65_537), 8_192, 32) == 2
-    # a group's coarse assignments (8 bytes a list a query) stay within ASSIGNMENT_BYTES
-    assert batches_per_load(manifest(20_000_000), 8_192, 32) == ASSIGNMENT_BYTES // (8_192 * 32 * 8) == 128
-    assert batches_per_load(manifest(20_000_000), 8_192, 128) == 32
-    assert batches_per_load(manifest(20_000_000), 8_192, 1 << 20) == 1
-    assert batches_per_load(manifest(20_000_000), 8_192, 32, given=300) == 300
+    per_query = group_bytes_per_query(32, 64, 4)
+    assert per_query == 8 * 32 + 4 * 64 + 12 * 4 + 8 == 568
+    assert batches_per_load(manifest(2_000_000, 3), 8_192, per_query) == -(-2_000_000 // (SENTENCES_PER_QUERY_AT_LOAD * 8_192)) == 31
+    assert batches_per_load(manifest(65_536), 8_192, per_query) == batches_per_load(manifest(), 8_192, per_query) == 1
+    assert batches_per_load(manifest(65_537), 8_192, per_query) == 2
+    # what a group holds stays within GROUP_BYTES
+    assert batches_per_load(manifest(20_000_000), 8_192, per_query) == GROUP_BYTES // (8_192 * 568) == 115
+    assert batches_per_load(manifest(20_000_000), 8_192, group_bytes_per_query(128, 64, 4)) == 49
+    assert batches_per_load(manifest(20_000_000), 8_192, group_bytes_per_query(1 << 20, 64, 4)) == 1
+    assert batches_per_load(manifest(20_000_000), 8_192, per_query, given=300) == 300
     with pytest.raises(ValueError, match="batches_per_load"):
         MineConfig(src_lang="de", tgt_lang="en", batches_per_load=-1)

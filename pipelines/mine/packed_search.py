@@ -198,21 +198,27 @@ def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
 # (`coarse_assignment`), costs the scan of its lists and the re-ranking (0.06 ms at 64 hits), so a
 # load stays near a fifth of the search it serves (BENCHMARKS.md).
 SENTENCES_PER_QUERY_AT_LOAD = 8
-# The coarse assignments a group holds while it goes through the shards (8 bytes a list a query):
-# 128 batches of 8,192 at nprobe 32; more batches a load cost this memory, in every running bundle.
-ASSIGNMENT_BYTES = 256 << 20
+# What a group of batches may hold while it goes through the shards, in every running bundle:
+# ~115 batches of 8,192 at nprobe 32, --rerank 64 and k 4 (`group_bytes_per_query`).
+GROUP_BYTES = 512 << 20
 
 
-def batches_per_load(manifest: IndexManifest, query_batch: int, nprobe: int, given: int = 0) -> int:
+def group_bytes_per_query(nprobe: int, depth: int, k: int) -> int:
+    """What a group holds a query: its list assignment (8 bytes a list), its re-ranking floor (4 a
+    hit re-ranked, `RerankFloor`), its top k so far (12 a neighbour) and its id."""
+    return 8 * nprobe + 4 * depth + 12 * k + 8
+
+
+def batches_per_load(manifest: IndexManifest, query_batch: int, per_query: int, given: int = 0) -> int:
     """How many query batches of a file are searched together in `manifest`'s shards, each shard
     loaded once for them: `given`, or where 0, enough for one query per SENTENCES_PER_QUERY_AT_LOAD
     sentences of its largest shard (1 for shards of up to 65,536 sentences at the default batch of
-    8,192), as far as their coarse assignments fit in ASSIGNMENT_BYTES."""
+    8,192), as far as they fit in GROUP_BYTES at `per_query` bytes a query."""
     if given:
         return given
     largest = max((shard["sentences"] for shard in manifest.shards), default=0)
     wanted = math.ceil(largest / (SENTENCES_PER_QUERY_AT_LOAD * query_batch))
-    held = ASSIGNMENT_BYTES // (query_batch * nprobe * 8)
+    held = GROUP_BYTES // (query_batch * per_query)
     return max(1, min(wanted, held))
 
 
@@ -432,8 +438,10 @@ class PackedNeighbours(beam.PTransform):
         c = self.config
         manifests = {SRC: load_manifest(c.src_index, "--src-index"), TGT: load_manifest(c.tgt_index, "--tgt-index")}
         plan = index_plan(c.src_index, c.tgt_index, manifests[SRC], manifests[TGT], c.nprobe, c.rerank)
-        per_load = {side: batches_per_load(manifest, c.query_batch, plan[2][side], c.batches_per_load)
-                    for side, manifest in manifests.items()}
+        _dirs, _shards, nprobes, reranks = plan
+        per_load = {side: batches_per_load(manifest, c.query_batch, group_bytes_per_query(
+            nprobes[side], reranks[side] if reranks[side] > c.k else 0, c.k), c.batches_per_load)
+            for side, manifest in manifests.items()}
         if c.backward_search == "all":
             tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder, per_load)}
         else:
