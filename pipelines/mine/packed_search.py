@@ -194,9 +194,10 @@ def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
 # ------------------------------------------------------------------------------------ Beam steps
 # A shard is loaded for at least one query per this many of its sentences. Loading reads its codes,
 # float16 rows and text (~700 bytes a sentence at 256 dimensions: ~2.8 us at ~250 MB/s from a
-# bucket), 22 us a query at 8; searching a query in a shard, its lists assigned once for all shards
-# (`coarse_assignment`), costs the scan of its lists and the re-ranking (0.06 ms at 64 hits), so a
-# load stays near a fifth of the search it serves (BENCHMARKS.md).
+# bucket, assumed), 22 us a query at 8, about what searching a query in one more shard costs once
+# its lists are assigned (27 us, benchmarks/shard_search.py at 50 shards). Shards of more than ~7.5
+# million sentences reach GROUP_BYTES first, and their loads cost more than the search they serve
+# (BENCHMARKS.md, "One list assignment a query, one re-ranking an index").
 SENTENCES_PER_QUERY_AT_LOAD = 8
 # What a group of batches may hold while it goes through the shards, in every running bundle:
 # ~115 batches of 8,192 at nprobe 32, --rerank 64 and k 4 (`group_bytes_per_query`).
