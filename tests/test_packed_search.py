@@ -316,12 +316,17 @@ def _best_rows(element) -> list:
     return [json.dumps([list(key), *row]) for row in zip(*(best[c].tolist() for c in sorted(best)))]
 
 
-def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candidates(saved, hub_indexes, tmp_path):  # noqa: F811
+def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candidates(saved, hub_indexes, tmp_path,  # noqa: F811
+                                                                                    caplog):
     """--batches-per-load 4 on the hub indexes (German 2 shards, English 3): the batches of a file
     meet each shard four at a time, and a worker loads the shard once a group (at most 9 loads for
-    the 31 searches of a batch in a shard); the best candidates equal those of one batch a load."""
+    the 31 searches of a batch in a shard); the best candidates equal those of one batch a load.
+    The launcher says the groups' size and memory."""
+    import logging
+
     from apache_beam.metrics.metric import MetricsFilter
 
+    caplog.set_level(logging.INFO, logger="pipelines.mine.packed_search")
     root, de, _en, _vectors = saved
     store = SavedVectorsEmbedder(root / "vectors")
     english = (root / "en_hub" / "part.txt").read_text(encoding="utf-8").splitlines()
@@ -348,6 +353,8 @@ def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candid
                            if c.key.metric.name == "index.shard_loads" and c.key.step.startswith(f"per_load{per_load}"))
              for per_load in (1, 4)}
     assert 0 < loads[4] <= groups < loads[1] <= searches, loads
+    # 4 batches of 128 queries, 8 x 32 lists + 4 x 64 re-ranked + 12 x 4 neighbours + 8 bytes a query: 0 MB
+    assert "searching the en index's 3 shard(s) in groups of 4 query batches (~0 MB a group" in caplog.text
     best = {per_load: sorted(_saved(tmp_path / str(per_load))) for per_load in (1, 4)}
     assert best[1] and best[1] == best[4]
 

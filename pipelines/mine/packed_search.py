@@ -35,6 +35,7 @@ compressed codes a kNN list, and a margin, can differ in its last members.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from typing import Iterator, Optional
 
@@ -51,6 +52,7 @@ from pipelines.mine.units import SIDE_UNIT
 from pipelines.mine.packed import (ROW_BITS, SRC, TGT, Packed, among, concat, references, rows_of, split_by_column,
                                    split_by_range, store_ids, take)
 
+logger = logging.getLogger(__name__)
 COUNTER_NAMESPACE = "mine"  # the text-keyed path's counters, the same names
 OTHER = {SRC: TGT, TGT: SRC}
 RangeKey = tuple  # (side, file number, block)
@@ -439,10 +441,15 @@ class PackedNeighbours(beam.PTransform):
         c = self.config
         manifests = {SRC: load_manifest(c.src_index, "--src-index"), TGT: load_manifest(c.tgt_index, "--tgt-index")}
         plan = index_plan(c.src_index, c.tgt_index, manifests[SRC], manifests[TGT], c.nprobe, c.rerank)
-        _dirs, _shards, nprobes, reranks = plan
-        per_load = {side: batches_per_load(manifest, c.query_batch, group_bytes_per_query(
-            nprobes[side], reranks[side] if reranks[side] > c.k else 0, c.k), c.batches_per_load)
-            for side, manifest in manifests.items()}
+        _dirs, shards, nprobes, reranks = plan
+        per_query = {side: group_bytes_per_query(nprobes[side], reranks[side] if reranks[side] > c.k else 0, c.k)
+                     for side in manifests}
+        per_load = {side: batches_per_load(manifest, c.query_batch, per_query[side], c.batches_per_load)
+                    for side, manifest in manifests.items()}
+        for side, lang in ((SRC, c.src_lang), (TGT, c.tgt_lang)):
+            logger.info("searching the %s index's %d shard(s) in groups of %d query batches (~%d MB a group in a "
+                        "running bundle), each shard loaded once a group", lang, len(shards[side]), per_load[side],
+                        per_load[side] * c.query_batch * per_query[side] >> 20)
         if c.backward_search == "all":
             tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder, per_load)}
         else:
