@@ -197,9 +197,11 @@ def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
 # A shard is loaded for at least one query per this many of its sentences. Loading reads its codes,
 # float16 rows and text (~700 bytes a sentence at 256 dimensions: ~2.8 us at ~250 MB/s from a
 # bucket, assumed), 22 us a query at 8, about what searching a query in one more shard costs once
-# its lists are assigned (27 us, benchmarks/shard_search.py at 50 shards). Shards of more than ~7.5
-# million sentences reach GROUP_BYTES first, and their loads cost more than the search they serve
-# (BENCHMARKS.md, "One list assignment a query, one re-ranking an index").
+# its lists are assigned (27 us, benchmarks/shard_search.py at 50 shards). Larger shards reach a
+# limit first: GROUP_BYTES (above ~7.5 million sentences) or the store's file, which a group never
+# spans (61 batches with labse-embed's 500,000-row files: above ~4 million), and their loads cost
+# more than the search they serve (BENCHMARKS.md, "One list assignment a query, one re-ranking an
+# index").
 SENTENCES_PER_QUERY_AT_LOAD = 8
 # What a group of batches may hold while it goes through the shards, in every running bundle:
 # ~115 batches of 8,192 at nprobe 32, --rerank 64 and k 4 (`group_bytes_per_query`).
