@@ -94,9 +94,9 @@ def peer_index(shards):
 
     first = faiss.extract_index_ivf(shards[0][0])
     quantiser = faiss.clone_index(first.quantizer)
-    set_nprobe_quantiser = faiss.downcast_index(first.quantizer)
-    if isinstance(set_nprobe_quantiser, faiss.IndexHNSW):  # labse-mine's candidate count (`set_nprobe`)
-        faiss.downcast_index(quantiser).hnsw.efSearch = set_nprobe_quantiser.hnsw.efSearch
+    searched = faiss.downcast_index(first.quantizer)
+    if isinstance(searched, faiss.IndexHNSW):  # labse-mine's candidate count (`set_nprobe`)
+        faiss.downcast_index(quantiser).hnsw.efSearch = searched.hnsw.efSearch
     sharded = faiss.IndexShardsIVF(quantiser, first.nlist, False, True)
     for index, _rows, _start in shards:  # it searches with the first shard's nprobe
         sharded.add_shard(index)

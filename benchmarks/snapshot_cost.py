@@ -86,6 +86,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -340,14 +341,8 @@ class ShardCost:
         if shards == 1 or 1 not in measured or len(measured) < 2:
             return 0.0
         nearest = min((n for n in measured if n > 1), key=lambda n: (abs(n - shards), n))
-        per_shard = (_median(measured[nearest]) - _median(measured[1])) / (nearest - 1)
+        per_shard = (statistics.median(measured[nearest]) - statistics.median(measured[1])) / (nearest - 1)
         return (shards - 1) * max(per_shard, 0.0)
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def global_mining_row(records: list[dict], unique: float, largest_share: float, embed_rate: float,
@@ -536,10 +531,11 @@ def global_cascade_rows(args) -> list[Row]:
     records = [json.loads(line) for line in args.global_mining.read_text(encoding="utf-8").splitlines()
                if line.startswith("{")]
     unique, share = args.unique_sentences, args.cascade_share
+    shards = shard_cost(args)
 
     def hub_row(sentences: float, rate: float) -> Row:
         return global_mining_row(records, sentences, args.largest_language_share, rate, args.price, args.min_recall,
-                                 "candidates", language_sizes(sentences), shard_cost(args))
+                                 "candidates", language_sizes(sentences), shards)
 
     only, cheap, strong = hub_row(unique, args.strong_rate), hub_row(unique, args.embed_rate), \
         hub_row(unique * share, args.strong_rate)

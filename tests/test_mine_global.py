@@ -382,6 +382,20 @@ def test_re_ranking_across_shards_covers_the_whole_indexs_best_by_codes_with_few
     assert (merged >= one_index[0] - 1e-6).all()
 
 
+def test_a_re_ranking_floor_keeps_ties_with_the_indexs_last_best_and_drops_what_is_below():
+    """Depth 2: after a shard proposing 0.9 and 0.8, a hit at 0.8 may still be among the index's 2
+    best by codes (a tie) and is re-ranked, 0.7 is not; missing hits (-1) are never re-ranked and
+    never raise the floor; a shard with fewer proposals than the depth leaves it open."""
+    from pipelines.index.shards import RerankFloor
+
+    floor = RerankFloor(2, 2)
+    first = floor.apply(np.array([[0.9, 0.8], [0.5, np.inf]], np.float32), np.array([[3, 4], [7, -1]]))
+    assert first.tolist() == [[3, 4], [7, -1]] and floor.reranked == 3
+    second = floor.apply(np.array([[0.8, 0.7], [0.1, 0.0]], np.float32), np.array([[5, 6], [8, 9]]))
+    assert second.tolist() == [[5, -1], [8, 9]]  # query 1 had one proposal: everything still counts
+    assert floor.reranked == 6 and floor.best.tolist()[0] == pytest.approx([0.9, 0.8])
+
+
 def _copy_floor(floor):
     from pipelines.index.shards import RerankFloor
 

@@ -302,15 +302,15 @@ def _searched_ivf(index):
     return index if isinstance(index, faiss.IndexIVF) else None
 
 
-def _transformed(index, queries: np.ndarray) -> np.ndarray:
-    """`queries` through `index`'s pre-transforms (none: as they are)."""
+def pre_transformed(index, rows: np.ndarray) -> np.ndarray:
+    """`rows` through `index`'s (trained) pre-transforms, e.g. OPQ; without any, as they are."""
     import faiss
 
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexPreTransform):
         for step in range(index.chain.size()):
-            queries = index.chain.at(step).apply(queries)
-    return queries
+            rows = index.chain.at(step).apply(rows)
+    return rows
 
 
 def coarse_assignment(index, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -325,7 +325,7 @@ def coarse_assignment(index, queries: np.ndarray) -> tuple[np.ndarray, np.ndarra
     ivf = _searched_ivf(index)
     if ivf is None:
         return None
-    queries = _transformed(index, np.ascontiguousarray(queries, dtype=np.float32))
+    queries = pre_transformed(index, np.ascontiguousarray(queries, dtype=np.float32))
     similarities, lists = ivf.quantizer.search(queries, ivf.nprobe)
     return lists.astype(np.int32), similarities
 
@@ -392,7 +392,7 @@ def search_shard_arrays(index, queries: np.ndarray, k: int, vectors: np.ndarray 
         if lists.shape != (len(queries), ivf.nprobe):
             raise ValueError(f"a coarse assignment of {lists.shape[1]} lists a query for an index that visits "
                              f"{ivf.nprobe}")
-        sims, ids = ivf.search_preassigned(_transformed(index, queries), wanted, lists, similarities)
+        sims, ids = ivf.search_preassigned(pre_transformed(index, queries), wanted, lists, similarities)
     else:
         sims, ids = index.search(queries, wanted)
     if rerank:

@@ -137,7 +137,7 @@ def train_bounded(read: RowReader, held_ranges: Sequence[tuple[int, int, int]],
     (drops unusable rows, scales to unit length)."""
     import faiss
 
-    from pipelines.index.shards import _skip_polysemous_training, faiss_threads
+    from pipelines.index.shards import _skip_polysemous_training, faiss_threads, pre_transformed
 
     with faiss_threads(threads):
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
@@ -159,13 +159,7 @@ def train_bounded(read: RowReader, held_ranges: Sequence[tuple[int, int, int]],
                 if not transform.is_trained:
                     transform.train(transformed)
                 transformed = transform.apply(transformed)
-
-            def through_chain(rows: np.ndarray) -> np.ndarray:
-                for transform in chain:
-                    rows = transform.apply(rows)
-                return rows
-
-            stream = (through_chain(unit(rows)) for rows in _chunks(read, stream_ranges, STREAM_CHUNK))
+            stream = (pre_transformed(index, unit(rows)) for rows in _chunks(read, stream_ranges, STREAM_CHUNK))
             centroids = two_level_centroids(stream, transformed, ivf.nlist, memory_rows, seed)
             faiss.downcast_index(ivf.quantizer).add(centroids)  # full: IVF training keeps it, trains the codes
         index.train(np.ascontiguousarray(held, dtype=np.float32))
