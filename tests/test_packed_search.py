@@ -317,14 +317,19 @@ def _best_rows(element) -> list:
 
 
 def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candidates(saved, hub_indexes, tmp_path,  # noqa: F811
-                                                                                    caplog):
-    """--batches-per-load 4 on the hub indexes (German 2 shards, English 3): the batches of a file
-    meet each shard four at a time, and a worker loads the shard once a group (at most 9 loads for
-    the 31 searches of a batch in a shard); the best candidates equal those of one batch a load.
+                                                                                    caplog, monkeypatch):
+    """--batches-per-load 4 on the hub indexes (German 2 shards, English 3): the batches meet each
+    shard four at a time, and a worker loads the shard once a group (at most 9 loads for the 31
+    searches of a batch in a shard); the best candidates equal those of one batch a load. With 16
+    a group runs on across the store's two English files (one group a side: at most 5 loads) and,
+    with no memory allowed, carries its state in files on local disk: the same best candidates.
     The launcher says the groups' size and memory."""
     import logging
 
     from apache_beam.metrics.metric import MetricsFilter
+
+    from pipelines.mine import packed_search
+    from pipelines.mine.search_groups import file_block_offsets
 
     caplog.set_level(logging.INFO, logger="pipelines.mine.packed_search")
     root, de, _en, _vectors = saved
@@ -333,11 +338,21 @@ def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candid
     batches = _batches(store, packed.SRC, de) + _batches(store, packed.TGT, english)
     shards = {packed.SRC: 2, packed.TGT: 3}
     searches = sum(shards[OTHER[key[0]]] for key, _ in batches)
-    groups = sum(shards[OTHER[side]] for side, _file, _group in
-                 {(key[0], key[1], key[2] // 4) for key, _ in batches})
-    assert (searches, groups) == (31, 9)
+    last = {}
+    for (side, file, block), _ids in batches:
+        last[(side, file)] = max(block, last.get((side, file), 0))
+    assert len({file for side, file in last if side == packed.TGT}) == 2  # English spans two files
+    offsets = file_block_offsets(last)
+
+    def groups(per_load: int) -> int:
+        return sum(shards[OTHER[side]] for side, _group in
+                   {(key[0], (offsets[key[:2]] + key[2]) // per_load) for key, _ in batches})
+
+    assert (searches, groups(4), groups(16)) == (31, 9, 5)
     pipeline = beam.Pipeline()
-    for per_load in (1, 4):
+    for per_load in (1, 4, 16):
+        if per_load == 16:
+            monkeypatch.setattr(packed_search, "GROUP_MEMORY", 0)
         config = MineConfig(src_lang="de", tgt_lang="en", embedder=f"vectors:{root / 'vectors'}",
                             src_index=str(hub_indexes / "de"), tgt_index=str(hub_indexes / "en"),
                             backward_search="all", query_batch=QUERY_BATCH, batches_per_load=per_load)
@@ -349,19 +364,108 @@ def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candid
         (tmp_path / str(per_load)).mkdir()
     result = pipeline.run()
     result.wait_until_finish()
-    loads = {per_load: sum(c.committed for c in result.metrics().query(MetricsFilter())["counters"]
-                           if c.key.metric.name == "index.shard_loads" and c.key.step.startswith(f"per_load{per_load}"))
-             for per_load in (1, 4)}
-    assert 0 < loads[4] <= groups < loads[1] <= searches, loads
+    counters = result.metrics().query(MetricsFilter())["counters"]
+
+    def counted(name: str, per_load: int) -> int:
+        return sum(c.committed for c in counters
+                   if c.key.metric.name == name and c.key.step.startswith(f"per_load{per_load}/"))
+
+    loads = {per_load: counted("index.shard_loads", per_load) for per_load in (1, 4, 16)}
+    assert 0 < loads[16] <= groups(16) and 0 < loads[4] <= groups(4) < loads[1] <= searches, loads
+    assert [counted("index.groups_on_disk", per_load) for per_load in (1, 4, 16)] == [0, 0, 2]
     # 4 batches of 128 queries, 8 x 32 lists + 4 x 64 re-ranked + 12 x 4 neighbours + 8 bytes a query: 0 MB
-    assert "searching the en index's 3 shard(s) in groups of 4 query batches (~0 MB a group" in caplog.text
-    best = {per_load: sorted(_saved(tmp_path / str(per_load))) for per_load in (1, 4)}
-    assert best[1] and best[1] == best[4]
+    assert ("searching the en index's 3 shard(s) in groups of 4 query batches (~0 MB a group in a running bundle, "
+            "in memory)") in caplog.text
+    best = {per_load: sorted(_saved(tmp_path / str(per_load))) for per_load in (1, 4, 16)}
+    assert best[1] and best[1] == best[4] == best[16]
+
+
+def test_the_next_shard_is_read_while_this_one_is_searched(saved, hub_indexes):  # noqa: F811
+    """A group of German batches in the English index (3 shards): shard 2 starts loading in another
+    thread before the searches in shard 1 end (the last one waits for it: without the prefetch it
+    would wait in vain), each load counted once, and the answers equal those of one shard at a time."""
+    import gc
+    import threading
+
+    from pipelines.mine.index_search import HELD_SHARDS, index_plan, load_manifest
+    from pipelines.mine.packed_search import _SearchPackedShards
+
+    root, de, _en, _vectors = saved
+    store = SavedVectorsEmbedder(root / "vectors")
+    batches = [(key, batch["ids"]) for key, batch in _batches(store, packed.SRC, de)]
+    dirs = {packed.SRC: str(hub_indexes / "de"), packed.TGT: str(hub_indexes / "en")}
+    plan = index_plan(dirs[packed.SRC], dirs[packed.TGT], load_manifest(dirs[packed.SRC], "--src-index"),
+                      load_manifest(dirs[packed.TGT], "--tgt-index"), None, 0)
+    names = plan[1][packed.TGT]
+    assert len(names) == 3 and len(batches) == 3
+
+    class Recording(_SearchPackedShards):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.loads_seen, self.waited = [], []
+            self.second_loading = threading.Event()
+
+        def _load(self, key):
+            self.loads_seen.append((key[2], threading.current_thread() is threading.main_thread()))
+            if key[2] == names[1]:
+                self.second_loading.set()
+            return super()._load(key)
+
+        def _searched(self, side, name, matrix, search):
+            if name == names[0] and len(self.waited) == len(batches) - 1:  # the first shard's last batch
+                self.waited.append(self.second_loading.wait(timeout=30))
+            elif name == names[0]:
+                self.waited.append(None)
+            return super()._searched(side, name, matrix, search)
+
+    def run(search):
+        search.setup()
+        found = list(search.process(((packed.TGT, 0), batches)))
+        search.finish_bundle()
+        return found
+
+    HELD_SHARDS.keep(None)  # no shard an earlier test's pipeline left to this process
+    gc.collect()
+    store_spec = f"vectors:{root / 'vectors'}"
+    prefetched = Recording(plan[0], plan[2], 4, plan[3], store_spec, plan[1])
+    found = run(prefetched)
+    assert prefetched.waited[-1] is True
+    assert [name for name, _ in prefetched.loads_seen] == names
+    assert [in_main for _, in_main in prefetched.loads_seen] == [True, False, False]
+    parts = [run(_SearchPackedShards(plan[0], plan[2], 4, plan[3], store_spec, {**plan[1], packed.TGT: [name]}))
+             for name in names]
+    for at, (key, top) in enumerate(found):
+        merged = merge_top([part[at][1] for part in parts], 4)
+        assert key == parts[0][at][0]
+        np.testing.assert_array_equal(top["hits"], merged["hits"])
+        np.testing.assert_array_equal(top["sims"], merged["sims"])
+
+
+def test_a_group_too_large_for_memory_keeps_its_state_on_local_disk_and_removes_it():
+    from pipelines.mine.search_groups import GroupState, file_block_offsets
+
+    with GroupState(1000, 568, memory=1000 * 568) as in_memory:
+        floor = in_memory.array("floor", 64, np.float32, -np.inf)
+        assert not in_memory.on_disk and not isinstance(floor, np.memmap) and np.isneginf(floor).all()
+    with GroupState(1000, 568, memory=1000 * 568 - 1) as on_disk:
+        top = on_disk.array("top_hits", 4, np.int64, -1)
+        assert on_disk.on_disk and isinstance(top, np.memmap) and (top == -1).all()
+        top[10:20] = 7
+        on_disk.release()
+        assert (on_disk.array("top_hits", 4, np.int64, -1)[10:20] == 7).all()  # kept, not filled again
+        with pytest.raises(ValueError, match="top_hits"):
+            on_disk.array("top_hits", 8, np.int64, -1)
+        folder = Path(on_disk._folder.name)
+        assert (folder / "top_hits").stat().st_size == 1000 * 4 * 8
+    assert not folder.exists()
+    # English's blocks 0-2 of file 0 and 0-7 of file 3 run on as ordinals 0-10; German's on their own
+    assert file_block_offsets({("tgt", 3): 7, ("tgt", 0): 2, ("src", 1): 4}) == {
+        ("src", 1): 0, ("tgt", 0): 0, ("tgt", 3): 3}
 
 
 def test_batches_per_load_follow_the_largest_shard_unless_given():
     from pipelines.index.shards import IndexManifest
-    from pipelines.mine.packed_search import (GROUP_BYTES, SENTENCES_PER_QUERY_AT_LOAD, batches_per_load,
+    from pipelines.mine.search_groups import (GROUP_BYTES, SENTENCES_PER_QUERY_AT_LOAD, batches_per_load,
                                               group_bytes_per_query)
 
     def manifest(*sizes):
@@ -373,9 +477,11 @@ def test_batches_per_load_follow_the_largest_shard_unless_given():
     assert batches_per_load(manifest(2_000_000, 3), 8_192, per_query) == -(-2_000_000 // (SENTENCES_PER_QUERY_AT_LOAD * 8_192)) == 31
     assert batches_per_load(manifest(65_536), 8_192, per_query) == batches_per_load(manifest(), 8_192, per_query) == 1
     assert batches_per_load(manifest(65_537), 8_192, per_query) == 2
+    # labse-index's default shards: 2.5 million queries a group (1.4 GB, on local disk)
+    assert batches_per_load(manifest(20_000_000), 8_192, per_query) == 306
     # what a group holds stays within GROUP_BYTES
-    assert batches_per_load(manifest(20_000_000), 8_192, per_query) == GROUP_BYTES // (8_192 * 568) == 115
-    assert batches_per_load(manifest(20_000_000), 8_192, group_bytes_per_query(128, 64, 4)) == 49
+    assert batches_per_load(manifest(100_000_000), 8_192, per_query) == GROUP_BYTES // (8_192 * 568) == 923
+    assert batches_per_load(manifest(100_000_000), 8_192, group_bytes_per_query(128, 64, 4)) == 392
     assert batches_per_load(manifest(20_000_000), 8_192, group_bytes_per_query(1 << 20, 64, 4)) == 1
     assert batches_per_load(manifest(20_000_000), 8_192, per_query, given=300) == 300
     with pytest.raises(ValueError, match="batches_per_load"):

@@ -342,8 +342,10 @@ class RerankFloor:
     one shard would re-rank, and about depth x (1 + ln shards) a query, where every shard's own
     would be depth x shards (`reranked` counts them)."""
 
-    def __init__(self, queries: int, depth: int):
-        self.best = np.full((queries, depth), -np.inf, np.float32)
+    def __init__(self, queries: int, depth: int, best: np.ndarray | None = None):
+        # `best`: where to keep them ([queries, depth] float32 filled with -inf), e.g. a group's
+        # state on local disk
+        self.best = np.full((queries, depth), -np.inf, np.float32) if best is None else best
         self.reranked = 0
 
     def apply(self, code_sims: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -354,7 +356,7 @@ class RerankFloor:
         self.reranked += int((kept >= 0).sum())
         depth = self.best.shape[1]
         both = np.concatenate([self.best, proposed], axis=1)
-        self.best = -np.partition(-both, depth - 1, axis=1)[:, :depth]
+        self.best[...] = -np.partition(-both, depth - 1, axis=1)[:, :depth]
         return kept
 
 

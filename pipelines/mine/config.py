@@ -62,10 +62,11 @@ class MineConfig:
                                   "no one proposed, which `max` may select)", choices=BACKWARD_SEARCHES)
     query_batch: int = option(8_192, "sentences searched together against one index shard (global layout): a "
                               "worker's query memory, whatever the input's size")
-    batches_per_load: int = option(0, "global layout: query batches of a file searched together in every shard "
-                                   "of the other side's index, each shard loaded once for them (0: one query per 8 "
-                                   "sentences of the largest shard, as far as the group fits in 512 MB: it holds 8 "
-                                   "bytes a list probed, 4 a hit re-ranked and 12 a neighbour a query)")
+    batches_per_load: int = option(0, "global layout: query batches searched together in every shard of the "
+                                   "other side's index, each shard loaded once for them (0: one query per 8 "
+                                   "sentences of the largest shard, as far as the group fits in 4 GB: it holds 8 "
+                                   "bytes a list probed, 4 a hit re-ranked and 12 a neighbour a query, on the "
+                                   "worker's local disk beyond 512 MB)")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
                                            "every sentence and finds each one's --cascade-candidates nearest in the "
                                            "cells; --embedder embeds only the survivors (--cascade-loose-margin) and "

@@ -154,6 +154,8 @@ class LoadedShard:
     def __init__(self, key: tuple, index, labels: ShardLabels, rows, keep: list):
         self.key, self.index, self.labels, self.rows, self.keep = key, index, labels, rows, keep
         self.hit_ids: np.ndarray | None = None
+        self.counted = False  # its load counted (`HeldShards.first_use`): a load in a prefetching
+        # thread cannot count itself, Beam's counters belong to the bundle's thread
 
 
 class HeldShards:
@@ -184,6 +186,12 @@ class HeldShards:
     def keep(self, shard: LoadedShard) -> None:
         with self._lock:
             self._kept = shard
+
+    def first_use(self, shard: LoadedShard) -> bool:
+        """True once a load: for the bundle that counts it."""
+        with self._lock:
+            first, shard.counted = not shard.counted, True
+            return first
 
 
 HELD_SHARDS = HeldShards()  # per worker process, as Beam's `Shared` objects are
@@ -218,15 +226,24 @@ class _SearchShard(beam.DoFn):
             self._loaded = None
 
     def _shard(self, side: str, name: str) -> LoadedShard:
-        key = (side, self.index_dirs[side], name, self.nprobes[side], self.rerank[side] > self.k, self.store)
+        key = self._key(side, name)
         if self._loaded is None or self._loaded.key != key:
             self._loaded = None  # free the last shard before reading the next
-            self._loaded = HELD_SHARDS.get(key, lambda: self._load(key))
+            self._loaded = self._held_shard(side, name)
+            if HELD_SHARDS.first_use(self._loaded):
+                self.loads.inc()
         return self._loaded
+
+    def _key(self, side: str, name: str) -> tuple:
+        return side, self.index_dirs[side], name, self.nprobes[side], self.rerank[side] > self.k, self.store
+
+    def _held_shard(self, side: str, name: str) -> LoadedShard:
+        """The shard, from the worker's held ones or loaded (thread-safe: a prefetch calls it)."""
+        key = self._key(side, name)
+        return HELD_SHARDS.get(key, lambda: self._load(key))
 
     def _load(self, key: tuple) -> LoadedShard:
         side, _dir, name, nprobe, rerank, _store = key
-        self.loads.inc()
         base = f"{self.index_dirs[side]}/{name}"
         index = from_bytes(_read_object(f"{base}.faiss"))
         set_nprobe(index, nprobe)

@@ -6,9 +6,10 @@ with `--embedder vectors:DIR`, with the same numbers, but every element a `Packe
 sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id, 4 or 8 a number).
 
 1. Search (`_SearchBatches`): a query batch (the run's sentences of one range key) goes, with the
-   next batches of its file (`batches_per_load`), through every shard of the OTHER side's index:
-   each query's inverted lists are assigned once (`coarse_assignment`: all shards share the
-   quantiser), each shard is loaded once for the group; the rows are read where they are searched,
+   next batches of its side, across the store's files (`pipelines.mine.search_groups`), through
+   every shard of the OTHER side's index: each query's inverted lists are assigned once
+   (`coarse_assignment`: all shards share the quantiser), each shard is loaded once for the group,
+   the next while this one is searched; the rows are read where they are searched,
    and a hit, which the index names by its text, becomes the other side's store id
    (`SavedVectorsEmbedder.find`; -1 where the store lacks the text). The shards' answers are merged
    as they come into the batch's top k (`merge_top`): one Packed `{ids [n], sims [n, k], hits [n,
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional
 
 import apache_beam as beam
@@ -44,11 +45,13 @@ import numpy as np
 
 from pipelines.accounting import MergeTallies
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
-from pipelines.index.shards import IndexManifest, RerankFloor, coarse_assignment, search_shard_arrays
+from pipelines.index.shards import RerankFloor, coarse_assignment, search_shard_arrays
 from pipelines.mine.config import MineConfig
 from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
 from pipelines.mine.units import SIDE_UNIT
+from pipelines.mine.search_groups import (GROUP_MEMORY, GroupState, batches_per_load, file_block_offsets,
+                                          group_bytes_per_query)
 from pipelines.mine.packed import (ROW_BITS, SRC, TGT, Packed, among, concat, references, rows_of, split_by_column,
                                    split_by_range, store_ids, take)
 
@@ -194,54 +197,31 @@ def restored(packed: Packed, keys: dict, query_batch: int) -> Packed:
 
 
 # ------------------------------------------------------------------------------------ Beam steps
-# A shard is loaded for at least one query per this many of its sentences. Loading reads its codes,
-# float16 rows and text (~700 bytes a sentence at 256 dimensions: ~2.8 us at ~250 MB/s from a
-# bucket, assumed), 22 us a query at 8, about what searching a query in one more shard costs once
-# its lists are assigned (27 us, benchmarks/shard_search.py at 50 shards). Larger shards reach a
-# limit first: GROUP_BYTES (above ~7.5 million sentences) or the store's file, which a group never
-# spans (61 batches with labse-embed's 500,000-row files: above ~4 million), and their loads cost
-# more than the search they serve (BENCHMARKS.md, "One list assignment a query, one re-ranking an
-# index").
-SENTENCES_PER_QUERY_AT_LOAD = 8
-# What a group of batches may hold while it goes through the shards, in every running bundle:
-# ~115 batches of 8,192 at nprobe 32, --rerank 64 and k 4 (`group_bytes_per_query`).
-GROUP_BYTES = 512 << 20
-
-
-def group_bytes_per_query(nprobe: int, depth: int, k: int) -> int:
-    """What a group holds a query: its list assignment (8 bytes a list), its re-ranking floor (4 a
-    hit re-ranked, `RerankFloor`), its top k so far (12 a neighbour) and its id."""
-    return 8 * nprobe + 4 * depth + 12 * k + 8
-
-
-def batches_per_load(manifest: IndexManifest, query_batch: int, per_query: int, given: int = 0) -> int:
-    """How many query batches of a file are searched together in `manifest`'s shards, each shard
-    loaded once for them: `given`, or where 0, enough for one query per SENTENCES_PER_QUERY_AT_LOAD
-    sentences of its largest shard (1 for shards of up to 65,536 sentences at the default batch of
-    8,192), as far as they fit in GROUP_BYTES at `per_query` bytes a query."""
-    if given:
-        return given
-    largest = max((shard["sentences"] for shard in manifest.shards), default=0)
-    wanted = math.ceil(largest / (SENTENCES_PER_QUERY_AT_LOAD * query_batch))
-    held = GROUP_BYTES // (query_batch * per_query)
-    return max(1, min(wanted, held))
-
-
 class _SearchAcrossShards:
-    """One query batch's search in each shard of an index: its inverted lists assigned once, by the
-    quantiser of the first shard it meets (every shard holds the same), then handed to the others;
-    its hits re-ranked at the index's depth, not each shard's (`RerankFloor`)."""
+    """One query batch's search in each shard of an index, its state in rows lo:hi of its group's
+    `GroupState`: its inverted lists assigned once, by the quantiser of the first shard it meets
+    (every shard holds the same), then handed to the others; its hits re-ranked at the index's
+    depth, not each shard's (`RerankFloor`); its top k merged as the shards go (`merge`)."""
 
-    def __init__(self, queries: int, depth: int, assigned_counter, reranked_counter):
+    def __init__(self, state: GroupState, lo: int, hi: int, k: int, depth: int, assigned_counter, reranked_counter):
+        self.state, self.lo, self.hi = state, lo, hi
         self.assigned_counter, self.reranked_counter = assigned_counter, reranked_counter
         self.assigned = None
         self.done = False
-        self.floor = RerankFloor(queries, depth) if depth else None
+        self.floor = (RerankFloor(hi - lo, depth, state.array("floor", depth, np.float32, -np.inf)[lo:hi])
+                      if depth else None)
+        self.sims = state.array("top_sims", k, np.float32, -np.inf)[lo:hi]
+        self.hits = state.array("top_hits", k, np.int64, -1)[lo:hi]
 
     def __call__(self, index, _labels, queries, k, rows, depth):
         if not self.done:
-            self.assigned, self.done = coarse_assignment(index, queries), True
-            if self.assigned is not None:
+            self.done = True
+            assigned = coarse_assignment(index, queries)
+            if assigned is not None:
+                lists, sims = assigned
+                self.assigned = (self.state.array("lists", lists.shape[1], lists.dtype, 0)[self.lo:self.hi],
+                                 self.state.array("list_sims", sims.shape[1], np.float32, 0)[self.lo:self.hi])
+                self.assigned[0][:], self.assigned[1][:] = lists, sims
                 self.assigned_counter.inc(len(queries))
         if self.floor is None or rows is None or depth <= k:
             return search_shard_arrays(index, queries, k, rows, depth, assigned=self.assigned)
@@ -250,40 +230,66 @@ class _SearchAcrossShards:
         self.reranked_counter.inc(self.floor.reranked - before)
         return found
 
+    def merge(self, ids: np.ndarray, sims: np.ndarray, hits: np.ndarray) -> None:
+        """One more shard's [n, k] answer into the batch's top k."""
+        top = merge_top([{"ids": ids, "sims": self.sims, "hits": self.hits}, {"ids": ids, "sims": sims, "hits": hits}],
+                        self.sims.shape[1])
+        self.sims[:], self.hits[:] = top["sims"], top["hits"]
+
 
 class _SearchPackedShards(_SearchShard):
-    """((index side, file, group), [(range key, query store ids)]) -> (range key, `{ids, sims [n, k],
+    """((index side, group), [(range key, query store ids)]) -> (range key, `{ids, sims [n, k],
     hits [n, k]}`) for each batch of the group: its queries' top k in all shards of that side's
     index, each hit the other side's store id (-1 where the store lacks its text).
 
     A query's lists are assigned once (`coarse_assignment`, counted as `index.queries_assigned`),
     not once a shard; the shards are then loaded one after another, each once for the whole group
-    (`HeldShards`, which keeps the store ids of a shard's sentences hit so far: at most 8 bytes a
-    shard sentence), and the group's top k lists merged as they go. `--rerank` is the index's
+    and the next one read while this one is searched (`HeldShards`, which keeps the store ids of a
+    shard's sentences hit so far: at most 8 bytes a shard sentence), and the group's top k lists
+    merged as they go. `--rerank` is the index's
     depth: a shard re-ranks only the hits that can be among the index's best by codes so far
-    (`RerankFloor`, counted as `index.hits_reranked`)."""
+    (`RerankFloor`, counted as `index.hits_reranked`). What a group carries from shard to shard is
+    its `GroupState`: on the worker's local disk when larger than GROUP_MEMORY (counted as
+    `index.groups_on_disk`)."""
 
-    def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str, shard_names: dict):
+    def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str, shard_names: dict,
+                 memory: int | None = None):
         super().__init__(index_dirs, nprobes, k, rerank, store)
-        self.shard_names = shard_names
+        self.shard_names, self.memory = shard_names, GROUP_MEMORY if memory is None else memory
         self.assigned = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.queries_assigned")
         self.reranked = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.hits_reranked")
+        self.on_disk = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.groups_on_disk")
+        self._ahead = None  # the next shard of the group, read while this one is searched
 
     def process(self, element):
-        (side, *_group), batches = element
+        (side, _group), batches = element
         batches = list(batches)
+        names = self.shard_names[side]
+        if not names:
+            return
         depth = self.rerank[side] if self.rerank[side] > self.k else 0
-        searches = [_SearchAcrossShards(len(ids), depth, self.assigned, self.reranked) for _key, ids in batches]
-        tops: list[Optional[Packed]] = [None] * len(batches)
-        for name in self.shard_names[side]:
-            for at, (_key, ids) in enumerate(batches):
-                labels, (sims, positions) = self._searched(side, name, references(ids), searches[at])
-                sims, hits = pad_hits(sims, self._store_ids(labels, positions), self.k)
-                found = {"ids": ids, "sims": sims, "hits": hits}
-                tops[at] = found if tops[at] is None else merge_top([tops[at], found], self.k)
-        for (key, _ids), top in zip(batches, tops):
-            if top is not None:
-                yield key, top
+        bounds = np.cumsum([0] + [len(ids) for _key, ids in batches]).tolist()
+        per_query = group_bytes_per_query(self.nprobes[side], depth, self.k)
+        with GroupState(bounds[-1], per_query, self.memory) as state, \
+                ThreadPoolExecutor(1, thread_name_prefix="labse-mine-prefetch") as prefetch:
+            if state.on_disk:
+                self.on_disk.inc()
+            searches = [_SearchAcrossShards(state, lo, hi, self.k, depth, self.assigned, self.reranked)
+                        for lo, hi in zip(bounds, bounds[1:])]
+            for at, name in enumerate(names):
+                self._shard(side, name)
+                # the next shard is read while this one is searched: a load waits on the bucket, the
+                # search on the CPU (FAISS lets go of the GIL), so a group costs about the larger of
+                # the two a shard, not their sum; `_ahead` holds it until `_shard` takes it
+                following = prefetch.submit(self._held_shard, side, names[at + 1]) if at + 1 < len(names) else None
+                for search, (_key, ids) in zip(searches, batches):
+                    labels, (sims, positions) = self._searched(side, name, references(ids), search)
+                    search.merge(ids, *pad_hits(sims, self._store_ids(labels, positions), self.k))
+                    state.release()
+                self._ahead = following.result() if following is not None else None
+            self._ahead = None
+            for search, (key, ids) in zip(searches, batches):
+                yield key, {"ids": ids, "sims": np.array(search.sims), "hits": np.array(search.hits)}
 
     def _store_ids(self, labels, positions: np.ndarray) -> np.ndarray:
         # store id + 2 by shard position, 0 where not looked up yet: zeros from calloc, so only the
@@ -301,13 +307,19 @@ class _SearchPackedShards(_SearchShard):
         return np.where(positions >= 0, cache[np.maximum(positions, 0)] - 2, -1)
 
 
-def _to_groups(keyed, per_load: dict):
-    """A query batch -> ((the other side, file, group), (range key, ids)): a group is
-    `per_load[other side]` consecutive batches of one file, searched together in that side's index."""
+def _last_block(keyed) -> tuple:
+    (side, file, block), _batch = keyed
+    return (side, file), block
+
+
+def _to_groups(keyed, per_load: dict, offsets: dict):
+    """A query batch -> ((the other side, group), (range key, ids)): a group is `per_load[other
+    side]` consecutive block slots of this side's files, running on from one file into the next
+    (`file_block_offsets`), searched together in that side's index."""
     key, batch = keyed
     side, file, block = key
     other = OTHER[side]
-    yield (other, file, block // per_load[other]), (key, batch["ids"])
+    yield (other, (offsets[(side, file)] + block) // per_load[other]), (key, batch["ids"])
 
 
 class _SearchBatches(beam.PTransform):
@@ -324,8 +336,13 @@ class _SearchBatches(beam.PTransform):
 
     def expand(self, batches):
         dirs, shards, nprobes, rerank = self.plan
+        offsets = (batches
+                   | "LastBlocks" >> beam.Map(_last_block)
+                   | "LastBlockOfFile" >> beam.CombinePerKey(max)
+                   | "LastBlocksDict" >> beam.combiners.ToDict()
+                   | "FileOffsets" >> beam.Map(file_block_offsets))
         return (batches
-                | "ToGroups" >> beam.FlatMap(_to_groups, self.per_load)
+                | "ToGroups" >> beam.FlatMap(_to_groups, self.per_load, beam.pvalue.AsSingleton(offsets))
                 | "GroupBatches" >> beam.GroupByKey()
                 | "SearchShards" >> beam.ParDo(_SearchPackedShards(dirs, nprobes, self.k, rerank, self.store, shards)))
 
@@ -449,9 +466,10 @@ class PackedNeighbours(beam.PTransform):
         per_load = {side: batches_per_load(manifest, c.query_batch, per_query[side], c.batches_per_load)
                     for side, manifest in manifests.items()}
         for side, lang in ((SRC, c.src_lang), (TGT, c.tgt_lang)):
+            held = per_load[side] * c.query_batch * per_query[side]
             logger.info("searching the %s index's %d shard(s) in groups of %d query batches (~%d MB a group in a "
-                        "running bundle), each shard loaded once a group", lang, len(shards[side]), per_load[side],
-                        per_load[side] * c.query_batch * per_query[side] >> 20)
+                        "running bundle, %s), each shard loaded once a group", lang, len(shards[side]),
+                        per_load[side], held >> 20, "in memory" if held <= GROUP_MEMORY else "on local disk")
         if c.backward_search == "all":
             tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder, per_load)}
         else:
