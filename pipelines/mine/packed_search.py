@@ -253,9 +253,11 @@ class _SearchPackedShards(_SearchShard):
     `index.groups_on_disk`)."""
 
     def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str, shard_names: dict,
-                 memory: int | None = None):
+                 memory: int | None = None, prefetch: bool = True):
+        # prefetch=False: load each shard when its searches begin (benchmarks/shard_load.py's comparison)
         super().__init__(index_dirs, nprobes, k, rerank, store)
         self.shard_names, self.memory = shard_names, GROUP_MEMORY if memory is None else memory
+        self.prefetch = prefetch
         self.assigned = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.queries_assigned")
         self.reranked = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.hits_reranked")
         self.on_disk = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.groups_on_disk")
@@ -281,7 +283,8 @@ class _SearchPackedShards(_SearchShard):
                 # the next shard is read while this one is searched: a load waits on the bucket, the
                 # search on the CPU (FAISS lets go of the GIL), so a group costs about the larger of
                 # the two a shard, not their sum; `_ahead` holds it until `_shard` takes it
-                following = prefetch.submit(self._held_shard, side, names[at + 1]) if at + 1 < len(names) else None
+                following = (prefetch.submit(self._held_shard, side, names[at + 1])
+                             if self.prefetch and at + 1 < len(names) else None)
                 for search, (_key, ids) in zip(searches, batches):
                     labels, (sims, positions) = self._searched(side, name, references(ids), search)
                     search.merge(ids, *pad_hits(sims, self._store_ids(labels, positions), self.k))

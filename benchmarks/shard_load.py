@@ -1,0 +1,216 @@
+"""Loading index shards while searching them (issue 30): labse-mine's packed search of one group of
+query batches through every shard of a labse-index output, the next shard read while this one is
+searched (`prefetch`), against reading each shard when its searches begin (`sequential`, the way
+before), with the index on local disk and in a bucket (the GCS emulator of the tests, in a child
+process: real HTTP reads through Beam's GCS client, on loopback).
+
+    python benchmarks/mine_million.py build --out DIR --n 1000000 --dim 256   # the vectors (once)
+    python benchmarks/shard_load.py --out DIR --shard-sentences 100000 --group-batches 2
+
+The index is built by `labse-index` itself from the target side of DIR/vectors (once, kept in
+DIR/shard_load). The group is the first `--group-batches` x 8,192 source sentences, searched as
+`_SearchPackedShards` searches a group (one thread for FAISS, as on a worker). Before every run
+the worker's held shards are dropped, so each run loads every shard. Lines:
+
+- `index`: the shards' bytes a sentence by file (codes, float16 rows, text) and the build's wall time.
+- `load`: each shard loaded alone (`_SearchShard._load`), wall and CPU seconds, per location.
+- `group`: the group's wall and CPU seconds, per location and mode, `--repeats` interleaved;
+  the summary gives sequential / prefetch wall (medians, with ranges).
+
+This text's sentences are ids (`en0000123`, 10 bytes), so a shard's text here is far smaller than a
+crawl's; the summary line says the bytes a sentence each part holds.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipelines.mine.packed import SRC  # noqa: E402
+
+QUERY_BATCH = 8_192  # labse-mine's default --query-batch
+BUCKET = "labse-bench"
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def build_index(out: Path, factory: str, shard_sentences: int, train_sample: int) -> Path:
+    """labse-index over DIR/vectors' target side (kept in DIR/shard_load/index-...)."""
+    work = out / "shard_load"
+    index = work / f"index-{factory.replace(',', '_')}-{shard_sentences}"
+    if (index / "_SUCCESS").exists():
+        return index
+    target = work / "tgt_vectors"
+    target.mkdir(parents=True, exist_ok=True)
+    for suffix in (".npy", ".txt"):  # labse-index reads every NAME.npy of a folder
+        link = target / f"tgt{suffix}"
+        if not link.exists():
+            link.symlink_to(out / "vectors" / f"tgt{suffix}")
+    started = time.perf_counter()
+    subprocess.run([str(Path(sys.executable).parent / "labse-index"), "--vectors", str(target), "--lang", "en",
+                    "--factory", factory, "--shard-sentences", str(shard_sentences), "--train-sample",
+                    str(train_sample), "--output", str(index)], check=True)
+    emit({"part": "build", "factory": factory, "shard_sentences": shard_sentences,
+          "wall_s": round(time.perf_counter() - started, 1)})
+    return index
+
+
+def shard_bytes(index: Path) -> dict:
+    """Bytes a sentence of each part of the shards (the .faiss files less the trained index each repeats)."""
+    from pipelines.index.shards import RERANK_SUFFIX
+    from pipelines.mine.index_search import load_manifest
+
+    manifest = load_manifest(str(index), "--index")
+    sentences = manifest.sentences
+    names = [s["name"] for s in manifest.shards]
+    codes = sum((index / f"{n}.faiss").stat().st_size - manifest.shared_bytes_per_shard for n in names)
+    rows = sum((index / f"{n}{RERANK_SUFFIX}").stat().st_size for n in names)
+    text = sum((index / f"{n}.txt").stat().st_size for n in names)
+    return {"shards": len(names), "sentences": sentences, "codes": round(codes / sentences, 1),
+            "rows": round(rows / sentences, 1), "text": round(text / sentences, 1),
+            "trained_index_bytes": manifest.shared_bytes_per_shard}
+
+
+@contextlib.contextmanager
+def emulated_bucket(work: Path):
+    """The tests' GCS emulator (tests/gcs_emulator.py) with its token endpoint, its variables in
+    os.environ while it runs."""
+    import http.server
+    import threading
+
+    sys.path.insert(0, str(ROOT))
+    from tests.gcs_emulator import GcsEmulator, _service_account_key, _start_emulator, _TokenHandler
+
+    root = work / "emulator"
+    root.mkdir(parents=True, exist_ok=True)
+    endpoint, process = _start_emulator(root, root / "emulator.log")
+    token_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenHandler)
+    threading.Thread(target=token_server.serve_forever, daemon=True).start()
+    key = root / "service-account.json"
+    _service_account_key(key, f"http://127.0.0.1:{token_server.server_address[1]}/token")
+    env = {"STORAGE_EMULATOR_HOST": endpoint, "GOOGLE_APPLICATION_CREDENTIALS": str(key),
+           "GOOGLE_CLOUD_PROJECT": "labse-test-123", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+           "NO_GCE_CHECK": "true"}
+    os.environ.update(env)
+    try:
+        emulator = GcsEmulator(endpoint=endpoint, env=env)
+        emulator.client().create_bucket(BUCKET)
+        yield emulator
+    finally:
+        token_server.shutdown()
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def query_group(out: Path, batches: int) -> list:
+    """[(range key, store ids)]: the first `batches` x QUERY_BATCH source sentences of the store."""
+    from pipelines.embed.saved_vectors import SavedVectorsEmbedder
+    from pipelines.mine import packed
+
+    store = SavedVectorsEmbedder(out / "vectors")
+    texts = (out / "vectors" / "src.txt").read_text(encoding="utf-8").splitlines()[:batches * QUERY_BATCH]
+    ids = packed.store_ids(store.find(texts))
+    return [(key, part["ids"]) for key, part in packed.split_by_range(packed.SRC, np.unique(ids), QUERY_BATCH)]
+
+
+def searcher(index_dir: str, out: Path, prefetch: bool, nprobe: int, rerank: int, k: int):
+    from pipelines.mine import packed
+    from pipelines.mine.index_search import index_plan, load_manifest
+    from pipelines.mine.packed_search import _SearchPackedShards
+
+    manifest = load_manifest(index_dir, "--index")
+    dirs, shards, nprobes, reranks = index_plan(index_dir, index_dir, manifest, manifest, nprobe, rerank)
+    search = _SearchPackedShards(dirs, nprobes, k, reranks, f"vectors:{out / 'vectors'}", shards, prefetch=prefetch)
+    search.setup()
+    return search, shards[packed.SRC]
+
+
+def drop_held_shards() -> None:
+    from pipelines.mine.index_search import HELD_SHARDS
+
+    HELD_SHARDS.keep(None)
+    gc.collect()
+
+
+def run_group(search, group: list) -> tuple[float, float, list]:
+    from pipelines.index.shards import faiss_threads
+    from pipelines.mine import packed
+
+    drop_held_shards()
+    with faiss_threads(1):
+        wall, cpu = time.perf_counter(), time.process_time()
+        found = list(search.process(((packed.SRC, 0), group)))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    search.finish_bundle()
+    drop_held_shards()
+    return wall, cpu, found
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="benchmarks/mine_million.py build's folder")
+    parser.add_argument("--factory", default="IVF1024_HNSW32,PQ128x4fs")
+    parser.add_argument("--train-sample", type=int, default=100_000)
+    parser.add_argument("--shard-sentences", type=int, default=100_000)
+    parser.add_argument("--group-batches", type=int, default=2, help="query batches of 8,192 in the group")
+    parser.add_argument("--nprobe", type=int, default=32)
+    parser.add_argument("--rerank", type=int, default=64)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    index = build_index(out, args.factory, args.shard_sentences, args.train_sample)
+    emit({"part": "index", **shard_bytes(index)})
+    group = query_group(out, args.group_batches)
+    with emulated_bucket(out / "shard_load") as bucket:
+        bucket.upload_tree(index, f"gs://{BUCKET}/index")
+        locations = {"local": str(index), "bucket": f"gs://{BUCKET}/index"}
+        for location, index_dir in locations.items():
+            search, names = searcher(index_dir, out, True, args.nprobe, args.rerank, args.k)
+            for name in names:
+                drop_held_shards()
+                wall, cpu = time.perf_counter(), time.process_time()
+                search._load(search._key(SRC, name))
+                emit({"part": "load", "location": location, "shard": name,
+                      "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3)})
+        walls: dict = {}
+        answers: dict = {}
+        for repeat in range(args.repeats):
+            for location, index_dir in locations.items():
+                for mode in ("sequential", "prefetch"):  # interleaved
+                    search, names = searcher(index_dir, out, mode == "prefetch", args.nprobe, args.rerank, args.k)
+                    wall, cpu, found = run_group(search, group)
+                    walls.setdefault((location, mode), []).append(wall)
+                    answers.setdefault((location, mode), [top["hits"].tolist() for _key, top in found])
+                    emit({"part": "group", "location": location, "mode": mode, "repeat": repeat, "shards": len(names),
+                          "queries": sum(len(ids) for _key, ids in group), "wall_s": round(wall, 2),
+                          "cpu_s": round(cpu, 2)})
+    same = all(a == answers[("local", "sequential")] for a in answers.values())
+    summary = {}
+    for location in locations:
+        sequential, prefetched = walls[(location, "sequential")], walls[(location, "prefetch")]
+        summary[location] = {
+            "sequential_over_prefetch": round(statistics.median(sequential) / statistics.median(prefetched), 2),
+            "wall_s_median_min_max": {"sequential": [round(statistics.median(sequential), 2), round(min(sequential), 2),
+                                                     round(max(sequential), 2)],
+                                      "prefetch": [round(statistics.median(prefetched), 2), round(min(prefetched), 2),
+                                                   round(max(prefetched), 2)]}}
+    emit({"part": "summary", "repeats": args.repeats, "same_answers": same, "by_location": summary})
+
+
+if __name__ == "__main__":
+    main()
