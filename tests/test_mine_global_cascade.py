@@ -155,7 +155,7 @@ def test_snapshot_cost_charges_the_global_cascade_as_a_cheap_pass_over_all_and_a
     def rows(share):
         args = argparse.Namespace(global_mining=path, cascade_share=share, unique_sentences=2.2e9,
                                   largest_language_share=0.45, embed_rate=1000.0, strong_rate=50.0, price=0.05,
-                                  min_recall=0.9, shard_search=None, shard_sentences=20_000_000)
+                                  min_recall=0.9, shard_search=None, shard_sentences=20_000_000, shard_loads="none")
         return {row.stage: row for row in snapshot_cost.global_cascade_rows(args)}
 
     def hub(unique, rate):

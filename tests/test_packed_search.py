@@ -26,7 +26,7 @@ COUNTS = ("src_sentences.with_candidates", "tgt_sentences.with_candidates", "bes
           "candidate_pairs.read", "candidate_pairs.dropped.not_selected", "candidate_pairs.dropped.below_min_margin",
           "pairs.selected")
 METRICS = ("index.queries_searched", "index.backward_searched", "index.backward_skipped", "candidates.not_in_input",
-           "index.queries_assigned", "index.hits_reranked")
+           "index.queries_assigned", "index.hits_reranked", "index.hits_looked_up_by_text")
 # name: (strategy, backward search, min margin, English input, store, indexes)
 RUNS = {
     "max_candidates": ("max", "candidates", None, "en_hub", "all", "flat"),
@@ -138,8 +138,12 @@ def runs(saved, hub_indexes, tmp_path_factory):  # noqa: F811
 @pytest.mark.parametrize("name", list(RUNS))
 def test_packed_elements_select_the_text_keyed_paths_pairs_margins_and_counts(runs, name):
     (old_pairs, old_tally, old_metrics), (new_pairs, new_tally, new_metrics) = runs[name]["old"], runs[name]["new"]
-    _strategy, backward, min_margin, tgt, _store, index = RUNS[name]
+    _strategy, backward, min_margin, tgt, store, index = RUNS[name]
     assert old_pairs and set(new_pairs) == set(old_pairs)
+    # the store the indexes were built from names hits by their rows there (`.ids.npy`); a copy of
+    # it elsewhere, by their text
+    by_text = new_metrics.pop("index.hits_looked_up_by_text")
+    assert (by_text == 0) if store == "all" else (by_text > 0)
     # the text-keyed path re-ranks --rerank hits in every shard, the packed one at the index's depth
     # (`RerankFloor`): the same cosines, kNN means (so margins) from fewer exact rows where compressed
     margin_tolerance = 1e-6 if index == "flat" else 5e-3

@@ -5,7 +5,7 @@
 
 DIR holds saved vectors (`vectors:DIR`: NAME.npy rows = NAME.txt lines, local or gs://), written
 once per sentence by the embedding step; labse-mine searches the index (`--tgt-index`), for every
-language pair. Writes INDEX_DIR/trained.faiss, INDEX_DIR/shard-*.faiss + shard-*.txt, `_stats.json`
+language pair. Writes INDEX_DIR/trained.faiss, INDEX_DIR/shard-*.faiss + .txt + .f16.npy + .ids.npy, `_stats.json`
 (accounting, the manifest: factory, shards, bytes a sentence) and `_SUCCESS` last.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def build_parser():
         "labse-index",
         "Build one compressed, sharded FAISS index of a language's saved vectors: train on a sample, add every "
         "vector in shards, choose the index type by size (or --factory).",
-        output="INDEX_DIR: trained.faiss, shard-*.faiss, shard-*.txt and _stats.json",
+        output="INDEX_DIR: trained.faiss, shard-*.faiss, .txt, .f16.npy, .ids.npy and _stats.json",
         overwrite=replace_help("INDEX_DIR"))
     parser.add_argument("--vectors", required=True, help="saved vectors DIR (NAME.npy + NAME.txt pairs), local or gs://"
                         " (a `vectors:` prefix is accepted)")

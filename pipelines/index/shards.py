@@ -2,9 +2,12 @@
 
 An index directory holds `trained.faiss` (the trained, empty index: rotation, coarse quantiser, PQ
 codebooks), `shard-SSSSS-of-NNNNN.faiss` (the trained index with the shard's vectors added; ids
-0..n-1 within the shard) and `shard-SSSSS-of-NNNNN.txt` (the shard's sentences, line i = id i,
-whitespace-normalised: labse-mine's sentence key), `_stats.json` and `_SUCCESS` last. Its
-manifest (`IndexManifest`) is the `index` section of the stats.
+0..n-1 within the shard), `shard-SSSSS-of-NNNNN.txt` (the shard's sentences, line i = id i,
+whitespace-normalised: labse-mine's sentence key), `shard-SSSSS-of-NNNNN.f16.npy` (its rows, for
+re-ranking), `shard-SSSSS-of-NNNNN.ids.npy` (where each sentence is in the saved vectors it was
+built from: labse-mine names a hit by it, without its text, when its store holds those very
+files), `_stats.json` and `_SUCCESS` last. Its manifest (`IndexManifest`) is the `index` section
+of the stats.
 
 Every shard shares the trained quantiser, so a query visits the same `nprobe` lists in each
 shard: its cost is nprobe x (sentences / nlist) codes however many shards the language has, plus
@@ -23,6 +26,10 @@ from pipelines.index.vector_files import MatrixFile
 
 TRAINED = "trained.faiss"
 RERANK_SUFFIX = ".f16.npy"  # a shard's unit rows as float16, on disk only: exact re-ranking reads its hits
+# a shard's sentences as rows of the files it was built from: int64 (file number << 32) | row, the
+# file numbers those of the manifest's `source_files` (labse-mine names a hit by its store id with it)
+SOURCE_IDS_SUFFIX = ".ids.npy"
+SOURCE_ROW_BITS = 32
 
 
 def shard_name(shard: int, shards: int) -> str:
@@ -216,6 +223,8 @@ class IndexManifest:
     bytes_per_sentence: float = 0.0                  # measured: (shard bytes - shared) / sentences
     shared_bytes_per_shard: int = 0                  # the trained index every shard file repeats
     rerank_vectors: bool = False                     # shard-*.f16.npy: the rows, for exact re-ranking
+    source_files: list[dict] = field(default_factory=list)  # `source_identity` of each file built from
+    source_ids: bool = False                         # shard-*.ids.npy: each sentence's file and row there
 
     @property
     def sentences(self) -> int:
@@ -236,8 +245,16 @@ class IndexManifest:
             count = shard.get("sentences")
             if not isinstance(count, int) or isinstance(count, bool) or count < 0:
                 raise ValueError(f"shard {name}: sentence count {count!r} is not a non-negative integer")
+        sources = data.get("source_files") or []
+        for source in sources:
+            if (not isinstance(source, dict) or not isinstance(source.get("path"), str)
+                    or any(not isinstance(source.get(n), (int, float)) or isinstance(source.get(n), bool)
+                           for n in ("rows", "npy_bytes", "npy_updated", "txt_bytes", "txt_updated"))):
+                raise ValueError(f"source file {source!r} is not a path with its rows, sizes and times")
         return cls(**{k: data[k] for k in ("lang", "factory", "dim", "nprobe", "trained_on", "shards",
-                                          "bytes_per_sentence", "shared_bytes_per_shard")}, rerank_vectors=bool(data.get("rerank_vectors")))
+                                          "bytes_per_sentence", "shared_bytes_per_shard")},
+                   rerank_vectors=bool(data.get("rerank_vectors")), source_files=list(sources),
+                   source_ids=bool(data.get("source_ids")) and bool(sources))
 
 
 RERANK_WINDOW = 16 << 20  # bytes of a shard's rows mapped at a time while re-ranking (then dropped)

@@ -17,10 +17,11 @@ import numpy as np
 from pipelines.accounting import MergeTallies, accounting_section
 from pipelines.index.config import IndexConfig
 from pipelines.embed.saved_vectors import key_hash
-from pipelines.index.shards import (RERANK_SUFFIX, TRAINED, IndexManifest, SeenKeys, ShardPlan, faiss_threads,
-                                    from_bytes, sample_ranges, to_bytes, usable_rows)
+from pipelines.index.shards import (RERANK_SUFFIX, SOURCE_IDS_SUFFIX, SOURCE_ROW_BITS, TRAINED, IndexManifest,
+                                    SeenKeys, ShardPlan, faiss_threads, from_bytes, sample_ranges, to_bytes,
+                                    usable_rows)
 from pipelines.index.training import train_bounded
-from pipelines.index.vector_files import MatrixFile
+from pipelines.index.vector_files import MatrixFile, source_identity
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.completion import finish_output
 
@@ -68,29 +69,34 @@ class _FillShard(beam.DoFn):
             self._trained = _read_object(trained_path)
         index = from_bytes(self._trained)
         # One thread: the runner runs one bundle per core, and FAISS threads would fight them.
-        with tempfile.TemporaryFile() as rows_file, tempfile.TemporaryFile() as texts_file, faiss_threads(1):
-            filled = self._fill(plan, index, rows_file, texts_file)
+        with tempfile.TemporaryFile() as rows_file, tempfile.TemporaryFile() as texts_file, \
+                tempfile.TemporaryFile() as ids_file, faiss_threads(1):
+            filled = self._fill(plan, index, rows_file, texts_file, ids_file)
         yield filled
 
-    def _fill(self, plan: ShardPlan, index, rows_file, texts_file) -> dict:
+    def _fill(self, plan: ShardPlan, index, rows_file, texts_file, ids_file) -> dict:
         """Add the shard's rows; its unit rows go to `rows_file` as float16 (for exact re-ranking at
-        search time) and its sentences to `texts_file` on the way, and repeats are found by 64-bit
-        hash (`SeenKeys`), so the worker holds one chunk and 8 bytes a sentence of the shard."""
+        search time), its sentences to `texts_file` and their (file number, row) to `ids_file` on the
+        way, and repeats are found by 64-bit hash (`SeenKeys`), so the worker holds one chunk and 8
+        bytes a sentence of the shard."""
         seen, kept = SeenKeys(), 0
         tally = {"vectors.read": 0}
         for number, start, stop in plan.ranges:
-            for vectors, lines in self.files[number].iter_chunks(start, stop, ADD_CHUNK):
+            chunks = self.files[number].iter_chunks(start, stop, ADD_CHUNK)
+            for first, (vectors, lines) in zip(range(start, stop, ADD_CHUNK), chunks):
                 unit, not_finite, zero = usable_rows(vectors)
                 usable = len(lines) - int(not_finite.sum()) - int(zero.sum())
+                rows = first + np.flatnonzero(~(not_finite | zero))
                 kept_lines = [line for line, bad in zip(lines, not_finite | zero) if not bad]
                 fresh = seen.add_new(np.array([key_hash(line) for line in kept_lines], dtype=np.uint64))
                 if len(fresh) < len(kept_lines):
-                    unit = unit[fresh]
+                    unit, rows = unit[fresh], rows[fresh]
                     kept_lines = [kept_lines[row] for row in fresh]
                 if len(unit):
                     index.add(unit)
                     rows_file.write(unit.astype("<f2").tobytes())
                     texts_file.write("".join(t + "\n" for t in kept_lines).encode("utf-8"))
+                    ids_file.write(((np.int64(number) << SOURCE_ROW_BITS) | rows.astype(np.int64)).astype("<i8").tobytes())
                 kept += len(kept_lines)
                 tally["vectors.read"] += len(lines)
                 for reason, count in (("not_finite", int(not_finite.sum())), ("zero_vector", int(zero.sum())),
@@ -100,19 +106,22 @@ class _FillShard(beam.DoFn):
         data = to_bytes(index)
         write_from_file(f"{self.output}/{plan.name}.txt", texts_file)
         write_npy_from_raw(f"{self.output}/{plan.name}{RERANK_SUFFIX}", rows_file, kept, index.d)
+        write_npy_from_raw(f"{self.output}/{plan.name}{SOURCE_IDS_SUFFIX}", ids_file, kept, None, "<i8")
         write_bytes_atomic(f"{self.output}/{plan.name}.faiss", data)
         tally["vectors.kept"] = kept
         tally["index.bytes"] = len(data)
         return {"tally": tally, "shard": {"name": plan.name, "sentences": kept, "bytes": len(data)}}
 
 
-def write_npy_from_raw(path: str, raw, rows: int, dim: int) -> None:
-    """`path` (local or gs://) as a float16 .npy of `rows` x `dim` whose data are the bytes of the
-    open file `raw`, copied through in chunks (never the whole matrix in memory)."""
+def write_npy_from_raw(path: str, raw, rows: int, dim: int | None, descr: str = "<f2") -> None:
+    """`path` (local or gs://) as a .npy of `rows` x `dim` (`rows` where `dim` is None) of `descr`
+    (float16 by default) whose data are the bytes of the open file `raw`, copied through in chunks
+    (never the whole matrix in memory)."""
     import io
 
     header = io.BytesIO()
-    np.lib.format.write_array_header_1_0(header, {"descr": "<f2", "fortran_order": False, "shape": (rows, dim)})
+    shape = (rows,) if dim is None else (rows, dim)
+    np.lib.format.write_array_header_1_0(header, {"descr": descr, "fortran_order": False, "shape": shape})
     write_from_file(path, raw, header.getvalue())
 
 
@@ -146,7 +155,7 @@ def _finish(_, shards: list[dict], tally: dict, trained_path: str, manifest: dic
     sentences = sum(s["sentences"] for s in entries)
     shared = len(_read_object(trained_path))
     added = sum(s["bytes"] - shared for s in entries)
-    manifest = dict(manifest, shards=entries, shared_bytes_per_shard=shared, rerank_vectors=True,
+    manifest = dict(manifest, shards=entries, shared_bytes_per_shard=shared, rerank_vectors=True, source_ids=True,
                     bytes_per_sentence=round(added / sentences, 2) if sentences else 0.0)
     stats = {**accounting_section(tally, UNITS), "counts": dict(sorted(tally.items())),
              "index": IndexManifest.from_dict(manifest).as_dict(), "config": asdict(config)}
@@ -177,7 +186,7 @@ class BuildIndex(beam.PTransform):
                   | "Fill" >> beam.ParDo(_FillShard(files, output), beam.pvalue.AsSingleton(trained)))
         tally = (filled | "Tallies" >> beam.Map(lambda f: f["tally"]),) | "Total" >> MergeTallies()
         manifest = {"lang": config.lang, "factory": self.factory, "dim": files[0].dim, "nprobe": config.nprobe,
-                    "trained_on": self.sample_size}
+                    "trained_on": self.sample_size, "source_files": [source_identity(f) for f in files]}
         return (pbegin
                 | "Finish" >> beam.Create([None])
                 | "Stats" >> beam.FlatMap(_finish, beam.pvalue.AsList(filled), beam.pvalue.AsSingleton(tally),

@@ -38,6 +38,9 @@ class MatrixFile:
     dim: int
     dtype: str
     data_offset: int
+    # (NAME.npy bytes, its modification time, NAME.txt bytes, its modification time) as the
+    # filesystem reported them when listed: with the path, what names this file (`source_identity`)
+    stamps: tuple = ()
 
     def read_rows(self, start: int, stop: int) -> np.ndarray:
         """Rows [start, stop) as float32, one ranged read."""
@@ -87,19 +90,63 @@ def list_matrix_files(directory: str) -> list[MatrixFile]:
     except Exception:
         matched = []
     found = []
+    text_files = listed_files(f"{directory}/*.txt")
     for metadata in sorted(matched, key=lambda m: m.path):
         matrix = metadata.path
         if matrix.endswith(KEYS_SUFFIX):  # the sentence lookup table beside NAME.txt, not a matrix
             continue
         texts = matrix[:-len(".npy")] + ".txt"
-        if not filesystems.exists(texts):
+        text_metadata = text_files.get(normal_path(texts))
+        if text_metadata is None:
             raise SavedVectorsError(f"{matrix} has no {texts.rsplit('/', 1)[-1]} beside it (one sentence a line, "
                                     "row i = line i)")
         shape, dtype, offset = matrix_header(matrix)
-        found.append(MatrixFile(matrix, texts, shape[0], shape[1], dtype.str, offset))
+        found.append(MatrixFile(matrix, texts, shape[0], shape[1], dtype.str, offset,
+                                _stamps(metadata) + _stamps(text_metadata)))
     if not found:
         raise SavedVectorsError(f"{directory} holds no NAME.npy + NAME.txt pairs of saved vectors")
     dims = sorted({f.dim for f in found})
     if len(dims) > 1:
         raise SavedVectorsError(f"the .npy files in {directory} have different widths {dims}")
     return found
+
+
+def listed_files(pattern: str) -> dict:
+    """{`normal_path`: Beam's FileMetadata} of the files matching `pattern` ({} where none does), one
+    listing."""
+    try:
+        return {normal_path(m.path): m for m in _filesystems().match([pattern])[0].metadata_list}
+    except Exception:
+        return {}
+
+
+def _stamps(metadata) -> tuple:
+    return int(metadata.size_in_bytes), float(metadata.last_updated_in_seconds)
+
+
+def normal_path(path: str) -> str:
+    """A local path with its links followed (two names of one file are one), a remote one as it is."""
+    import os
+
+    return path if "://" in path else os.path.realpath(path)
+
+
+def source_identity(file: MatrixFile) -> dict:
+    """What an index records of a file it was built from, so that a reader can tell whether a
+    `vectors:DIR` store holds that very file: its path, rows and `stamps` (a rewrite changes its
+    modification times; a copy elsewhere has another path)."""
+    npy_bytes, npy_updated, txt_bytes, txt_updated = file.stamps
+    return {"path": normal_path(file.matrix), "rows": file.rows, "npy_bytes": npy_bytes, "npy_updated": npy_updated,
+            "txt_bytes": txt_bytes, "txt_updated": txt_updated}
+
+
+def identity_of_pair(matrix: str, texts: str, rows: int, listed: dict) -> dict | None:
+    """`source_identity` of a store's (NAME.npy, NAME.txt) pair of `rows`, from `listed` (their
+    folder's `listed_files`); None where either file is not there."""
+    found, text_found = listed.get(normal_path(matrix)), listed.get(normal_path(texts))
+    if found is None or text_found is None:
+        return None
+    npy_bytes, npy_updated = _stamps(found)
+    txt_bytes, txt_updated = _stamps(text_found)
+    return {"path": normal_path(matrix), "rows": rows, "npy_bytes": npy_bytes, "npy_updated": npy_updated,
+            "txt_bytes": txt_bytes, "txt_updated": txt_updated}

@@ -154,6 +154,7 @@ class LoadedShard:
     def __init__(self, key: tuple, index, labels: ShardLabels, rows, keep: list):
         self.key, self.index, self.labels, self.rows, self.keep = key, index, labels, rows, keep
         self.hit_ids: np.ndarray | None = None
+        self.source_ids = None  # the packed path's shard-*.ids.npy, memory-mapped (labels None then)
         self.counted = False  # its load counted (`HeldShards.first_use`): a load in a prefetching
         # thread cannot count itself, Beam's counters belong to the bundle's thread
 
@@ -243,14 +244,19 @@ class _SearchShard(beam.DoFn):
         return HELD_SHARDS.get(key, lambda: self._load(key))
 
     def _load(self, key: tuple) -> LoadedShard:
-        side, _dir, name, nprobe, rerank, _store = key
+        side, _dir, name, nprobe, rerank = key[:5]
         base = f"{self.index_dirs[side]}/{name}"
         index = from_bytes(_read_object(f"{base}.faiss"))
         set_nprobe(index, nprobe)
         keep: list = []
-        labels = ShardLabels(side, _local_file(f"{base}.txt", keep), index.ntotal)
         rows = _local_rows(f"{base}{RERANK_SUFFIX}", keep) if rerank else None
-        return LoadedShard(key, index, labels, rows, keep)
+        shard = LoadedShard(key, index, None, rows, keep)
+        self._name_sentences(shard, base)
+        return shard
+
+    def _name_sentences(self, shard: LoadedShard, base: str) -> None:
+        """What names a hit's sentence: here the shard's labels, read from its text."""
+        shard.labels = ShardLabels(shard.key[0], _local_file(f"{base}.txt", shard.keep), shard.index.ntotal)
 
     def _searched(self, side: str, name: str, matrix: np.ndarray, search):
         """(the shard's labels, `search(index, labels, queries, k, rows, depth)`'s answer) for the
@@ -264,7 +270,8 @@ class _SearchShard(beam.DoFn):
         self.searched.inc(len(matrix))
         with faiss_threads(1):  # the runner runs one bundle per core; FAISS threads would fight them
             found = search(shard.index, shard.labels, matrix, self.k, shard.rows, self.rerank[side])
-        release_pages(shard.labels.text)  # the rows' pages are dropped as they are read (`exact_similarities`)
+        if shard.labels is not None:  # the rows' pages are dropped as they are read (`exact_similarities`)
+            release_pages(shard.labels.text)
         return shard.labels, found
 
     def process(self, element) -> Iterator[Any]:  # Any: flattened with `_ask_targets`' hits, an inferred

@@ -10,8 +10,9 @@ sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id
    every shard of the OTHER side's index: each query's inverted lists are assigned once
    (`coarse_assignment`: all shards share the quantiser), each shard is loaded once for the group,
    the next while this one is searched; the rows are read where they are searched,
-   and a hit, which the index names by its text, becomes the other side's store id
-   (`SavedVectorsEmbedder.find`; -1 where the store lacks the text). The shards' answers are merged
+   and a hit becomes the other side's store id: from its row in the files the index was built
+   from (the shard's `.ids.npy`) where the store holds those files (`store_file_numbers`), else
+   from its text (`SavedVectorsEmbedder.find`; -1 where the store lacks it). The shards' answers are merged
    as they come into the batch's top k (`merge_top`): one Packed `{ids [n], sims [n, k], hits [n,
    k]}` a batch (missing hits: -inf, -1).
 2. `--backward-search candidates`: the side `side_searched_in_full` is searched in full, of the other
@@ -45,9 +46,10 @@ import numpy as np
 
 from pipelines.accounting import MergeTallies
 from pipelines.embed.saved_vectors import is_saved_vectors_spec
-from pipelines.index.shards import RerankFloor, coarse_assignment, search_shard_arrays
+from pipelines.index.shards import (SOURCE_IDS_SUFFIX, SOURCE_ROW_BITS, IndexManifest, RerankFloor, coarse_assignment,
+                                    search_shard_arrays)
 from pipelines.mine.config import MineConfig
-from pipelines.mine.index_search import _SearchShard, index_plan, load_manifest, release_pages
+from pipelines.mine.index_search import _local_file, _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
 from pipelines.mine.units import SIDE_UNIT
 from pipelines.mine.search_groups import (GROUP_MEMORY, GroupState, batches_per_load, file_block_offsets,
@@ -240,7 +242,8 @@ class _SearchAcrossShards:
 class _SearchPackedShards(_SearchShard):
     """((index side, group), [(range key, query store ids)]) -> (range key, `{ids, sims [n, k],
     hits [n, k]}`) for each batch of the group: its queries' top k in all shards of that side's
-    index, each hit the other side's store id (-1 where the store lacks its text).
+    index, each hit the other side's store id (by its row in the files the index was built from,
+    `to_store`, or by its text: -1 where the store lacks it, counted as `index.hits_looked_up_by_text`).
 
     A query's lists are assigned once (`coarse_assignment`, counted as `index.queries_assigned`),
     not once a shard; the shards are then loaded one after another, each once for the whole group
@@ -253,11 +256,15 @@ class _SearchPackedShards(_SearchShard):
     `index.groups_on_disk`)."""
 
     def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str, shard_names: dict,
-                 memory: int | None = None, prefetch: bool = True):
+                 memory: int | None = None, prefetch: bool = True, to_store: dict | None = None):
         # prefetch=False: load each shard when its searches begin (benchmarks/shard_load.py's comparison)
         super().__init__(index_dirs, nprobes, k, rerank, store)
         self.shard_names, self.memory = shard_names, GROUP_MEMORY if memory is None else memory
         self.prefetch = prefetch
+        # per side, the store's file number of each file its index was built from (`store_file_numbers`),
+        # or None: its hits are then looked up by their text
+        self.to_store = {side: None if numbers is None else list(numbers) for side, numbers in (to_store or {}).items()}
+        self.by_text = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.hits_looked_up_by_text")
         self.assigned = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.queries_assigned")
         self.reranked = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.hits_reranked")
         self.on_disk = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.groups_on_disk")
@@ -294,7 +301,30 @@ class _SearchPackedShards(_SearchShard):
             for search, (key, ids) in zip(searches, batches):
                 yield key, {"ids": ids, "sims": np.array(search.sims), "hits": np.array(search.hits)}
 
+    def _key(self, side: str, name: str) -> tuple:
+        return (*super()._key(side, name), self.to_store.get(side) is not None)
+
+    def _name_sentences(self, shard, base: str) -> None:
+        """Where the store holds the files the index was built from, a hit is named by its store id:
+        the shard's `.ids.npy` (8 bytes a sentence, memory-mapped) is read instead of its text."""
+        numbers = self.to_store.get(shard.key[0])
+        if numbers is None:
+            super()._name_sentences(shard, base)
+            return
+        ids = np.load(_local_file(f"{base}{SOURCE_IDS_SUFFIX}", shard.keep), mmap_mode="r", allow_pickle=False)
+        if ids.shape != (shard.index.ntotal,) or ids.dtype != np.int64:
+            raise ValueError(f"{base}{SOURCE_IDS_SUFFIX} is {ids.dtype} {ids.shape}, not the ids of the shard's "
+                             f"{shard.index.ntotal:,} sentences: rebuild the index with labse-index")
+        shard.source_ids = ids
+
     def _store_ids(self, labels, positions: np.ndarray) -> np.ndarray:
+        shard = self._loaded
+        if shard.source_ids is not None:
+            numbers = np.asarray(self.to_store[shard.key[0]], np.int64)
+            source = np.asarray(shard.source_ids[np.maximum(positions, 0)])
+            release_pages(shard.source_ids)
+            ids = (numbers[source >> SOURCE_ROW_BITS] << ROW_BITS) | (source & ((1 << SOURCE_ROW_BITS) - 1))
+            return np.where(positions >= 0, ids, -1)
         # store id + 2 by shard position, 0 where not looked up yet: zeros from calloc, so only the
         # pages of positions hit become resident
         if self._loaded.hit_ids is None:
@@ -303,11 +333,40 @@ class _SearchPackedShards(_SearchShard):
         wanted = np.unique(positions[positions >= 0])
         unknown = wanted[cache[wanted] == 0]
         if len(unknown):
+            self.by_text.inc(len(unknown))
             cache[unknown] = store_ids(self._held.embedder.find([labels[i][2] for i in unknown.tolist()])) + 2
             # the lines read (the shard's and the store's) would stay resident into the later steps
             release_pages(labels.text)
             self._held.embedder.release()
         return np.where(positions >= 0, cache[np.maximum(positions, 0)] - 2, -1)
+
+
+def store_file_numbers(store: str, manifest: IndexManifest) -> list[int] | None:
+    """The `vectors:DIR` store's file number of each file `manifest`'s index was built from, when
+    the store holds every one of them unchanged (`source_identity`: the same path, rows, sizes and
+    modification times), else None (an index without `.ids.npy` files, a store copied elsewhere or
+    rewritten since): its hits are then looked up by their text."""
+    from pipelines.embed.saved_vectors import store_files
+    from pipelines.index.vector_files import identity_of_pair, listed_files, normal_path
+
+    if not manifest.source_ids:
+        return None
+    pairs = store_files(store.removeprefix("vectors:"))
+    numbers = {normal_path(matrix): (number, matrix, texts) for number, (matrix, texts) in enumerate(pairs)}
+    listings: dict = {}
+    found = []
+    for source in manifest.source_files:
+        entry = numbers.get(source["path"])
+        if entry is None:
+            return None
+        number, matrix, texts = entry
+        folder = matrix.rsplit("/", 1)[0]
+        if folder not in listings:  # one listing a folder, not two requests a file
+            listings[folder] = listed_files(f"{folder}/*")
+        if identity_of_pair(matrix, texts, source["rows"], listings[folder]) != source:
+            return None
+        found.append(number)
+    return found
 
 
 def _last_block(keyed) -> tuple:
@@ -333,9 +392,9 @@ class _SearchBatches(beam.PTransform):
     shard) an element, in the order a runner hands elements out, it would load a shard about once
     a search, run the quantiser once a shard, and shuffle k hits a query for every shard)."""
 
-    def __init__(self, plan: tuple, k: int, store: str, per_load: dict):
+    def __init__(self, plan: tuple, k: int, store: str, per_load: dict, to_store: dict):
         super().__init__()
-        self.plan, self.k, self.store, self.per_load = plan, k, store, per_load
+        self.plan, self.k, self.store, self.per_load, self.to_store = plan, k, store, per_load, to_store
 
     def expand(self, batches):
         dirs, shards, nprobes, rerank = self.plan
@@ -347,7 +406,8 @@ class _SearchBatches(beam.PTransform):
         return (batches
                 | "ToGroups" >> beam.FlatMap(_to_groups, self.per_load, beam.pvalue.AsSingleton(offsets))
                 | "GroupBatches" >> beam.GroupByKey()
-                | "SearchShards" >> beam.ParDo(_SearchPackedShards(dirs, nprobes, self.k, rerank, self.store, shards)))
+                | "SearchShards" >> beam.ParDo(_SearchPackedShards(dirs, nprobes, self.k, rerank, self.store, shards,
+                                                                  to_store=self.to_store)))
 
 
 def _split_full_side(keyed, counts: dict, strategy: str):
@@ -468,13 +528,19 @@ class PackedNeighbours(beam.PTransform):
                      for side in manifests}
         per_load = {side: batches_per_load(manifest, c.query_batch, per_query[side], c.batches_per_load)
                     for side, manifest in manifests.items()}
+        to_store = {side: store_file_numbers(c.embedder, manifest) for side, manifest in manifests.items()}
         for side, lang in ((SRC, c.src_lang), (TGT, c.tgt_lang)):
+            logger.info("the %s index's hits are named by %s", lang,
+                        "their rows in the store (it holds the files the index was built from)"
+                        if to_store[side] is not None else
+                        "their text, looked up in the store (it does not hold the files the index was built from, "
+                        "unchanged)")
             held = per_load[side] * c.query_batch * per_query[side]
             logger.info("searching the %s index's %d shard(s) in groups of %d query batches (~%d MB a group in a "
                         "running bundle, %s), each shard loaded once a group", lang, len(shards[side]),
                         per_load[side], held >> 20, "in memory" if held <= GROUP_MEMORY else "on local disk")
         if c.backward_search == "all":
-            tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder, per_load)}
+            tops = {"All": batches | "Search" >> _SearchBatches(plan, c.k, c.embedder, per_load, to_store)}
         else:
             counts = (batches
                       | "SideSizes" >> beam.MapTuple(lambda key, batch: (key[0], rows_of(batch)))
@@ -482,12 +548,12 @@ class PackedNeighbours(beam.PTransform):
                       | "CountsDict" >> beam.combiners.ToDict())
             split = batches | "FullSide" >> beam.FlatMap(
                 _split_full_side, beam.pvalue.AsSingleton(counts), c.strategy).with_outputs("other", main="full")
-            forward = split.full | "SearchFull" >> _SearchBatches(plan, c.k, c.embedder, per_load)
+            forward = split.full | "SearchFull" >> _SearchBatches(plan, c.k, c.embedder, per_load, to_store)
             asked = forward | "AskOtherSide" >> beam.FlatMap(_asked, c.query_batch)
             wanted = ({"batch": split.other, "asked": asked}
                       | "JoinAsked" >> beam.CoGroupByKey()
                       | "AskedOnly" >> beam.ParDo(_AskedOnly()))
-            backward = wanted | "SearchAsked" >> _SearchBatches(plan, c.k, c.embedder, per_load)
+            backward = wanted | "SearchAsked" >> _SearchBatches(plan, c.k, c.embedder, per_load, to_store)
             tops = {"Full": forward, "Asked": backward}
         # each direction's requests enter the join on their own: a Flatten of both directions' top k
         # lists would write them to the runner once more (the DirectRunner materialises a Flatten)
