@@ -22,6 +22,7 @@ from pipelines.index.shards import (RERANK_SUFFIX, SOURCE_IDS_SUFFIX, SOURCE_ROW
                                     usable_rows)
 from pipelines.index.training import train_bounded
 from pipelines.index.vector_files import MatrixFile, source_identity
+from pipelines.io import storage
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.completion import finish_output
 
@@ -30,14 +31,6 @@ COUNTER_NAMESPACE = "index"
 UNITS = ("vectors",)
 ADD_CHUNK = 16_384  # rows read and added at a time (16 MB of float32 at 256 dimensions; a worker's
 # memory should not grow with its shard, and FAISS adds as fast in chunks of this size)
-
-
-def _read_object(path: str) -> bytes:
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
 
 
 def _train(_, files: Sequence[MatrixFile], factory: str, sample_size: int, config: IndexConfig, output: str):
@@ -66,7 +59,7 @@ class _FillShard(beam.DoFn):
         import tempfile
 
         if self._trained is None:
-            self._trained = _read_object(trained_path)
+            self._trained = storage.read_bytes(trained_path)
         index = from_bytes(self._trained)
         # One thread: the runner runs one bundle per core, and FAISS threads would fight them.
         with tempfile.TemporaryFile() as rows_file, tempfile.TemporaryFile() as texts_file, \
@@ -153,7 +146,7 @@ def _finish(_, shards: list[dict], tally: dict, trained_path: str, manifest: dic
     sentences cost (shard bytes less the trained index each shard repeats), measured."""
     entries = sorted((s["shard"] for s in shards), key=lambda s: s["name"])
     sentences = sum(s["sentences"] for s in entries)
-    shared = len(_read_object(trained_path))
+    shared = len(storage.read_bytes(trained_path))
     added = sum(s["bytes"] - shared for s in entries)
     manifest = dict(manifest, shards=entries, shared_bytes_per_shard=shared, rerank_vectors=True, source_ids=True,
                     bytes_per_sentence=round(added / sentences, 2) if sentences else 0.0)

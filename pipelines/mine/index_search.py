@@ -22,6 +22,7 @@ reads a batch's rows by (file number, row) reference where it searches them).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterator
 
 import apache_beam as beam
@@ -29,6 +30,7 @@ import numpy as np
 
 from pipelines.index.shards import (RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, release_pages, search_shard,
                                     set_nprobe)
+from pipelines.io import storage
 from pipelines.io.config_options import UsageError
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
 from pipelines.mine.margin import side_searched_in_full as full_side
@@ -61,31 +63,19 @@ def searchable(item: tuple) -> tuple:
     return (item[0], "", item[2], "", "")
 
 
-def _read_object(path: str) -> bytes:
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
-
-
 def _local_file(path: str, keep: list) -> str:
-    """`path` on local disk: itself, or a local temporary copy (streamed) that `keep` holds open for
-    as long as it is used."""
-    import shutil
+    """`path` on local disk: itself, or a copy in a temporary folder that `keep` holds for as long as
+    it is used (`pipelines.io.storage.download`: gcsfs spends a third of the CPU a byte that Beam's
+    GCS reader does, BENCHMARKS.md "Shards read while searched, hits named by their rows")."""
     import tempfile
 
-    if "://" not in path:
+    if not storage.is_remote(path):
         return path
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
-
-    local = tempfile.NamedTemporaryFile(suffix="." + path.rsplit(".", 1)[-1])
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        shutil.copyfileobj(handle, local, 1 << 24)
-    local.flush()
-    keep.append(local)
-    return local.name
+    folder = tempfile.TemporaryDirectory(prefix="labse-shard-")
+    keep.append(folder)
+    local = Path(folder.name) / path.rsplit("/", 1)[-1]
+    storage.download(path, local)
+    return str(local)
 
 
 def _local_rows(path: str, keep: list) -> np.ndarray:
@@ -246,7 +236,7 @@ class _SearchShard(beam.DoFn):
     def _load(self, key: tuple) -> LoadedShard:
         side, _dir, name, nprobe, rerank = key[:5]
         base = f"{self.index_dirs[side]}/{name}"
-        index = from_bytes(_read_object(f"{base}.faiss"))
+        index = from_bytes(storage.read_bytes(f"{base}.faiss"))
         set_nprobe(index, nprobe)
         keep: list = []
         rows = _local_rows(f"{base}{RERANK_SUFFIX}", keep) if rerank else None
