@@ -34,9 +34,9 @@ embedded once, added to its language's index once and searched twice (as a sourc
     mine (global)    : U x (1 / embed_rate + index_add + 2 x search x codes(U_lang) / codes(measured))
 
 where index_add and search are the measured CPU-s per sentence and per query; a query's cost,
-fitted over the nprobe values measured as q + c x nprobe (codes), q being the coarse quantiser
-(the intercept of the same index searched without re-ranking) plus a constant rest (re-ranking),
-is carried term by term from the measured index to the largest language's (--largest-language-share
+q + c x nprobe (codes) + rest, c and q fitted over the nprobe values measured for the same index
+searched without re-ranking (its slope, the lists; its intercept, the coarse quantiser), the rest
+what the chosen search measured beyond them at its nprobe (re-ranking, merging), is carried term by term from the measured index to the largest language's (--largest-language-share
 of U, with the size table's factory for it): q is the `quantiser` line measured at that list
 count and kind (flat or HNSW32), or else scaled by nlist (log nlist for HNSW); c by the codes a
 list holds (sentences / nlist). index_add gains the assignment to the largest index's lists (its
@@ -354,9 +354,10 @@ class ShardCost:
 LOAD_BYTES = 74.0 + 512 + 8
 LOAD_BYTES_BY_TEXT = 74.0 + 512 + 118
 LOAD_MB_S = 250.0  # a worker's reads from a bucket, assumed (not measured here)
-# CPU a load spends a byte read from a bucket: 0.182 s a shard of 61.8 MB (median of 10 shards),
-# labse-mine's own load through Beam's GCS client from the emulator (benchmarks/shard_load.py)
-LOAD_CPU_NS_PER_BYTE = 3.0
+# CPU a load spends a byte read from a bucket: 0.124 s a shard of 61.8 MB (median of 10 shards),
+# labse-mine's own load through pipelines.io.storage (gcsfs) from the emulator
+# (benchmarks/shard_load.py; Beam's GCS reader, before: 0.189 s, 3.1 ns a byte)
+LOAD_CPU_NS_PER_BYTE = 2.0
 QUERY_BATCH = 8_192  # labse-mine's --query-batch
 STORE_FILE_BATCHES = 61  # a group within one of labse-embed's 500,000-row files (the way before)
 
@@ -443,9 +444,9 @@ def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, 
     measured_lists = ivf_lists(chosen["project"]) or 1
     table_factory = factory_for(int(largest))
     lists = ivf_lists(table_factory) or 1
-    # a query costs q + c per list probed (its codes), fitted over the nprobe values measured for
-    # the chosen search; q is the coarse quantiser (the intercept of the same index searched without
-    # re-ranking, when measured) plus a constant rest (re-ranking, merging)
+    # a query costs q + c per list probed (its codes) + a constant rest (re-ranking, merging): c and
+    # q fitted over the nprobe values measured for the same index searched without re-ranking (or,
+    # where those are missing, for the chosen search itself)
     def fit(label: str) -> tuple[float, float] | None:
         same = [r for r in recalls if r["project"] == label and r.get("repeat", 0) == 0]
         if len({r["nprobe"] for r in same}) < 2:
@@ -453,9 +454,17 @@ def _global_mining_cost(records: list[dict], recalls: list[dict], chosen: dict, 
         slope, intercept = np.polyfit([r["nprobe"] for r in same], [r["cpu_ms_per_query"] for r in same], 1)
         return max(slope, 0.0), max(intercept, 0.0)
 
-    slope, intercept = fit(chosen["project"]) or (chosen["cpu_ms_per_query"] / chosen["nprobe"], 0.0)
     plain = fit(chosen["project"].split(" + ")[0])
-    quantiser = min(plain[1], intercept) if plain else intercept
+    if plain is not None:
+        # the lists a query scans cost the same whether its hits are re-ranked or not: their rate is
+        # the plain search's slope, and the rest of the chosen search's measured cost is its own
+        # (a re-ranked search's cost need not grow with nprobe: FAISS's fast-scan picks how it keeps
+        # the k best by k and nprobe, and measured 0.277 ms at nprobe 16 against 0.167 at 32)
+        slope, quantiser = plain
+        intercept = max(chosen["cpu_ms_per_query"] - slope * chosen["nprobe"], quantiser)
+    else:
+        slope, intercept = fit(chosen["project"]) or (chosen["cpu_ms_per_query"] / chosen["nprobe"], 0.0)
+        quantiser = intercept
     rest = intercept - quantiser
     # the coarse quantiser of the size table's index for the largest language: measured at its list
     # count (`quantiser` lines) when there, else scaled from the measured index's intercept (a flat

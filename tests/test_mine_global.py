@@ -596,6 +596,13 @@ def test_snapshot_cost_global_mining_row_adds_embedding_index_and_two_searches()
                  "recall_at_1": recall, "cpu_ms_per_query": ms} for n, recall, ms in ((4, 0.91, 2.5), (8, 0.92, 2.6))]
     row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
     assert "re-rank 64, nprobe 4," in row.formula
+    # the lists a re-ranked search scans cost what the plain search's slope says (1/32 ms a probe at
+    # 2M, x scale at 1e9), whatever its own lines do with nprobe (here: cheaper at 8 than at 4)
+    records[-2:] = [{"part": "recall", "project": "IVF4096,PQ64 + re-rank 64", "n": 2_000_000, "nprobe": n,
+                     "recall_at_1": recall, "cpu_ms_per_query": ms} for n, recall, ms in ((4, 0.91, 2.9), (8, 0.92, 2.6))]
+    row = snapshot_cost.global_mining_row(records, unique=2e9, largest_share=0.5, embed_rate=1000.0, price=0.05)
+    assert "re-rank 64, nprobe 4," in row.formula
+    assert f"rest {2.9 - 4 / 32:.3g} ms, lists {4 / 32 * scale:.3g} ms" in row.formula
 
 
 def test_snapshot_cost_charges_an_index_in_shards_one_more_shards_measured_cost_per_extra_shard():
