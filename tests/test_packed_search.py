@@ -445,6 +445,49 @@ def test_the_next_shard_is_read_while_this_one_is_searched(saved, hub_indexes): 
         np.testing.assert_array_equal(top["sims"], merged["sims"])
 
 
+def test_a_group_searched_with_its_state_on_disk_finds_what_it_finds_in_memory():
+    """`_SearchAcrossShards` through three shards of a fast-scan index with an HNSW quantiser, 64
+    re-ranked: its list assignments, floors and top k in memory-mapped files give the hits,
+    similarities and rows re-ranked of the same group held in memory."""
+    from pipelines.index.shards import from_bytes, set_nprobe, to_bytes, train_index
+    from pipelines.mine.packed_search import _SearchAcrossShards
+    from pipelines.mine.search_groups import GroupState
+
+    class Counter:
+        def inc(self, n=1):
+            pass
+
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((3000, 32)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    queries = base[:40] + 0.2 * rng.standard_normal((40, 32)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    trained = to_bytes(train_index(base, "IVF16_HNSW32,PQ16x4fs"))
+    shards = []
+    for part in np.array_split(np.arange(len(base)), 3):
+        index = from_bytes(trained)
+        index.add(base[part])
+        set_nprobe(index, 4)
+        shards.append((index, base[part].astype(np.float16), part[0]))
+    found = {}
+    for memory in (1 << 30, 0):
+        with GroupState(len(queries), 568, memory) as state:
+            batches = [(0, 25), (25, 40)]
+            searches = [_SearchAcrossShards(state, lo, hi, 4, 64, Counter(), Counter()) for lo, hi in batches]
+            for index, rows, start in shards:
+                for search, (lo, hi) in zip(searches, batches):
+                    sims, positions = search(index, None, queries[lo:hi], 4, rows, 64)
+                    search.merge(np.arange(lo, hi), sims, np.where(positions >= 0, positions + start, -1))
+            assert state.on_disk == (memory == 0)
+            assert state.on_disk == isinstance(state.array("lists", 4, np.int32, 0), np.memmap)
+            found[memory] = (np.vstack([np.array(s.hits) for s in searches]),
+                             np.vstack([np.array(s.sims) for s in searches]),
+                             [s.floor.reranked for s in searches])
+    np.testing.assert_array_equal(found[0][0], found[1 << 30][0])
+    np.testing.assert_array_equal(found[0][1], found[1 << 30][1])
+    assert found[0][2] == found[1 << 30][2] and (found[0][0][:, 0] >= 0).all()
+
+
 def test_a_group_too_large_for_memory_keeps_its_state_on_local_disk_and_removes_it():
     from pipelines.mine.search_groups import GroupState, file_block_offsets
 

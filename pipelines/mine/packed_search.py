@@ -287,9 +287,9 @@ class _SearchPackedShards(_SearchShard):
                         for lo, hi in zip(bounds, bounds[1:])]
             for at, name in enumerate(names):
                 self._shard(side, name)
-                # the next shard is read while this one is searched: a load waits on the bucket, the
-                # search on the CPU (FAISS lets go of the GIL), so a group costs about the larger of
-                # the two a shard, not their sum; `_ahead` holds it until `_shard` takes it
+                # the next shard is read while this one is searched (FAISS lets go of the GIL): its
+                # transfer from the bucket hides behind the search, its CPU runs beside it where the
+                # worker has a core to spare; `_ahead` holds it until `_shard` takes it
                 following = (prefetch.submit(self._held_shard, side, names[at + 1])
                              if self.prefetch and at + 1 < len(names) else None)
                 for search, (_key, ids) in zip(searches, batches):
