@@ -45,6 +45,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from shard_search import add_search_options  # noqa: E402 (a sibling script)
+
 from pipelines.mine.packed import SRC  # noqa: E402
 
 QUERY_BATCH = 8_192  # labse-mine's default --query-batch
@@ -183,10 +187,7 @@ def main(argv=None) -> None:
     parser.add_argument("--train-sample", type=int, default=100_000)
     parser.add_argument("--shard-sentences", type=int, default=100_000)
     parser.add_argument("--group-batches", type=int, default=2, help="query batches of 8,192 in the group")
-    parser.add_argument("--nprobe", type=int, default=32)
-    parser.add_argument("--rerank", type=int, default=64)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_search_options(parser)
     args = parser.parse_args(argv)
     out = Path(args.out)
     index = build_index(out, args.factory, args.shard_sentences, args.train_sample)

@@ -25,7 +25,6 @@ summary line gives per_shard / project and project / peer (medians over the repe
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -111,6 +110,14 @@ def peer(sharded, rows: np.ndarray, queries: np.ndarray, k: int, depth: int) -> 
     return np.take_along_axis(ids, order, axis=1), int((ids >= 0).sum())
 
 
+def add_search_options(parser) -> None:
+    """The search settings of the shard benchmarks (labse-mine's defaults) and their repeats."""
+    parser.add_argument("--nprobe", type=int, default=32)
+    parser.add_argument("--rerank", type=int, default=64)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="benchmarks/mine_million.py build's folder")
@@ -118,10 +125,7 @@ def main(argv=None) -> None:
     parser.add_argument("--train-sample", type=int, default=200_000)
     parser.add_argument("--shards", default="1,10,50")
     parser.add_argument("--queries", type=int, default=2000)
-    parser.add_argument("--nprobe", type=int, default=32)
-    parser.add_argument("--rerank", type=int, default=64)
-    parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_search_options(parser)
     args = parser.parse_args(argv)
     out = Path(args.out)
     src, tgt, _gold = load_vectors(out)
