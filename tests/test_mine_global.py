@@ -722,3 +722,13 @@ def test_an_index_manifest_names_only_files_inside_its_folder_and_real_counts(tm
     section["shards"] = [{"name": "shard-00000.faiss", "sentences": 3}]
     (index / "_stats.json").write_text(json.dumps({"index": section}))
     assert load_manifest(str(index), "--tgt-index").sentences == 3
+    # the files it was built from: a path with its rows, sizes and times, or the manifest is refused
+    source = {"path": "/v/en.npy", "rows": 3, "npy_bytes": 140, "npy_updated": 1.5, "txt_bytes": 9, "txt_updated": 1.5}
+    for bad in ({**source, "rows": "3"}, {**source, "path": 7}, "en.npy", {**source, "txt_updated": True}):
+        (index / "_stats.json").write_text(json.dumps({"index": {**section, "source_ids": True, "source_files": [bad]}}))
+        with pytest.raises(UsageError, match="not a labse-index manifest"):
+            load_manifest(str(index), "--tgt-index")
+    (index / "_stats.json").write_text(json.dumps({"index": {**section, "source_ids": True, "source_files": [source]}}))
+    assert load_manifest(str(index), "--tgt-index").source_ids
+    (index / "_stats.json").write_text(json.dumps({"index": {**section, "source_ids": True}}))  # no files: no ids
+    assert not load_manifest(str(index), "--tgt-index").source_ids
