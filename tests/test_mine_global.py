@@ -326,6 +326,38 @@ def test_a_worker_holds_the_shards_its_running_bundles_search_and_the_last_one_o
     assert gone() is None and loads == ["en", "de"] and backward.key == "de"
 
 
+def test_a_shard_loading_in_one_thread_blocks_only_the_threads_that_want_it():
+    """While one thread loads a shard (a prefetch), another gets a held shard at once, and a third
+    that wants the loading one waits for that load instead of loading it again."""
+    import threading
+
+    from pipelines.mine.index_search import HeldShards, LoadedShard
+
+    held, loads, release = HeldShards(), [], threading.Event()
+
+    def load(key, wait=False):
+        loads.append(key)
+        if wait:
+            assert release.wait(timeout=30)
+        return LoadedShard(key, None, None, None, [])
+
+    ready = held.get("held", lambda: load("held"))
+    slow = {}
+    loader = threading.Thread(target=lambda: slow.setdefault("first", held.get("slow", lambda: load("slow", True))))
+    loader.start()
+    while "slow" not in loads:
+        threading.Event().wait(0.01)
+    assert held.get("held", lambda: load("held")) is ready  # not blocked by the load under way
+    waiter = threading.Thread(target=lambda: slow.setdefault("second", held.get("slow", lambda: load("slow"))))
+    waiter.start()
+    threading.Event().wait(0.2)
+    assert waiter.is_alive() and "second" not in slow  # waits for the load under way
+    release.set()
+    loader.join(timeout=30)
+    waiter.join(timeout=30)
+    assert slow["first"] is slow["second"] and loads == ["held", "slow"]
+
+
 def test_fast_scan_codes_with_an_hnsw_quantiser_are_searched_deep_and_re_ranked_exactly():
     """The size table's large-language index type (4-bit fast-scan PQ, HNSW coarse quantiser): it
     trains, its quantiser gets labse-mine's candidate count, it costs 64 + 8 bytes a sentence, and

@@ -162,17 +162,36 @@ class HeldShards:
 
         self._lock = threading.Lock()
         self._live: "weakref.WeakValueDictionary[tuple, LoadedShard]" = weakref.WeakValueDictionary()
+        self._loading: dict = {}  # key -> threading.Event set when its load ends
         self._kept: LoadedShard | None = None
 
     def get(self, key: tuple, load) -> LoadedShard:
-        """The shard of `key`, loaded by `load()` unless a bundle holds it (one load at a time: the
-        bundles running on a worker's threads share it)."""
-        with self._lock:
-            shard = self._live.get(key)
-            if shard is None:
-                self._kept = None  # the last bundle's shard, unless a running bundle still holds it
-                shard = self._live[key] = load()
+        """The shard of `key`, loaded by `load()` unless a bundle holds it. The bundles running on a
+        worker's threads share a shard, and wait for one load of it; the lock is not held while a
+        shard loads (a prefetch reads one for minutes), so a bundle switching to a shard already
+        held never waits for another's load."""
+        import threading
+
+        while True:
+            with self._lock:
+                shard = self._live.get(key)
+                if shard is not None:
+                    return shard
+                pending = self._loading.get(key)
+                if pending is None:
+                    pending = self._loading[key] = threading.Event()
+                    self._kept = None  # the last bundle's shard, unless a running bundle still holds it
+                    break
+            pending.wait()  # another thread loads it: then it is held (or that load failed: load it here)
+        try:
+            shard = load()
+            with self._lock:
+                self._live[key] = shard
             return shard
+        finally:
+            with self._lock:
+                del self._loading[key]
+            pending.set()
 
     def keep(self, shard: LoadedShard) -> None:
         with self._lock:
