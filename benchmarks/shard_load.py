@@ -145,16 +145,16 @@ def query_group(out: Path, batches: int) -> list:
 def searcher(index_dir: str, out: Path, mode: str, nprobe: int, rerank: int, k: int):
     """labse-mine's group search of the index in `mode` (MODES)."""
     from pipelines.mine.index_search import index_plan, load_manifest
-    from pipelines.mine.packed_search import _SearchPackedShards, store_file_numbers
+    from pipelines.mine.packed_search import _SearchPackedShards, store_rows_of
 
     manifest = load_manifest(index_dir, "--index")
     dirs, shards, nprobes, reranks = index_plan(index_dir, index_dir, manifest, manifest, nprobe, rerank)
     store = f"vectors:{out / 'vectors'}"
-    numbers = store_file_numbers(store, manifest) if mode.endswith("by id") else None
-    if mode.endswith("by id") and numbers is None:
+    mapping = store_rows_of(store, manifest) if mode.endswith("by id") else None
+    if mode.endswith("by id") and mapping is None:
         raise SystemExit(f"{index_dir} was not built from {store}'s files: rebuild it (remove {index_dir})")
     search = _SearchPackedShards(dirs, nprobes, k, reranks, store, shards, prefetch=mode.startswith("prefetch"),
-                                 to_store={SRC: numbers})
+                                 to_store={SRC: mapping})
     search.setup()
     return search, shards[SRC]
 

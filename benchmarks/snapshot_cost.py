@@ -360,6 +360,7 @@ LOAD_MB_S = 250.0  # a worker's reads from a bucket, assumed (not measured here)
 LOAD_CPU_NS_PER_BYTE = 2.0
 QUERY_BATCH = 8_192  # labse-mine's --query-batch
 STORE_FILE_BATCHES = 61  # a group within one of labse-embed's 500,000-row files (the way before)
+BEFORE_GROUP_BYTES = 512 << 20  # and within 512 MB of memory
 
 
 @dataclass(frozen=True)
@@ -386,10 +387,10 @@ class ShardLoads:
         manifest = IndexManifest(lang="", factory="", dim=0, nprobe=0, trained_on=0,
                                  shards=[{"name": "s", "sentences": int(shard), "bytes": 0}])
         per_query = group_bytes_per_query(32, 64, K)
-        if self.before:  # within a store file and 512 MB, as before
-            wanted = math.ceil(shard / (8 * QUERY_BATCH))
-            return max(1, min(wanted, (512 << 20) // (QUERY_BATCH * per_query), STORE_FILE_BATCHES)) * QUERY_BATCH
-        return batches_per_load(manifest, QUERY_BATCH, per_query) * QUERY_BATCH
+        batches = batches_per_load(manifest, QUERY_BATCH, per_query)
+        if self.before:  # the same rule within a store file and 512 MB, as before
+            batches = min(batches, BEFORE_GROUP_BYTES // (QUERY_BATCH * per_query), STORE_FILE_BATCHES)
+        return batches * QUERY_BATCH
 
     def seconds(self, queries: float, sentences: float, query_s: float) -> float:
         """The wait for loads of `queries` searched in an index of `sentences`, a query `query_s` CPU-s."""

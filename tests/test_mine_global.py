@@ -106,31 +106,36 @@ def test_an_index_names_its_sentences_by_their_rows_in_the_files_it_was_built_fr
     from pipelines.index.shards import SOURCE_IDS_SUFFIX, SOURCE_ROW_BITS
     from pipelines.mine import packed
     from pipelines.mine.index_search import load_manifest
-    from pipelines.mine.packed_search import store_file_numbers
+    from pipelines.mine.packed_search import store_rows_of
 
     root = saved[0]
     manifest = load_manifest(str(hub_indexes / "en"), "--tgt-index")
     assert manifest.source_ids and [Path(s["path"]).name for s in manifest.source_files] == ["en.npy", "en_extra.npy"]
-    numbers = store_file_numbers(f"vectors:{root / 'vectors'}", manifest)
+    mapping = store_rows_of(f"vectors:{root / 'vectors'}", manifest)
     store = SavedVectorsEmbedder(root / "vectors")
-    assert [Path(store._files[n].matrix_path).name for n in numbers] == ["en.npy", "en_extra.npy"]
+    assert [Path(store._files[n].matrix_path).name for n in mapping.numbers] == ["en.npy", "en_extra.npy"]
+    assert mapping.rows == (300, 900)
     for shard in manifest.shards:
-        source = np.load(hub_indexes / "en" / f"{shard['name']}{SOURCE_IDS_SUFFIX}")
+        path = hub_indexes / "en" / f"{shard['name']}{SOURCE_IDS_SUFFIX}"
+        source = mapping.checked(np.load(path), str(path))
         lines = (hub_indexes / "en" / f"{shard['name']}.txt").read_text(encoding="utf-8").splitlines()
-        ids = (np.asarray(numbers)[source >> SOURCE_ROW_BITS] << packed.ROW_BITS) | (source & 0xFFFFFFFF)
         assert len(source) == len(lines) == shard["sentences"]
-        assert store.sentences(packed.references(ids)) == lines
+        assert store.sentences(packed.references(mapping.store_ids(source))) == lines
+    # ids read from an index folder are checked: a file or a row it was not built from is refused
+    for wrong in ((2 << SOURCE_ROW_BITS) | 0, (1 << SOURCE_ROW_BITS) | 900, -1):
+        with pytest.raises(ValueError, match="rows outside the files"):
+            mapping.checked(np.array([0, wrong], np.int64), "shard.ids.npy")
     copy = tmp_path / "copy"
     shutil.copytree(root / "vectors", copy)
-    assert store_file_numbers(f"vectors:{copy}", manifest) is None
+    assert store_rows_of(f"vectors:{copy}", manifest) is None
     extra = root / "vectors" / "en_extra.txt"
     stat = extra.stat()
     os.utime(extra, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # rewritten since
     try:
-        assert store_file_numbers(f"vectors:{root / 'vectors'}", manifest) is None
+        assert store_rows_of(f"vectors:{root / 'vectors'}", manifest) is None
     finally:
         os.utime(extra, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert store_file_numbers(f"vectors:{root / 'vectors'}", manifest) == numbers
+    assert store_rows_of(f"vectors:{root / 'vectors'}", manifest) == mapping
 
 
 def test_backward_search_runs_only_for_the_candidates_and_keeps_the_full_searchs_pairs(saved, hub_indexes,

@@ -243,18 +243,24 @@ class IndexManifest:
                     or ":" in name):
                 raise ValueError(f"shard name {name!r} is not a file name inside the index folder")
             count = shard.get("sentences")
-            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            if not _count(count):
                 raise ValueError(f"shard {name}: sentence count {count!r} is not a non-negative integer")
         sources = data.get("source_files") or []
         for source in sources:
             if (not isinstance(source, dict) or not isinstance(source.get("path"), str)
+                    or any(not _count(source.get(n)) for n in ("rows", "npy_bytes", "txt_bytes"))
                     or any(not isinstance(source.get(n), (int, float)) or isinstance(source.get(n), bool)
-                           for n in ("rows", "npy_bytes", "npy_updated", "txt_bytes", "txt_updated"))):
+                           for n in ("npy_updated", "txt_updated"))):
                 raise ValueError(f"source file {source!r} is not a path with its rows, sizes and times")
         return cls(**{k: data[k] for k in ("lang", "factory", "dim", "nprobe", "trained_on", "shards",
                                           "bytes_per_sentence", "shared_bytes_per_shard")},
                    rerank_vectors=bool(data.get("rerank_vectors")), source_files=list(sources),
                    source_ids=bool(data.get("source_ids")) and bool(sources))
+
+
+def _count(value) -> bool:
+    """Whether `value`, read from a manifest, is a count: a non-negative integer."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 RERANK_WINDOW = 16 << 20  # bytes of a shard's rows mapped at a time while re-ranking (then dropped)

@@ -7,6 +7,7 @@ sentence, and the index, every language pair and the cascade read these rows.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,14 +85,9 @@ def list_matrix_files(directory: str) -> list[MatrixFile]:
     """Every NAME.npy + NAME.txt of `directory`, checked (2-D float, not Fortran order, one width),
     in name order. Raises SavedVectorsError (a one-line usage error) when they cannot serve."""
     directory = directory.rstrip("/")
-    filesystems = _filesystems()
-    try:
-        matched = filesystems.match([f"{directory}/*.npy"])[0].metadata_list
-    except Exception:
-        matched = []
     found = []
     text_files = listed_files(f"{directory}/*.txt")
-    for metadata in sorted(matched, key=lambda m: m.path):
+    for metadata in sorted(listed_files(f"{directory}/*.npy").values(), key=lambda m: m.path):
         matrix = metadata.path
         if matrix.endswith(KEYS_SUFFIX):  # the sentence lookup table beside NAME.txt, not a matrix
             continue
@@ -126,27 +122,27 @@ def _stamps(metadata) -> tuple:
 
 def normal_path(path: str) -> str:
     """A local path with its links followed (two names of one file are one), a remote one as it is."""
-    import os
-
     return path if "://" in path else os.path.realpath(path)
 
 
+def file_identity(matrix: str, stamps: tuple) -> dict:
+    """What names a saved vector file for a later reader: its path and `MatrixFile.stamps` (a rewrite
+    changes its modification times; a copy elsewhere has another path)."""
+    npy_bytes, npy_updated, txt_bytes, txt_updated = stamps
+    return {"path": normal_path(matrix), "npy_bytes": npy_bytes, "npy_updated": npy_updated, "txt_bytes": txt_bytes,
+            "txt_updated": txt_updated}
+
+
 def source_identity(file: MatrixFile) -> dict:
-    """What an index records of a file it was built from, so that a reader can tell whether a
-    `vectors:DIR` store holds that very file: its path, rows and `stamps` (a rewrite changes its
-    modification times; a copy elsewhere has another path)."""
-    npy_bytes, npy_updated, txt_bytes, txt_updated = file.stamps
-    return {"path": normal_path(file.matrix), "rows": file.rows, "npy_bytes": npy_bytes, "npy_updated": npy_updated,
-            "txt_bytes": txt_bytes, "txt_updated": txt_updated}
+    """What an index records of a file it was built from: its `file_identity` and its rows (the
+    bound of the rows its `.ids.npy` may name)."""
+    return {**file_identity(file.matrix, file.stamps), "rows": file.rows}
 
 
-def identity_of_pair(matrix: str, texts: str, rows: int, listed: dict) -> dict | None:
-    """`source_identity` of a store's (NAME.npy, NAME.txt) pair of `rows`, from `listed` (their
-    folder's `listed_files`); None where either file is not there."""
+def identity_of_pair(matrix: str, texts: str, listed: dict) -> dict | None:
+    """`file_identity` of a store's (NAME.npy, NAME.txt) pair, from `listed` (their folder's
+    `listed_files`); None where either file is not there."""
     found, text_found = listed.get(normal_path(matrix)), listed.get(normal_path(texts))
     if found is None or text_found is None:
         return None
-    npy_bytes, npy_updated = _stamps(found)
-    txt_bytes, txt_updated = _stamps(text_found)
-    return {"path": normal_path(matrix), "rows": rows, "npy_bytes": npy_bytes, "npy_updated": npy_updated,
-            "txt_bytes": txt_bytes, "txt_updated": txt_updated}
+    return file_identity(matrix, _stamps(found) + _stamps(text_found))

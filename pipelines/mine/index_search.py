@@ -65,8 +65,8 @@ def searchable(item: tuple) -> tuple:
 
 def _local_file(path: str, keep: list) -> str:
     """`path` on local disk: itself, or a copy in a temporary folder that `keep` holds for as long as
-    it is used (`pipelines.io.storage.download`: gcsfs spends a third of the CPU a byte that Beam's
-    GCS reader does, BENCHMARKS.md "Shards read while searched, hits named by their rows")."""
+    it is used (`pipelines.io.storage.download`: gcsfs spent two thirds of the CPU a byte that Beam's
+    GCS reader did, BENCHMARKS.md "Shards read while searched, hits named by their rows")."""
     import tempfile
 
     if not storage.is_remote(path):

@@ -11,7 +11,7 @@ sentence, and a worker's share of each shuffle costs its columns' bytes (8 an id
    (`coarse_assignment`: all shards share the quantiser), each shard is loaded once for the group,
    the next while this one is searched; the rows are read where they are searched,
    and a hit becomes the other side's store id: from its row in the files the index was built
-   from (the shard's `.ids.npy`) where the store holds those files (`store_file_numbers`), else
+   from (the shard's `.ids.npy`) where the store holds those files (`store_rows_of`), else
    from its text (`SavedVectorsEmbedder.find`; -1 where the store lacks it). The shards' answers are merged
    as they come into the batch's top k (`merge_top`): one Packed `{ids [n], sims [n, k], hits [n,
    k]}` a batch (missing hits: -inf, -1).
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional
 
@@ -261,9 +262,9 @@ class _SearchPackedShards(_SearchShard):
         super().__init__(index_dirs, nprobes, k, rerank, store)
         self.shard_names, self.memory = shard_names, GROUP_MEMORY if memory is None else memory
         self.prefetch = prefetch
-        # per side, the store's file number of each file its index was built from (`store_file_numbers`),
-        # or None: its hits are then looked up by their text
-        self.to_store = {side: None if numbers is None else list(numbers) for side, numbers in (to_store or {}).items()}
+        # per side, where its index's files are in the store (`store_rows_of`), or None: its hits are
+        # then looked up by their text
+        self.to_store = dict(to_store or {})
         self.by_text = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.hits_looked_up_by_text")
         self.assigned = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.queries_assigned")
         self.reranked = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.hits_reranked")
@@ -307,23 +308,24 @@ class _SearchPackedShards(_SearchShard):
     def _name_sentences(self, shard, base: str) -> None:
         """Where the store holds the files the index was built from, a hit is named by its store id:
         the shard's `.ids.npy` (8 bytes a sentence, memory-mapped) is read instead of its text."""
-        numbers = self.to_store.get(shard.key[0])
-        if numbers is None:
+        mapping = self.to_store.get(shard.key[0])
+        if mapping is None:
             super()._name_sentences(shard, base)
             return
-        ids = np.load(_local_file(f"{base}{SOURCE_IDS_SUFFIX}", shard.keep), mmap_mode="r", allow_pickle=False)
+        path = f"{base}{SOURCE_IDS_SUFFIX}"
+        ids = np.load(_local_file(path, shard.keep), mmap_mode="r", allow_pickle=False)
         if ids.shape != (shard.index.ntotal,) or ids.dtype != np.int64:
-            raise ValueError(f"{base}{SOURCE_IDS_SUFFIX} is {ids.dtype} {ids.shape}, not the ids of the shard's "
+            raise ValueError(f"{path} is {ids.dtype} {ids.shape}, not the ids of the shard's "
                              f"{shard.index.ntotal:,} sentences: rebuild the index with labse-index")
+        mapping.checked(np.asarray(ids), path)  # once a load: every id names a row of its file
+        release_pages(ids)
         shard.source_ids = ids
 
     def _store_ids(self, labels, positions: np.ndarray) -> np.ndarray:
         shard = self._loaded
         if shard.source_ids is not None:
-            numbers = np.asarray(self.to_store[shard.key[0]], np.int64)
-            source = np.asarray(shard.source_ids[np.maximum(positions, 0)])
+            ids = self.to_store[shard.key[0]].store_ids(np.asarray(shard.source_ids[np.maximum(positions, 0)]))
             release_pages(shard.source_ids)
-            ids = (numbers[source >> SOURCE_ROW_BITS] << ROW_BITS) | (source & ((1 << SOURCE_ROW_BITS) - 1))
             return np.where(positions >= 0, ids, -1)
         # store id + 2 by shard position, 0 where not looked up yet: zeros from calloc, so only the
         # pages of positions hit become resident
@@ -341,11 +343,34 @@ class _SearchPackedShards(_SearchShard):
         return np.where(positions >= 0, cache[np.maximum(positions, 0)] - 2, -1)
 
 
-def store_file_numbers(store: str, manifest: IndexManifest) -> list[int] | None:
-    """The `vectors:DIR` store's file number of each file `manifest`'s index was built from, when
-    the store holds every one of them unchanged (`source_identity`: the same path, rows, sizes and
-    modification times), else None (an index without `.ids.npy` files, a store copied elsewhere or
-    rewritten since): its hits are then looked up by their text."""
+@dataclass(frozen=True)
+class StoreRows:
+    """How a shard's `.ids.npy` (source file number << 32 | row, in the files the index was built
+    from) becomes store ids: each source file's number in the store and its rows."""
+
+    numbers: tuple[int, ...]
+    rows: tuple[int, ...]
+
+    def checked(self, source: np.ndarray, path: str) -> np.ndarray:
+        """`source` (a shard's ids, read from its folder), or ValueError where one names a file or a
+        row the index was not built from."""
+        files, rows = source >> SOURCE_ROW_BITS, source & ((1 << SOURCE_ROW_BITS) - 1)
+        inside = (files >= 0) & (files < len(self.numbers))
+        if not inside.all() or (rows >= np.asarray(self.rows, np.int64)[files]).any():
+            raise ValueError(f"{path} names rows outside the files its index was built from: rebuild the index "
+                             "with labse-index")
+        return source
+
+    def store_ids(self, source: np.ndarray) -> np.ndarray:
+        numbers = np.asarray(self.numbers, np.int64)
+        return (numbers[source >> SOURCE_ROW_BITS] << ROW_BITS) | (source & ((1 << SOURCE_ROW_BITS) - 1))
+
+
+def store_rows_of(store: str, manifest: IndexManifest) -> StoreRows | None:
+    """Where the `vectors:DIR` store holds every file `manifest`'s index was built from unchanged
+    (`file_identity`: the same path, sizes and modification times), those files' numbers there and
+    rows; else None (an index without `.ids.npy` files, a store copied elsewhere or rewritten since):
+    its hits are then looked up by their text."""
     from pipelines.embed.saved_vectors import store_files
     from pipelines.index.vector_files import identity_of_pair, listed_files, normal_path
 
@@ -363,10 +388,10 @@ def store_file_numbers(store: str, manifest: IndexManifest) -> list[int] | None:
         folder = matrix.rsplit("/", 1)[0]
         if folder not in listings:  # one listing a folder, not two requests a file
             listings[folder] = listed_files(f"{folder}/*")
-        if identity_of_pair(matrix, texts, source["rows"], listings[folder]) != source:
+        if identity_of_pair(matrix, texts, listings[folder]) != {k: v for k, v in source.items() if k != "rows"}:
             return None
         found.append(number)
-    return found
+    return StoreRows(tuple(found), tuple(source["rows"] for source in manifest.source_files))
 
 
 def _last_block(keyed) -> tuple:
@@ -528,7 +553,7 @@ class PackedNeighbours(beam.PTransform):
                      for side in manifests}
         per_load = {side: batches_per_load(manifest, c.query_batch, per_query[side], c.batches_per_load)
                     for side, manifest in manifests.items()}
-        to_store = {side: store_file_numbers(c.embedder, manifest) for side, manifest in manifests.items()}
+        to_store = {side: store_rows_of(c.embedder, manifest) for side, manifest in manifests.items()}
         for side, lang in ((SRC, c.src_lang), (TGT, c.tgt_lang)):
             logger.info("the %s index's hits are named by %s", lang,
                         "their rows in the store (it holds the files the index was built from)"
