@@ -5,7 +5,7 @@ reads through Beam's GCS client, on loopback):
 
 - `sequential, by text` (the way before): each shard read when its searches begin, each hit named
   by its text, looked up in the store (`SavedVectorsEmbedder.find`);
-- `prefetch, by text`: the next shard read while this one is searched;
+- `prefetch, by text`: the next shard's files read onto local disk while this one is searched;
 - `prefetch, by id` (now): and a hit named by its row in the store (the shard's `.ids.npy`, read
   instead of its text).
 
@@ -19,7 +19,8 @@ worker). Before every run the worker's held shards are dropped, so each run load
 Lines:
 
 - `index`: the shards' bytes a sentence by file (codes, float16 rows, text, ids) and the build.
-- `load`: each shard loaded alone (`_SearchShard._load`, by text), wall and CPU seconds, per location.
+- `load`: each shard loaded alone (by text), wall and CPU seconds, per location: in all, and of that its
+  files' read onto local disk (`_SearchShard._fetch`; opening them is the rest).
 - `group`: the group's wall and CPU seconds, per location and mode, `--repeats` interleaved; the
   summary gives the way before over now, wall and CPU (medians, with ranges), and whether every
   mode found the same hits.
@@ -200,10 +201,14 @@ def main(argv=None) -> None:
             search, names = searcher(index_dir, out, "prefetch, by text", args.nprobe, args.rerank, args.k)
             for name in names:
                 drop_held_shards()
+                key = search._key(SRC, name)
                 wall, cpu = time.perf_counter(), time.process_time()
-                search._load(search._key(SRC, name))
+                fetched = search._fetch(key)
+                fetch_wall, fetch_cpu = time.perf_counter() - wall, time.process_time() - cpu
+                search._load(key, fetched)
                 emit({"part": "load", "location": location, "shard": name,
-                      "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3)})
+                      "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3),
+                      "fetch_wall_s": round(fetch_wall, 3), "fetch_cpu_s": round(fetch_cpu, 3)})
         walls: dict = {}
         cpus: dict = {}
         answers: dict = {}

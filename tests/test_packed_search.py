@@ -385,11 +385,14 @@ def test_a_shard_is_loaded_once_for_a_group_of_batches_with_the_same_best_candid
 
 
 def test_the_next_shard_is_read_while_this_one_is_searched(saved, hub_indexes):  # noqa: F811
-    """A group of German batches in the English index (3 shards): shard 2 starts loading in another
-    thread before the searches in shard 1 end (the last one waits for it: without the prefetch it
-    would wait in vain), each load counted once, and the answers equal those of one shard at a time."""
+    """A group of German batches in the English index (3 shards): shard 2's files are read in another
+    thread before the searches in shard 1 end (the last one waits for it: without the read-ahead it
+    would wait in vain), each shard is opened in the bundle's thread from the files read ahead (one
+    shard's codes held at a time), each load counted once, and the answers equal those of one shard
+    at a time."""
     import gc
     import threading
+    import weakref
 
     from pipelines.mine.index_search import HELD_SHARDS, index_plan, load_manifest
     from pipelines.mine.packed_search import _SearchPackedShards
@@ -406,18 +409,28 @@ def test_the_next_shard_is_read_while_this_one_is_searched(saved, hub_indexes): 
     class Recording(_SearchPackedShards):
         def __init__(self, *args):
             super().__init__(*args)
-            self.loads_seen, self.waited = [], []
-            self.second_loading = threading.Event()
+            self.fetches_seen, self.loads_seen, self.waited, self.open_at_load = [], [], [], []
+            self.opened: "weakref.WeakSet" = weakref.WeakSet()
+            self.second_fetched = threading.Event()
 
-        def _load(self, key):
-            self.loads_seen.append((key[2], threading.current_thread() is threading.main_thread()))
+        def _fetch(self, key):
+            self.fetches_seen.append((key[2], threading.current_thread() is threading.main_thread()))
             if key[2] == names[1]:
-                self.second_loading.set()
-            return super()._load(key)
+                self.second_fetched.set()
+            return super()._fetch(key)
+
+        def _load(self, key, fetched=None):
+            self.loads_seen.append((key[2], threading.current_thread() is threading.main_thread(),
+                                    fetched is not None))
+            gc.collect()
+            self.open_at_load.append(len(self.opened))
+            shard = super()._load(key, fetched)
+            self.opened.add(shard)
+            return shard
 
         def _searched(self, side, name, matrix, search):
             if name == names[0] and len(self.waited) == len(batches) - 1:  # the first shard's last batch
-                self.waited.append(self.second_loading.wait(timeout=30))
+                self.waited.append(self.second_fetched.wait(timeout=30))
             elif name == names[0]:
                 self.waited.append(None)
             return super()._searched(side, name, matrix, search)
@@ -434,8 +447,9 @@ def test_the_next_shard_is_read_while_this_one_is_searched(saved, hub_indexes): 
     prefetched = Recording(plan[0], plan[2], 4, plan[3], store_spec, plan[1])
     found = run(prefetched)
     assert prefetched.waited[-1] is True
-    assert [name for name, _ in prefetched.loads_seen] == names
-    assert [in_main for _, in_main in prefetched.loads_seen] == [True, False, False]
+    assert prefetched.fetches_seen == [(names[0], True), (names[1], False), (names[2], False)]
+    assert prefetched.loads_seen == [(names[0], True, False), (names[1], True, True), (names[2], True, True)]
+    assert prefetched.open_at_load == [0, 0, 0]  # the last shard let go of before the next is opened
     parts = [run(_SearchPackedShards(plan[0], plan[2], 4, plan[3], store_spec, {**plan[1], packed.TGT: [name]}))
              for name in names]
     for at, (key, top) in enumerate(found):

@@ -28,7 +28,7 @@ from typing import Any, Iterator
 import apache_beam as beam
 import numpy as np
 
-from pipelines.index.shards import (RERANK_SUFFIX, IndexManifest, faiss_threads, from_bytes, release_pages, search_shard,
+from pipelines.index.shards import (RERANK_SUFFIX, IndexManifest, faiss_threads, release_pages, search_shard,
                                     set_nprobe)
 from pipelines.io import storage
 from pipelines.io.config_options import UsageError
@@ -76,11 +76,6 @@ def _local_file(path: str, keep: list) -> str:
     local = Path(folder.name) / path.rsplit("/", 1)[-1]
     storage.download(path, local)
     return str(local)
-
-
-def _local_rows(path: str, keep: list) -> np.ndarray:
-    """A shard's float16 rows memory-mapped (from a local copy when `path` is remote)."""
-    return np.load(_local_file(path, keep), mmap_mode="r", allow_pickle=False)
 
 
 class ShardLabels:
@@ -149,6 +144,16 @@ class LoadedShard:
         # thread cannot count itself, Beam's counters belong to the bundle's thread
 
 
+class FetchedShard:
+    """One shard's files on local disk, by suffix (`.faiss`, the float16 rows, the sentences' text or
+    ids): the index folder's own, or copies of a bucket's in temporary folders that `keep` holds.
+    What the packed search reads ahead while it searches a shard: the next one's files, not its
+    codes in memory (a worker holds one shard's codes a bundle, the next one waits on disk)."""
+
+    def __init__(self, key: tuple, paths: dict, keep: list):
+        self.key, self.paths, self.keep = key, paths, keep
+
+
 class HeldShards:
     """The index shards a worker process holds: the one each running bundle searches, and the one the
     last finished bundle searched (kept for the next bundle, dropped as soon as another shard is
@@ -168,8 +173,8 @@ class HeldShards:
     def get(self, key: tuple, load) -> LoadedShard:
         """The shard of `key`, loaded by `load()` unless a bundle holds it. The bundles running on a
         worker's threads share a shard, and wait for one load of it; the lock is not held while a
-        shard loads (a prefetch reads one for minutes), so a bundle switching to a shard already
-        held never waits for another's load."""
+        shard loads (a read from a bucket takes minutes at a crawl's shard size), so a bundle
+        switching to a shard already held never waits for another's load."""
         import threading
 
         while True:
@@ -192,6 +197,10 @@ class HeldShards:
             with self._lock:
                 del self._loading[key]
             pending.set()
+
+    def holds(self, key: tuple) -> bool:
+        with self._lock:
+            return key in self._live
 
     def keep(self, shard: LoadedShard) -> None:
         with self._lock:
@@ -247,25 +256,40 @@ class _SearchShard(beam.DoFn):
     def _key(self, side: str, name: str) -> tuple:
         return side, self.index_dirs[side], name, self.nprobes[side], self.rerank[side] > self.k, self.store
 
-    def _held_shard(self, side: str, name: str) -> LoadedShard:
-        """The shard, from the worker's held ones or loaded (thread-safe: a prefetch calls it)."""
+    def _held_shard(self, side: str, name: str, fetched: FetchedShard | None = None) -> LoadedShard:
+        """The shard, from the worker's held ones or loaded (from `fetched`, its files read ahead)."""
         key = self._key(side, name)
-        return HELD_SHARDS.get(key, lambda: self._load(key))
+        return HELD_SHARDS.get(key, lambda: self._load(key, fetched if fetched is not None and fetched.key == key
+                                                       else None))
 
-    def _load(self, key: tuple) -> LoadedShard:
-        side, _dir, name, nprobe, rerank = key[:5]
+    def _label_suffix(self, key: tuple) -> str:
+        """The file that names a shard's sentences: here its text."""
+        return ".txt"
+
+    def _fetch(self, key: tuple) -> FetchedShard:
+        """The files `_load` reads, on local disk (thread-safe: the packed search's read-ahead calls it)."""
+        side, _dir, name, _nprobe, rerank = key[:5]
         base = f"{self.index_dirs[side]}/{name}"
-        index = from_bytes(storage.read_bytes(f"{base}.faiss"))
-        set_nprobe(index, nprobe)
         keep: list = []
-        rows = _local_rows(f"{base}{RERANK_SUFFIX}", keep) if rerank else None
-        shard = LoadedShard(key, index, None, rows, keep)
-        self._name_sentences(shard, base)
+        suffixes = [".faiss", *([RERANK_SUFFIX] if rerank else []), self._label_suffix(key)]
+        return FetchedShard(key, {suffix: _local_file(f"{base}{suffix}", keep) for suffix in suffixes}, keep)
+
+    def _load(self, key: tuple, fetched: FetchedShard | None = None) -> LoadedShard:
+        import faiss
+
+        fetched = fetched or self._fetch(key)
+        index = faiss.read_index(fetched.paths[".faiss"])  # from local disk: no copy of the codes in bytes
+        set_nprobe(index, key[3])
+        rows = (np.load(fetched.paths[RERANK_SUFFIX], mmap_mode="r", allow_pickle=False)
+                if RERANK_SUFFIX in fetched.paths else None)
+        shard = LoadedShard(key, index, None, rows, fetched.keep)
+        self._name_sentences(shard, fetched.paths[self._label_suffix(key)])
         return shard
 
-    def _name_sentences(self, shard: LoadedShard, base: str) -> None:
-        """What names a hit's sentence: here the shard's labels, read from its text."""
-        shard.labels = ShardLabels(shard.key[0], _local_file(f"{base}.txt", shard.keep), shard.index.ntotal)
+    def _name_sentences(self, shard: LoadedShard, path: str) -> None:
+        """What names a hit's sentence (`path`: the local file of `_label_suffix`): here the shard's
+        labels, read from its text."""
+        shard.labels = ShardLabels(shard.key[0], path, shard.index.ntotal)
 
     def _searched(self, side: str, name: str, matrix: np.ndarray, search):
         """(the shard's labels, `search(index, labels, queries, k, rows, depth)`'s answer) for the

@@ -50,7 +50,7 @@ from pipelines.embed.saved_vectors import is_saved_vectors_spec
 from pipelines.index.shards import (SOURCE_IDS_SUFFIX, SOURCE_ROW_BITS, IndexManifest, RerankFloor, coarse_assignment,
                                     search_shard_arrays)
 from pipelines.mine.config import MineConfig
-from pipelines.mine.index_search import _local_file, _SearchShard, index_plan, load_manifest, release_pages
+from pipelines.mine.index_search import HELD_SHARDS, _SearchShard, index_plan, load_manifest, release_pages
 from pipelines.mine.margin import greedy_unique_columns, margin_scores, side_searched_in_full
 from pipelines.mine.units import SIDE_UNIT
 from pipelines.mine.search_groups import (GROUP_MEMORY, GroupState, batches_per_load, file_block_offsets,
@@ -248,9 +248,9 @@ class _SearchPackedShards(_SearchShard):
 
     A query's lists are assigned once (`coarse_assignment`, counted as `index.queries_assigned`),
     not once a shard; the shards are then loaded one after another, each once for the whole group
-    and the next one read while this one is searched (`HeldShards`, which keeps the store ids of a
-    shard's sentences hit so far: at most 8 bytes a shard sentence), and the group's top k lists
-    merged as they go. `--rerank` is the index's
+    (`HeldShards`), the next one's files read onto local disk while this one is searched (a worker
+    holds one shard's codes a bundle), and the group's top k lists merged as they go. `--rerank` is
+    the index's
     depth: a shard re-ranks only the hits that can be among the index's best by codes so far
     (`RerankFloor`, counted as `index.hits_reranked`). What a group carries from shard to shard is
     its `GroupState`: on the worker's local disk when larger than GROUP_MEMORY (counted as
@@ -258,7 +258,7 @@ class _SearchPackedShards(_SearchShard):
 
     def __init__(self, index_dirs: dict, nprobes: dict, k: int, rerank: dict, store: str, shard_names: dict,
                  memory: int | None = None, prefetch: bool = True, to_store: dict | None = None):
-        # prefetch=False: load each shard when its searches begin (benchmarks/shard_load.py's comparison)
+        # prefetch=False: read each shard's files when its searches begin (benchmarks/shard_load.py's comparison)
         super().__init__(index_dirs, nprobes, k, rerank, store)
         self.shard_names, self.memory = shard_names, GROUP_MEMORY if memory is None else memory
         self.prefetch = prefetch
@@ -269,7 +269,7 @@ class _SearchPackedShards(_SearchShard):
         self.assigned = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.queries_assigned")
         self.reranked = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.hits_reranked")
         self.on_disk = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "index.groups_on_disk")
-        self._ahead = None  # the next shard of the group, read while this one is searched
+        self._ahead = None  # the next shard's files (`FetchedShard`), read while this one is searched
 
     def process(self, element):
         (side, _group), batches = element
@@ -288,10 +288,11 @@ class _SearchPackedShards(_SearchShard):
                         for lo, hi in zip(bounds, bounds[1:])]
             for at, name in enumerate(names):
                 self._shard(side, name)
-                # the next shard is read while this one is searched (FAISS lets go of the GIL): its
-                # transfer from the bucket hides behind the search, its CPU runs beside it where the
-                # worker has a core to spare; `_ahead` holds it until `_shard` takes it
-                following = (prefetch.submit(self._held_shard, side, names[at + 1])
+                # the next shard's files are read onto local disk while this one is searched (FAISS
+                # lets go of the GIL): the transfer from the bucket hides behind the search, its CPU
+                # runs beside it where the worker has a core to spare, and the worker holds one
+                # shard's codes, not two; `_ahead` holds the files until `_shard` opens them
+                following = (prefetch.submit(self._fetch_ahead, side, names[at + 1])
                              if self.prefetch and at + 1 < len(names) else None)
                 for search, (_key, ids) in zip(searches, batches):
                     labels, (sims, positions) = self._searched(side, name, references(ids), search)
@@ -305,15 +306,25 @@ class _SearchPackedShards(_SearchShard):
     def _key(self, side: str, name: str) -> tuple:
         return (*super()._key(side, name), self.to_store.get(side) is not None)
 
-    def _name_sentences(self, shard, base: str) -> None:
+    def _fetch_ahead(self, side: str, name: str):
+        """The files of the shard searched next, unless this worker holds it already."""
+        key = self._key(side, name)
+        return None if HELD_SHARDS.holds(key) else self._fetch(key)
+
+    def _held_shard(self, side: str, name: str, fetched=None):
+        return super()._held_shard(side, name, self._ahead if fetched is None else fetched)
+
+    def _label_suffix(self, key: tuple) -> str:
         """Where the store holds the files the index was built from, a hit is named by its store id:
         the shard's `.ids.npy` (8 bytes a sentence, memory-mapped) is read instead of its text."""
+        return SOURCE_IDS_SUFFIX if self.to_store.get(key[0]) is not None else super()._label_suffix(key)
+
+    def _name_sentences(self, shard, path: str) -> None:
         mapping = self.to_store.get(shard.key[0])
         if mapping is None:
-            super()._name_sentences(shard, base)
+            super()._name_sentences(shard, path)
             return
-        path = f"{base}{SOURCE_IDS_SUFFIX}"
-        ids = np.load(_local_file(path, shard.keep), mmap_mode="r", allow_pickle=False)
+        ids = np.load(path, mmap_mode="r", allow_pickle=False)
         if ids.shape != (shard.index.ntotal,) or ids.dtype != np.int64:
             raise ValueError(f"{path} is {ids.dtype} {ids.shape}, not the ids of the shard's "
                              f"{shard.index.ntotal:,} sentences: rebuild the index with labse-index")
