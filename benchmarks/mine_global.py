@@ -33,6 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mine_million import emit, load_vectors, run_measured, stopes_index_type  # noqa: E402 (sibling script)
 
+from pipelines.index.config import DEFAULT_SHARD_SENTENCES  # noqa: E402 (after the path)
+
 
 def side_folder(out: Path, side: str) -> Path:
     """DIR/vectors_<side>: the one side's saved vectors, as labse-index reads a language."""
@@ -224,7 +226,7 @@ def main(argv=None) -> int:
     i.add_argument("--side", default="tgt", choices=("src", "tgt"))
     i.add_argument("--factory", default="auto")
     i.add_argument("--train-sample", type=int, default=200_000)
-    i.add_argument("--shard-sentences", type=int, default=20_000_000)
+    i.add_argument("--shard-sentences", type=int, default=DEFAULT_SHARD_SENTENCES)
     i.add_argument("--name", default=None, help="the index folder under --out (default index_SIDE)")
     r = parts.add_parser("recall")
     r.add_argument("--out", required=True)

@@ -24,6 +24,9 @@ Lines:
 - `group`: the group's wall and CPU seconds, per location and mode, `--repeats` interleaved; the
   summary gives the way before over now, wall and CPU (medians, with ranges), and whether every
   mode found the same hits.
+- `memory` (`--memory`, alone): one group from the bucket in the mode of now, the process's
+  anonymous memory at its peak above where it started (one process a run; run the script from each
+  checkout to compare them: what a worker holds of the shards at once).
 
 The sentences here are ids (`en0000123`, 10 bytes), so a shard's text is far smaller than a
 crawl's (~118 bytes a line): the `index` line says the bytes a sentence each part holds.
@@ -181,6 +184,37 @@ def run_group(search, group: list) -> tuple[float, float, list]:
     return wall, cpu, found
 
 
+def anonymous_mb() -> float:
+    """This process's anonymous resident memory (the heap, FAISS's codes; not mapped files' pages)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no RssAnon in /proc/self/status (Linux only)")
+
+
+def memory_of_group(out: Path, index_dir: str, mode: str, args) -> dict:
+    """One group searched in `mode`, this process's anonymous memory sampled every 5 ms: its peak
+    above what it held before (the shards' codes held at once, the group's state, the reads)."""
+    import threading
+
+    group = query_group(out, args.group_batches)
+    search, _names = searcher(index_dir, out, mode, args.nprobe, args.rerank, args.k)
+    gc.collect()
+    before, peak, done = anonymous_mb(), [0.0], threading.Event()
+
+    def sample():
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], anonymous_mb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    wall, cpu, _found = run_group(search, group)
+    done.set()
+    sampler.join()
+    return {"anonymous_before_mb": round(before, 1), "anonymous_peak_above_mb": round(peak[0] - before, 1),
+            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="benchmarks/mine_million.py build's folder")
@@ -188,11 +222,20 @@ def main(argv=None) -> None:
     parser.add_argument("--train-sample", type=int, default=100_000)
     parser.add_argument("--shard-sentences", type=int, default=100_000)
     parser.add_argument("--group-batches", type=int, default=2, help="query batches of 8,192 in the group")
+    parser.add_argument("--memory", action="store_true",
+                        help="only the `memory` line: one group from the bucket, `prefetch, by id`, its peak anonymous "
+                             "memory (run it from each checkout to compare them)")
     add_search_options(parser)
     args = parser.parse_args(argv)
     out = Path(args.out)
     index = build_index(out, args.factory, args.shard_sentences, args.train_sample)
     emit({"part": "index", **shard_bytes(index)})
+    if args.memory:
+        with emulated_bucket(out / "shard_load") as bucket:
+            bucket.upload_tree(index, f"gs://{BUCKET}/index")
+            emit({"part": "memory", "location": "bucket", "mode": MODES[-1], "checkout": str(ROOT),
+                  **memory_of_group(out, f"gs://{BUCKET}/index", MODES[-1], args)})
+        return
     group = query_group(out, args.group_batches)
     with emulated_bucket(out / "shard_load") as bucket:
         bucket.upload_tree(index, f"gs://{BUCKET}/index")

@@ -95,6 +95,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # pipelines.index.choice: the index size table
 
+from pipelines.index.config import DEFAULT_SHARD_SENTENCES  # noqa: E402 (after the path)
+
 SNAPSHOT = "CC-MAIN-2019-09"
 PAGES, WARC_FILES = 2.9e9, 64_000
 PRICE = 0.056  # USD per vCPU-hour, Dataflow batch, us-central1
@@ -329,7 +331,7 @@ class ShardCost:
     ceil(sentences / shard_sentences) shards (labse-index --shard-sentences)."""
 
     records: tuple
-    shard_sentences: int = 20_000_000
+    shard_sentences: int = DEFAULT_SHARD_SENTENCES
 
     def shards(self, sentences: float) -> int:
         return max(1, math.ceil(sentences / self.shard_sentences))
@@ -374,7 +376,7 @@ class ShardLoads:
     that and the search of one shard; `before`, it waited for every load. A wait is charged as
     CPU time (the bundle's vCPU idles)."""
 
-    shard_sentences: int = 20_000_000
+    shard_sentences: int = DEFAULT_SHARD_SENTENCES
     bytes_per_sentence: float = LOAD_BYTES
     mb_per_s: float = LOAD_MB_S
     before: bool = False
@@ -669,8 +671,9 @@ def main(argv=None) -> int:
     parser.add_argument("--shard-search", type=Path, default=None,
                         help="benchmarks/shard_search.py's output: a search in an index of S shards costs S - 1 "
                              "times what one more shard measured there (default: every index charged as one shard)")
-    parser.add_argument("--shard-sentences", type=int, default=20_000_000,
-                        help="sentences a shard of every index (labse-index --shard-sentences; default its 20M)")
+    parser.add_argument("--shard-sentences", type=int, default=DEFAULT_SHARD_SENTENCES,
+                        help="sentences a shard of every index (labse-index --shard-sentences; default its "
+                             f"{DEFAULT_SHARD_SENTENCES // 1_000_000}M)")
     parser.add_argument("--shard-loads", choices=("now", "before", "none"), default="now",
                         help="what reading the index shards adds to the hub rows (`ShardLoads`): `now`, groups up "
                              "to 4 GB and the next shard read while one is searched; `before`, groups within a "

@@ -8,9 +8,12 @@ from typing import Optional
 from pipelines.index.training import TRAIN_MEMORY_ROWS
 from pipelines.io.config_options import REQUIRED, option
 
-# A shard is one worker's unit when the index is filled and searched: 20M sentences at 72 bytes
-# is 1.4 GB of codes, which fits an n1-standard-1 (3.75 GB) beside a batch of queries.
-DEFAULT_SHARD_SENTENCES = 20_000_000
+# A shard is one worker's unit when the index is filled and searched: 40M sentences at ~74 bytes is
+# 3 GB of codes, ~3.3 GB for the labse-index worker that fills it and ~4 GB a harness thread of a
+# labse-mine search worker, which reads the next shard's files onto local disk, not into memory
+# (n1-highmem-2 runs two). Every shard a query meets costs it FAISS's fixed ~0.026 ms, so at 20M
+# mining a snapshot cost ~1,040 vCPU-hours a billion sentences, at 40M ~880 (BENCHMARKS.md).
+DEFAULT_SHARD_SENTENCES = 40_000_000
 MAX_SHARD_SENTENCES = 1_000_000_000
 
 
@@ -20,7 +23,9 @@ class IndexConfig:
     factory: str = option("auto", "FAISS factory string, e.g. OPQ64,IVF65536,PQ64; auto: by size "
                           "(pipelines/index/choice.py, after stopes: Flat below 10k sentences, IVF-PQ above)")
     train_sample: Optional[int] = option(None, "vectors to train on (default: 100 per IVF list, at least 50,000)")
-    shard_sentences: int = option(DEFAULT_SHARD_SENTENCES, "sentences per index shard (one worker's unit)")
+    shard_sentences: int = option(DEFAULT_SHARD_SENTENCES, "sentences per index shard, one worker's unit (40 million: "
+                                  "~3 GB of codes; smaller shards need smaller workers, and each shard a query "
+                                  "meets costs it ~0.026 ms: docs/guides/mining-a-snapshot.md)")
     nprobe: int = option(32, "inverted lists a query visits, recorded for labse-mine (32 with 64 hits re-ranked: "
                          "recall@1 0.93 at 2M with fast-scan codes, BENCHMARKS.md; stopes uses 128 without re-ranking)")
     train_memory_rows: int = option(TRAIN_MEMORY_ROWS, "vectors the trainer holds at once: a larger training sample "

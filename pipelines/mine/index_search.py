@@ -2,7 +2,7 @@
 (`labse-index`), instead of (block, shard) cells.
 
 Query vectors travel in batches of `query_batch` sentences; a batch goes once to each shard of the
-other side's index (a language has few shards: 20M sentences each by default), so a vector is
+other side's index (a language has few shards: 40M sentences each by default), so a vector is
 copied (index shards) times, not (cells) times, and a query's cost is `nprobe` inverted lists of
 each shard, which grows with the other side only through the lists' length (the index's list
 count grows with the language, `pipelines.index.choice`). The kNN means of the margin come from
