@@ -27,11 +27,14 @@ class EmbedderError(Exception):
 
 
 def l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length, float32; all-zero rows stay zero instead of becoming NaN."""
+    """Rows scaled to unit length, float32; all-zero rows stay zero instead of becoming NaN, and a row
+    with a NaN or an infinity stays non-finite, silently: what becomes of it is the caller's
+    (labse-mine and labse-index drop it with a counted reason)."""
     vectors = np.asarray(vectors, dtype=np.float32)
     if vectors.ndim != 2:
         raise ValueError(f"expected a 2-D array of vectors, got shape {vectors.shape}")
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     np.maximum(norms, 1e-12, out=norms)
-    return np.ascontiguousarray(vectors / norms, dtype=np.float32)
+    with np.errstate(invalid="ignore"):  # inf / inf in a non-finite row: no warning a batch
+        return np.ascontiguousarray(vectors / norms, dtype=np.float32)
 
