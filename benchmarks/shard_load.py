@@ -246,9 +246,9 @@ def main(argv=None) -> None:
                 drop_held_shards()
                 key = search._key(SRC, name)
                 wall, cpu = time.perf_counter(), time.process_time()
-                fetched = search._fetch(key)
+                search._ahead = search._fetch(key)  # as the read-ahead leaves it, then opened
                 fetch_wall, fetch_cpu = time.perf_counter() - wall, time.process_time() - cpu
-                search._load(key, fetched)
+                search._load(key)
                 emit({"part": "load", "location": location, "shard": name,
                       "wall_s": round(time.perf_counter() - wall, 3), "cpu_s": round(time.process_time() - cpu, 3),
                       "fetch_wall_s": round(fetch_wall, 3), "fetch_cpu_s": round(fetch_cpu, 3)})

@@ -53,6 +53,16 @@ def test_l2_normalise_keeps_zero_rows_finite():
     np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 0.0]])
 
 
+def test_l2_normalise_leaves_a_non_finite_row_non_finite_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one RuntimeWarning a batch would flood a worker's log
+        out = l2_normalise(np.array([[3.0, 4.0], [np.inf, 1.0], [np.nan, 0.0]]))
+    np.testing.assert_allclose(out[0], [0.6, 0.8])
+    assert not np.isfinite(out[1]).all() and not np.isfinite(out[2]).all()
+
+
 def test_unknown_spec_is_a_clear_error(tmp_path):
     with pytest.raises(EmbedderError, match="unknown embedder"):
         load_embedder("no-such-model")

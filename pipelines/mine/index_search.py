@@ -256,11 +256,10 @@ class _SearchShard(beam.DoFn):
     def _key(self, side: str, name: str) -> tuple:
         return side, self.index_dirs[side], name, self.nprobes[side], self.rerank[side] > self.k, self.store
 
-    def _held_shard(self, side: str, name: str, fetched: FetchedShard | None = None) -> LoadedShard:
-        """The shard, from the worker's held ones or loaded (from `fetched`, its files read ahead)."""
+    def _held_shard(self, side: str, name: str) -> LoadedShard:
+        """The shard, from the worker's held ones or loaded."""
         key = self._key(side, name)
-        return HELD_SHARDS.get(key, lambda: self._load(key, fetched if fetched is not None and fetched.key == key
-                                                       else None))
+        return HELD_SHARDS.get(key, lambda: self._load(key))
 
     def _label_suffix(self, key: tuple) -> str:
         """The file that names a shard's sentences: here its text."""
@@ -274,10 +273,14 @@ class _SearchShard(beam.DoFn):
         suffixes = [".faiss", *([RERANK_SUFFIX] if rerank else []), self._label_suffix(key)]
         return FetchedShard(key, {suffix: _local_file(f"{base}{suffix}", keep) for suffix in suffixes}, keep)
 
-    def _load(self, key: tuple, fetched: FetchedShard | None = None) -> LoadedShard:
+    def _files(self, key: tuple) -> FetchedShard:
+        """The files `_load` opens: read now (the packed search reads them ahead)."""
+        return self._fetch(key)
+
+    def _load(self, key: tuple) -> LoadedShard:
         import faiss
 
-        fetched = fetched or self._fetch(key)
+        fetched = self._files(key)
         index = faiss.read_index(fetched.paths[".faiss"])  # from local disk: no copy of the codes in bytes
         set_nprobe(index, key[3])
         rows = (np.load(fetched.paths[RERANK_SUFFIX], mmap_mode="r", allow_pickle=False)

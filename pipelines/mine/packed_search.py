@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, Optional
 
@@ -311,8 +312,9 @@ class _SearchPackedShards(_SearchShard):
         key = self._key(side, name)
         return None if HELD_SHARDS.holds(key) else self._fetch(key)
 
-    def _held_shard(self, side: str, name: str, fetched=None):
-        return super()._held_shard(side, name, self._ahead if fetched is None else fetched)
+    def _files(self, key: tuple):
+        ahead = self._ahead
+        return ahead if ahead is not None and ahead.key == key else self._fetch(key)
 
     def _label_suffix(self, key: tuple) -> str:
         """Where the store holds the files the index was built from, a hit is named by its store id:
@@ -362,19 +364,22 @@ class StoreRows:
     numbers: tuple[int, ...]
     rows: tuple[int, ...]
 
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.numbers, np.int64), np.asarray(self.rows, np.int64)
+
     def checked(self, source: np.ndarray, path: str) -> np.ndarray:
         """`source` (a shard's ids, read from its folder), or ValueError where one names a file or a
         row the index was not built from."""
         files, rows = source >> SOURCE_ROW_BITS, source & ((1 << SOURCE_ROW_BITS) - 1)
         inside = (files >= 0) & (files < len(self.numbers))
-        if not inside.all() or (rows >= np.asarray(self.rows, np.int64)[files]).any():
+        if not inside.all() or (rows >= self._arrays[1][files]).any():
             raise ValueError(f"{path} names rows outside the files its index was built from: rebuild the index "
                              "with labse-index")
         return source
 
     def store_ids(self, source: np.ndarray) -> np.ndarray:
-        numbers = np.asarray(self.numbers, np.int64)
-        return (numbers[source >> SOURCE_ROW_BITS] << ROW_BITS) | (source & ((1 << SOURCE_ROW_BITS) - 1))
+        return (self._arrays[0][source >> SOURCE_ROW_BITS] << ROW_BITS) | (source & ((1 << SOURCE_ROW_BITS) - 1))
 
 
 def store_rows_of(store: str, manifest: IndexManifest) -> StoreRows | None:
