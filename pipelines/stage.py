@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import threading
+import uuid
 import weakref
 import zlib
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from pipelines.accounting import identity_violations
+from pipelines.io import storage
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.completion import mark_started
 from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, release_arrow_memory, write_parquet_atomic
@@ -33,7 +35,7 @@ from pipelines.io.config_options import UsageError
 from pipelines.io.locks import output_lock
 from pipelines.io.overlap import (OUTPUT_REFUSED, check_output_apart, check_output_place, prepare_output,
                                    prepare_output_files, remove_output)
-from pipelines.io.sorted_parquet import RUN_BYTES, write_sorted_parquet
+from pipelines.io.sorted_parquet import RUN_BYTES, merge_sorted_runs, spill_sorted_runs
 from pipelines.progress import ProgressBoard, runs_locally
 from pipelines.stage_options import usage_error
 
@@ -306,8 +308,6 @@ def runs_on_dataflow(options) -> bool:
 def require_remote_on_dataflow(options, option: str, path: str) -> None:
     """UsageError (one line) for a local `path` (given as `option`) that a Dataflow job's workers read:
     they see no local path, and the job would fail only once they start."""
-    from pipelines.io import storage
-
     if runs_on_dataflow(options) and not storage.is_remote(path):
         raise UsageError(f"{option} {path}: Dataflow's workers read it and see no local path: put it on Cloud "
                          "Storage (gs://BUCKET/...) and pass that")
@@ -579,48 +579,91 @@ class WriteParquetShards(beam.PTransform):
                                                                 self.tally_of)))
 
 
-def _shard_batches(batch: pa.RecordBatch, n: int, per_file: int, key_columns: Sequence[str]):
-    """A record batch -> ((shard, number of shards), its rows of that shard) for each shard present;
-    a row's shard is `stable_hash` of its key columns joined by tabs, as `WriteParquetShards` files it."""
+# A file's rows are grouped in parts of about this many rows, each sorted into runs on its own
+# worker: a runner may hand a worker a group's values whole (the DirectRunner does; Dataflow pages
+# them), so a part, not a file, is what one element holds: a file of 200,000 rows is 10 parts; a
+# part of pair rows ~3 MB of Arrow (~160 bytes a row of labse-mine's benchmark pairs).
+DEFAULT_ROWS_PER_PART = 20_000
+# where a stage's sorted runs wait for their file's merge, inside its (locked) output; removed
+# before the stage's last writes
+SORT_RUNS_FOLDER = ".sort-runs"
+
+
+def _part_batches(batch: pa.RecordBatch, n: int, per_file: int, per_part: int, key_columns: Sequence[str]):
+    """A record batch -> (((shard, number of shards), part), its rows of that part of that shard) for
+    each present. A row's shard is `stable_hash` of its key columns joined by tabs modulo the number
+    of shards, as `WriteParquetShards` files it; its part the same hash's quotient modulo the parts
+    a file, ceil(rows a file / `per_part`)."""
     num_shards = max(1, math.ceil(n / per_file))
-    if num_shards == 1 and batch.num_rows:  # every row's file: the batch as it is, no hashing, no copy
-        yield (0, 1), batch
+    num_parts = max(1, math.ceil(math.ceil(n / num_shards) / per_part))
+    if num_shards == 1 and num_parts == 1 and batch.num_rows:  # every row's file and part: no hashing, no copy
+        yield ((0, 1), 0), batch
         return
     keys = zip(*(batch.column(name).to_pylist() for name in key_columns))
-    shards = np.fromiter((stable_hash("\t".join(key)) % num_shards for key in keys), np.int64, batch.num_rows)
-    for shard in np.unique(shards).tolist():
-        yield (shard, num_shards), batch.take(pa.array(np.flatnonzero(shards == shard)))
+    hashes = np.fromiter((stable_hash("\t".join(key)) for key in keys), np.int64, batch.num_rows)
+    places = (hashes % num_shards) * num_parts + (hashes // num_shards) % num_parts
+    for place in np.unique(places).tolist():
+        yield ((place // num_parts, num_shards), place % num_parts), batch.take(pa.array(np.flatnonzero(places == place)))
 
 
-class _WriteBatchShard(beam.DoFn):
+def sort_runs_folder(output: str, shard: int) -> str:
+    return f"{output}/{SORT_RUNS_FOLDER}/part-{shard:05d}"
+
+
+class _SortPart(beam.DoFn):
+    """One part of a file's rows -> the paths of its sorted runs, written beside the output (a unique
+    name each attempt: a retried or duplicated bundle never mixes its runs with another's)."""
+
+    def __init__(self, output: str, schema: pa.Schema, sort_columns: Sequence[str], run_bytes: int):
+        self.output, self.schema, self.sort_columns, self.run_bytes = output, schema, sort_columns, run_bytes
+
+    def process(self, keyed):
+        ((shard, num_shards), part), batches = keyed
+        prefix = f"part-{part:05d}-{uuid.uuid4().hex[:12]}"
+        paths = spill_sorted_runs(batches, sort_runs_folder(self.output, shard), self.schema, self.sort_columns,
+                                  prefix=prefix, run_bytes=self.run_bytes)
+        release_arrow_memory()
+        for path in paths:
+            yield (shard, num_shards), path
+
+
+class _MergeFile(beam.DoFn):
     def __init__(self, output: str, schema: pa.Schema, sort_columns: Sequence[str], tally_of: Callable[[int], dict],
                  run_bytes: int):
         self.output, self.schema, self.sort_columns, self.tally_of = output, schema, sort_columns, tally_of
         self.run_bytes = run_bytes
 
     def process(self, keyed):
-        (shard, num_shards), batches = keyed
-        rows = write_sorted_parquet(batches, shard_path(self.output, shard, num_shards), self.schema,
-                                    self.sort_columns, run_bytes=self.run_bytes)
+        (shard, num_shards), runs = keyed
+        rows = merge_sorted_runs(sorted(runs), shard_path(self.output, shard, num_shards), self.schema,
+                                 self.sort_columns, run_bytes=self.run_bytes)
         release_arrow_memory()
         yield self.tally_of(rows)
+
+
+def _without_sort_runs(tallies: list[dict], output: str):
+    """Every file is written: the runs go, then the files' tallies pass on to the stage's last writes."""
+    storage.remove_tree(f"{output}/{SORT_RUNS_FOLDER}")
+    yield from tallies
 
 
 class WriteParquetBatches(beam.PTransform):
     """`WriteParquetShards` for Arrow record batches of `schema`: the same files (a row's file by the
     tab-joined `key_columns`, the rows of a file sorted by `sort_columns`, ties by the other columns),
     while a file's rows stay columns until they are written (a Python dict a row is ~1 KB; columns
-    are their bytes) and a worker holds about `run_bytes` of a file's rows at a time however large
-    the file (`write_sorted_parquet`: an external merge sort). One tally per file written,
-    `tally_of(its number of rows)`."""
+    are their bytes), and no worker holds a whole file's rows however large the file: a file's rows
+    are grouped in parts of about `rows_per_part` rows, each part sorted in runs of about `run_bytes`
+    written to `OUTPUT/.sort-runs/` (`spill_sorted_runs`), then each file merged from its runs'
+    paths (`merge_sorted_runs`), and the runs removed once every file is written. One tally per file
+    written, `tally_of(its number of rows)`, output after the runs are removed."""
 
     def __init__(self, output: str, schema: pa.Schema, *, key_columns: Sequence[str], sort_columns: Sequence[str],
                  tally_of: Callable[[int], dict], rows_per_file: int = DEFAULT_ROWS_PER_FILE,
-                 run_bytes: int = RUN_BYTES):
+                 rows_per_part: int = DEFAULT_ROWS_PER_PART, run_bytes: int = RUN_BYTES):
         super().__init__()
         self.output, self.schema, self.rows_per_file = output.rstrip("/"), schema, rows_per_file
         self.key_columns, self.sort_columns, self.tally_of = tuple(key_columns), tuple(sort_columns), tally_of
-        self.run_bytes = run_bytes
+        self.rows_per_part, self.run_bytes = rows_per_part, run_bytes
 
     def expand(self, batches):
         """`batches` (record batches), or {"batches": them, "rows": their number of rows, one element
@@ -633,8 +676,12 @@ class WriteParquetBatches(beam.PTransform):
                      | "BatchRows" >> beam.Map(lambda batch: batch.num_rows)
                      | "CountRows" >> beam.CombineGlobally(sum))
         return (batches
-                | "KeyShard" >> beam.FlatMap(_shard_batches, beam.pvalue.AsSingleton(total), self.rows_per_file,
-                                             self.key_columns)
+                | "KeyPart" >> beam.FlatMap(_part_batches, beam.pvalue.AsSingleton(total), self.rows_per_file,
+                                            self.rows_per_part, self.key_columns)
+                | "GroupPart" >> beam.GroupByKey()
+                | "SortPart" >> beam.ParDo(_SortPart(self.output, self.schema, self.sort_columns, self.run_bytes))
                 | "GroupShard" >> beam.GroupByKey()
-                | "WriteShard" >> beam.ParDo(_WriteBatchShard(self.output, self.schema, self.sort_columns,
-                                                              self.tally_of, self.run_bytes)))
+                | "WriteShard" >> beam.ParDo(_MergeFile(self.output, self.schema, self.sort_columns,
+                                                        self.tally_of, self.run_bytes))
+                | "AllFiles" >> beam.combiners.ToList()
+                | "RemoveRuns" >> beam.FlatMap(_without_sort_runs, self.output))

@@ -10,7 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from pipelines import stage
 from pipelines.embed.saved_vectors import SavedVectorsEmbedder
+from pipelines.io import storage
 from pipelines.mine.packed import SRC, TGT, references, store_ids
 from pipelines.mine.packed_io import PackedPairRows, PackedSentences
 from pipelines.mine.packed_mining import write_pair_batches
@@ -115,26 +117,76 @@ def test_selected_pairs_get_their_sentences_and_provenance_back(saved, tmp_path)
         assert_that(rows, equal_to(expected))
 
 
-@pytest.mark.parametrize("spilled, counted_upstream", [(False, False), (True, False), (False, True)])
-def test_the_batch_writer_files_rows_as_the_row_writer(tmp_path, spilled, counted_upstream):
-    rows = [{"src": f"Satz {i}", "tgt": f"sentence {i % 7}", "src_lang": "de", "tgt_lang": "en", "cosine": 0.5,
+def _pair_rows(n):
+    return [{"src": f"Satz {i}", "tgt": f"sentence {i % 7}", "src_lang": "de", "tgt_lang": "en", "cosine": 0.5,
              "margin": 1.0 + i / 100, "src_url": "", "src_doc_id": str(i), "tgt_url": "", "tgt_doc_id": ""}
-            for i in range(250)]
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("spilled, counted_upstream, rows_per_part",
+                         [(False, False, None), (True, False, None), (False, True, None), (False, False, 9),
+                          (True, True, 9)])
+def test_the_batch_writer_files_rows_as_the_row_writer(tmp_path, monkeypatch, spilled, counted_upstream,
+                                                       rows_per_part):
+    rows = _pair_rows(250)
     table = pa.Table.from_pylist(rows, schema=PAIR_SCHEMA)
+    parts = _sorted_parts(monkeypatch)
     with beam.Pipeline() as p:
         _ = p | "Rows" >> beam.Create(rows) | "ByRows" >> _small(write_pairs(str(tmp_path / "rows")))
         batches = table.to_batches(max_chunksize=37)
         by_batches = _small(write_pair_batches(str(tmp_path / "batches")))
-        if spilled:  # a file's rows sorted in runs of ~20 rows and merged
+        if spilled:  # a part's rows sorted in runs of ~20 rows, and the file merged from several
             by_batches.run_bytes = 2048
+        if rows_per_part:  # a file's 50 rows sorted in parts of ~9 rows on their own
+            by_batches.rows_per_part = rows_per_part
         written = p | "Batches" >> beam.Create(batches)
         if counted_upstream:  # the number of rows from elsewhere (labse-mine counts the selected pairs)
             written = {"batches": written, "rows": p | "Rows250" >> beam.Create([len(rows)])}
         _ = written | "ByBatches" >> by_batches
+    # the same files, and nothing else: the sorted runs are gone
     by_rows = sorted(f.name for f in (tmp_path / "rows").iterdir())
     assert by_rows == sorted(f.name for f in (tmp_path / "batches").iterdir())
     for name in by_rows:
         assert pq.read_table(tmp_path / "rows" / name).equals(pq.read_table(tmp_path / "batches" / name))
+    # each file's rows reached the writer in parts of about rows_per_part, never a whole file at once
+    assert sum(parts) == 250
+    if rows_per_part:
+        assert len(parts) >= 5 * 6 and max(parts) <= 2 * rows_per_part
+    else:
+        assert len(parts) == 5
+
+
+def test_the_batch_writer_writes_to_an_object_store(tmp_path, monkeypatch):
+    """Its parts' runs go to the store beside the output and come back to the merge."""
+    rows = _pair_rows(250)
+    parts = _sorted_parts(monkeypatch)
+    url = "memory://bucket/batch-writer/pairs"
+    writer = _small(write_pair_batches(url))
+    writer.rows_per_part, writer.run_bytes = 9, 2048
+    with beam.Pipeline() as p:
+        _ = p | "Rows" >> beam.Create(rows) | "ByRows" >> _small(write_pairs(str(tmp_path / "rows")))
+        _ = p | "Batches" >> beam.Create(pa.Table.from_pylist(rows, schema=PAIR_SCHEMA).to_batches(37)) | writer
+    names = sorted(f.name for f in (tmp_path / "rows").iterdir())
+    assert sorted(storage.walk(url)) == names  # the runs are gone
+    assert len(parts) >= 5 * 6
+    for name in names:
+        storage.download(f"{url}/{name}", tmp_path / "got" / name)
+        assert pq.read_table(tmp_path / "got" / name).equals(pq.read_table(tmp_path / "rows" / name))
+    storage.remove_tree(url)
+
+
+def _sorted_parts(monkeypatch) -> list[int]:
+    """The number of rows of each part sorted by the batch writer (its workers run in this process)."""
+    parts = []
+    spill = stage.spill_sorted_runs
+
+    def counting(batches, *args, **kwargs):
+        batches = list(batches)
+        parts.append(sum(batch.num_rows for batch in batches))
+        return spill(iter(batches), *args, **kwargs)
+
+    monkeypatch.setattr(stage, "spill_sorted_runs", counting)
+    return parts
 
 
 def _small(writer):

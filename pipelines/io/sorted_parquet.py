@@ -9,6 +9,11 @@ streams row groups of about `run_bytes` into the file's temporary name, publishe
 live in a temporary folder that is removed afterwards, also on error. A file whose rows fit in one
 run is sorted in memory and written whole (`write_table_atomic`), with no spill.
 
+The same two steps also run apart, so that a file's rows never have to meet on one worker before
+they are sorted: `spill_sorted_runs` writes the sorted runs of some of a file's rows to a shared
+folder (a worker each part), and `merge_sorted_runs` merges all the runs of the file from their
+paths (`pipelines.stage.WriteParquetBatches`).
+
 Order: ascending by `sort_columns`, then by the schema's other orderable columns in schema order
 (so rows equal on `sort_columns` still come out in an order given by their contents, not by the
 order a runner delivered them), then rows equal on all of those (identical but for nested columns)
@@ -31,6 +36,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -38,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipelines.io import storage
 from pipelines.io.atomic import published_file
 from pipelines.io.parquet import write_table_atomic
 
@@ -67,27 +74,76 @@ def write_sorted_parquet(batches: Iterable[pa.RecordBatch], path: str, schema: p
     the number of rows written. A failure leaves nothing at `path`."""
     keys = sort_keys(schema, sort_columns)
     with tempfile.TemporaryDirectory(prefix="labse-sort-") as spill:
-        runs, pending, pending_bytes = [], [], 0
-        for batch in batches:
-            if batch.num_rows:
-                pending.append(batch)
-                pending_bytes += batch.nbytes
-            if pending_bytes >= run_bytes:
-                runs.append(_spill(_sorted(pending, schema, keys), os.path.join(spill, f"run-{len(runs)}.arrow")))
-                pending, pending_bytes = [], 0
-        if not runs:
-            table = _sorted(pending, schema, keys)
+        runs = []
+        for run in _runs(batches, run_bytes):
+            if not runs and sum(batch.nbytes for batch in run) < run_bytes:  # the file's only run: no spill
+                table = _sorted(run, schema, keys)
+                write_table_atomic(table, path)
+                return table.num_rows
+            runs.append(_spill(_sorted(run, schema, keys), os.path.join(spill, f"run-{len(runs)}.arrow")))
+        return merge_sorted_runs(runs, path, schema, sort_columns, run_bytes=run_bytes)
+
+
+def spill_sorted_runs(batches: Iterable[pa.RecordBatch], folder: str, schema: pa.Schema,
+                      sort_columns: Sequence[str], *, prefix: str, run_bytes: int = RUN_BYTES) -> list[str]:
+    """The rows of `batches` sorted in runs of about `run_bytes`, each an Arrow IPC stream
+    `folder/PREFIX-NNNNN.arrow` (local or object store, each published whole); their paths, in order.
+    Holds about one run at a time. `merge_sorted_runs` of any such runs of one file writes it: so a
+    file's rows can be sorted in parts on different workers and merged on one."""
+    keys = sort_keys(schema, sort_columns)
+    paths = []
+    for run in _runs(batches, run_bytes):
+        path = f"{folder.rstrip('/')}/{prefix}-{len(paths):05d}.arrow"
+        with published_file(path) as local:
+            _spill(_sorted(run, schema, keys), local)
+        paths.append(path)
+    return paths
+
+
+def merge_sorted_runs(runs: Sequence[str], path: str, schema: pa.Schema, sort_columns: Sequence[str], *,
+                      run_bytes: int = RUN_BYTES) -> int:
+    """Merge sorted runs (Arrow IPC streams of `schema`, each sorted by `sort_keys`, local or object
+    store: those on a store are copied to local disk first) into one Parquet file at `path`, in the
+    order of one sort of all their rows, ties between runs in the order of `runs`. Holds a slice of
+    each run and a row group of about `run_bytes`. Returns the number of rows. A failure leaves
+    nothing at `path`."""
+    keys = sort_keys(schema, sort_columns)
+    with tempfile.TemporaryDirectory(prefix="labse-merge-") as copies:
+        local = []
+        for number, run in enumerate(runs):
+            if storage.is_remote(run):
+                storage.download(run, Path(copies) / f"run-{number}.arrow")
+                run = os.path.join(copies, f"run-{number}.arrow")
+            local.append(run)
+        if len(local) <= 1:  # already in order: written whole (a run is about run_bytes)
+            table = _read_run(local[0]) if local else schema.empty_table()
             write_table_atomic(table, path)
             return table.num_rows
-        if pending:
-            runs.append(_spill(_sorted(pending, schema, keys), os.path.join(spill, f"run-{len(runs)}.arrow")))
-        del pending
         written = 0
-        with published_file(path) as local, pq.ParquetWriter(local, schema, compression="zstd") as writer:
-            for group in _row_groups(_merged(runs, keys, schema), run_bytes):
+        with published_file(path) as target, pq.ParquetWriter(target, schema, compression="zstd") as writer:
+            for group in _row_groups(_merged(local, keys, schema), run_bytes):
                 writer.write_table(group)
                 written += group.num_rows
         return written
+
+
+def _runs(batches: Iterable[pa.RecordBatch], run_bytes: int) -> Iterator[list[pa.RecordBatch]]:
+    """The non-empty batches gathered into runs of at least `run_bytes` (Arrow bytes); the last may be smaller."""
+    pending, pending_bytes = [], 0
+    for batch in batches:
+        if batch.num_rows:
+            pending.append(batch)
+            pending_bytes += batch.nbytes
+        if pending_bytes >= run_bytes:
+            yield pending
+            pending, pending_bytes = [], 0
+    if pending:
+        yield pending
+
+
+def _read_run(path: str) -> pa.Table:
+    with pa.OSFile(path, "rb") as handle:
+        return pa.ipc.open_stream(handle).read_all()
 
 
 def _sorted(batches: list[pa.RecordBatch], schema: pa.Schema, keys) -> pa.Table:
