@@ -23,7 +23,8 @@ exact dedup does not collapse the copies and their work is real; copy 0 is the s
   labse-index             (issue 30) 1x = GLOBAL_UNIT sentences a side: the first rows of both sides of
                           `--mine-vectors DIR` (benchmarks/mine_million.py's vectors, 256 dims);
                           both languages' indexes (`--factory auto`: the size table), one command
-                          each, one cell
+                          each, one cell; `--index-shard-sentences` / `--index-factory` fix the
+                          shard size / factory at every scale (at crawl scale every shard is full)
   mine-global             labse-mine --layout global over the index cell's indexes, the same rows'
                           sentences and `--embedder vectors:DIR` (the search at scale; real-text
                           embedding is the mine row's)
@@ -374,6 +375,8 @@ class Table:
         self.model: Path | None = None
         self.scorer: Path | None = None
         self.mine_vectors: Path | None = None  # benchmarks/mine_million.py's output (index, mine-global)
+        self.index_shard_sentences: int | None = None  # labse-index's --shard-sentences (None: its default)
+        self.index_factory: str | None = None  # labse-index's --factory (None: auto, the size table)
 
     def cell_dir(self, stage: str, scale: int) -> Path:
         return self.work / f"x{scale}" / stage.replace("+", "-")
@@ -508,15 +511,20 @@ class Table:
 
     def cell_index(self, scale: int) -> dict:
         vectors, out = self.global_vectors(scale), self.cell_dir("index", scale)
+        shards = [] if self.index_shard_sentences is None else ["--shard-sentences", str(self.index_shard_sentences)]
+        shards += [] if self.index_factory is None else ["--factory", self.index_factory]
         commands = [" ".join([sys.executable, "-m", "pipelines.index.cli", "--vectors", str(vectors / lang),
-                              "--lang", lang, "--output", str(out / lang), *BEAM]) for lang in ("de", "en")]
+                              "--lang", lang, "--output", str(out / lang), *shards, *BEAM]) for lang in ("de", "en")]
         result = self._measure("index", scale, ["sh", "-c", " && ".join(commands)])
         if result["rc"] == 0:
             manifests = {lang: _read_json(out / lang / "_stats.json")["index"] for lang in ("de", "en")}
             result.update(unit="sentences", count=2 * GLOBAL_UNIT * scale, input=f"mine_million vectors, first rows",
                           factory=manifests["en"]["factory"], bytes_per_sentence=manifests["en"]["bytes_per_sentence"])
+            shards = len(manifests["en"]["shards"])
+            result.update(shards_a_side=shards)
             result["units"] = (f"{GLOBAL_UNIT * scale:,} sentences a side, {manifests['en']['factory']}, "
-                               f"{manifests['en']['bytes_per_sentence']} bytes a sentence")
+                               f"{manifests['en']['bytes_per_sentence']} bytes a sentence"
+                               + (f", {shards} shards a side" if shards > 1 else ""))
         return result
 
     def cell_mine_global(self, scale: int) -> dict:
@@ -724,6 +732,13 @@ def main(argv=None) -> int:
     parser.add_argument("--table", type=Path, default=None, help="only print the markdown table of this JSON")
     parser.add_argument("--mine-vectors", type=Path, default=None, metavar="DIR",
                         help="benchmarks/mine_million.py build's output: the index and mine-global cells' vectors")
+    parser.add_argument("--index-shard-sentences", type=int, default=None, metavar="N",
+                        help="labse-index's --shard-sentences in the index cells (default: its own), e.g. the 10x "
+                             "cell's size, so that every scale's shards are as large as at crawl scale, where "
+                             "every shard is full: then 100x is 10 shards a side, not one 10 times larger")
+    parser.add_argument("--index-factory", default=None, metavar="FAISS",
+                        help="labse-index's --factory in the index cells (default: auto, chosen by size), e.g. "
+                             "the 10x cell's, so that every scale searches the same kind of index")
     parser.add_argument("--loader-shard-records", type=int, default=LOADER_SCALE_SHARD,
                         help="records a synthetic shard in the loader-at-scale cells (use another --work per value)")
     parser.add_argument("--drive", choices=("pretrain-stream", "loader", "loader-at-scale", "loader-before"),
@@ -753,6 +768,8 @@ def main(argv=None) -> int:
     table = Table(args.data, args.work, args.json, args.mine_budget)
     table.loader_shard_records = args.loader_shard_records
     table.mine_vectors = args.mine_vectors
+    table.index_shard_sentences = args.index_shard_sentences
+    table.index_factory = args.index_factory
     if args.keep and args.json.exists():
         table.cells = [c for c in _read_json(args.json)["cells"] if c.get("status") == "ok"]
     done = {(c["stage"], c["scale"]) for c in table.cells}

@@ -187,6 +187,28 @@ def test_global_cells_read_the_first_rows_of_each_side_as_vectors_folders(tmp_pa
     assert scale_table.STAGES.index("index") < scale_table.STAGES.index("mine-global")
 
 
+def test_the_index_cells_take_a_fixed_shard_size_and_factory_when_given(tmp_path, monkeypatch):
+    """--index-shard-sentences and --index-factory reach both labse-index commands (so that every
+    scale holds shards of one size, as at crawl scale); without them labse-index chooses."""
+    import numpy as np
+
+    source = tmp_path / "mg"
+    (source / "vectors").mkdir(parents=True)
+    for side in ("src", "tgt"):
+        np.save(source / "vectors" / f"{side}.npy", np.zeros((scale_table.GLOBAL_UNIT, 4), np.float32))
+        (source / "vectors" / f"{side}.txt").write_text("".join(f"s{i}\n" for i in range(scale_table.GLOBAL_UNIT)))
+    table = scale_table.Table(tmp_path, tmp_path / "work", tmp_path / "t.json", 600.0)
+    table.mine_vectors = source
+    commands = []
+    monkeypatch.setattr(table, "_measure", lambda stage, scale, argv: commands.append(argv[-1]) or {"rc": 1})
+    table.cell_index(1)
+    table.index_shard_sentences, table.index_factory = 20_000, "OPQ32,IVF512,PQ32"
+    table.cell_index(1)
+    default, fixed = commands
+    assert "--shard-sentences" not in default and "--factory" not in default
+    assert fixed.count("--shard-sentences 20000") == 2 and fixed.count("--factory OPQ32,IVF512,PQ32") == 2
+
+
 def test_the_cascade_s_embedding_row_charges_the_cheap_embedder_all_and_the_strong_one_its_share(capsys):
     assert snapshot_cost.main(["--cascade-share", "0.5", "--embed-rate", "1000", "--strong-rate", "100",
                                "--unique-sentences", "3.6e6"]) == 0
