@@ -30,7 +30,7 @@ from pipelines.accounting import identity_violations
 from pipelines.io import storage
 from pipelines.io.atomic import write_bytes_atomic
 from pipelines.io.completion import mark_started
-from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, release_arrow_memory, write_parquet_atomic
+from pipelines.io.parquet import DEFAULT_ROWS_PER_FILE, release_freed_memory, write_parquet_atomic
 from pipelines.io.config_options import UsageError
 from pipelines.io.locks import output_lock
 from pipelines.io.overlap import (OUTPUT_REFUSED, check_output_apart, check_output_place, prepare_output,
@@ -622,7 +622,7 @@ class _SortPart(beam.DoFn):
         prefix = f"part-{part:05d}-{uuid.uuid4().hex[:12]}"
         paths = spill_sorted_runs(batches, sort_runs_folder(self.output, shard), self.schema, self.sort_columns,
                                   prefix=prefix, run_bytes=self.run_bytes)
-        release_arrow_memory()
+        release_freed_memory()
         for path in paths:
             yield (shard, num_shards), path
 
@@ -637,7 +637,7 @@ class _MergeFile(beam.DoFn):
         (shard, num_shards), runs = keyed
         rows = merge_sorted_runs(sorted(runs), shard_path(self.output, shard, num_shards), self.schema,
                                  self.sort_columns, run_bytes=self.run_bytes)
-        release_arrow_memory()
+        release_freed_memory()
         yield self.tally_of(rows)
 
 

@@ -169,3 +169,96 @@ def test_max_over_packed_columns_keeps_greedy_uniques_pairs_ties_included():
         assert {key[1:] for key, _ in out[:len(expected)]} == expected and len(out) == len(candidates)
     hits = [(0.5, ("t", "", "b", "", "")), (0.9, ("t", "", "a", "", "")), (0.5, ("t", "", "c", "", ""))]
     assert top_hits(("q", hits), 2) == ("q", [hits[1], hits[2]])
+
+
+def _resident_kb(path) -> int:
+    """Resident KB of this process's mappings of the file at `path` (/proc/self/smaps; or of its
+    heap: `[heap]`)."""
+    total, mapped = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and not fields[0].endswith(":"):
+                mapped = len(fields) > 5 and fields[5] == str(path)
+            elif mapped and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+def test_a_lookup_leaves_none_of_the_store_resident(saved, tmp_path):
+    """`find` and `sentences` drop the keys table's and the text's pages they touched before they
+    return (a worker's later steps would otherwise carry them: ~7 MB a side at 200,000 sentences)."""
+    root, de, en, _vectors = saved
+    folder = tmp_path / "vectors"
+    folder.mkdir()
+    for name in ("de", "en"):
+        for suffix in (".npy", ".txt"):
+            (folder / f"{name}{suffix}").write_bytes((root / "vectors" / f"{name}{suffix}").read_bytes())
+    write_keys(folder)
+    embedder = SavedVectorsEmbedder(folder)
+    mapped = [folder / "de.keys.npy", folder / "de.txt", folder / "en.keys.npy", folder / "en.txt"]
+    located = embedder.find([de[3], en[40], "Ein Satz, der nie eingebettet wurde."])
+    assert located[:2, 0].tolist() == [0, 1] and located[2, 0] == -1
+    assert [_resident_kb(path) for path in mapped] == [0, 0, 0, 0]
+    assert embedder.sentences(located[:2]) == [de[3], en[40]]
+    assert [_resident_kb(path) for path in mapped] == [0, 0, 0, 0]
+    bytes(embedder._files[0].text[:])  # the measure sees a page read
+    assert _resident_kb(folder / "de.txt") > 0
+
+
+def test_a_group_state_on_disk_is_filled_without_becoming_resident(monkeypatch):
+    from pipelines.mine import search_groups
+    from pipelines.mine.search_groups import GroupState
+
+    monkeypatch.setattr(search_groups, "FILL_BYTES", 4096)
+    with GroupState(20_000, 568, memory=0) as state:
+        floor = state.array("floor", 64, np.float32, -np.inf)  # 5 MB, filled 16 rows at a time
+        path = f"{state._folder.name}/floor"
+        assert _resident_kb(path) <= 4 * 4096 // 1024
+        assert np.isneginf(floor).all()  # every slice filled
+        assert _resident_kb(path) > 1024  # (the measure sees the pages just read)
+
+
+def test_the_steps_after_the_searches_let_go_of_the_kept_shard():
+    """A search bundle keeps its shard for the next bundle; the margin steps (after the searches'
+    hits are grouped: every search is done) drop it, but not a shard a running bundle holds."""
+    import gc
+    import weakref
+
+    from pipelines.mine.index_search import HELD_SHARDS
+    from pipelines.mine.packed_search import _ScoreAtCandidate
+    from pipelines.mine.transforms import _ScoreCandidates
+
+    class Shard:
+        pass
+
+    for step in (_ScoreAtCandidate("ratio", 8), _ScoreCandidates("ratio")):
+        running = HELD_SHARDS.get(("t", "running"), Shard)
+        kept = HELD_SHARDS.get(("t", "kept"), Shard)  # (loading a shard drops the kept one)
+        HELD_SHARDS.keep(kept)
+        gone = weakref.ref(kept)
+        del kept
+        gc.collect()
+        assert gone() is not None  # kept between bundles
+        step.start_bundle()
+        gc.collect()
+        assert gone() is None and HELD_SHARDS.get(("t", "running"), Shard) is running
+        del running
+
+
+def test_the_writers_release_gives_back_what_the_heap_holds_freed():
+    """Small blocks freed below the heap's top stay resident until `release_freed_memory` (the
+    writers call it after each batch or file of Arrow work)."""
+    from pipelines.io.parquet import c_library, release_freed_memory
+
+    if getattr(c_library(), "malloc_trim", None) is None:
+        pytest.fail("this test needs glibc (malloc_trim): the project's workers run on it")
+    blocks = [np.ones(256) for _ in range(20_000)]  # 2 KB each: from the heap, ~40 MB
+    last = blocks[-1]  # the heap's top stays in use, so free() alone cannot shrink the heap
+    held = _resident_kb("[heap]")
+    del blocks
+    freed = _resident_kb("[heap]")
+    release_freed_memory()
+    released = _resident_kb("[heap]")
+    assert held - released > 30_000 and freed - released > 30_000, (held, freed, released)
+    assert last.sum() == 256

@@ -71,6 +71,21 @@ def test_spilled_runs_merge_into_the_one_sort_order(tmp_path, spill_root, runs, 
     assert os.listdir(spill_root) == []
 
 
+def test_the_merge_writes_row_groups_of_its_own_size_not_the_runs(tmp_path, spill_root, runs, monkeypatch):
+    """The Parquet writer holds a row group until it ends: the merge's groups are about
+    ROW_GROUP_BYTES however large the runs, and the file is the same one sort."""
+    batches = _batches(_rows())
+    whole = pa.Table.from_batches(batches).sort_by(sort_keys(SCHEMA, ("text",)))
+    sizes = {}
+    for group_bytes in (1 << 30, 2048):
+        monkeypatch.setattr(sorted_parquet, "ROW_GROUP_BYTES", group_bytes)
+        out = tmp_path / f"{group_bytes}.parquet"
+        write_sorted_parquet(iter(batches), str(out), SCHEMA, ("text",), run_bytes=8192)
+        assert pq.read_table(out).equals(whole)
+        sizes[group_bytes] = pq.ParquetFile(out).num_row_groups
+    assert len(runs) >= 4 and sizes[1 << 30] < sizes[2048], sizes
+
+
 def test_a_file_that_fits_one_run_is_not_spilled(tmp_path, spill_root, runs):
     batches = _batches(_rows())
     path = tmp_path / "out.parquet"

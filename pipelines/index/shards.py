@@ -263,7 +263,10 @@ def _count(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-RERANK_WINDOW = 16 << 20  # bytes of a shard's rows mapped at a time while re-ranking (then dropped)
+# bytes of a shard's rows mapped at a time while re-ranking (then dropped): 8,192 rows at dim 256 in
+# float16, resident whatever the shard's size (16 MB left a 200,000-sentence shard's worker 6 MB
+# larger than a 20,000-sentence one's, whose rows are 10 MB)
+RERANK_WINDOW = 4 << 20
 RERANK_CHUNK = 8 << 20  # bytes of float32 rows gathered at a time: 8,192 (query, hit) pairs at dim 256
 
 

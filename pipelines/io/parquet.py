@@ -16,6 +16,7 @@ see a half-written file and a retried bundle rewrites the same deterministic nam
 """
 from __future__ import annotations
 
+import functools
 import io
 import zlib
 from typing import Iterable, Iterator
@@ -51,14 +52,31 @@ DEFAULT_ROWS_PER_FILE = 200_000
 NO_SENTENCES_FILE = "no-sentences.parquet"
 
 
-def release_arrow_memory() -> None:
-    """Give the memory Arrow's default pool freed back to the system.
+@functools.cache
+def c_library():
+    """The running process's C functions (ctypes: the C library's among them), or None."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None)
+    except (OSError, TypeError):
+        return None
+
+
+def release_freed_memory() -> None:
+    """Give back to the system the memory that Arrow's default pool and the C library's heap hold freed.
 
     pyarrow's wheels allocate from mimalloc, which keeps freed pages for reuse: a worker that built
     and wrote an output file's columns (tens of MB) kept them after the file was written, which
-    added to every later step's peak (~40 MB at a 113,783-row file of pair rows, measured). Call it
+    added to every later step's peak (~40 MB at a 113,783-row file of pair rows, measured). glibc
+    keeps the small blocks (under 128 KiB: Python's larger objects, small numpy arrays) freed in its
+    heap until `malloc_trim`: the steps before a mining job's writer left ~10 MB there at 200,000
+    sentences a side (BENCHMARKS.md, "What a mining worker kept between its steps"). Call it
     after a batch or file of Arrow work, not per row."""
     pa.default_memory_pool().release_unused()
+    trim = getattr(c_library(), "malloc_trim", None)  # glibc's; absent elsewhere
+    if trim is not None:
+        trim(0)
 
 
 def sentence_order(row: dict) -> tuple:

@@ -4,7 +4,7 @@
 `run_bytes` of them at a time, however large the file: rows gather into a run until it reaches
 `run_bytes` (Arrow's in-memory size), the run is sorted and spilled to a local temporary Arrow IPC
 stream; at the end the sorted runs are merged, a slice of each at a time, into a Parquet writer that
-streams row groups of about `run_bytes` into the file's temporary name, published atomically
+streams row groups of about ROW_GROUP_BYTES into the file's temporary name, published atomically
 (`published_file`: renamed into place locally, uploaded whole to an object store). The spill files
 live in a temporary folder that is removed afterwards, also on error. A file whose rows fit in one
 run is sorted in memory and written whole (`write_table_atomic`), with no spill.
@@ -49,11 +49,16 @@ from pipelines.io.atomic import published_file
 from pipelines.io.parquet import write_table_atomic
 
 # A run's rows in memory before they are sorted and spilled (Arrow bytes). The merge holds a slice of
-# every run (RUN_SLICES slices a run), the bound row and the row group being filled: a worker holds
-# about 2-3 x RUN_BYTES for a file of up to RUN_SLICES runs, and the row groups it writes are about
-# RUN_BYTES (ample for Parquet's compression and readers; 200,000 pair rows are ~8 runs).
+# every run (RUN_SLICES slices a run), the bound row and the row group being filled and encoded:
+# about RUN_BYTES for a file of up to RUN_SLICES runs, whatever the file's size.
 RUN_BYTES = 16 << 20
 RUN_SLICES = 16
+# The merge's row groups (Arrow bytes before encoding; ~25,000 rows of labse-mine's pairs). The
+# Parquet writer holds a row group's encoded pages until it ends, so its memory follows this, not
+# the file: row groups of RUN_BYTES made a mining worker's peak ~10-20 MB higher at a 113,783-row
+# file (BENCHMARKS.md, "What a mining worker kept between its steps"); still ample for zstd
+# and for readers.
+ROW_GROUP_BYTES = 4 << 20
 _RUN, _POSITION = "__run", "__position"
 
 
@@ -105,7 +110,7 @@ def merge_sorted_runs(runs: Sequence[str], path: str, schema: pa.Schema, sort_co
     """Merge sorted runs (Arrow IPC streams of `schema`, each sorted by `sort_keys`, local or object
     store: those on a store are copied to local disk first) into one Parquet file at `path`, in the
     order of one sort of all their rows, ties between runs in the order of `runs`. Holds a slice of
-    each run and a row group of about `run_bytes`. Returns the number of rows. A failure leaves
+    each run and a row group of about ROW_GROUP_BYTES. Returns the number of rows. A failure leaves
     nothing at `path`."""
     keys = sort_keys(schema, sort_columns)
     with tempfile.TemporaryDirectory(prefix="labse-merge-") as copies:
@@ -121,7 +126,7 @@ def merge_sorted_runs(runs: Sequence[str], path: str, schema: pa.Schema, sort_co
             return table.num_rows
         written = 0
         with published_file(path) as target, pq.ParquetWriter(target, schema, compression="zstd") as writer:
-            for group in _row_groups(_merged(local, keys, schema), run_bytes):
+            for group in _row_groups(_merged(local, keys, schema), min(run_bytes, ROW_GROUP_BYTES)):
                 writer.write_table(group)
                 written += group.num_rows
         return written

@@ -66,7 +66,7 @@ class MineConfig:
                                    "other side's index, each shard loaded once for them (0: one query per 8 "
                                    "sentences of the largest shard, as far as the group fits in 4 GB: it holds 8 "
                                    "bytes a list probed, 4 a hit re-ranked and 12 a neighbour a query, on the "
-                                   "worker's local disk beyond 512 MB)")
+                                   "worker's local disk beyond 8 MB)")
     cheap_embedder: Optional[str] = option(None, "the cascade: this embedder (e.g. a labse-distill directory) embeds "
                                            "every sentence and finds each one's --cascade-candidates nearest in the "
                                            "cells; --embedder embeds only the survivors (--cascade-loose-margin) and "

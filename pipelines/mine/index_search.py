@@ -32,6 +32,7 @@ from pipelines.index.shards import (RERANK_SUFFIX, IndexManifest, faiss_threads,
                                     set_nprobe)
 from pipelines.io import storage
 from pipelines.io.config_options import UsageError
+from pipelines.io.parquet import c_library
 from pipelines.io.completion import IncompleteOutputError, read_output_stats, require_complete
 from pipelines.mine.margin import side_searched_in_full as full_side
 from pipelines.mine.search import top_hits
@@ -118,13 +119,8 @@ def return_freed_memory() -> None:
     run (BENCHMARKS.md, "labse-mine's global layout without vectors in its elements"). A fixed
     threshold (mallopt, as MALLOC_MMAP_THRESHOLD_ would set it) keeps those blocks mapped and
     returned when freed. A no-op where the C library is not glibc."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = getattr(c_library(), "mallopt", None)
+    if mallopt is None:
         return
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
     mallopt(m_mmap_threshold, MMAP_THRESHOLD)
@@ -205,6 +201,15 @@ class HeldShards:
     def keep(self, shard: LoadedShard) -> None:
         with self._lock:
             self._kept = shard
+
+    def drop_kept(self) -> None:
+        """Let go of the shard the last search bundle kept (a running bundle's shard stays). Called
+        where the steps after the searches begin: they start once every search is done (the
+        searches' hits reach them through a grouping), and a shard kept for a search that never
+        comes stayed in the worker through the margins, the selection and the writing (~10 MB of
+        codes at a 200,000-sentence shard; GBs at a crawl's)."""
+        with self._lock:
+            self._kept = None
 
     def first_use(self, shard: LoadedShard) -> bool:
         """True once a load: for the bundle that counts it."""

@@ -23,7 +23,7 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from pipelines.io.parquet import release_arrow_memory
+from pipelines.io.parquet import release_freed_memory
 from pipelines.mine.packed import (SRC, TGT, Packed, among, concat, references, split_by_column, split_by_range,
                                    store_ids)
 from pipelines.mine.units import DUPLICATE, EMPTY_TEXT, NON_FINITE_VECTOR, SIDE_UNIT, SPARED
@@ -188,7 +188,7 @@ class _PairRows(_HeldStore):
         yield pa.record_batch([pa.array(columns[f.name], f.type) for f in self.schema], schema=self.schema)
 
     def finish_bundle(self):
-        release_arrow_memory()
+        release_freed_memory()
 
 
 class PackedPairRows(beam.PTransform):
@@ -246,7 +246,7 @@ class _SurvivorRows(_HeldStore):
             yield pa.record_batch([pa.array(columns[f.name], f.type) for f in self.schema], schema=self.schema)
 
     def finish_bundle(self):
-        release_arrow_memory()
+        release_freed_memory()
 
 
 class PackedSurvivors(beam.PTransform):

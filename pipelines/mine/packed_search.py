@@ -350,9 +350,8 @@ class _SearchPackedShards(_SearchShard):
         if len(unknown):
             self.by_text.inc(len(unknown))
             cache[unknown] = store_ids(self._held.embedder.find([labels[i][2] for i in unknown.tolist()])) + 2
-            # the lines read (the shard's and the store's) would stay resident into the later steps
+            # the shard's lines read would stay resident into the later steps (the store drops its own)
             release_pages(labels.text)
-            self._held.embedder.release()
         return np.where(positions >= 0, cache[np.maximum(positions, 0)] - 2, -1)
 
 
@@ -520,6 +519,9 @@ class _ScoreAtCandidate(beam.DoFn):
     def __init__(self, margin_kind: str, query_batch: int):
         self.margin_kind, self.query_batch = margin_kind, query_batch
         self.outside = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "candidates.not_in_input")
+
+    def start_bundle(self):
+        HELD_SHARDS.drop_kept()  # the searches are done
 
     def process(self, joined):
         key, grouped = joined

@@ -22,11 +22,15 @@ from pipelines.index.shards import IndexManifest, release_pages
 # bucket, assumed), 22 us a query at 8, about what searching a query in one more shard costs once
 # its lists are assigned (27 us, benchmarks/shard_search.py at 50 shards).
 SENTENCES_PER_QUERY_AT_LOAD = 8
-# What a group may hold in a running bundle: in memory up to GROUP_MEMORY, the rest in files on the
-# worker's local disk (`GroupState`). 4 GB is ~7.5 million queries at nprobe 32, --rerank 64 and k 4
-# (`group_bytes_per_query`): the rule above reaches it at shards of ~60 million sentences.
-GROUP_MEMORY = 512 << 20
+# What a group may hold in a running bundle: in memory up to GROUP_MEMORY (a batch of 8,192 queries
+# is ~4.6 MB at nprobe 32, --rerank 64 and k 4), the rest in files on the worker's local disk
+# (`GroupState`), where only the batch being searched is resident: so a worker's memory does not
+# follow the group's size, which follows the shards' (512 MB in memory made a mining worker ~13 MB
+# larger at 200,000-sentence shards than at 20,000). 4 GB is ~7.5 million queries at those
+# settings (`group_bytes_per_query`): the rule above reaches it at shards of ~60 million sentences.
+GROUP_MEMORY = 8 << 20
 GROUP_BYTES = 4 << 30
+FILL_BYTES = 1 << 20  # of a group's state on disk filled at a time
 
 
 def group_bytes_per_query(nprobe: int, depth: int, k: int) -> int:
@@ -73,7 +77,8 @@ class GroupState:
         self._arrays: dict[str, np.ndarray] = {}
 
     def array(self, name: str, width: int, dtype, fill) -> np.ndarray:
-        """The [queries, width] array `name`, filled with `fill` when first asked for."""
+        """The [queries, width] array `name`, filled with `fill` when first asked for (on disk a
+        slice at a time, its pages dropped after each: filling it whole would make it resident)."""
         held = self._arrays.get(name)
         if held is None:
             shape = (self.queries, width)
@@ -81,7 +86,10 @@ class GroupState:
                 held = np.full(shape, fill, dtype)
             else:
                 held = np.memmap(f"{self._folder.name}/{name}", dtype=dtype, mode="w+", shape=shape)
-                held[:] = fill
+                step = max(1, FILL_BYTES // (width * held.itemsize))
+                for lo in range(0, self.queries, step):
+                    held[lo:lo + step] = fill
+                    release_pages(held)
             self._arrays[name] = held
         elif held.shape[1] != width or held.dtype != np.dtype(dtype):
             raise ValueError(f"group state {name!r} is {held.shape[1]} x {held.dtype}, asked for {width} x "

@@ -41,6 +41,7 @@ from pipelines.io.parquet import iter_parquet_rows
 from pipelines.io.completion import finish_output
 from pipelines.mine.cascade import centred
 from pipelines.mine.config import MineConfig
+from pipelines.mine.index_search import HELD_SHARDS
 from pipelines.mine.margin import greedy_unique_columns, margin_scores
 from pipelines.mine.search import SearchConfig, knn, top_hits, top_key
 from pipelines.mine.units import CANDIDATES, DUPLICATE, EMPTY_TEXT, FILES, NON_FINITE_VECTOR, SIDE_UNIT, SPARED, SRC, TGT
@@ -444,6 +445,9 @@ class _ScoreCandidates(beam.DoFn):
     def __init__(self, margin_kind: str):
         self.margin_kind = margin_kind
         self.outside = beam.metrics.Metrics.counter(COUNTER_NAMESPACE, "candidates.not_in_input")
+
+    def start_bundle(self):
+        HELD_SHARDS.drop_kept()  # the global layout's searches are done (a no-op for cells)
 
     def process(self, keyed):
         item, messages = keyed
