@@ -22,13 +22,19 @@ def _python_objects(embedder) -> int:
     return max(sizes, default=0)
 
 
-def test_the_keys_table_answers_lookups_memory_mapped_without_a_sentence_index(saved, tmp_path):
-    root, de, en, vectors = saved
+def _copied_store(root, tmp_path):
+    """A copy of the fixture's vectors:DIR without its keys tables."""
     folder = tmp_path / "vectors"
     folder.mkdir()
     for name in ("de", "en"):
         for suffix in (".npy", ".txt"):
             (folder / f"{name}{suffix}").write_bytes((root / "vectors" / f"{name}{suffix}").read_bytes())
+    return folder
+
+
+def test_the_keys_table_answers_lookups_memory_mapped_without_a_sentence_index(saved, tmp_path):
+    root, de, en, vectors = saved
+    folder = _copied_store(root, tmp_path)
     built = SavedVectorsEmbedder(folder)  # old layout: the table built in numpy arrays when loading
     assert [p.name for p in write_keys(folder)] == ["de.keys.npy", "en.keys.npy"]
     embedder = SavedVectorsEmbedder(folder)
@@ -189,11 +195,7 @@ def test_a_lookup_leaves_none_of_the_store_resident(saved, tmp_path):
     """`find` and `sentences` drop the keys table's and the text's pages they touched before they
     return (a worker's later steps would otherwise carry them: ~7 MB a side at 200,000 sentences)."""
     root, de, en, _vectors = saved
-    folder = tmp_path / "vectors"
-    folder.mkdir()
-    for name in ("de", "en"):
-        for suffix in (".npy", ".txt"):
-            (folder / f"{name}{suffix}").write_bytes((root / "vectors" / f"{name}{suffix}").read_bytes())
+    folder = _copied_store(root, tmp_path)
     write_keys(folder)
     embedder = SavedVectorsEmbedder(folder)
     mapped = [folder / "de.keys.npy", folder / "de.txt", folder / "en.keys.npy", folder / "en.txt"]
