@@ -71,3 +71,52 @@ def test_every_worker_of_a_run_bounds_its_outputs_before_its_first_bundle(tmp_pa
     reports = {path.name: json.loads(path.read_text()) for path in seen.iterdir()}
     assert reports and str(os.getpid()) not in reports
     assert all(reports.values()), reports
+
+
+def _grouping_buffer(keys: int, values_a_key: int):
+    """The DirectRunner's buffer of a GroupByKey's output, filled with `keys` keys of ROWs."""
+    from apache_beam.coders.coder_impl import create_OutputStream
+    from apache_beam.runners.portability.fn_api_runner import execution
+    from apache_beam.transforms import core
+
+    pre = coders.WindowedValueCoder(coders.TupleCoder([coders.VarIntCoder(), coders.BytesCoder()]))
+    post = coders.WindowedValueCoder(coders.TupleCoder([coders.VarIntCoder(), coders.IterableCoder(coders.BytesCoder())]))
+    buffer = execution.GroupingBuffer(pre, post, core.Windowing(GlobalWindows()))
+    out = create_OutputStream()
+    for key in range(keys):
+        for _ in range(values_a_key):
+            pre.get_impl().encode_to_stream(GlobalWindows.windowed_value((key, ROW)), out, True)
+    buffer.append(out.get())
+    return buffer, post.get_impl()
+
+
+def test_the_direct_runner_sends_a_workers_share_in_pieces_between_elements():
+    """A grouping's share of ~3 MB goes to its worker in messages of ~1 MB, each a whole number of
+    grouped elements, and other inputs' pieces go one message each (they went as one message)."""
+    from apache_beam.coders.coder_impl import create_InputStream
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    from pipelines.beam_worker import INPUT_PIECE_BYTES, bound_runner_inputs
+
+    bound_runner_inputs()
+    bound_runner_inputs()  # twice is once
+    buffer, grouped = _grouping_buffer(keys=60, values_a_key=1)  # 60 elements of ~100 KB: 3 MB a share
+    parts = buffer.partition(2)
+    assert parts is buffer.partition(2) and [len(part) for part in parts] == [3, 3]
+    for number, part in enumerate(parts):
+        assert all(len(piece) <= INPUT_PIECE_BYTES + len(ROW) + 64 for piece in part)
+        keys = []
+        for piece in part:
+            stream = create_InputStream(piece)
+            while stream.size():
+                key, values = grouped.decode_from_stream(stream, True).value
+                keys.append(key)
+                assert list(values) == [ROW]
+        assert keys == list(range(number, 60, 2))  # the runner's round robin, every element once
+
+    class Manager:
+        _worker_handler = type("Handler", (), {"data_conn": data_plane.InMemoryDataChannel()})()
+
+    fn_runner.BundleManager._send_input_to_worker(Manager(), "bundle", "in", parts[0])
+    messages = list(Manager._worker_handler.data_conn.inverse().input_elements("bundle", ["in"]))
+    assert [len(m.data) for m in messages if m.data] == [len(piece) for piece in parts[0]]
