@@ -73,8 +73,8 @@ def test_every_worker_of_a_run_bounds_its_outputs_before_its_first_bundle(tmp_pa
     assert all(reports.values()), reports
 
 
-def _grouping_buffer(keys: int, values_a_key: int):
-    """The DirectRunner's buffer of a GroupByKey's output, filled with `keys` keys of ROWs."""
+def _grouping_buffer(keys: int):
+    """The DirectRunner's buffer of a GroupByKey's output: `keys` keys, one ROW each."""
     from apache_beam.coders.coder_impl import create_OutputStream
     from apache_beam.runners.portability.fn_api_runner import execution
     from apache_beam.transforms import core
@@ -84,8 +84,7 @@ def _grouping_buffer(keys: int, values_a_key: int):
     buffer = execution.GroupingBuffer(pre, post, core.Windowing(GlobalWindows()))
     out = create_OutputStream()
     for key in range(keys):
-        for _ in range(values_a_key):
-            pre.get_impl().encode_to_stream(GlobalWindows.windowed_value((key, ROW)), out, True)
+        pre.get_impl().encode_to_stream(GlobalWindows.windowed_value((key, ROW)), out, True)
     buffer.append(out.get())
     return buffer, post.get_impl()
 
@@ -100,7 +99,7 @@ def test_the_direct_runner_sends_a_workers_share_in_pieces_between_elements():
 
     bound_runner_inputs()
     bound_runner_inputs()  # twice is once
-    buffer, grouped = _grouping_buffer(keys=60, values_a_key=1)  # 60 elements of ~100 KB: 3 MB a share
+    buffer, grouped = _grouping_buffer(keys=60)  # 60 elements of ~100 KB: 3 MB a share
     parts = buffer.partition(2)
     assert parts is buffer.partition(2) and [len(part) for part in parts] == [3, 3]
     for number, part in enumerate(parts):

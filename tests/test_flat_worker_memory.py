@@ -264,3 +264,16 @@ def test_the_writers_release_gives_back_what_the_heap_holds_freed():
     released = _resident_kb("[heap]")
     assert held - released > 30_000 and freed - released > 30_000, (held, freed, released)
     assert last.sum() == 256
+
+
+def test_a_group_of_more_than_one_default_query_batch_keeps_its_state_on_disk():
+    """A group grows with the shards it searches (`batches_per_load`); a worker holds about one
+    query batch's state in memory whatever the group's size, the rest on local disk."""
+    from pipelines.mine.config import MineConfig
+    from pipelines.mine.search_groups import GROUP_MEMORY, GroupState, group_bytes_per_query
+
+    batch = MineConfig(src_lang="de", tgt_lang="en").query_batch
+    per_query = group_bytes_per_query(nprobe=32, depth=64, k=4)
+    with GroupState(batch, per_query) as one, GroupState(2 * batch, per_query) as two:
+        assert not one.on_disk and two.on_disk
+    assert batch * per_query <= GROUP_MEMORY < 2 * batch * per_query

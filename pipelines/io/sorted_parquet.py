@@ -49,8 +49,8 @@ from pipelines.io.atomic import published_file
 from pipelines.io.parquet import write_table_atomic
 
 # A run's rows in memory before they are sorted and spilled (Arrow bytes). The merge holds a slice of
-# every run (RUN_SLICES slices a run), the bound row and the row group being filled and encoded:
-# about RUN_BYTES for a file of up to RUN_SLICES runs, whatever the file's size.
+# every run (RUN_SLICES slices a run: about RUN_BYTES for a file of up to RUN_SLICES runs), the
+# bound row and the row group being filled and encoded (ROW_GROUP_BYTES), whatever the file's size.
 RUN_BYTES = 16 << 20
 RUN_SLICES = 16
 # The merge's row groups (Arrow bytes before encoding; ~25,000 rows of labse-mine's pairs). The
